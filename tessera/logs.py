@@ -1,0 +1,53 @@
+"""Structured logging: one JSON object per line, with the pod's identity when there is one."""
+
+from __future__ import annotations
+
+import json
+import logging
+import sys
+import time
+from typing import Any
+
+#: Attributes passed through ``extra=`` that are copied into the JSON record.
+CONTEXT_KEYS = ("namespace", "name", "uid", "node", "verb", "policy", "outcome")
+
+
+class JsonFormatter(logging.Formatter):
+    def format(self, record: logging.LogRecord) -> str:
+        doc: dict[str, Any] = {
+            "ts": time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(record.created))
+            + f".{int(record.msecs):03d}Z",
+            "level": record.levelname.lower(),
+            "logger": record.name,
+            "msg": record.getMessage(),
+        }
+        for key in CONTEXT_KEYS:
+            value = record.__dict__.get(key)
+            if value is not None:
+                doc[key] = value
+        if record.exc_info:
+            doc["exc"] = self.formatException(record.exc_info)
+        return json.dumps(doc, separators=(",", ":"))
+
+
+def configure(level: str = "INFO") -> None:
+    """Install the JSON formatter on the root logger (idempotent)."""
+    root = logging.getLogger()
+    root.setLevel(level.upper())
+    for handler in root.handlers:
+        if isinstance(handler.formatter, JsonFormatter):
+            return
+    handler = logging.StreamHandler(sys.stderr)
+    handler.setFormatter(JsonFormatter())
+    root.addHandler(handler)
+
+
+def pod_context(pod: dict[str, Any] | None, **more: Any) -> dict[str, Any]:
+    """``extra=`` for a log call about a pod: namespace, name, uid."""
+    meta = (pod or {}).get("metadata") or {}
+    return {
+        "namespace": meta.get("namespace"),
+        "name": meta.get("name") or meta.get("generateName"),
+        "uid": meta.get("uid"),
+        **more,
+    }
