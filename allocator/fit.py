@@ -1,0 +1,494 @@
+"""Node state and the placement of a GPU request on one node (pure).
+
+A node is a tuple of cards; each card carries what is taken on it: a compute share (percent),
+memory (MiB), or the whole card, and by which pod containers. Placing a
+:class:`~tessera.vocabulary.PodRequest` means placing **every** GPU container of the pod:
+
+- whole-card containers get cards that nobody uses, and keep them exclusive;
+- a share lands on exactly one card that has both the compute and the memory free
+  (``memory_percent`` is resolved to MiB of the card actually chosen);
+- only cards of an allowed model and with at least ``min_card_memory_mib`` are used.
+
+Init containers are placed like the others and reserved **disjointly** from the app
+containers. Kubernetes runs init containers before the app containers, so their cards could
+in principle be reused, but the node agents hand devices out per container at container start
+and none of them frees an init container's device for reuse: reserving both is the only
+choice that never over-commits a card. (kube-scheduler itself takes max(init, sum(app)) for
+node totals, so our per-card answer is the stricter of the two.)
+
+Feasibility is exact (a small backtracking search with symmetry breaking over identical
+cards), so filter never admits a node on which bind then fails. The placement itself is
+greedy over containers: each step picks the card the policy scores best among those that keep
+the rest of the pod placeable.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass, replace
+from typing import Final
+
+from tessera.vocabulary import (
+    WHOLE_CARD_PERCENT,
+    Allocation,
+    ContainerAllocation,
+    ContainerRequest,
+    PodRequest,
+)
+
+#: (pod UID, container name) holding a card.
+Holder = tuple[str, str]
+
+#: How a policy compares a node state before and after one step of a placement.
+Chooser = Callable[["NodeState", "NodeState"], float]
+
+_FULL: Final = WHOLE_CARD_PERCENT
+
+
+@dataclass(frozen=True, slots=True)
+class Card:
+    """One physical card: device index (``/dev/nvidia<index>``), model, memory capacity."""
+
+    index: int
+    model: str
+    memory_mib: int
+
+
+@dataclass(frozen=True, slots=True)
+class CardState:
+    """A card and what is taken on it. A whole card counts as 100% core and all its memory."""
+
+    card: Card
+    core_used: int = 0
+    memory_used_mib: int = 0
+    whole: bool = False
+    holders: tuple[Holder, ...] = ()
+
+    @property
+    def free_core(self) -> int:
+        return _FULL - self.core_used
+
+    @property
+    def free_memory_mib(self) -> int:
+        return self.card.memory_mib - self.memory_used_mib
+
+    @property
+    def idle(self) -> bool:
+        return not self.holders
+
+    @property
+    def utilisation(self) -> float:
+        """Mean of the compute and memory fractions taken (1.0 for a whole card)."""
+        core = self.core_used / _FULL
+        if self.card.memory_mib <= 0:
+            return core
+        return (core + self.memory_used_mib / self.card.memory_mib) / 2
+
+    def with_whole(self, holder: Holder) -> CardState:
+        return CardState(
+            self.card, _FULL, self.card.memory_mib, True, (*self.holders, holder)
+        )
+
+    def with_share(self, core: int, memory_mib: int, holder: Holder) -> CardState:
+        return CardState(
+            self.card,
+            self.core_used + core,
+            self.memory_used_mib + memory_mib,
+            self.whole,
+            (*self.holders, holder),
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class NodeState:
+    """A node's cards and their usage: an immutable snapshot (copy on write)."""
+
+    name: str
+    cards: tuple[CardState, ...]
+
+    def replace_card(self, position: int, card: CardState) -> NodeState:
+        cards = list(self.cards)
+        cards[position] = card
+        return NodeState(self.name, tuple(cards))
+
+    @property
+    def models(self) -> tuple[str, ...]:
+        return tuple(sorted({c.card.model for c in self.cards}))
+
+    @property
+    def core_total(self) -> int:
+        return _FULL * len(self.cards)
+
+    @property
+    def core_used(self) -> int:
+        return sum(c.core_used for c in self.cards)
+
+    @property
+    def memory_total_mib(self) -> int:
+        return sum(c.card.memory_mib for c in self.cards)
+
+    @property
+    def memory_used_mib(self) -> int:
+        return sum(c.memory_used_mib for c in self.cards)
+
+    @property
+    def idle_cards(self) -> int:
+        return sum(1 for c in self.cards if c.idle)
+
+
+def empty_node(name: str, cards: Iterable[Card]) -> NodeState:
+    return NodeState(name, tuple(CardState(c) for c in cards))
+
+
+def build_node_state(
+    name: str,
+    cards: Sequence[Card],
+    allocations: Iterable[tuple[str, Iterable[ContainerAllocation]]],
+) -> tuple[NodeState, tuple[str, ...]]:
+    """The node with every recorded allocation applied, and the problems found doing so.
+
+    Recorded allocations are the truth even when they conflict (an over-committed card then
+    simply has no room left); the problems are reported, never silently dropped.
+    """
+    states = [CardState(c) for c in cards]
+    position = {c.index: i for i, c in enumerate(cards)}
+    problems: list[str] = []
+    for uid, containers in allocations:
+        for ca in containers:
+            holder = (uid, ca.name)
+            for index in ca.card_indices:
+                pos = position.get(index)
+                if pos is None:
+                    problems.append(f"pod {uid} container {ca.name}: no card {index}")
+                    continue
+                st = states[pos]
+                if ca.is_whole:
+                    if not st.idle:
+                        problems.append(f"card {index} taken whole by {uid} but already in use")
+                    states[pos] = st.with_whole(holder)
+                else:
+                    new = st.with_share(ca.core_percent, ca.memory_mib, holder)
+                    if st.whole or new.free_core < 0 or new.free_memory_mib < 0:
+                        problems.append(f"card {index} over-committed by {uid}")
+                    states[pos] = new
+    return NodeState(name, tuple(states)), tuple(problems)
+
+
+@dataclass(frozen=True, slots=True)
+class Placement:
+    """Where every GPU container of a pod goes on one node, and the node state after it."""
+
+    node: str
+    containers: tuple[ContainerAllocation, ...]
+    after: NodeState
+
+    def allocation(self, pod_uid: str, at: float) -> Allocation:
+        return Allocation(node=self.node, containers=self.containers, allocated_at=at,
+                          pod_uid=pod_uid)
+
+
+@dataclass(frozen=True, slots=True)
+class Unfit:
+    """Why a pod does not fit a node, worded for the pod's owner.
+
+    ``resolvable`` is False when no amount of evicting other pods would help (wrong model,
+    cards too small): kube-scheduler then skips preemption for that node.
+    """
+
+    reason: str
+    resolvable: bool = True
+
+
+FitResult = Placement | Unfit
+
+
+# ----------------------------------------------------------------------------- helpers
+
+
+def share_memory_mib(container: ContainerRequest, card: Card) -> int:
+    """MiB a share takes on ``card``: absolute, or its percent of the card rounded up (a
+    percent of a card with no memory can never be satisfied)."""
+    if container.memory_percent:
+        need = -(-card.memory_mib * container.memory_percent // 100)
+        return max(1, need)
+    return container.memory_mib
+
+
+def eligible(request: PodRequest, card: Card) -> bool:
+    return request.allows_model(card.model) and card.memory_mib >= request.min_card_memory_mib
+
+
+def _order(request: PodRequest) -> list[int]:
+    """Hardest first: whole cards (most first), then the largest shares."""
+    cs = request.containers
+    return sorted(
+        range(len(cs)),
+        key=lambda i: (
+            -cs[i].cards,
+            -cs[i].core_percent,
+            -cs[i].memory_percent,
+            -cs[i].memory_mib,
+            i,
+        ),
+    )
+
+
+class _Slots:
+    """Mutable working copy of the eligible cards, for the feasibility search."""
+
+    __slots__ = ("cards", "free_core", "free_mem", "idle", "whole")
+
+    def __init__(self, cards: Sequence[CardState]) -> None:
+        self.cards = [c.card for c in cards]
+        self.free_core = [c.free_core for c in cards]
+        self.free_mem = [c.free_memory_mib for c in cards]
+        self.idle = [c.idle for c in cards]
+        self.whole = [c.whole for c in cards]
+
+
+def _feasible(items: Sequence[ContainerRequest], k: int, s: _Slots) -> bool:
+    if k == len(items):
+        return True
+    c = items[k]
+    n = len(s.cards)
+    if c.cards:
+        # Cards handed out whole differ only by their capacity (model and minimum memory were
+        # already filtered), so try each multiset of capacities once.
+        groups: dict[int, list[int]] = {}
+        for i in range(n):
+            if s.idle[i]:
+                groups.setdefault(s.cards[i].memory_mib, []).append(i)
+        if sum(len(g) for g in groups.values()) < c.cards:
+            return False
+        for chosen in _multisets(list(groups.values()), c.cards):
+            saved = [(i, s.free_core[i], s.free_mem[i]) for i in chosen]
+            for i in chosen:
+                s.idle[i], s.whole[i], s.free_core[i], s.free_mem[i] = False, True, 0, 0
+            ok = _feasible(items, k + 1, s)
+            for i, fc, fm in saved:
+                s.idle[i], s.whole[i], s.free_core[i], s.free_mem[i] = True, False, fc, fm
+            if ok:
+                return True
+        return False
+    seen: set[tuple[int, int, int, bool]] = set()
+    for i in range(n):
+        if s.whole[i]:
+            continue
+        need_mem = share_memory_mib(c, s.cards[i])
+        if s.free_core[i] < c.core_percent or s.free_mem[i] < need_mem:
+            continue
+        key = (s.free_core[i], s.free_mem[i], s.cards[i].memory_mib, s.idle[i])
+        if key in seen:
+            continue
+        seen.add(key)
+        was_idle = s.idle[i]
+        s.free_core[i] -= c.core_percent
+        s.free_mem[i] -= need_mem
+        s.idle[i] = False
+        ok = _feasible(items, k + 1, s)
+        s.free_core[i] += c.core_percent
+        s.free_mem[i] += need_mem
+        s.idle[i] = was_idle
+        if ok:
+            return True
+    return False
+
+
+def _multisets(groups: list[list[int]], k: int) -> Iterable[list[int]]:
+    """Every way to take k cards from groups of interchangeable cards (one pick per count)."""
+    if k == 0:
+        yield []
+        return
+    if not groups:
+        return
+    head, rest = groups[0], groups[1:]
+    for take in range(min(k, len(head)), -1, -1):
+        for tail in _multisets(rest, k - take):
+            yield head[:take] + tail
+
+
+def _feasible_on(request_items: Sequence[ContainerRequest], request: PodRequest,
+                 node: NodeState) -> bool:
+    cards = [c for c in node.cards if eligible(request, c.card)]
+    return _feasible(request_items, 0, _Slots(cards))
+
+
+def _describe_share(c: ContainerRequest) -> str:
+    parts = []
+    if c.core_percent:
+        parts.append(f"{c.core_percent}% core")
+    if c.memory_mib:
+        parts.append(f"{c.memory_mib} MiB")
+    if c.memory_percent:
+        parts.append(f"{c.memory_percent}% of its memory")
+    return " and ".join(parts)
+
+
+def unfit_reason(request: PodRequest, node: NodeState) -> Unfit | None:
+    """None when the whole pod fits the node, else why not."""
+    if not node.cards:
+        return Unfit("node has no GPU cards", resolvable=False)
+    cards = [c for c in node.cards if eligible(request, c.card)]
+    if not cards:
+        if not any(request.allows_model(c.card.model) for c in node.cards):
+            have = ", ".join(m or "unknown" for m in node.models)
+            want = " or ".join(request.models)
+            return Unfit(f"no card of model {want} (node has {have})", resolvable=False)
+        largest = max(c.card.memory_mib for c in node.cards)
+        return Unfit(
+            f"no card with at least {request.min_card_memory_mib} MiB memory "
+            f"(largest {largest} MiB)",
+            resolvable=False,
+        )
+    items = [request.containers[i] for i in _order(request)]
+    slots = _Slots(cards)
+    # Cheap checks first; they also produce the most actionable message.
+    whole = request.whole_cards
+    if whole:
+        free = sum(1 for c in cards if c.idle)
+        if whole > len(cards):
+            return Unfit(f"needs {whole} whole cards, node has {len(cards)}", resolvable=False)
+        if whole > free:
+            return Unfit(f"needs {whole} whole card{'s' if whole > 1 else ''}, {free} free")
+    for c in items:
+        if c.cards:
+            continue
+        if not _feasible([c], 0, slots):
+            open_cards = [x for x in cards if not x.whole]
+            if not open_cards:
+                return Unfit(f"no card with {_describe_share(c)} free (all cards taken whole)")
+            best_core = max(x.free_core for x in open_cards)
+            best_mem = max(x.free_memory_mib for x in open_cards)
+            if c.core_percent and not (c.memory_mib or c.memory_percent):
+                return Unfit(f"no card with {c.core_percent}% core free (largest {best_core}%)")
+            if not c.core_percent and c.memory_mib:
+                return Unfit(f"no card with {c.memory_mib} MiB free (largest {best_mem} MiB)")
+            return Unfit(
+                f"no card with {_describe_share(c)} free "
+                f"(most free: {best_core}% core, {best_mem} MiB)"
+            )
+    if len(items) > 1 and not _feasible(items, 0, slots):
+        return Unfit(f"the pod's {len(items)} GPU containers do not fit together on its cards")
+    return None
+
+
+def fits(request: PodRequest, node: NodeState) -> bool:
+    """The fast yes/no behind :func:`unfit_reason` (same answer, no message)."""
+    cards = [c for c in node.cards if eligible(request, c.card)]
+    if not cards:
+        return False
+    items = request.containers if len(request.containers) == 1 else [
+        request.containers[i] for i in _order(request)
+    ]
+    return _feasible(items, 0, _Slots(cards))
+
+
+# ----------------------------------------------------------------------------- placement
+
+
+def _card_key(c: CardState) -> tuple[str, int, int, int, bool, bool]:
+    return (c.card.model, c.card.memory_mib, c.core_used, c.memory_used_mib, c.whole, c.idle)
+
+
+def place(
+    request: PodRequest, node: NodeState, chooser: Chooser, pod_uid: str = ""
+) -> FitResult:
+    """Place every GPU container of the pod on ``node``, choosing cards by ``chooser``.
+
+    ``chooser(before, after)`` scores one step (higher is better); among cards that leave
+    the node in the same state (identical cards), the lowest index wins, so placement is
+    deterministic for a deterministic chooser.
+    """
+    unfit = unfit_reason(request, node)
+    if unfit is not None:
+        return unfit
+    order = _order(request)
+    items = [request.containers[i] for i in order]
+    state = node
+    result: dict[int, ContainerAllocation] = {}
+    for step, ci in enumerate(order):
+        c = items[step]
+        rest = items[step + 1:]
+        holder = (pod_uid, c.name)
+        if c.cards:
+            taken: list[int] = []
+
+            def take(cs: CardState, h: Holder = holder) -> CardState:
+                return cs.with_whole(h)
+
+            for j in range(c.cards):
+                # The rest of this container counts as one more whole-card demand.
+                remaining = c.cards - j - 1
+                pending = ([ContainerRequest(c.name, cards=remaining)] if remaining else [])
+                state, pos = _best_step(
+                    request, state, chooser, pending + list(rest),
+                    lambda cs: cs.idle,
+                    take,
+                )
+                taken.append(state.cards[pos].card.index)
+            result[ci] = ContainerAllocation(c.name, tuple(sorted(taken)), init=c.init)
+        else:
+            def can(cs: CardState, c: ContainerRequest = c) -> bool:
+                return (not cs.whole and cs.free_core >= c.core_percent
+                        and cs.free_memory_mib >= share_memory_mib(c, cs.card))
+
+            def put(cs: CardState, c: ContainerRequest = c, h: Holder = holder) -> CardState:
+                return cs.with_share(c.core_percent, share_memory_mib(c, cs.card), h)
+
+            state, pos = _best_step(request, state, chooser, list(rest), can, put)
+            chosen = state.cards[pos]
+            mem = share_memory_mib(c, chosen.card)
+            result[ci] = ContainerAllocation(
+                c.name, (chosen.card.index,), core_percent=c.core_percent,
+                memory_mib=mem, init=c.init,
+            )
+    containers = tuple(result[i] for i in range(len(request.containers)))
+    return Placement(node.name, containers, state)
+
+
+def _best_step(
+    request: PodRequest,
+    state: NodeState,
+    chooser: Chooser,
+    rest: list[ContainerRequest],
+    can: Callable[[CardState], bool],
+    put: Callable[[CardState], CardState],
+) -> tuple[NodeState, int]:
+    best: tuple[float, NodeState, int] | None = None
+    seen: set[tuple[str, int, int, int, bool, bool]] = set()
+    for pos, cs in enumerate(state.cards):
+        if not eligible(request, cs.card) or not can(cs):
+            continue
+        key = _card_key(cs)
+        if key in seen:
+            continue
+        seen.add(key)
+        trial = state.replace_card(pos, put(cs))
+        if rest and not _feasible_on(rest, request, trial):
+            continue
+        score = chooser(state, trial)
+        if best is None or score > best[0]:
+            best = (score, trial, pos)
+    # unfit_reason() proved a complete placement exists and every step keeps one, so a
+    # candidate always exists here; anything else is a bug worth failing loudly on.
+    assert best is not None, "placement search lost a feasible placement"
+    return best[1], best[2]
+
+
+def apply_placement(node: NodeState, containers: Iterable[ContainerAllocation],
+                    pod_uid: str) -> NodeState:
+    """``node`` with a recorded allocation added (used to re-check a stored record)."""
+    state, _ = build_node_state(
+        node.name, [c.card for c in node.cards], [(pod_uid, containers)]
+    )
+    merged = tuple(
+        replace(
+            old,
+            core_used=old.core_used + new.core_used,
+            memory_used_mib=old.memory_used_mib + new.memory_used_mib,
+            whole=old.whole or new.whole,
+            holders=old.holders + new.holders,
+        )
+        for old, new in zip(node.cards, state.cards, strict=True)
+    )
+    return NodeState(node.name, merged)

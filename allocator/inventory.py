@@ -1,0 +1,104 @@
+"""A node's GPU cards, read from its Node object (pure).
+
+Three sources, most precise first:
+
+1. the node annotation :attr:`Vocabulary.node_cards_annotation` — a JSON list of
+   ``{"index", "model", "memoryMiB"}``, one per card; the only source that describes nodes
+   with cards of different sizes or models;
+2. NVIDIA GPU Feature Discovery labels (``nvidia.com/gpu.product``, ``nvidia.com/gpu.memory``
+   in MiB per card, ``nvidia.com/gpu.count``; CONTRACTS.md §1);
+3. the upstream baseline (elastic-gpu-scheduler, nano-gpu, gpushare): node allocatable
+   ``<domain>/gpu-core`` / 100 cards, ``<domain>/gpu-memory`` split evenly among them.
+   The model then comes from :attr:`Vocabulary.node_model_label` or the GFD product label.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from allocator.fit import Card
+from tessera.vocabulary import (
+    GFD_COUNT_LABEL,
+    GFD_MEMORY_LABEL,
+    GFD_PRODUCT_LABEL,
+    WHOLE_CARD_PERCENT,
+    Vocabulary,
+)
+
+
+@dataclass(frozen=True)
+class Inventory:
+    """The cards of one node, where that description came from, and any problem reading it."""
+
+    cards: tuple[Card, ...]
+    source: str  # "annotation" | "gfd" | "allocatable" | "none"
+    problem: str = ""
+
+
+def _int_quantity(value: object) -> int | None:
+    """An integer extended-resource quantity (``"800"``). Extended resources are integers
+    (the API server refuses fractional ones), so anything else is a bad node object."""
+    if isinstance(value, int) and not isinstance(value, bool):
+        return value
+    if isinstance(value, str) and value.strip().isdigit():
+        return int(value.strip())
+    return None
+
+
+def _cards_from_annotation(text: str) -> tuple[Card, ...]:
+    raw = json.loads(text)
+    if not isinstance(raw, list) or not raw:
+        raise ValueError("must be a non-empty JSON list")
+    cards: list[Card] = []
+    for item in raw:
+        if not isinstance(item, dict):
+            raise ValueError("each card must be a JSON object")
+        index, memory, model = item.get("index"), item.get("memoryMiB"), item.get("model", "")
+        if isinstance(index, bool) or not isinstance(index, int) or index < 0:
+            raise ValueError(f"card index {index!r} must be an integer >= 0")
+        if isinstance(memory, bool) or not isinstance(memory, int) or memory <= 0:
+            raise ValueError(f"card {index}: memoryMiB {memory!r} must be an integer > 0")
+        if not isinstance(model, str):
+            raise ValueError(f"card {index}: model must be a string")
+        cards.append(Card(index=index, model=model, memory_mib=memory))
+    if len({c.index for c in cards}) != len(cards):
+        raise ValueError("card indices repeat")
+    return tuple(sorted(cards, key=lambda c: c.index))
+
+
+def read_inventory(node: Mapping[str, Any], vocabulary: Vocabulary) -> Inventory:
+    """The node's cards; a node with no readable description has none (and says why)."""
+    meta = node.get("metadata") or {}
+    annotations: Mapping[str, str] = meta.get("annotations") or {}
+    labels: Mapping[str, str] = meta.get("labels") or {}
+    allocatable: Mapping[str, Any] = (node.get("status") or {}).get("allocatable") or {}
+
+    problem = ""
+    described = annotations.get(vocabulary.node_cards_annotation)
+    if described is not None:
+        try:
+            return Inventory(_cards_from_annotation(described), "annotation")
+        except (ValueError, TypeError) as exc:
+            # Fall back to coarser sources, but keep the reason visible in /status.
+            problem = f"annotation {vocabulary.node_cards_annotation} ignored: {exc}"
+
+    model = labels.get(vocabulary.node_model_label) or labels.get(GFD_PRODUCT_LABEL, "")
+    gfd_count = _int_quantity(labels.get(GFD_COUNT_LABEL))
+    gfd_memory = _int_quantity(labels.get(GFD_MEMORY_LABEL))
+    if gfd_count and gfd_memory:
+        cards = tuple(Card(i, model, gfd_memory) for i in range(gfd_count))
+        return Inventory(cards, "gfd", problem)
+
+    core = _int_quantity(allocatable.get(vocabulary.core_resource))
+    memory = _int_quantity(allocatable.get(vocabulary.memory_resource))
+    count = (core or 0) // WHOLE_CARD_PERCENT
+    if count <= 0:
+        return Inventory((), "none", problem or "node advertises no GPU cards")
+    per_card = (memory or 0) // count
+    if per_card <= 0:
+        problem = problem or f"{vocabulary.memory_resource} missing: cards have 0 MiB"
+    cards = tuple(Card(i, model, per_card) for i in range(count))
+    return Inventory(cards, "allocatable", problem)

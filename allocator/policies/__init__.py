@@ -1,0 +1,47 @@
+"""Placement policies by name. Adding one: a file with the policy class, and one line below."""
+
+from __future__ import annotations
+
+from allocator.policies.base import (
+    MAX_SCORE,
+    Policy,
+    PolicyContext,
+    chooser,
+    mean_square_utilisation,
+    normalise,
+)
+from allocator.policies.binpack import Binpack
+from allocator.policies.random import Random
+from allocator.policies.spread import Spread
+from tessera.vocabulary import RequestError
+
+#: name -> policy. Policies are stateless, so one shared instance each.
+REGISTRY: dict[str, Policy] = {
+    Binpack.name: Binpack(),
+    Spread.name: Spread(),
+    Random.name: Random(),
+}
+
+DEFAULT_POLICY = Binpack.name
+
+
+def get_policy(name: str) -> Policy:
+    """The policy called ``name``; a :class:`RequestError` naming the known ones otherwise."""
+    policy = REGISTRY.get(name)
+    if policy is None:
+        known = ", ".join(sorted(REGISTRY))
+        raise RequestError(f"unknown placement policy {name!r} (known: {known})")
+    return policy
+
+
+__all__ = [
+    "DEFAULT_POLICY",
+    "MAX_SCORE",
+    "REGISTRY",
+    "Policy",
+    "PolicyContext",
+    "chooser",
+    "get_policy",
+    "mean_square_utilisation",
+    "normalise",
+]

@@ -1,0 +1,17 @@
+"""binpack: fill used nodes and used cards first, keeping whole cards and nodes free."""
+
+from __future__ import annotations
+
+from allocator.fit import NodeState
+from allocator.policies.base import PolicyContext, mean_square_utilisation
+
+
+class Binpack:
+    name = "binpack"
+    per_pod = False
+
+    def score(self, before: NodeState, after: NodeState, ctx: PolicyContext) -> float:
+        # Mean squared card utilisation after the placement: highest on the node that is
+        # already fullest, and inside a node on the fullest card (squares reward
+        # concentration), which is best-fit for shares.
+        return mean_square_utilisation(after)
