@@ -1,36 +1,697 @@
 """Every way a pod may ask for GPU, normalised into one :class:`PodRequest` (pure).
 
-Used by the webhook at admission and by the allocator for pods that arrived without it.
-TO BE WRITTEN (issue 2): see the webhook helper's brief.
+Used by the webhook at admission and by the allocator for pods that arrived without it
+(:func:`read_pod_request`). The dialects, their units and the upstream files they were read
+from are listed in docs/dialects.md; the short version:
+
+=========  ==========================================================  ==========================
+dialect    keys (container limits/requests unless noted)               unit
+=========  ==========================================================  ==========================
+elastic    ``<domain>/gpu-core``, ``<domain>/gpu-memory`` and the same  core: % of a card, 100·k
+           under ``elasticgpu.io`` and ``elasticgpu.com``               = k cards; memory: MiB
+percent    ``<domain>/gpu-percent``, ``nano-gpu/gpu-percent``           % of one card (1-100)
+fraction   ``<domain>/gpu``                                             cards (0.25 share, 2 cards)
+nano-gpu   ``nano-gpu.io/gpu-core``, ``nano-gpu.io/gpu-memory``         as elastic; memory GiB
+aliyun     ``aliyun.com/gpu-mem``                                       GiB (configurable)
+genius     pod labels ``genius/gpu-number``, ``genius/gpu-memory-each``  cards; MiB
+           (alias ``genius/gpu-memory``), ``genius/gpu-memory-total``,
+           ``genius/gpu-model`` (alias ``genius/model``)
+hami       ``nvidia.com/gpu``, ``nvidia.com/gpumem``,                   vGPUs; MiB; %; %
+           ``nvidia.com/gpumem-percentage``, ``nvidia.com/gpucores``
+=========  ==========================================================  ==========================
+
+Every dialect found in one container must describe the same request; otherwise the pod is
+refused with a message naming the container and both keys.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+import re
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from decimal import Decimal
+from enum import StrEnum
+from functools import cached_property
+from typing import Any, Final
 
-from tessera.vocabulary import PodRequest, Vocabulary
+from tessera.quantity import QuantityError, parse_quantity
+from tessera.vocabulary import (
+    DEFAULT_DOMAIN,
+    WHOLE_CARD_PERCENT,
+    CodecError,
+    ContainerRequest,
+    PodRequest,
+    RequestError,
+    TesseraError,
+    Vocabulary,
+    decode_request,
+)
+
+
+class ConfigError(TesseraError):
+    """Configuration (flags, environment) that cannot be used. Reported at start."""
+
+
+class Dialect(StrEnum):
+    """A family of keys some GPU scheduler taught users to write."""
+
+    ELASTIC = "elastic"
+    PERCENT = "percent"
+    FRACTION = "fraction"
+    NANO_GPU = "nano-gpu"
+    ALIYUN = "aliyun"
+    GENIUS = "genius"
+    HAMI = "hami"
+
+
+#: HAMi is opt-in: plain ``nvidia.com/gpu`` belongs to NVIDIA's own device plugin.
+DEFAULT_DIALECTS: Final = frozenset(Dialect) - {Dialect.HAMI}
+
+#: Domains whose elastic keys are always read (upstream name drift: elastic-gpu-scheduler's
+#: README and its agent use ``elasticgpu.io``; some of its manifests say ``elasticgpu.com``).
+ELASTIC_DOMAINS: Final = (DEFAULT_DOMAIN, "elasticgpu.com")
+
+MIB_PER_GIB: Final = 1024
+#: Units a memory dialect may be configured with (names as Aliyun's ``--memory-unit`` flag).
+MEMORY_UNITS: Final = {"MiB": 1, "GiB": MIB_PER_GIB}
+#: Sanity bound: more than 16 TiB on one card is a typo, not a request.
+MAX_MEMORY_MIB: Final = 16 * 1024 * 1024
+#: Sanity bound on whole cards per container.
+MAX_CARDS: Final = 1024
+
+# nano-gpu 0.3 (percent-only). Source: elastic-ai/elastic-gpu-scheduler pkg/types/types.go
+# (ResourceGPUPercent = "nano-gpu/gpu-percent", GPUPercentEachCard = 100) and
+# elastic-ai/elastic-gpu-agent pkg/common/const.go.
+NANO_PERCENT_KEY: Final = "nano-gpu/gpu-percent"
+# Older nano-gpu (core + memory). Source: nano-gpu-scheduler pkg/types/types.go
+# (ResourceGPUCore = "nano-gpu.io/gpu-core", ResourceGPUMemory = "nano-gpu.io/gpu-memory",
+# GPUCoreEachCard = 100) and its README example (gpu-core "20" + gpu-memory "1").
+NANO_CORE_KEY: Final = "nano-gpu.io/gpu-core"
+NANO_MEMORY_KEY: Final = "nano-gpu.io/gpu-memory"
+# Source: AliyunContainerService/gpushare-device-plugin pkg/gpu/nvidia/const.go
+# (resourceName = "aliyun.com/gpu-mem"); unit from cmd/nvidia/main.go (--memory-unit, default GiB).
+ALIYUN_MEMORY_KEY: Final = "aliyun.com/gpu-mem"
+# Source: Project-HAMi/HAMi pkg/device/nvidia/device.go (NvidiaConfig resource names, and
+# GenerateResourceRequests: limits first, then requests; gpumem MiB; percentages of one card).
+HAMI_COUNT_KEY: Final = "nvidia.com/gpu"
+HAMI_MEMORY_KEY: Final = "nvidia.com/gpumem"
+HAMI_MEMORY_PERCENT_KEY: Final = "nvidia.com/gpumem-percentage"
+HAMI_CORES_KEY: Final = "nvidia.com/gpucores"
+# Genius pod labels. Source: the Genius scheduler-framework plugin, pkg/filter (PodFitsGPUNumber,
+# PodFitsMemoryEach, PodFitsMemoryTotal, PodFitsModel). Memory values are compared with
+# ObserverWard's per-card memory metrics, which Genius stores as MemorySizeMB ("in MB").
+GENIUS_NUMBER_LABEL: Final = "genius/gpu-number"
+GENIUS_MEMORY_EACH_LABEL: Final = "genius/gpu-memory-each"
+GENIUS_MEMORY_LABEL: Final = "genius/gpu-memory"  # the name CONTRACTS.md uses; alias of -each
+GENIUS_MEMORY_TOTAL_LABEL: Final = "genius/gpu-memory-total"
+GENIUS_MODEL_LABEL: Final = "genius/gpu-model"
+GENIUS_OLD_MODEL_LABEL: Final = "genius/model"  # an earlier Genius revision's name
+GENIUS_LABELS: Final = (
+    GENIUS_NUMBER_LABEL,
+    GENIUS_MEMORY_EACH_LABEL,
+    GENIUS_MEMORY_LABEL,
+    GENIUS_MEMORY_TOTAL_LABEL,
+    GENIUS_MODEL_LABEL,
+    GENIUS_OLD_MODEL_LABEL,
+)
+
+_POLICY_NAME: Final = re.compile(r"^[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?$")
+
+
+def _unique(items: Iterable[str]) -> tuple[str, ...]:
+    return tuple(dict.fromkeys(items))
 
 
 @dataclass(frozen=True)
 class DialectConfig:
     vocabulary: Vocabulary = field(default_factory=Vocabulary)
-    #: MiB per unit of ``aliyun.com/gpu-mem`` (GiB by default).
-    aliyun_memory_unit_mib: int = 1024
-    #: Opt in to HAMi's ``nvidia.com/gpu`` keys (they otherwise belong to NVIDIA's plugin).
-    hami: bool = False
+    #: MiB per unit of ``aliyun.com/gpu-mem`` (GiB by default, as the Aliyun device plugin).
+    aliyun_memory_unit_mib: int = MIB_PER_GIB
+    #: MiB per unit of ``nano-gpu.io/gpu-memory`` (GiB by default; see docs/dialects.md).
+    nano_gpu_memory_unit_mib: int = MIB_PER_GIB
+    #: Dialects the webhook rewrites; keys of other dialects are left untouched.
+    enabled: frozenset[Dialect] = DEFAULT_DIALECTS
+
+    def __post_init__(self) -> None:
+        for name in ("aliyun_memory_unit_mib", "nano_gpu_memory_unit_mib"):
+            if getattr(self, name) not in MEMORY_UNITS.values():
+                raise ConfigError(
+                    f"{name} must be 1 (MiB) or 1024 (GiB), got {getattr(self, name)}"
+                )
+
+    @property
+    def hami(self) -> bool:
+        """Whether HAMi's ``nvidia.com/*`` keys are read (opt-in)."""
+        return Dialect.HAMI in self.enabled
+
+    @cached_property
+    def elastic_domains(self) -> tuple[str, ...]:
+        return _unique((self.vocabulary.domain, *ELASTIC_DOMAINS))
+
+    @cached_property
+    def sources(self) -> tuple[_Source, ...]:
+        """Container-level key families read under this configuration."""
+        return tuple(s for s in _sources(self) if s.dialect in self.enabled)
+
+    @cached_property
+    def resource_keys(self) -> frozenset[str]:
+        """Every container resource key some enabled dialect reads (and the webhook removes)."""
+        return frozenset(k for s in self.sources for k in s.keys)
+
+    @classmethod
+    def from_env(cls, env: Mapping[str, str]) -> DialectConfig:
+        """Read ``TESSERA_DOMAIN``, ``TESSERA_DIALECTS``, ``TESSERA_ALIYUN_MEMORY_UNIT``,
+        ``TESSERA_NANO_GPU_MEMORY_UNIT``; raise :class:`ConfigError` naming every bad one."""
+        problems: list[str] = []
+        domain = env.get("TESSERA_DOMAIN", "").strip() or DEFAULT_DOMAIN
+        if not _is_dns_subdomain(domain):
+            problems.append(f"TESSERA_DOMAIN={domain!r} is not a DNS subdomain like elasticgpu.io")
+        enabled = DEFAULT_DIALECTS
+        raw_dialects = env.get("TESSERA_DIALECTS", "").strip()
+        if raw_dialects:
+            names = [n.strip() for n in raw_dialects.split(",") if n.strip()]
+            unknown = [n for n in names if n not in {d.value for d in Dialect}]
+            if unknown:
+                problems.append(
+                    f"TESSERA_DIALECTS has unknown dialect(s) {unknown}; "
+                    f"known: {', '.join(d.value for d in Dialect)}"
+                )
+            else:
+                enabled = frozenset(Dialect(n) for n in names)
+        units: dict[str, int] = {}
+        for var in ("TESSERA_ALIYUN_MEMORY_UNIT", "TESSERA_NANO_GPU_MEMORY_UNIT"):
+            raw = env.get(var, "").strip() or "GiB"
+            if raw not in MEMORY_UNITS:
+                problems.append(f"{var}={raw!r} must be one of {', '.join(MEMORY_UNITS)}")
+            units[var] = MEMORY_UNITS.get(raw, MIB_PER_GIB)
+        if problems:
+            raise ConfigError("; ".join(problems))
+        return cls(
+            vocabulary=Vocabulary(domain),
+            aliyun_memory_unit_mib=units["TESSERA_ALIYUN_MEMORY_UNIT"],
+            nano_gpu_memory_unit_mib=units["TESSERA_NANO_GPU_MEMORY_UNIT"],
+            enabled=enabled,
+        )
+
+
+def _is_dns_subdomain(value: str) -> bool:
+    return len(value) <= 253 and re.fullmatch(
+        r"[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*", value
+    ) is not None
+
+
+# ----------------------------------------------------------------------------- reading values
+
+
+@dataclass(frozen=True)
+class _Container:
+    """One container's resources as the parsers see them."""
+
+    name: str
+    init: bool
+    limits: Mapping[str, Any]
+    requests: Mapping[str, Any]
+
+    def has(self, key: str) -> bool:
+        return key in self.limits or key in self.requests
+
+    def value(self, key: str) -> Decimal | None:
+        """The key's value; limits and requests must agree when both are given."""
+        found: list[tuple[str, Decimal]] = []
+        for where, mapping in (("limits", self.limits), ("requests", self.requests)):
+            if key in mapping:
+                raw = mapping[key]
+                try:
+                    quantity = parse_quantity(raw)
+                except QuantityError as exc:
+                    raise RequestError(f"container {self.name!r}: {key} in {where}: {exc}") from exc
+                if quantity.binary_suffix:
+                    raise RequestError(
+                        f"container {self.name!r}: {key}={raw!r} in {where}: binary suffixes "
+                        f"(Ki, Mi, Gi) are not units here; write a plain number "
+                        f"({_unit_hint(key)})"
+                    )
+                found.append((where, quantity.value))
+        if not found:
+            return None
+        if len(found) == 2 and found[0][1] != found[1][1]:
+            raise RequestError(
+                f"container {self.name!r}: {key} is {_fmt(found[1][1])} in requests but "
+                f"{_fmt(found[0][1])} in limits; set it in limits only, or equal in both"
+            )
+        return found[0][1]
+
+    def integer(self, key: str, *, low: int, high: int, valid: str) -> int | None:
+        value = self.value(key)
+        if value is None:
+            return None
+        if value != value.to_integral_value() or not low <= value <= high:
+            raise RequestError(f"container {self.name!r}: {key}={_fmt(value)} is invalid; {valid}")
+        return int(value)
+
+
+def _fmt(value: Decimal) -> str:
+    return format(value.normalize(), "f")
+
+
+def _unit_hint(key: str) -> str:
+    if key.endswith(("gpu-memory", "gpumem")):
+        return "a count of MiB or of the dialect's memory unit, e.g. 1024"
+    if key == ALIYUN_MEMORY_KEY:
+        return "a count of the configured unit, GiB by default, e.g. 5"
+    return "e.g. 25"
+
+
+def _containers(pod: Mapping[str, Any]) -> list[_Container]:
+    spec = pod.get("spec")
+    if not isinstance(spec, Mapping):
+        raise RequestError("pod has no spec object")
+    result: list[_Container] = []
+    for field_name, init in (("initContainers", True), ("containers", False)):
+        items = spec.get(field_name) or []
+        if not isinstance(items, list):
+            raise RequestError(f"pod spec.{field_name} must be a list")
+        for index, item in enumerate(items):
+            if not isinstance(item, Mapping):
+                raise RequestError(f"pod spec.{field_name}[{index}] must be an object")
+            name = item.get("name")
+            if not isinstance(name, str) or not name:
+                raise RequestError(f"pod spec.{field_name}[{index}] has no name")
+            resources = item.get("resources") or {}
+            if not isinstance(resources, Mapping):
+                raise RequestError(f"container {name!r}: resources must be an object")
+            limits = resources.get("limits") or {}
+            requests = resources.get("requests") or {}
+            if not isinstance(limits, Mapping) or not isinstance(requests, Mapping):
+                raise RequestError(f"container {name!r}: resources limits/requests must be maps")
+            result.append(_Container(name, init, limits, requests))
+    return result
+
+
+# ----------------------------------------------------------------------------- dialect parsers
+
+_Parser = Callable[[_Container, DialectConfig], ContainerRequest | None]
+
+
+@dataclass(frozen=True)
+class _Source:
+    """One family of container keys and the parser that turns them into a request."""
+
+    dialect: Dialect
+    keys: tuple[str, ...]
+    parse: _Parser
+
+
+def _core_memory(
+    c: _Container, core_key: str, memory_key: str, memory_unit_mib: int, unit_name: str
+) -> ContainerRequest | None:
+    """elastic-gpu-scheduler semantics (pkg/scheduler/gpu.go NewGPURequest): core 0 and memory 0
+    = no GPU; core >= 100 = core/100 whole cards. Upstream truncates 150 to one card; we refuse."""
+    core = c.integer(
+        core_key, low=0, high=MAX_CARDS * WHOLE_CARD_PERCENT,
+        valid="core is a percent of one card: 1-99 for a share, 100·k for k whole cards",
+    ) or 0
+    memory = c.integer(
+        memory_key, low=0, high=MAX_MEMORY_MIB // memory_unit_mib,
+        valid=f"memory is a whole number of {unit_name} >= 0",
+    ) or 0
+    if core == 0 and memory == 0:
+        return None
+    if core >= WHOLE_CARD_PERCENT:
+        if core % WHOLE_CARD_PERCENT:
+            raise RequestError(
+                f"container {c.name!r}: {core_key}={core} is invalid; 1-99 is a share of one "
+                f"card and 100·k is k whole cards (100, 200, ...)"
+            )
+        if memory:
+            raise RequestError(
+                f"container {c.name!r}: {core_key}={core} asks for whole cards, which take all "
+                f"their memory; remove {memory_key}={memory} (or ask for a share: core 1-99)"
+            )
+        return ContainerRequest(c.name, cards=core // WHOLE_CARD_PERCENT, init=c.init)
+    return ContainerRequest(
+        c.name, core_percent=core, memory_mib=memory * memory_unit_mib, init=c.init
+    )
+
+
+def _percent(c: _Container, key: str) -> ContainerRequest | None:
+    value = c.integer(
+        key, low=1, high=WHOLE_CARD_PERCENT,
+        valid="a percent of one card is 1-100 (use gpu-core 200 for two whole cards)",
+    )
+    if value is None:
+        return None
+    if value == WHOLE_CARD_PERCENT:
+        return ContainerRequest(c.name, cards=1, init=c.init)
+    return ContainerRequest(c.name, core_percent=value, memory_percent=value, init=c.init)
+
+
+def _fraction(c: _Container, key: str) -> ContainerRequest | None:
+    value = c.value(key)
+    if value is None:
+        return None
+    valid = (
+        "below 1 it is a share of one card in hundredths (0.01-0.99, e.g. 0.25); "
+        "from 1 it is a whole number of cards (1, 2, ...)"
+    )
+    if value <= 0:
+        raise RequestError(f"container {c.name!r}: {key}={_fmt(value)} is invalid; {valid}")
+    if value < 1:
+        percent = value * WHOLE_CARD_PERCENT
+        if percent != percent.to_integral_value():
+            raise RequestError(f"container {c.name!r}: {key}={_fmt(value)} is invalid; {valid}")
+        return ContainerRequest(
+            c.name, core_percent=int(percent), memory_percent=int(percent), init=c.init
+        )
+    if value != value.to_integral_value() or value > MAX_CARDS:
+        raise RequestError(
+            f"container {c.name!r}: {key}={_fmt(value)} is invalid; {valid} "
+            f"(a share spread over several cards is not possible)"
+        )
+    return ContainerRequest(c.name, cards=int(value), init=c.init)
+
+
+def _aliyun(c: _Container, cfg: DialectConfig) -> ContainerRequest | None:
+    unit = cfg.aliyun_memory_unit_mib
+    unit_name = "GiB" if unit == MIB_PER_GIB else "MiB"
+    value = c.integer(
+        ALIYUN_MEMORY_KEY, low=0, high=MAX_MEMORY_MIB // unit,
+        valid=f"GPU memory is a whole number of {unit_name} >= 0 (the configured unit)",
+    )
+    if not value:
+        return None
+    return ContainerRequest(c.name, memory_mib=value * unit, init=c.init)
+
+
+def _hami(c: _Container, cfg: DialectConfig) -> ContainerRequest | None:
+    """HAMi semantics (pkg/device/nvidia/device.go): ``nvidia.com/gpu`` n vGPUs, each on its own
+    card; without gpumem/gpumem-percentage a vGPU gets 100% of the card's memory (defaultMemory
+    0); without gpucores it reserves no compute (defaultCores 0); share keys without a count mean
+    one vGPU (defaultGPUNum 1, mutateContainerResource)."""
+    count = c.integer(
+        HAMI_COUNT_KEY, low=0, high=MAX_CARDS, valid="the number of (v)GPUs is a whole number >= 0"
+    )
+    memory = c.integer(
+        HAMI_MEMORY_KEY, low=0, high=MAX_MEMORY_MIB, valid="gpumem is a whole number of MiB >= 0"
+    )
+    memory_percent = c.integer(
+        HAMI_MEMORY_PERCENT_KEY, low=1, high=100, valid="gpumem-percentage is 1-100"
+    )
+    cores = c.integer(HAMI_CORES_KEY, low=0, high=100, valid="gpucores is a percent 0-100")
+    share_keys_given = memory is not None or memory_percent is not None or cores is not None
+    if count is None:
+        if not share_keys_given:
+            return None
+        count = 1
+    if count == 0:
+        return None
+    if memory and memory_percent is not None:
+        raise RequestError(
+            f"container {c.name!r}: {HAMI_MEMORY_KEY} and {HAMI_MEMORY_PERCENT_KEY} cannot be used "
+            f"together (as in HAMi); keep one of them"
+        )
+    whole_memory = not memory and memory_percent in (None, 100)
+    if whole_memory and cores in (None, 0, 100):
+        return ContainerRequest(c.name, cards=count, init=c.init)
+    if count > 1:
+        raise RequestError(
+            f"container {c.name!r}: {HAMI_COUNT_KEY}={count} with a share asks for a share on "
+            f"each of {count} cards; Tessera places a share on exactly one card: use "
+            f"{HAMI_COUNT_KEY}=1, or whole cards (no gpumem/gpucores)"
+        )
+    if cores == 100:
+        raise RequestError(
+            f"container {c.name!r}: {HAMI_CORES_KEY}=100 with a memory share is invalid; a share "
+            f"takes 1-99% of compute, or drop the memory keys for a whole card"
+        )
+    if not cores and not memory:
+        raise RequestError(
+            f"container {c.name!r}: {HAMI_MEMORY_PERCENT_KEY}={memory_percent} without "
+            f"{HAMI_CORES_KEY} reserves nothing the scheduler can count; add {HAMI_CORES_KEY} "
+            f"(1-99) or give memory in MiB with {HAMI_MEMORY_KEY}"
+        )
+    return ContainerRequest(
+        c.name,
+        core_percent=cores or 0,
+        memory_mib=memory or 0,
+        memory_percent=0 if memory else (memory_percent or 100),
+        init=c.init,
+    )
+
+
+def _elastic_parser(core: str, memory: str) -> _Parser:
+    def parse(c: _Container, _cfg: DialectConfig) -> ContainerRequest | None:
+        return _core_memory(c, core, memory, 1, "MiB")
+
+    return parse
+
+
+def _percent_parser(key: str) -> _Parser:
+    def parse(c: _Container, _cfg: DialectConfig) -> ContainerRequest | None:
+        return _percent(c, key)
+
+    return parse
+
+
+def _fraction_parser(key: str) -> _Parser:
+    def parse(c: _Container, _cfg: DialectConfig) -> ContainerRequest | None:
+        return _fraction(c, key)
+
+    return parse
+
+
+def _nano_gpu(c: _Container, cfg: DialectConfig) -> ContainerRequest | None:
+    unit = cfg.nano_gpu_memory_unit_mib
+    return _core_memory(
+        c, NANO_CORE_KEY, NANO_MEMORY_KEY, unit, "GiB" if unit == MIB_PER_GIB else "MiB"
+    )
+
+
+def _sources(cfg: DialectConfig) -> list[_Source]:
+    sources: list[_Source] = []
+    for domain in cfg.elastic_domains:
+        core, memory = f"{domain}/gpu-core", f"{domain}/gpu-memory"
+        percent, fraction = f"{domain}/gpu-percent", f"{domain}/gpu"
+        sources += [
+            _Source(Dialect.ELASTIC, (core, memory), _elastic_parser(core, memory)),
+            _Source(Dialect.PERCENT, (percent,), _percent_parser(percent)),
+            _Source(Dialect.FRACTION, (fraction,), _fraction_parser(fraction)),
+        ]
+    sources += [
+        _Source(Dialect.PERCENT, (NANO_PERCENT_KEY,), _percent_parser(NANO_PERCENT_KEY)),
+        _Source(Dialect.NANO_GPU, (NANO_CORE_KEY, NANO_MEMORY_KEY), _nano_gpu),
+        _Source(Dialect.ALIYUN, (ALIYUN_MEMORY_KEY,), _aliyun),
+        _Source(
+            Dialect.HAMI,
+            (HAMI_COUNT_KEY, HAMI_MEMORY_KEY, HAMI_MEMORY_PERCENT_KEY, HAMI_CORES_KEY),
+            _hami,
+        ),
+    ]
+    return sources
+
+
+# ----------------------------------------------------------------------------- pod level
+
+
+def _describe(request: ContainerRequest) -> str:
+    if request.is_whole:
+        return f"{request.cards} whole card(s)"
+    parts = []
+    if request.core_percent:
+        parts.append(f"{request.core_percent}% compute")
+    if request.memory_mib:
+        parts.append(f"{request.memory_mib} MiB")
+    if request.memory_percent:
+        parts.append(f"{request.memory_percent}% memory")
+    return "a share of " + " + ".join(parts)
+
+
+def _merge(
+    container: str, found: Sequence[tuple[str, ContainerRequest]]
+) -> ContainerRequest | None:
+    if not found:
+        return None
+    first_label, first = found[0]
+    for label, other in found[1:]:
+        if other != first:
+            raise RequestError(
+                f"container {container!r}: {first_label} asks for {_describe(first)} but "
+                f"{label} asks for {_describe(other)}; write the request once, in one dialect"
+            )
+    return first
+
+
+def _labels(pod: Mapping[str, Any]) -> Mapping[str, Any]:
+    meta = pod.get("metadata")
+    labels = meta.get("labels") if isinstance(meta, Mapping) else None
+    return labels if isinstance(labels, Mapping) else {}
+
+
+def _annotations(pod: Mapping[str, Any]) -> Mapping[str, Any]:
+    meta = pod.get("metadata")
+    annotations = meta.get("annotations") if isinstance(meta, Mapping) else None
+    return annotations if isinstance(annotations, Mapping) else {}
+
+
+def _label_int(labels: Mapping[str, Any], key: str, valid: str) -> int | None:
+    raw = labels.get(key)
+    if raw is None:
+        return None
+    text = str(raw).strip()
+    if not text.isdigit() or len(text) > 9:
+        raise RequestError(f"pod label {key}={raw!r} is invalid; {valid}")
+    return int(text)
+
+
+@dataclass(frozen=True)
+class _Genius:
+    cards: int
+    min_card_memory_mib: int
+    models: tuple[str, ...]
+
+
+def _genius(labels: Mapping[str, Any]) -> _Genius | None:
+    present = [k for k in GENIUS_LABELS if k in labels]
+    if not present:
+        return None
+    number = _label_int(labels, GENIUS_NUMBER_LABEL, "the number of whole cards, e.g. \"1\"")
+    if not number:
+        raise RequestError(
+            f"pod labels {', '.join(present)} need {GENIUS_NUMBER_LABEL} (whole cards, >= 1)"
+        )
+    if number > MAX_CARDS:
+        raise RequestError(f"pod label {GENIUS_NUMBER_LABEL}={number} is more cards than possible")
+    each = 0
+    for key in (GENIUS_MEMORY_EACH_LABEL, GENIUS_MEMORY_LABEL):
+        value = _label_int(labels, key, "free memory each card must have, in MiB, e.g. \"8000\"")
+        each = max(each, value or 0)
+    total = _label_int(labels, GENIUS_MEMORY_TOTAL_LABEL, "total memory in MiB, e.g. \"16000\"")
+    if total:
+        # Genius compares the total with the node's total free memory; with whole cards that
+        # nobody else uses the closest per-card form is an even split, rounded up.
+        each = max(each, -(-total // number))
+    models = _unique(
+        str(labels[k]).strip() for k in (GENIUS_MODEL_LABEL, GENIUS_OLD_MODEL_LABEL)
+        if k in labels and str(labels[k]).strip()
+    )
+    return _Genius(number, each, models)
+
+
+def _split_models(raw: str) -> tuple[str, ...]:
+    return _unique(m.strip() for m in re.split(r"[|,]", raw) if m.strip())
+
+
+def _models(
+    annotations: Mapping[str, Any], genius: _Genius | None, vocabulary: Vocabulary
+) -> tuple[str, ...]:
+    key = vocabulary.model_annotation
+    allowed: tuple[str, ...] = ()
+    if key in annotations:
+        allowed = _split_models(str(annotations[key]))
+        if not allowed:
+            raise RequestError(
+                f"pod annotation {key} is empty; list allowed GPU models separated by '|' or ','"
+            )
+    if genius and genius.models:
+        if not allowed:
+            return genius.models
+        wanted = {m.lower() for m in genius.models}
+        both = tuple(m for m in allowed if m.lower() in wanted)
+        if not both:
+            raise RequestError(
+                f"pod annotation {key}={annotations[key]!r} and label {GENIUS_MODEL_LABEL} "
+                f"({', '.join(genius.models)}) allow no model in common"
+            )
+        return both
+    return allowed
+
+
+def _policy(annotations: Mapping[str, Any], vocabulary: Vocabulary) -> str | None:
+    key = vocabulary.policy_annotation
+    if key not in annotations:
+        return None
+    value = str(annotations[key]).strip()
+    if not _POLICY_NAME.match(value):
+        raise RequestError(
+            f"pod annotation {key}={annotations[key]!r} is not a policy name "
+            f"(lowercase letters, digits and '-', e.g. binpack)"
+        )
+    return value
+
+
+def asks_for_gpu(pod: Mapping[str, Any], config: DialectConfig) -> bool:
+    """Cheap test: does any container carry a key an enabled dialect reads, or a Genius label?"""
+    keys = config.resource_keys
+    try:
+        containers = _containers(pod)
+    except RequestError:
+        return True  # let parse_pod report it
+    for c in containers:
+        if not keys.isdisjoint(c.limits) or not keys.isdisjoint(c.requests):
+            return True
+    return Dialect.GENIUS in config.enabled and any(k in _labels(pod) for k in GENIUS_LABELS)
 
 
 def parse_pod(pod: Mapping[str, Any], config: DialectConfig) -> PodRequest | None:
     """The pod's GPU request in any dialect, or None when it asks for no GPU.
 
     Raises :class:`tessera.vocabulary.RequestError` with a message naming the container, the
-    key and what would be valid.
+    key and what would be valid (several problems are joined with ``"; "``).
     """
-    raise NotImplementedError
+    if not isinstance(pod, Mapping):
+        raise RequestError("a pod must be a JSON object")
+    if not asks_for_gpu(pod, config):
+        return None
+    containers = _containers(pod)
+    genius = _genius(_labels(pod)) if Dialect.GENIUS in config.enabled else None
+    # Genius labels are pod-level; they apply to the pod's first app container.
+    genius_target = next((c.name for c in containers if not c.init), None)
+    requests: list[ContainerRequest] = []
+    problems: list[str] = []
+    for c in containers:
+        try:
+            found: list[tuple[str, ContainerRequest]] = []
+            for source in config.sources:
+                present = [k for k in source.keys if c.has(k)]
+                if present and (parsed := source.parse(c, config)) is not None:
+                    found.append((" + ".join(present), parsed))
+            if genius is not None and c.name == genius_target:
+                genius_request = ContainerRequest(c.name, cards=genius.cards)
+                found.append(("pod label " + GENIUS_NUMBER_LABEL, genius_request))
+            merged = _merge(c.name, found)
+            if merged is not None:
+                requests.append(merged)
+        except RequestError as exc:
+            problems.append(str(exc))
+    annotations = _annotations(pod)
+    try:
+        models = _models(annotations, genius, config.vocabulary)
+        policy = _policy(annotations, config.vocabulary)
+    except RequestError as exc:
+        problems.append(str(exc))
+    if problems:
+        raise RequestError("; ".join(problems))
+    if not requests:
+        return None
+    return PodRequest(
+        containers=tuple(requests),
+        models=models,
+        min_card_memory_mib=genius.min_card_memory_mib if genius else 0,
+        policy=policy,
+    )
 
 
 def read_pod_request(pod: Mapping[str, Any], config: DialectConfig) -> PodRequest | None:
-    """The allocator's view: the canonical annotation when present, else :func:`parse_pod`."""
-    raise NotImplementedError
+    """The allocator's view: the canonical annotation when present, else :func:`parse_pod`.
+
+    A present but undecodable annotation is a :class:`RequestError` (never silently re-parsed:
+    the annotation is what the webhook promised the pod would get).
+    """
+    key = config.vocabulary.request_annotation
+    annotations = _annotations(pod)
+    if key in annotations:
+        try:
+            return decode_request(str(annotations[key]))
+        except CodecError as exc:
+            raise RequestError(f"pod annotation {key}: {exc}") from exc
+    return parse_pod(pod, config)
