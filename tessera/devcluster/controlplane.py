@@ -1,0 +1,328 @@
+"""etcd + kube-apiserver + kube-scheduler on loopback, each with its own identity.
+
+Authentication: one cluster CA signs a client certificate per control-plane component and
+kube-apiserver trusts it with ``--client-ca-file`` (CN = user, O = groups). We chose client
+certificates over a static token file because (a) that is how real clusters identify
+kube-scheduler (CN ``system:kube-scheduler``, bound to its built-in ClusterRole by the
+bootstrap RBAC policy, so the scheduler runs with exactly upstream's rules and no binding of
+ours), (b) the same CA then signs the serving certificates of the apiserver, the scheduler and
+the webhook, so one ``certificate-authority`` verifies everything, and (c) --token-auth-file is
+a legacy authenticator upstream keeps only for compatibility. The allocator is a workload, not a
+control-plane component: it gets a ServiceAccount token (TokenRequest) so that the RBAC objects
+we ship bind to it unchanged (see services.py).
+
+Flags follow controller-runtime's envtest (pkg/internal/testing/controlplane/apiserver.go) with
+RBAC on instead of AlwaysAllow.
+"""
+
+from __future__ import annotations
+
+import base64
+import logging
+import os
+import ssl
+import urllib.error
+import urllib.request
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from tessera.devcluster.binaries import Binaries
+from tessera.devcluster.pki import CertificateAuthority, KeyPair, service_account_keys
+from tessera.devcluster.process import ManagedProcess, free_port, wait_until
+
+logger = logging.getLogger(__name__)
+
+#: User names of the component identities (CN of their client certificates).
+ADMIN_USER = "tessera-admin"
+SCHEDULER_USER = "system:kube-scheduler"  # matched by the bootstrap ClusterRoleBinding
+MASTERS_GROUP = "system:masters"  # superuser group, hard-wired in kube-apiserver
+
+START_TIMEOUT = 120.0
+
+
+@dataclass(frozen=True)
+class ManagedResource:
+    name: str
+    #: True: kube-scheduler's own NodeResourcesFit skips this resource; only the extender judges.
+    ignored_by_scheduler: bool = True
+
+
+@dataclass(frozen=True)
+class ExtenderSpec:
+    """The extender entry of the KubeSchedulerConfiguration (kubescheduler.config.k8s.io/v1).
+
+    Field names: k8s.io/kube-scheduler/config/v1/types.go (``Extender``).
+    """
+
+    url_prefix: str
+    managed_resources: tuple[ManagedResource, ...]
+    filter_verb: str = "filter"
+    prioritize_verb: str = "prioritize"
+    bind_verb: str = "bind"
+    weight: int = 1
+    http_timeout: str = "10s"
+    #: CA of the extender's serving cert when url_prefix is https (else it is NOT verified:
+    #: k8s.io/kubernetes pkg/scheduler/extender.go makeTransport leaves Insecure on without CA).
+    ca_pem: bytes | None = None
+
+
+def scheduler_configuration(kubeconfig: Path, extender: ExtenderSpec | None) -> dict[str, Any]:
+    """The KubeSchedulerConfiguration document the dev cluster runs (pure)."""
+    config: dict[str, Any] = {
+        "apiVersion": "kubescheduler.config.k8s.io/v1",
+        "kind": "KubeSchedulerConfiguration",
+        "clientConnection": {"kubeconfig": str(kubeconfig), "qps": 200, "burst": 400},
+        # One scheduler, no HA to arbitrate; electing would only add a start-up delay.
+        "leaderElection": {"leaderElect": False},
+        # Below 100 nodes it is all nodes anyway; at 100+ the default samples nodes and the
+        # extender would only see (and could only pick among) that sample.
+        "percentageOfNodesToScore": 100,
+    }
+    if extender is not None:
+        entry: dict[str, Any] = {
+            "urlPrefix": extender.url_prefix,
+            "filterVerb": extender.filter_verb,
+            "prioritizeVerb": extender.prioritize_verb,
+            "bindVerb": extender.bind_verb,
+            "weight": extender.weight,
+            "enableHTTPS": extender.url_prefix.startswith("https:"),
+            "httpTimeout": extender.http_timeout,
+            # We keep our own node inventory; the scheduler then sends NodeNames only.
+            "nodeCacheCapable": True,
+            # Not ignorable: an allocator that is down must stop GPU pods, never let them
+            # through without cards reserved.
+            "ignorable": False,
+            "managedResources": [
+                {"name": r.name, "ignoredByScheduler": r.ignored_by_scheduler}
+                for r in extender.managed_resources
+            ],
+        }
+        if extender.ca_pem is not None:
+            entry["tlsConfig"] = {"caData": base64.b64encode(extender.ca_pem).decode()}
+        config["extenders"] = [entry]
+    return config
+
+
+def kubeconfig_document(
+    server: str, ca_pem: bytes, user: str, *, cert: KeyPair | None = None, token: str | None = None
+) -> dict[str, Any]:
+    """A one-context kubeconfig (pure)."""
+    credentials: dict[str, str] = {}
+    if cert is not None:
+        credentials["client-certificate-data"] = base64.b64encode(cert.cert_pem).decode()
+        credentials["client-key-data"] = base64.b64encode(cert.key_pem).decode()
+    if token is not None:
+        credentials["token"] = token
+    return {
+        "apiVersion": "v1",
+        "kind": "Config",
+        "clusters": [
+            {
+                "name": "tessera-dev",
+                "cluster": {
+                    "server": server,
+                    "certificate-authority-data": base64.b64encode(ca_pem).decode(),
+                },
+            }
+        ],
+        "users": [{"name": user, "user": credentials}],
+        "contexts": [{"name": user, "context": {"cluster": "tessera-dev", "user": user}}],
+        "current-context": user,
+    }
+
+
+def _no_proxy_env() -> dict[str, str]:
+    """Our environment minus proxies: every address here is loopback."""
+    env = {k: v for k, v in os.environ.items() if k.lower() not in ("http_proxy", "https_proxy")}
+    env["NO_PROXY"] = env["no_proxy"] = "127.0.0.1,localhost"
+    return env
+
+
+@dataclass
+class ControlPlane:
+    """The three upstream processes and the files they share, under one work directory."""
+
+    binaries: Binaries
+    workdir: Path
+    ca: CertificateAuthority = field(default_factory=CertificateAuthority)
+    processes: list[ManagedProcess] = field(default_factory=list)
+    etcd_port: int = 0
+    apiserver_port: int = 0
+    scheduler_port: int = 0
+    scheduler: ManagedProcess | None = None
+
+    # ------------------------------------------------------------------ paths
+    @property
+    def pki_dir(self) -> Path:
+        return self.workdir / "pki"
+
+    @property
+    def log_dir(self) -> Path:
+        return self.workdir / "logs"
+
+    @property
+    def ca_file(self) -> Path:
+        return self.pki_dir / "ca.crt"
+
+    @property
+    def server(self) -> str:
+        return f"https://127.0.0.1:{self.apiserver_port}"
+
+    def kubeconfig_path(self, name: str) -> Path:
+        return self.workdir / "kubeconfig" / f"{name}.yaml"
+
+    @property
+    def admin_kubeconfig(self) -> Path:
+        return self.kubeconfig_path("admin")
+
+    # ------------------------------------------------------------------ identities
+    def write_kubeconfig(
+        self, name: str, user: str, *, groups: tuple[str, ...] = (), token: str | None = None
+    ) -> Path:
+        """A kubeconfig for ``user``: a client cert from our CA, or ``token`` when given."""
+        cert = None if token is not None else self.ca.client(user, groups)
+        path = self.kubeconfig_path(name)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.touch(mode=0o600)
+        doc = kubeconfig_document(self.server, self.ca.cert_pem, user, cert=cert, token=token)
+        path.write_text(yaml.safe_dump(doc, sort_keys=False))
+        return path
+
+    # ------------------------------------------------------------------ lifecycle
+    def start(self) -> None:
+        """etcd, then kube-apiserver; returns when the apiserver is ready."""
+        self.workdir.mkdir(parents=True, exist_ok=True)
+        self.ca.pair.write(self.pki_dir, "ca")
+        self._start_etcd()
+        self._start_apiserver()
+        self.write_kubeconfig("admin", ADMIN_USER, groups=(MASTERS_GROUP,))
+
+    def _start_etcd(self) -> None:
+        self.etcd_port, peer_port = free_port(), free_port()
+        client_url = f"http://127.0.0.1:{self.etcd_port}"
+        peer_url = f"http://127.0.0.1:{peer_port}"
+        etcd = ManagedProcess(
+            "etcd",
+            [
+                str(self.binaries.etcd),
+                "--name=default",
+                f"--data-dir={self.workdir / 'etcd-data'}",
+                f"--listen-client-urls={client_url}",
+                f"--advertise-client-urls={client_url}",
+                f"--listen-peer-urls={peer_url}",
+                f"--initial-advertise-peer-urls={peer_url}",
+                f"--initial-cluster=default={peer_url}",
+                # Throwaway data: durability buys nothing and fsync dominates on small disks.
+                "--unsafe-no-fsync",
+                "--log-level=warn",
+            ],
+            self.log_dir / "etcd.log",
+            env=_no_proxy_env(),
+        )
+        etcd.start()
+        self.processes.append(etcd)
+
+        def healthy() -> bool:
+            with urllib.request.urlopen(f"{client_url}/health", timeout=2) as resp:
+                return b'"health":"true"' in resp.read()
+
+        wait_until("etcd /health", healthy, START_TIMEOUT, watch=[etcd])
+
+    def _start_apiserver(self) -> None:
+        self.apiserver_port = free_port()
+        serving = self.ca.serving(
+            "kube-apiserver",
+            dns_names=("localhost", "kubernetes", "kubernetes.default", "kubernetes.default.svc"),
+            ips=("127.0.0.1", "10.0.0.1"),
+        )
+        cert, key = serving.write(self.pki_dir, "apiserver")
+        sa_pub, sa_key = service_account_keys().write(self.pki_dir, "service-account")
+        apiserver = ManagedProcess(
+            "kube-apiserver",
+            [
+                str(self.binaries.kube_apiserver),
+                f"--etcd-servers=http://127.0.0.1:{self.etcd_port}",
+                "--bind-address=127.0.0.1",
+                "--advertise-address=127.0.0.1",
+                f"--secure-port={self.apiserver_port}",
+                f"--cert-dir={self.pki_dir}",
+                f"--tls-cert-file={cert}",
+                f"--tls-private-key-file={key}",
+                f"--client-ca-file={self.ca_file}",
+                "--authorization-mode=RBAC",
+                "--service-cluster-ip-range=10.0.0.0/24",
+                "--allow-privileged=true",
+                # No controller-manager creates the default ServiceAccount, so the plugin that
+                # requires it would refuse every pod (envtest disables it for the same reason).
+                "--disable-admission-plugins=ServiceAccount",
+                "--service-account-issuer=https://kubernetes.default.svc",
+                f"--service-account-key-file={sa_pub}",
+                f"--service-account-signing-key-file={sa_key}",
+                "--endpoint-reconciler-type=none",
+                "--v=1",
+            ],
+            self.log_dir / "kube-apiserver.log",
+            env=_no_proxy_env(),
+        )
+        apiserver.start()
+        self.processes.append(apiserver)
+        admin_cert = self.ca.client(ADMIN_USER, (MASTERS_GROUP,))
+        client_cert, client_key = admin_cert.write(self.pki_dir, "admin")
+        context = ssl.create_default_context(cafile=str(self.ca_file))
+        context.load_cert_chain(str(client_cert), str(client_key))
+
+        def ready() -> bool:
+            try:
+                with urllib.request.urlopen(
+                    f"{self.server}/readyz", timeout=5, context=context
+                ) as resp:
+                    return bool(resp.status == 200)
+            except urllib.error.HTTPError:
+                return False
+
+        wait_until("kube-apiserver /readyz", ready, START_TIMEOUT, interval=0.5, watch=[apiserver])
+
+    def start_scheduler(self, extender: ExtenderSpec | None) -> None:
+        """kube-scheduler with our configuration; returns when it reports healthy."""
+        kubeconfig = self.write_kubeconfig("kube-scheduler", SCHEDULER_USER)
+        config_path = self.workdir / "kube-scheduler.yaml"
+        config_path.write_text(
+            yaml.safe_dump(scheduler_configuration(kubeconfig, extender), sort_keys=False)
+        )
+        self.scheduler_port = free_port()
+        cert, key = self.ca.serving("kube-scheduler").write(self.pki_dir, "kube-scheduler")
+        scheduler = ManagedProcess(
+            "kube-scheduler",
+            [
+                str(self.binaries.kube_scheduler),
+                f"--config={config_path}",
+                "--bind-address=127.0.0.1",
+                f"--secure-port={self.scheduler_port}",
+                f"--tls-cert-file={cert}",
+                f"--tls-private-key-file={key}",
+                f"--authentication-kubeconfig={kubeconfig}",
+                f"--authorization-kubeconfig={kubeconfig}",
+                "--v=2",
+            ],
+            self.log_dir / "kube-scheduler.log",
+            env=_no_proxy_env(),
+        )
+        scheduler.start()
+        self.processes.append(scheduler)
+        self.scheduler = scheduler
+        context = ssl.create_default_context(cafile=str(self.ca_file))
+
+        def healthy() -> bool:
+            url = f"https://127.0.0.1:{self.scheduler_port}/healthz"
+            with urllib.request.urlopen(url, timeout=5, context=context) as resp:
+                return bool(resp.status == 200)
+
+        wait_until("kube-scheduler /healthz", healthy, START_TIMEOUT, watch=[scheduler])
+
+    def stop(self) -> None:
+        """Stop every process, newest first (scheduler, apiserver, etcd)."""
+        while self.processes:
+            self.processes.pop().stop()

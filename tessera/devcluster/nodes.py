@@ -1,0 +1,149 @@
+"""Fake GPU nodes: Node objects whose status carries GPU capacity, without any kubelet.
+
+A device plugin would advertise ``gpu-core`` (100 per card) and ``gpu-memory`` (MiB) in
+``status.capacity``/``status.allocatable``; here we create the Node and PATCH its ``/status``
+subresource with both (CONTRACTS.md §1, Node capacity). The per-card description comes in the
+three forms the allocator reads: totals only (even split, the upstream baseline), NVIDIA GPU
+Feature Discovery labels, and our per-card annotation (mixed cards).
+"""
+
+from __future__ import annotations
+
+import datetime
+import json
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from enum import StrEnum
+from typing import Any
+
+from tessera.vocabulary import (
+    GFD_COUNT_LABEL,
+    GFD_MEMORY_LABEL,
+    GFD_PRODUCT_LABEL,
+    WHOLE_CARD_PERCENT,
+    Vocabulary,
+)
+
+
+class Inventory(StrEnum):
+    """How a node describes its cards."""
+
+    EVEN = "even"  # totals only; the allocator splits memory evenly
+    GFD = "gfd"  # GPU Feature Discovery labels (all cards alike)
+    CARDS = "cards"  # our per-card annotation (cards may differ)
+
+
+@dataclass(frozen=True)
+class Card:
+    model: str
+    memory_mib: int
+
+
+@dataclass(frozen=True)
+class GpuNodeSpec:
+    name: str
+    cards: tuple[Card, ...]
+    inventory: Inventory = Inventory.EVEN
+    labels: Mapping[str, str] = field(default_factory=dict)
+    cpu: str = "64"
+    memory: str = "256Gi"
+    pods: str = "250"
+    #: Further extended resources (e.g. a non-GPU one for the control-plane smoke test).
+    extra_resources: Mapping[str, str] = field(default_factory=dict)
+
+    @property
+    def total_memory_mib(self) -> int:
+        return sum(c.memory_mib for c in self.cards)
+
+    @property
+    def models(self) -> tuple[str, ...]:
+        return tuple(dict.fromkeys(c.model for c in self.cards))
+
+
+def uniform(name: str, count: int, model: str, memory_mib: int, **kwargs: Any) -> GpuNodeSpec:
+    return GpuNodeSpec(name, tuple(Card(model, memory_mib) for _ in range(count)), **kwargs)
+
+
+def node_object(spec: GpuNodeSpec, vocabulary: Vocabulary) -> dict[str, Any]:
+    """The Node to create (pure). Status is set separately: create ignores it."""
+    labels = {"kubernetes.io/hostname": spec.name, "kubernetes.io/os": "linux", **spec.labels}
+    annotations: dict[str, str] = {}
+    if len(spec.models) == 1:
+        labels[vocabulary.node_model_label] = spec.models[0]
+    if spec.inventory is Inventory.GFD:
+        if len(spec.models) != 1 or len({c.memory_mib for c in spec.cards}) != 1:
+            raise ValueError(f"{spec.name}: GFD labels describe identical cards only")
+        labels[GFD_PRODUCT_LABEL] = spec.models[0]
+        labels[GFD_MEMORY_LABEL] = str(spec.cards[0].memory_mib)
+        labels[GFD_COUNT_LABEL] = str(len(spec.cards))
+    if spec.inventory is Inventory.CARDS:
+        annotations[vocabulary.node_cards_annotation] = json.dumps(
+            [
+                {"index": i, "model": c.model, "memoryMiB": c.memory_mib}
+                for i, c in enumerate(spec.cards)
+            ]
+        )
+    return {
+        "apiVersion": "v1",
+        "kind": "Node",
+        "metadata": {"name": spec.name, "labels": labels, "annotations": annotations},
+        "spec": {},
+    }
+
+
+def node_status(spec: GpuNodeSpec, vocabulary: Vocabulary) -> dict[str, Any]:
+    """The ``status`` patch: capacity == allocatable, and a Ready condition for kubectl's sake.
+
+    kube-scheduler does not read conditions (it filters on taints, which only the absent node
+    lifecycle controller would add), so Ready is cosmetic.
+    """
+    resources = {
+        "cpu": spec.cpu,
+        "memory": spec.memory,
+        "pods": spec.pods,
+        vocabulary.core_resource: str(WHOLE_CARD_PERCENT * len(spec.cards)),
+        vocabulary.memory_resource: str(spec.total_memory_mib),
+        **spec.extra_resources,
+    }
+    now = datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+    return {
+        "status": {
+            "capacity": resources,
+            "allocatable": resources,
+            "conditions": [
+                {
+                    "type": "Ready",
+                    "status": "True",
+                    "reason": "TesseraFakeNode",
+                    "message": "fake GPU node of the Tessera dev cluster (no kubelet)",
+                    "lastHeartbeatTime": now,
+                    "lastTransitionTime": now,
+                }
+            ],
+        }
+    }
+
+
+def create_nodes(core_v1: Any, specs: Iterable[GpuNodeSpec], vocabulary: Vocabulary) -> None:
+    """Create each node, then PATCH its status (``core_v1``: kubernetes.client.CoreV1Api).
+
+    The TaintNodesByCondition admission plugin gives every new Node the
+    ``node.kubernetes.io/not-ready:NoSchedule`` taint (plugin/pkg/admission/nodetaint); the
+    node lifecycle controller would lift it once the kubelet reports Ready. Neither runs here,
+    so we do its part and clear the taints.
+    """
+    for spec in specs:
+        core_v1.create_node(node_object(spec, vocabulary))
+        core_v1.patch_node(spec.name, {"spec": {"taints": []}})
+        core_v1.patch_node_status(spec.name, node_status(spec, vocabulary))
+
+
+def delete_nodes(core_v1: Any, names: Iterable[str]) -> None:
+    from kubernetes.client.exceptions import ApiException
+
+    for name in names:
+        try:
+            core_v1.delete_node(name)
+        except ApiException as exc:
+            if exc.status != 404:
+                raise

@@ -1,0 +1,149 @@
+"""Child processes of the dev cluster: own process group, log file, clean teardown."""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import os
+import signal
+import socket
+import subprocess
+import time
+from collections.abc import Callable, Mapping, Sequence
+from pathlib import Path
+
+from tessera.devcluster import DevClusterError
+
+logger = logging.getLogger(__name__)
+
+
+def free_port() -> int:
+    """A TCP port on 127.0.0.1 that nobody listens on right now.
+
+    There is a small window between closing the probe socket and the child binding the port;
+    on a loopback-only test machine that is acceptable, and a failed bind shows in the log.
+    """
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.bind(("127.0.0.1", 0))
+        port: int = sock.getsockname()[1]
+        return port
+
+
+def tail(path: Path, lines: int = 30) -> str:
+    try:
+        text = path.read_text(errors="replace")
+    except OSError:
+        return ""
+    return "\n".join(text.splitlines()[-lines:])
+
+
+class ManagedProcess:
+    """One child in its own session (process group) with stdout+stderr to a log file.
+
+    The process group matters: gunicorn forks workers, and a SIGTERM to the master alone can
+    leave them behind holding the port; killing the group takes everything.
+    """
+
+    def __init__(
+        self,
+        name: str,
+        argv: Sequence[str],
+        log_path: Path,
+        env: Mapping[str, str] | None = None,
+        cwd: Path | None = None,
+    ) -> None:
+        self.name = name
+        self.argv = list(argv)
+        self.log_path = log_path
+        self.env = dict(env) if env is not None else None
+        self.cwd = cwd
+        self._proc: subprocess.Popen[bytes] | None = None
+
+    @property
+    def pid(self) -> int | None:
+        return self._proc.pid if self._proc else None
+
+    def start(self) -> None:
+        self.log_path.parent.mkdir(parents=True, exist_ok=True)
+        with self.log_path.open("ab") as log:
+            log.write(f"# {' '.join(self.argv)}\n".encode())
+            log.flush()
+            try:
+                self._proc = subprocess.Popen(
+                    self.argv,
+                    stdin=subprocess.DEVNULL,
+                    stdout=log,
+                    stderr=subprocess.STDOUT,
+                    env=self.env,
+                    cwd=self.cwd,
+                    start_new_session=True,
+                )
+            except OSError as exc:
+                raise DevClusterError(f"{self.name}: cannot start {self.argv[0]}: {exc}") from exc
+        logger.info("started %s (pid %s), log %s", self.name, self._proc.pid, self.log_path)
+
+    def alive(self) -> bool:
+        return self._proc is not None and self._proc.poll() is None
+
+    def check_alive(self) -> None:
+        """Raise with the log's tail when the process has exited."""
+        if self._proc is None:
+            raise DevClusterError(f"{self.name} was never started")
+        code = self._proc.poll()
+        if code is not None:
+            raise DevClusterError(
+                f"{self.name} exited with code {code}; last lines of {self.log_path}:\n"
+                f"{tail(self.log_path)}"
+            )
+
+    def stop(self, timeout: float = 10.0, sig: int = signal.SIGTERM) -> None:
+        """Signal the whole process group, wait, then SIGKILL what is left."""
+        proc = self._proc
+        if proc is None:
+            return
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(proc.pid, sig)
+        try:
+            proc.wait(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            logger.warning("%s did not stop in %.0fs; killing", self.name, timeout)
+        # Whatever the leader did, make sure no member of the group survives it.
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(proc.pid, signal.SIGKILL)
+        try:
+            proc.wait(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            logger.error("%s (pid %s) survived SIGKILL", self.name, proc.pid)
+        self._proc = None
+
+    def kill(self) -> None:
+        """SIGKILL the group at once: a crash, as the e2e restart test needs."""
+        self.stop(timeout=5.0, sig=signal.SIGKILL)
+
+
+def wait_until(
+    what: str,
+    probe: Callable[[], bool],
+    timeout: float,
+    interval: float = 0.2,
+    watch: Sequence[ManagedProcess] = (),
+) -> None:
+    """Poll ``probe`` until it returns True; fail fast when a watched process dies."""
+    deadline = time.monotonic() + timeout
+    last_error: BaseException | None = None
+    while True:
+        for proc in watch:
+            proc.check_alive()
+        try:
+            if probe():
+                return
+            last_error = None
+        except Exception as exc:  # a probe failing is the normal "not yet"
+            last_error = exc
+        if time.monotonic() > deadline:
+            detail = f" (last error: {last_error})" if last_error else ""
+            logs = "".join(f"\n--- {p.log_path} ---\n{tail(p.log_path)}" for p in watch)
+            raise DevClusterError(
+                f"timed out after {timeout:.0f}s waiting for {what}{detail}{logs}"
+            )
+        time.sleep(interval)

@@ -1,0 +1,197 @@
+"""Who got which card, read back from the API objects alone (pure).
+
+This is an oracle independent of the allocator's cache: the e2e tests check over-commitment
+with it and the demo prints its table. Node inventory mirrors the three forms fake nodes use
+(per-card annotation, GFD labels, even split of totals).
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from tessera.vocabulary import (
+    GFD_COUNT_LABEL,
+    GFD_MEMORY_LABEL,
+    GFD_PRODUCT_LABEL,
+    WHOLE_CARD_PERCENT,
+    CodecError,
+    Vocabulary,
+    decode_allocation,
+)
+
+TERMINAL_PHASES = frozenset({"Succeeded", "Failed"})
+
+
+@dataclass(frozen=True)
+class CardInfo:
+    index: int
+    model: str
+    memory_mib: int
+
+
+@dataclass(frozen=True)
+class Holding:
+    """What one pod holds on one card (its containers combined)."""
+
+    pod: str  # namespace/name
+    containers: tuple[str, ...]
+    whole: bool
+    core_percent: int
+    memory_mib: int
+
+
+@dataclass
+class CardUsage:
+    card: CardInfo
+    holdings: list[Holding] = field(default_factory=list)
+
+    @property
+    def core_used(self) -> int:
+        return sum(WHOLE_CARD_PERCENT if h.whole else h.core_percent for h in self.holdings)
+
+    @property
+    def memory_used(self) -> int:
+        return sum(self.card.memory_mib if h.whole else h.memory_mib for h in self.holdings)
+
+    def problems(self, node: str) -> list[str]:
+        where = f"{node} card {self.card.index}"
+        found = []
+        if any(h.whole for h in self.holdings) and len(self.holdings) > 1:
+            found.append(f"{where}: whole card shared by {[h.pod for h in self.holdings]}")
+        if self.core_used > WHOLE_CARD_PERCENT:
+            found.append(f"{where}: core {self.core_used}% > 100%")
+        if self.memory_used > self.card.memory_mib:
+            found.append(f"{where}: memory {self.memory_used} > {self.card.memory_mib} MiB")
+        return found
+
+
+def node_cards(node: Mapping[str, Any], vocabulary: Vocabulary) -> list[CardInfo]:
+    """A node's cards from its per-card annotation, else GFD labels, else an even split."""
+    meta = node.get("metadata") or {}
+    annotations = meta.get("annotations") or {}
+    labels = meta.get("labels") or {}
+    described = annotations.get(vocabulary.node_cards_annotation)
+    if described:
+        return [
+            CardInfo(int(c["index"]), str(c["model"]), int(c["memoryMiB"]))
+            for c in json.loads(described)
+        ]
+    if GFD_COUNT_LABEL in labels:
+        count = int(labels[GFD_COUNT_LABEL])
+        return [
+            CardInfo(i, labels.get(GFD_PRODUCT_LABEL, "?"), int(labels[GFD_MEMORY_LABEL]))
+            for i in range(count)
+        ]
+    allocatable = (node.get("status") or {}).get("allocatable") or {}
+    count = int(allocatable.get(vocabulary.core_resource, "0")) // WHOLE_CARD_PERCENT
+    if count == 0:
+        return []
+    memory = int(allocatable.get(vocabulary.memory_resource, "0")) // count
+    model = labels.get(vocabulary.node_model_label, "?")
+    return [CardInfo(i, model, memory) for i in range(count)]
+
+
+def pod_key(pod: Mapping[str, Any]) -> str:
+    meta = pod.get("metadata") or {}
+    return f"{meta.get('namespace')}/{meta.get('name')}"
+
+
+def holds_cards(pod: Mapping[str, Any]) -> bool:
+    """Pods in a terminal phase have given their cards back."""
+    return (pod.get("status") or {}).get("phase") not in TERMINAL_PHASES
+
+
+def pod_holdings(pod: Mapping[str, Any], vocabulary: Vocabulary) -> tuple[str, dict[int, Holding]]:
+    """The node and, per card, what the pod holds there, from its allocation record.
+
+    Init containers run one at a time before the others (Kubernetes' effective-request rule),
+    so on each card the pod holds the larger of the regular containers' sum and the largest
+    init container. Raises CodecError for a bad record.
+    """
+    text = ((pod.get("metadata") or {}).get("annotations") or {})[vocabulary.allocation_annotation]
+    allocation = decode_allocation(text)
+    regular: dict[int, list[tuple[str, bool, int, int]]] = {}
+    init: dict[int, list[tuple[str, bool, int, int]]] = {}
+    for c in allocation.containers:
+        for index in c.card_indices:
+            target = init if c.init else regular
+            target.setdefault(index, []).append((c.name, c.is_whole, c.core_percent, c.memory_mib))
+    holdings: dict[int, Holding] = {}
+    for index in sorted(set(regular) | set(init)):
+        reg = regular.get(index, [])
+        ini = init.get(index, [])
+        names = tuple(n for n, *_ in reg + ini)
+        whole = any(w for _, w, _, _ in reg + ini)
+        core = max([sum(c for _, _, c, _ in reg)] + [c for _, _, c, _ in ini])
+        memory = max([sum(m for _, _, _, m in reg)] + [m for _, _, _, m in ini])
+        holdings[index] = Holding(pod_key(pod), names, whole, core, memory)
+    return allocation.node, holdings
+
+
+def card_usage(
+    nodes: Iterable[Mapping[str, Any]], pods: Iterable[Mapping[str, Any]], vocabulary: Vocabulary
+) -> dict[str, list[CardUsage]]:
+    """node name -> its cards with what every live allocated pod holds on each.
+
+    A record naming an unknown card or node is reported as a problem card (index -1 /
+    an empty node) rather than dropped, so a test can never miss it.
+    """
+    usage = {
+        (n.get("metadata") or {})["name"]: [CardUsage(c) for c in node_cards(n, vocabulary)]
+        for n in nodes
+    }
+    for pod in pods:
+        annotations = (pod.get("metadata") or {}).get("annotations") or {}
+        if vocabulary.allocation_annotation not in annotations or not holds_cards(pod):
+            continue
+        node, holdings = pod_holdings(pod, vocabulary)
+        cards = usage.setdefault(node, [])
+        for index, holding in holdings.items():
+            match = next((u for u in cards if u.card.index == index), None)
+            if match is None:
+                match = CardUsage(CardInfo(index, "<no such card>", 0))
+                cards.append(match)
+            match.holdings.append(holding)
+    return usage
+
+
+def overcommitments(usage: Mapping[str, list[CardUsage]]) -> list[str]:
+    return [p for node, cards in usage.items() for u in cards for p in u.problems(node)]
+
+
+def describe_holding(h: Holding) -> str:
+    share = "whole card" if h.whole else f"{h.core_percent}% core, {h.memory_mib} MiB"
+    return f"{h.pod} [{','.join(h.containers)}] {share}"
+
+
+def render_table(usage: Mapping[str, list[CardUsage]]) -> str:
+    """A per-node, per-card table of who got what."""
+    lines: list[str] = []
+    for node in sorted(usage):
+        cards = usage[node]
+        lines.append(f"{node}  ({len(cards)} card{'s' if len(cards) != 1 else ''})")
+        lines.append(
+            f"  {'card':<5}{'model':<16}{'core used':>10}  {'memory used / total':>22}  pods"
+        )
+        for u in sorted(cards, key=lambda u: u.card.index):
+            mem = f"{u.memory_used} / {u.card.memory_mib} MiB"
+            first = describe_holding(u.holdings[0]) if u.holdings else "-"
+            lines.append(
+                f"  #{u.card.index:<4}{u.card.model[:15]:<16}{u.core_used:>9}%  {mem:>22}  {first}"
+            )
+            for h in u.holdings[1:]:
+                lines.append(f"  {'':<5}{'':<16}{'':>10}  {'':>22}  {describe_holding(h)}")
+        lines.append("")
+    return "\n".join(lines).rstrip() + "\n"
+
+
+def decode_or_problem(pod: Mapping[str, Any], vocabulary: Vocabulary) -> str | None:
+    """None when the pod's allocation record decodes, else the codec's message."""
+    try:
+        pod_holdings(pod, vocabulary)
+    except (CodecError, KeyError) as exc:
+        return f"{pod_key(pod)}: {exc}"
+    return None

@@ -1,0 +1,249 @@
+"""Tessera's own services on the dev cluster: the webhook and the allocator, as subprocesses.
+
+Both run through the real ``tessera`` console script (the same command lines a container
+would run) on loopback ports. Wiring:
+
+* webhook: serves TLS with a certificate from the cluster CA (IP SAN 127.0.0.1) and is
+  registered by the MutatingWebhookConfiguration we ship (manifests/base), with only
+  ``clientConfig`` replaced by ``url: https://127.0.0.1:<port>/mutate`` + ``caBundle``, the way
+  envtest registers webhooks (no cluster DNS here).
+* allocator: runs as the ServiceAccount that manifests/base/allocator-rbac.yaml binds, with a
+  token from the TokenRequest API, after those RBAC objects are applied unchanged. So it has
+  exactly the permissions we ship, and a missing rule fails the e2e tests.
+"""
+
+from __future__ import annotations
+
+import base64
+import logging
+import os
+import ssl
+import sys
+import urllib.error
+import urllib.request
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import yaml
+
+from tessera.devcluster import DevClusterError
+from tessera.devcluster.binaries import repo_root
+from tessera.devcluster.process import ManagedProcess, free_port, wait_until
+
+if TYPE_CHECKING:
+    from tessera.devcluster.cluster import DevCluster
+
+logger = logging.getLogger(__name__)
+
+START_TIMEOUT = 60.0
+#: Long enough for any demo session; the token is minted again on every allocator start.
+TOKEN_SECONDS = 48 * 3600
+
+
+def manifests_dir() -> Path:
+    return repo_root() / "manifests"
+
+
+def load_documents(path: Path) -> list[dict[str, Any]]:
+    if not path.is_file():
+        raise DevClusterError(f"{path} is missing; the dev cluster applies it unchanged")
+    return [d for d in yaml.safe_load_all(path.read_text()) if isinstance(d, dict)]
+
+
+def service_account_subject(rbac: list[dict[str, Any]]) -> tuple[str, str]:
+    """The one ServiceAccount (namespace, name) the RBAC documents bind (pure)."""
+    subjects = {
+        (s.get("namespace", ""), s["name"])
+        for d in rbac
+        if d.get("kind") in ("RoleBinding", "ClusterRoleBinding")
+        for s in d.get("subjects") or []
+        if s.get("kind") == "ServiceAccount"
+    }
+    if len(subjects) != 1:
+        raise DevClusterError(
+            f"allocator RBAC should bind exactly one ServiceAccount, found {sorted(subjects)}"
+        )
+    return subjects.pop()
+
+
+def webhook_configuration(
+    shipped: dict[str, Any], url: str, ca_pem: bytes
+) -> dict[str, Any]:
+    """The shipped MutatingWebhookConfiguration with each clientConfig pointed at ``url``."""
+    config = {**shipped, "metadata": {**shipped.get("metadata", {})}}
+    webhooks = []
+    for hook in shipped.get("webhooks") or []:
+        path = ((hook.get("clientConfig") or {}).get("service") or {}).get("path", "/mutate")
+        webhooks.append(
+            {
+                **hook,
+                "clientConfig": {
+                    "url": url.rstrip("/") + path,
+                    "caBundle": base64.b64encode(ca_pem).decode(),
+                },
+            }
+        )
+    config["webhooks"] = webhooks
+    return config
+
+
+def _tessera_command() -> list[str]:
+    """The ``tessera`` console script next to this interpreter, else ``python -m``."""
+    script = Path(sys.executable).parent / "tessera"
+    if script.is_file():
+        return [str(script)]
+    return [sys.executable, "-m", "tessera.cli"]
+
+
+def _env(extra: dict[str, str]) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if k.lower() not in ("http_proxy", "https_proxy")}
+    env["NO_PROXY"] = env["no_proxy"] = "127.0.0.1,localhost"
+    env.update(extra)
+    return env
+
+
+class Services:
+    """The webhook and allocator processes of one dev cluster."""
+
+    def __init__(self, cluster: DevCluster) -> None:
+        self.cluster = cluster
+        self.webhook: ManagedProcess | None = None
+        self.allocator: ManagedProcess | None = None
+        self.webhook_port = 0
+        self.allocator_port = 0
+        self._allocator_argv: list[str] = []
+        self._allocator_env: dict[str, str] = {}
+
+    @property
+    def _cp(self) -> Any:
+        return self.cluster.control_plane
+
+    @property
+    def extender_url(self) -> str:
+        return f"https://127.0.0.1:{self.allocator_port}/scheduler"
+
+    # ------------------------------------------------------------------ lifecycle
+    def start(self) -> None:
+        if self.cluster.options.webhook:
+            self.start_webhook()
+        if self.cluster.options.allocator:
+            self.start_allocator()
+
+    def stop(self) -> None:
+        for proc in (self.allocator, self.webhook):
+            if proc is not None:
+                proc.stop()
+
+    # ------------------------------------------------------------------ webhook
+    def start_webhook(self) -> None:
+        cp = self._cp
+        self.webhook_port = free_port()
+        cert, key = cp.ca.serving("tessera-webhook").write(cp.pki_dir, "webhook")
+        argv = [
+            *_tessera_command(),
+            "webhook",
+            "--host=127.0.0.1",
+            f"--port={self.webhook_port}",
+            f"--tls-cert={cert}",
+            f"--tls-key={key}",
+            *self.cluster.options.webhook_args,
+        ]
+        self.webhook = ManagedProcess("webhook", argv, cp.log_dir / "webhook.log", env=_env({}))
+        self.webhook.start()
+        self._wait_https("webhook /readyz", self.webhook_port, "/readyz", self.webhook)
+        shipped = load_documents(manifests_dir() / "base" / "webhook-configuration.yaml")
+        mwc = next(d for d in shipped if d.get("kind") == "MutatingWebhookConfiguration")
+        from kubernetes import client
+
+        admission: Any = client.AdmissionregistrationV1Api(self.cluster.api_client)
+        admission.create_mutating_webhook_configuration(
+            webhook_configuration(mwc, f"https://127.0.0.1:{self.webhook_port}", cp.ca.cert_pem)
+        )
+
+    # ------------------------------------------------------------------ allocator
+    def _allocator_identity(self) -> Path:
+        """Apply the shipped namespace, ServiceAccount and RBAC; a token kubeconfig for it."""
+        from kubernetes import client, utils
+
+        api = self.cluster.api_client
+        base = manifests_dir() / "base"
+        rbac = load_documents(base / "allocator-rbac.yaml")
+        namespace, account = service_account_subject(rbac)
+        core: Any = client.CoreV1Api(api)
+        create_from_dict: Any = utils.create_from_dict
+        from kubernetes.client.exceptions import ApiException
+
+        for doc in [
+            {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": namespace}},
+            {
+                "apiVersion": "v1",
+                "kind": "ServiceAccount",
+                "metadata": {"name": account, "namespace": namespace},
+            },
+            *rbac,
+        ]:
+            try:
+                create_from_dict(api, doc)
+            except utils.FailToCreateError as exc:
+                if not all(
+                    isinstance(e, ApiException) and e.status == 409 for e in exc.api_exceptions
+                ):
+                    raise DevClusterError(f"applying allocator RBAC failed: {exc}") from exc
+        token = core.create_namespaced_service_account_token(
+            account, namespace, {"spec": {"expirationSeconds": TOKEN_SECONDS}}
+        ).status.token
+        user = f"system:serviceaccount:{namespace}:{account}"
+        path: Path = self._cp.write_kubeconfig("tessera-allocator", user, token=token)
+        return path
+
+    def start_allocator(self) -> None:
+        cp = self._cp
+        kubeconfig = self._allocator_identity()
+        self.allocator_port = free_port()
+        cert, key = cp.ca.serving("tessera-allocator").write(cp.pki_dir, "allocator")
+        self._allocator_argv = [
+            *_tessera_command(),
+            "allocator",
+            f"--bind=127.0.0.1:{self.allocator_port}",
+            f"--cert-file={cert}",
+            f"--key-file={key}",
+            f"--kubeconfig={kubeconfig}",
+            *self.cluster.options.allocator_args,
+        ]
+        self._allocator_env = _env({})
+        self._run_allocator()
+
+    def _run_allocator(self) -> None:
+        self.allocator = ManagedProcess(
+            "allocator", self._allocator_argv, self._cp.log_dir / "allocator.log",
+            env=self._allocator_env,
+        )
+        self.allocator.start()
+        self._wait_https("allocator /readyz (cache synced)", self.allocator_port, "/readyz",
+                         self.allocator)
+
+    def kill_allocator(self) -> None:
+        """SIGKILL: a crash, no chance to clean up."""
+        if self.allocator is not None:
+            self.allocator.kill()
+
+    def restart_allocator(self) -> None:
+        """Start the allocator again on the same port with the same arguments."""
+        if self.allocator is not None and self.allocator.alive():
+            self.allocator.stop()
+        self._run_allocator()
+
+    # ------------------------------------------------------------------ helpers
+    def _wait_https(self, what: str, port: int, path: str, proc: ManagedProcess) -> None:
+        context = ssl.create_default_context(cafile=str(self._cp.ca_file))
+
+        def ready() -> bool:
+            try:
+                with urllib.request.urlopen(
+                    f"https://127.0.0.1:{port}{path}", timeout=2, context=context
+                ) as resp:
+                    return bool(resp.status == 200)
+            except urllib.error.HTTPError:
+                return False
+
+        wait_until(what, ready, START_TIMEOUT, watch=[proc])

@@ -1,0 +1,143 @@
+"""Pods and waiting, for the e2e tests and the demo (thin helpers over kubernetes.client)."""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Callable, Iterable, Mapping
+from pathlib import Path
+from typing import Any, TypeVar
+
+import yaml
+
+from tessera.devcluster import DevClusterError
+
+#: Never pulled: no kubelet runs here. Any valid image reference would do.
+IMAGE = "registry.k8s.io/pause:3.10"
+
+T = TypeVar("T")
+
+
+def container(name: str = "main", limits: Mapping[str, str] | None = None,
+              requests: Mapping[str, str] | None = None) -> dict[str, Any]:
+    resources: dict[str, Any] = {}
+    if limits:
+        resources["limits"] = dict(limits)
+    if requests:
+        resources["requests"] = dict(requests)
+    return {"name": name, "image": IMAGE, "resources": resources}
+
+
+def make_pod(
+    name: str,
+    containers: Iterable[Mapping[str, Any]] | None = None,
+    *,
+    labels: Mapping[str, str] | None = None,
+    annotations: Mapping[str, str] | None = None,
+    node_selector: Mapping[str, str] | None = None,
+    init_containers: Iterable[Mapping[str, Any]] = (),
+) -> dict[str, Any]:
+    spec: dict[str, Any] = {
+        "containers": [dict(c) for c in (containers or [container()])],
+        # Without kubelets nothing would ever stop a pod gracefully; tests delete with 0 anyway.
+        "terminationGracePeriodSeconds": 0,
+    }
+    inits = [dict(c) for c in init_containers]
+    if inits:
+        spec["initContainers"] = inits
+    if node_selector:
+        spec["nodeSelector"] = dict(node_selector)
+    meta: dict[str, Any] = {"name": name}
+    if labels:
+        meta["labels"] = dict(labels)
+    if annotations:
+        meta["annotations"] = dict(annotations)
+    return {"apiVersion": "v1", "kind": "Pod", "metadata": meta, "spec": spec}
+
+
+def load_manifests(directory: Path) -> list[dict[str, Any]]:
+    """Every Pod document in ``*.yaml``/``*.yml`` under ``directory``, sorted by file name."""
+    pods: list[dict[str, Any]] = []
+    for path in sorted([*directory.glob("*.yaml"), *directory.glob("*.yml")]):
+        for doc in yaml.safe_load_all(path.read_text()):
+            if isinstance(doc, dict) and doc.get("kind") == "Pod":
+                pods.append(doc)
+    return pods
+
+
+def list_objects(call: Callable[..., Any], *args: Any, **kwargs: Any) -> list[dict[str, Any]]:
+    """A list call's items as plain API JSON (camelCase), skipping model deserialisation.
+
+    Model objects are slow for hundreds of pods and rename keys; the report and the checks
+    read the wire form.
+    """
+    response = call(*args, _preload_content=False, **kwargs)
+    try:
+        items: list[dict[str, Any]] = json.loads(response.data)["items"]
+    finally:
+        response.release_conn()
+    return items
+
+
+def get_object(call: Callable[..., Any], *args: Any, **kwargs: Any) -> dict[str, Any]:
+    response = call(*args, _preload_content=False, **kwargs)
+    try:
+        obj: dict[str, Any] = json.loads(response.data)
+    finally:
+        response.release_conn()
+    return obj
+
+
+def wait_for(what: str, probe: Callable[[], T | None], timeout: float = 60.0,
+             interval: float = 0.25) -> T:
+    """Poll until ``probe`` returns something other than None/False; return it."""
+    deadline = time.monotonic() + timeout
+    while True:
+        value = probe()
+        if value is not None and value is not False:
+            return value
+        if time.monotonic() > deadline:
+            raise DevClusterError(f"timed out after {timeout:.0f}s waiting for {what}")
+        time.sleep(interval)
+
+
+def scheduling_events(core_v1: Any, namespace: str, name: str) -> list[dict[str, Any]]:
+    """The scheduler's events about one pod (FailedScheduling, Scheduled), oldest first."""
+    events = list_objects(
+        core_v1.list_namespaced_event,
+        namespace,
+        field_selector=f"involvedObject.kind=Pod,involvedObject.name={name}",
+    )
+    ours = [e for e in events if e.get("reason") in ("FailedScheduling", "Scheduled")]
+    return sorted(ours, key=lambda e: e.get("eventTime") or e.get("lastTimestamp") or "")
+
+
+def pending_reason(core_v1: Any, namespace: str, name: str) -> str | None:
+    """The newest FailedScheduling message for the pod, or None."""
+    failed = [
+        e for e in scheduling_events(core_v1, namespace, name)
+        if e.get("reason") == "FailedScheduling"
+    ]
+    return str(failed[-1].get("message") or "") if failed else None
+
+
+def delete_pods(core_v1: Any, namespace: str, names: Iterable[str]) -> None:
+    """Delete at once: with no kubelet a graceful delete of a bound pod would never finish."""
+    from kubernetes.client.exceptions import ApiException
+
+    for name in names:
+        try:
+            core_v1.delete_namespaced_pod(name, namespace, grace_period_seconds=0)
+        except ApiException as exc:
+            if exc.status != 404:
+                raise
+
+
+def ensure_namespace(core_v1: Any, name: str) -> None:
+    from kubernetes.client.exceptions import ApiException
+
+    try:
+        core_v1.create_namespace({"metadata": {"name": name}})
+    except ApiException as exc:
+        if exc.status != 409:
+            raise
