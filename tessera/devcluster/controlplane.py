@@ -29,8 +29,9 @@ from typing import Any
 
 import yaml
 
+from certs.builder import KeyPair
 from tessera.devcluster.binaries import Binaries
-from tessera.devcluster.pki import CertificateAuthority, KeyPair, service_account_keys
+from tessera.devcluster.pki import ClusterCA, service_account_keys, write_pair
 from tessera.devcluster.process import ManagedProcess, free_port, wait_until
 
 logger = logging.getLogger(__name__)
@@ -147,7 +148,7 @@ class ControlPlane:
 
     binaries: Binaries
     workdir: Path
-    ca: CertificateAuthority = field(default_factory=CertificateAuthority)
+    ca: ClusterCA = field(default_factory=ClusterCA)
     processes: list[ManagedProcess] = field(default_factory=list)
     etcd_port: int = 0
     apiserver_port: int = 0
@@ -195,7 +196,8 @@ class ControlPlane:
     def start(self) -> None:
         """etcd, then kube-apiserver; returns when the apiserver is ready."""
         self.workdir.mkdir(parents=True, exist_ok=True)
-        self.ca.pair.write(self.pki_dir, "ca")
+        self.ca_file.parent.mkdir(parents=True, exist_ok=True)
+        self.ca_file.write_bytes(self.ca.cert_pem)
         self._start_etcd()
         self._start_apiserver()
         self.write_kubeconfig("admin", ADMIN_USER, groups=(MASTERS_GROUP,))
@@ -238,8 +240,8 @@ class ControlPlane:
             dns_names=("localhost", "kubernetes", "kubernetes.default", "kubernetes.default.svc"),
             ips=("127.0.0.1", "10.0.0.1"),
         )
-        cert, key = serving.write(self.pki_dir, "apiserver")
-        sa_pub, sa_key = service_account_keys().write(self.pki_dir, "service-account")
+        cert, key = write_pair(serving, self.pki_dir, "apiserver")
+        sa_pub, sa_key = write_pair(service_account_keys(), self.pki_dir, "service-account")
         apiserver = ManagedProcess(
             "kube-apiserver",
             [
@@ -270,7 +272,7 @@ class ControlPlane:
         apiserver.start()
         self.processes.append(apiserver)
         admin_cert = self.ca.client(ADMIN_USER, (MASTERS_GROUP,))
-        client_cert, client_key = admin_cert.write(self.pki_dir, "admin")
+        client_cert, client_key = write_pair(admin_cert, self.pki_dir, "admin")
         context = ssl.create_default_context(cafile=str(self.ca_file))
         context.load_cert_chain(str(client_cert), str(client_key))
 
@@ -293,7 +295,7 @@ class ControlPlane:
             yaml.safe_dump(scheduler_configuration(kubeconfig, extender), sort_keys=False)
         )
         self.scheduler_port = free_port()
-        cert, key = self.ca.serving("kube-scheduler").write(self.pki_dir, "kube-scheduler")
+        cert, key = write_pair(self.ca.serving("kube-scheduler"), self.pki_dir, "kube-scheduler")
         scheduler = ManagedProcess(
             "kube-scheduler",
             [

@@ -28,6 +28,7 @@ import yaml
 
 from tessera.devcluster import DevClusterError
 from tessera.devcluster.binaries import repo_root
+from tessera.devcluster.pki import write_pair
 from tessera.devcluster.process import ManagedProcess, free_port, wait_until
 
 if TYPE_CHECKING:
@@ -138,7 +139,7 @@ class Services:
     def start_webhook(self) -> None:
         cp = self._cp
         self.webhook_port = free_port()
-        cert, key = cp.ca.serving("tessera-webhook").write(cp.pki_dir, "webhook")
+        cert, key = write_pair(cp.ca.serving("tessera-webhook"), cp.pki_dir, "webhook")
         argv = [
             *_tessera_command(),
             "webhook",
@@ -200,7 +201,7 @@ class Services:
         cp = self._cp
         kubeconfig = self._allocator_identity()
         self.allocator_port = free_port()
-        cert, key = cp.ca.serving("tessera-allocator").write(cp.pki_dir, "allocator")
+        cert, key = write_pair(cp.ca.serving("tessera-allocator"), cp.pki_dir, "allocator")
         self._allocator_argv = [
             *_tessera_command(),
             "allocator",
