@@ -97,6 +97,17 @@ def _is_pod(request: Mapping[str, Any]) -> bool:
     )
 
 
+def _log_context(pod: Mapping[str, Any], request: Mapping[str, Any]) -> dict[str, Any]:
+    """``extra=`` for log calls about this pod. The pod has no uid yet at CREATE, so the review's
+    uid identifies it. ``pod_context`` puts the pod name under ``name``, which
+    ``logging.LogRecord`` reserves (``makeRecord`` raises KeyError), so it moves to ``pod``."""
+    context = pod_context(dict(pod))
+    context["pod"] = context.pop("name", None)
+    context["namespace"] = context.get("namespace") or request.get("namespace")
+    context["uid"] = request["uid"]
+    return context
+
+
 def admit(raw: Any, config: WebhookConfig) -> tuple[int, dict[str, Any]]:
     """Answer one review (already JSON-decoded). Never raises."""
     try:
@@ -109,22 +120,22 @@ def admit(raw: Any, config: WebhookConfig) -> tuple[int, dict[str, Any]]:
         # Resources are immutable after CREATE; other kinds are not ours.
         return 200, admission_response(review, allowed=True)
     pod: Mapping[str, Any] = request["object"]
-    context = pod_context(dict(pod), outcome=None)
-    if not context.get("namespace"):
-        context["namespace"] = request.get("namespace")
-    context["uid"] = request["uid"]  # the pod has no uid yet at CREATE; the review's identifies it
+    context = _log_context(pod, request)
+    who = f"{context.get('namespace')}/{context.get('pod')}"
     try:
         mutation = mutate_pod(pod, config)
         if not mutation.changed:
             return 200, admission_response(review, allowed=True)
         patch = jsonpatch.JsonPatch.from_diff(pod, mutation.pod).patch
     except RequestError as exc:
-        logger.info("refused pod: %s", exc, extra={**context, "outcome": "refused"})
+        logger.info("refused pod %s: %s", who, exc, extra={**context, "outcome": "refused"})
         return 200, admission_response(
             review, allowed=False, code=REFUSAL_CODE, message=f"tessera: {exc}"
         )
     except Exception as exc:  # a bug must not become a 500 or a crash; say so clearly
-        logger.exception("internal error admitting pod", extra={**context, "outcome": "error"})
+        logger.exception(
+            "internal error admitting pod %s", who, extra={**context, "outcome": "error"}
+        )
         return 200, admission_response(
             review,
             allowed=False,
@@ -133,7 +144,8 @@ def admit(raw: Any, config: WebhookConfig) -> tuple[int, dict[str, Any]]:
             f"this is a bug, please report it with the webhook log",
         )
     logger.info(
-        "admitted GPU pod%s: %s",
+        "admitted GPU pod %s%s: %s",
+        who,
         " (dry run)" if request.get("dryRun") else "",
         mutation.request,
         extra={**context, "outcome": "mutated"},
