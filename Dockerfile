@@ -1,0 +1,50 @@
+# Tessera: one image for both services; the Deployments choose the subcommand
+# (`tessera webhook`, `tessera allocator`, `tessera certs ...`).
+#
+# No container engine runs on the project's machines: tests/deploy/test_dockerfile.py lints
+# this file with hadolint and runs the Deployments' entrypoint commands outside a container.
+
+# ---- build: a virtualenv holding Tessera and its runtime dependencies only (no dev extras)
+FROM python:3.11-slim AS build
+
+ENV PIP_NO_CACHE_DIR=1 \
+    PIP_DISABLE_PIP_VERSION_CHECK=1 \
+    PYTHONDONTWRITEBYTECODE=1
+
+RUN python -m venv /opt/tessera
+
+WORKDIR /src
+# Metadata first, then the packages: setuptools reads pyproject.toml and README.md.
+COPY pyproject.toml README.md ./
+COPY tessera ./tessera
+COPY webhook ./webhook
+COPY allocator ./allocator
+COPY certs ./certs
+# `.` is this checkout; its dependencies are the [project] dependencies of pyproject.toml.
+RUN /opt/tessera/bin/pip install --no-compile . \
+    && /opt/tessera/bin/python -m compileall -q /opt/tessera/lib
+
+# ---- runtime: the same slim base, the virtualenv, a non-root user, nothing else
+FROM python:3.11-slim
+
+LABEL org.opencontainers.image.title="tessera" \
+      org.opencontainers.image.description="Fractional GPUs for Kubernetes: admission webhook and scheduler extender" \
+      org.opencontainers.image.licenses="Apache-2.0"
+
+# A fixed uid/gid that matches runAsUser/runAsGroup in manifests/base.
+RUN groupadd --system --gid 10001 tessera \
+    && useradd --system --uid 10001 --gid 10001 --no-create-home --home-dir /nonexistent \
+       --shell /usr/sbin/nologin tessera
+
+COPY --from=build /opt/tessera /opt/tessera
+
+# The root filesystem is mounted read-only: no bytecode writes; logs go to stderr unbuffered.
+ENV PATH=/opt/tessera/bin:$PATH \
+    PYTHONDONTWRITEBYTECODE=1 \
+    PYTHONUNBUFFERED=1
+
+USER 10001:10001
+EXPOSE 8443
+
+ENTRYPOINT ["tessera"]
+CMD ["--help"]
