@@ -1,0 +1,172 @@
+"""Flask app factory: ``gunicorn 'allocator.app:create_app()'`` (nothing is built at import).
+
+Routes (verbs under the URL prefix, ``/scheduler`` by default):
+
+- ``POST <prefix>/filter``, ``<prefix>/prioritize``, ``<prefix>/bind`` — the extender verbs;
+- ``GET /healthz`` (the process answers), ``/readyz`` (synced and leader), ``/status`` (every
+  node, card and holder, JSON), ``/metrics`` (Prometheus).
+
+Malformed verb bodies get **HTTP 200 with ``Error`` set**: kube-scheduler treats any other
+status as an error too (``pkg/scheduler/framework/extender.go``, ``send``), but then shows only
+the status code, whereas ``Error`` reaches the pod's events verbatim. Oversized bodies are
+refused with 413 before they are read. Nothing answers 500: handlers catch everything.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from flask import Flask, Response, jsonify, request
+from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
+
+from allocator import extender
+from allocator.config import Settings
+from allocator.core import Allocator
+from allocator.leader import LeaderElector
+from allocator.metrics import Metrics
+from allocator.ports import KubeApi
+from allocator.state import ClusterState
+from allocator.watch import initial_sync, reflectors
+
+logger = logging.getLogger(__name__)
+
+EXTENSION = "tessera_allocator"
+
+
+@dataclass
+class Runtime:
+    """Everything one allocator process owns; kept in ``app.extensions``."""
+
+    settings: Settings
+    api: KubeApi
+    state: ClusterState
+    allocator: Allocator
+    metrics: Metrics
+    elector: LeaderElector | None
+    sleep: Callable[[float], None] = time.sleep
+    stop: threading.Event = field(default_factory=threading.Event)
+    threads: list[threading.Thread] = field(default_factory=list)
+
+    def is_leader(self) -> bool:
+        return self.elector is None or self.elector.is_leader
+
+    def start(self) -> None:
+        """Background threads: initial sync then the two watches; leader election."""
+        nodes, pods = reflectors(self.api, self.state, self.stop, self.sleep)
+
+        def sync_and_watch() -> None:
+            initial_sync(self.api, self.state, nodes, pods, self.sleep, self.stop)
+            watcher = threading.Thread(target=nodes.run, name="watch-nodes", daemon=True)
+            watcher.start()
+            self.threads.append(watcher)
+            pods.run()
+
+        targets: list[tuple[str, Callable[[], None]]] = [("sync-pods", sync_and_watch)]
+        if self.elector is not None:
+            elector = self.elector
+            targets.append(("leader-election", lambda: elector.run(self.stop)))
+        for name, target in targets:
+            t = threading.Thread(target=target, name=name, daemon=True)
+            t.start()
+            self.threads.append(t)
+
+    def close(self) -> None:
+        self.stop.set()
+
+
+def create_app(
+    settings: Settings | None = None,
+    *,
+    api: KubeApi | None = None,
+    start: bool = True,
+    clock: Callable[[], float] = time.time,
+    sleep: Callable[[float], None] = time.sleep,
+) -> Flask:
+    """Build the app. With no settings, read ``TESSERA_*`` from the environment; with no
+    ``api``, connect to the API server (kubeconfig file or in-cluster). ``start=False``
+    (tests) leaves syncing and leader election to the caller."""
+    settings = settings or Settings.from_env()
+    if api is None:
+        from allocator.kube import KubeClient  # only here: tests never import kubernetes
+
+        api = KubeClient.from_config(settings.kubeconfig)
+    state = ClusterState(settings.core.vocabulary)
+    elector = (
+        LeaderElector(api, settings.lease_namespace, settings.lease_name, settings.identity,
+                      clock=time.monotonic)
+        if settings.leader_election else None
+    )
+    runtime_box: list[Runtime] = []
+    allocator = Allocator(state, api, settings.core, clock=clock,
+                          is_leader=lambda: runtime_box[0].is_leader())
+    runtime = Runtime(settings, api, state, allocator, Metrics(state), elector, sleep)
+    runtime_box.append(runtime)
+
+    app = Flask("allocator")
+    app.config["MAX_CONTENT_LENGTH"] = settings.max_body_bytes
+    app.extensions[EXTENSION] = runtime
+    _routes(app, runtime, settings.url_prefix)
+    if start:
+        runtime.start()
+    return app
+
+
+def _body() -> Any:
+    """The JSON body, or None when it is not JSON (the handlers turn that into Error)."""
+    return request.get_json(force=True, silent=True)
+
+
+def _routes(app: Flask, rt: Runtime, prefix: str) -> None:
+    timer = rt.metrics.verb_seconds
+
+    @app.post(f"{prefix}/filter")
+    def filter_verb() -> Response:
+        with timer.labels("filter").time():
+            return jsonify(extender.filter_reply(rt.allocator, _body()))
+
+    @app.post(f"{prefix}/prioritize")
+    def prioritize_verb() -> Response:
+        with timer.labels("prioritize").time():
+            return jsonify(extender.prioritize_reply(rt.allocator, _body()))
+
+    @app.post(f"{prefix}/bind")
+    def bind_verb() -> Response:
+        with timer.labels("bind").time():
+            reply, outcome = extender.bind_reply(rt.allocator, _body())
+        rt.metrics.binds.labels(outcome).inc()
+        return jsonify(reply)
+
+    @app.get("/healthz")
+    def healthz() -> tuple[str, int]:
+        return "ok\n", 200
+
+    @app.get("/readyz")
+    def readyz() -> tuple[str, int]:
+        if not rt.state.synced:
+            return "not synced: still listing nodes and GPU pods\n", 503
+        if not rt.is_leader():
+            return "not the leader: standing by\n", 503
+        return "ok\n", 200
+
+    @app.get("/status")
+    def status() -> Response:
+        doc = rt.state.snapshot()
+        doc["leader"] = rt.is_leader()
+        doc["identity"] = rt.settings.identity
+        doc["defaultPolicy"] = rt.settings.core.default_policy
+        doc["agentDialects"] = list(rt.settings.core.agent_dialects)
+        return jsonify(doc)
+
+    @app.get("/metrics")
+    def metrics() -> Response:
+        return Response(generate_latest(rt.metrics.registry), mimetype=CONTENT_TYPE_LATEST)
+
+    @app.errorhandler(413)
+    def too_large(_exc: Exception) -> tuple[Response, int]:
+        return jsonify({"Error": f"request body larger than {rt.settings.max_body_bytes} "
+                                 f"bytes"}), 413

@@ -1,0 +1,332 @@
+"""Filter, prioritize and bind decisions over the cluster state and the API adapter.
+
+The HTTP layer (:mod:`allocator.extender`) decodes the wire format and calls these; they know
+nothing of HTTP. Filter and prioritize are pure reads of the state. Bind is the only verb that
+writes, always in this order: reserve in the cache, one PATCH of the pod's metadata (canonical
+allocation record + agent dialects), then the Binding; every failure undoes what was done.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from allocator import agents
+from allocator.errors import ApiError, BindError, Conflict, NotFound, NotReady
+from allocator.fit import Placement, Unfit, place, unfit_reason
+from allocator.policies import DEFAULT_POLICY, Policy, PolicyContext, chooser, get_policy, normalise
+from allocator.ports import KubeApi, Obj
+from allocator.state import ClusterState, Stage
+from tessera.dialects import DialectConfig, read_pod_request
+from tessera.logs import pod_context
+from tessera.vocabulary import (
+    CodecError,
+    PodRequest,
+    RequestError,
+    TesseraError,
+    Vocabulary,
+    encode_allocation,
+    encode_request,
+)
+
+logger = logging.getLogger(__name__)
+
+_FITS = "ok"  # memo value for "fits"
+
+
+@dataclass(frozen=True)
+class AllocatorConfig:
+    #: How pods without the canonical annotation are read; carries the vocabulary.
+    dialects: DialectConfig = field(default_factory=DialectConfig)
+    default_policy: str = DEFAULT_POLICY
+    agent_dialects: tuple[str, ...] = (agents.ELASTIC,)
+    #: Seed of the random policy (with the pod identity and the node).
+    seed: int = 0
+
+    @property
+    def vocabulary(self) -> Vocabulary:
+        return self.dialects.vocabulary
+
+    @property
+    def aliyun_unit_mib(self) -> int:
+        """MiB per unit of the Aliyun gpushare device plugin (the same unit it reads)."""
+        return self.dialects.aliyun_memory_unit_mib
+
+
+@dataclass(frozen=True)
+class FilterOutcome:
+    nodes: list[str]
+    failed: dict[str, str]
+    unresolvable: dict[str, str]
+
+
+@dataclass(frozen=True)
+class BindOutcome:
+    """What a successful bind did: ``"bound"``, ``"already-bound"`` or ``"no-gpu"``."""
+
+    outcome: str
+    cards: tuple[int, ...] = ()
+
+
+def pod_key(pod: Mapping[str, Any]) -> str:
+    meta = pod.get("metadata") or {}
+    return f"{meta.get('namespace', '')}/{meta.get('name', '')}/{meta.get('uid', '')}"
+
+
+class Allocator:
+    """The extender's brain: state + adapter + configuration + clock."""
+
+    def __init__(
+        self,
+        state: ClusterState,
+        api: KubeApi,
+        config: AllocatorConfig,
+        *,
+        clock: Callable[[], float] = time.time,
+        is_leader: Callable[[], bool] = lambda: True,
+    ) -> None:
+        self.state = state
+        self.api = api
+        self.config = config
+        self.clock = clock
+        self.is_leader = is_leader
+        get_policy(config.default_policy)  # validate at start
+
+    # ------------------------------------------------------------------ common
+    def check_ready(self) -> None:
+        if not self.state.synced:
+            raise NotReady("GPU allocator is still syncing its picture of the cluster; retry")
+        if not self.is_leader():
+            raise NotReady("this GPU allocator replica is not the leader; retry")
+
+    def pod_request(self, pod: Mapping[str, Any]) -> PodRequest | None:
+        """The pod's GPU request: the canonical annotation (one JSON decode, the hot path),
+        else the shared dialect normalisation (pods that arrived without the webhook)."""
+        try:
+            return read_pod_request(pod, self.config.dialects)
+        except (CodecError, RequestError) as exc:
+            raise RequestError(f"invalid GPU request: {exc}") from exc
+
+    def policy_for(self, request: PodRequest) -> Policy:
+        return get_policy(request.policy or self.config.default_policy)
+
+    def context(self, request: PodRequest, pod: Mapping[str, Any]) -> PolicyContext:
+        return PolicyContext(request, pod_key=pod_key(pod), seed=self.config.seed)
+
+    # ------------------------------------------------------------------ filter
+    def filter(self, pod: Mapping[str, Any], names: Sequence[str]) -> FilterOutcome:
+        self.check_ready()
+        try:
+            request = self.pod_request(pod)
+            if request is not None:
+                self.policy_for(request)  # an unknown policy fails here, visibly
+        except RequestError as exc:
+            # Nothing the scheduler can do on any node: unresolvable, with the reason.
+            return FilterOutcome([], {}, dict.fromkeys(names, str(exc)))
+        if request is None:
+            return FilterOutcome(list(names), {}, {})
+        key = ("fit", encode_request(request))
+        ok: list[str] = []
+        failed: dict[str, str] = {}
+        unresolvable: dict[str, str] = {}
+        view_of = self.state.view
+        memo = self.state.memo_get_or_compute
+        for name in names:
+            view = view_of(name)
+            if view is None:
+                failed[name] = "node unknown to the GPU allocator (not seen by its node watch)"
+                continue
+            result = memo(view, key, lambda v=view: unfit_reason(request, v.state) or _FITS)
+            if result is _FITS:
+                ok.append(name)
+            elif result.resolvable:
+                failed[name] = result.reason
+            else:
+                unresolvable[name] = result.reason
+        return FilterOutcome(ok, failed, unresolvable)
+
+    # ------------------------------------------------------------------ prioritize
+    def prioritize(self, pod: Mapping[str, Any], names: Sequence[str]) -> list[tuple[str, int]]:
+        self.check_ready()
+        request = self.pod_request(pod)
+        if request is None:
+            return [(n, 0) for n in names]
+        policy = self.policy_for(request)
+        ctx = self.context(request, pod)
+        choose = chooser(policy, ctx)
+        key = ("score", policy.name, encode_request(request))
+        raw: dict[str, float] = {}
+        unfit: list[str] = []
+        for name in names:
+            view = self.state.view(name)
+            if view is None:
+                unfit.append(name)
+                continue
+
+            def compute(v: Any = view) -> float | None:
+                placed = place(request, v.state, choose)
+                if isinstance(placed, Unfit):
+                    return None
+                return policy.score(v.state, placed.after, ctx)
+
+            score = compute() if policy.per_pod else self.state.memo_get_or_compute(
+                view, key, compute)
+            if score is None:
+                unfit.append(name)
+            else:
+                raw[name] = score
+        scores = normalise(raw)
+        return [(n, scores.get(n, 0)) for n in names]
+
+    # ------------------------------------------------------------------ bind
+    def bind(self, namespace: str, name: str, uid: str, node: str) -> BindOutcome:
+        """Bind the pod to ``node`` with its cards; :class:`BindError` when it did not happen
+        (and then nothing of it remains: cache and pod annotations are rolled back)."""
+        self.check_ready()
+        who = f"{namespace}/{name}"
+        try:
+            pod = self.api.get_pod(namespace, name)
+        except NotFound as exc:
+            raise BindError(f"pod {who} not found") from exc
+        except ApiError as exc:
+            raise BindError(f"reading pod {who} failed: {exc}") from exc
+        actual_uid = (pod.get("metadata") or {}).get("uid", "")
+        if uid and actual_uid != uid:
+            raise BindError(f"pod {who} was replaced (uid {actual_uid}, scheduler had {uid})")
+        uid = actual_uid
+        bound_to = (pod.get("spec") or {}).get("nodeName") or ""
+        record = self.state.record(uid)
+
+        if record is not None:
+            if record.node != node:
+                raise BindError(
+                    f"pod {who} already holds cards on node {record.node}, not {node}")
+            if record.stage is Stage.INFLIGHT:
+                raise BindError(f"a bind of pod {who} to {node} is already in progress")
+            # Idempotent repeat: the cards are ours; make sure the Binding exists.
+            if bound_to != node:
+                self._create_binding(pod, namespace, name, uid, node)
+            return BindOutcome("already-bound", record.allocation.card_indices())
+        if bound_to:
+            if bound_to == node:
+                return BindOutcome("already-bound")
+            raise BindError(f"pod {who} is already bound to node {bound_to}")
+
+        try:
+            request = self.pod_request(pod)
+            policy = self.policy_for(request) if request is not None else None
+        except RequestError as exc:
+            raise BindError(str(exc)) from exc
+        if request is None or policy is None:
+            # Not a GPU pod after all (the scheduler only sends pods with our resources,
+            # but a pod may have changed): bind it plainly.
+            self._create_binding(pod, namespace, name, uid, node)
+            return BindOutcome("no-gpu")
+
+        placement = self._reserve(pod, request, policy, uid, node)
+        allocation = placement.allocation(uid, self.clock())
+        patch, rollback = self._metadata_patch(pod, allocation)
+        try:
+            self.api.patch_pod(namespace, name, patch)
+        except ApiError as exc:
+            self.state.unreserve(uid)
+            raise BindError(f"writing the allocation to pod {who} failed: {exc}") from exc
+        try:
+            if not self.is_leader():
+                raise BindError("lost leadership before binding; retry")
+            self._create_binding(pod, namespace, name, uid, node)
+        except BindError as exc:
+            undone = "rolled back"
+            try:
+                self.api.patch_pod(namespace, name, rollback)
+            except ApiError as rb_exc:
+                # The record stays on an unbound pod; the state ignores records of pods
+                # without spec.nodeName and the next bind overwrites it.
+                undone = f"annotation rollback failed too ({rb_exc})"
+                logger.error("rollback of %s failed: %s", who, rb_exc, extra=pod_context(pod))
+            self.state.unreserve(uid)
+            raise BindError(f"{exc}; allocation {undone}") from exc
+        self.state.mark_bound(uid)
+        cards = allocation.card_indices()
+        logger.info("bound %s to %s cards %s", who, node, cards,
+                    extra=pod_context(pod, node=node, policy=policy.name, outcome="bound"))
+        return BindOutcome("bound", cards)
+
+    def _reserve(self, pod: Obj, request: PodRequest, policy: Policy, uid: str,
+                 node: str) -> Placement:
+        meta = pod.get("metadata") or {}
+        ctx = self.context(request, pod)
+        with self.state.node_lock(node):
+            for _attempt in range(100):
+                view = self.state.view(node)
+                if view is None:
+                    raise BindError(f"node {node} is unknown to the GPU allocator")
+                placed = place(request, view.state, chooser(policy, ctx), pod_uid=uid)
+                if isinstance(placed, Unfit):
+                    raise BindError(f"node {node}: {placed.reason}")
+                allocation = placed.allocation(uid, 0.0)
+                if self.state.reserve(uid, meta.get("namespace", ""), meta.get("name", ""),
+                                      allocation, view.version):
+                    return placed
+                if self.state.record(uid) is not None:
+                    raise BindError(f"a bind of pod {pod_key(pod)} is already in progress")
+        raise BindError(f"node {node} changed too often to reserve cards; retry")
+
+    def _metadata_patch(self, pod: Obj, allocation: Any) -> tuple[Obj, Obj]:
+        """(patch, rollback): one JSON merge patch writing the record, agent dialects and
+        labels; the rollback restores every key it touched (None deletes)."""
+        vocab = self.config.vocabulary
+        meta = pod.get("metadata") or {}
+        old_ann: dict[str, str] = dict(meta.get("annotations") or {})
+        old_lab: dict[str, str] = dict(meta.get("labels") or {})
+        extra = agents.agent_metadata(
+            allocation, self.config.agent_dialects, vocab,
+            self.state.cards(allocation.node), int(self.clock() * 1e9),
+            self.config.aliyun_unit_mib,
+        )
+        for dialect, why in extra.skipped.items():
+            logger.warning("agent dialect %s not written: %s", dialect, why,
+                           extra=pod_context(pod))
+        annotations: dict[str, str | None] = {
+            k: None for k in agents.all_agent_keys(old_ann, vocab)
+        }  # stale agent keys of an earlier attempt must not survive
+        annotations.update(extra.annotations)
+        annotations[vocab.allocation_annotation] = encode_allocation(allocation)
+        labels: dict[str, str | None] = dict(extra.labels)
+        # Every pod we bind carries the GPU-pod label, so the label-selected pod watch sees
+        # it even when it was admitted without the webhook.
+        labels[vocab.gpu_pod_label] = "true"
+        # The UID makes the patch conditional: a pod recreated under the same name fails it.
+        patch: Obj = {"metadata": {"uid": meta.get("uid"), "annotations": annotations,
+                                   "labels": labels}}
+        rollback: Obj = {"metadata": {
+            "annotations": {k: old_ann.get(k) for k in annotations},
+            "labels": {k: old_lab.get(k) for k in labels},
+        }}
+        return patch, rollback
+
+    def _create_binding(self, pod: Obj, namespace: str, name: str, uid: str,
+                        node: str) -> None:
+        try:
+            self.api.bind_pod(namespace, name, uid, node)
+        except Conflict as exc:
+            # Already bound (a lost reply of an earlier attempt?): fine if to this node.
+            try:
+                current = self.api.get_pod(namespace, name)
+            except ApiError:
+                current = {}
+            if (current.get("spec") or {}).get("nodeName") == node:
+                return
+            raise BindError(f"binding {namespace}/{name} to {node} conflicted: {exc}") from exc
+        except ApiError as exc:
+            raise BindError(f"binding {namespace}/{name} to {node} failed: {exc}") from exc
+
+
+def describe_error(exc: BaseException) -> str:
+    """The message a verb returns in ``Error`` for an unexpected exception."""
+    if isinstance(exc, TesseraError):
+        return str(exc)
+    return f"internal error in the GPU allocator: {type(exc).__name__}: {exc}"

@@ -1,0 +1,53 @@
+"""The Kubernetes API as the allocator needs it: a small Protocol (no ``kubernetes`` import).
+
+:class:`allocator.kube.KubeClient` implements it against a real API server; tests implement
+it in memory. Objects are plain JSON-shaped dicts as the API server sends them. Errors are
+:mod:`allocator.errors` exceptions.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Any, Protocol
+
+Obj = dict[str, Any]
+#: (type, object): type is ADDED, MODIFIED, DELETED or BOOKMARK.
+WatchEvent = tuple[str, Obj]
+
+
+class KubeApi(Protocol):
+    def list_nodes(self) -> tuple[list[Obj], str]:
+        """Every node and the list's resourceVersion."""
+        ...
+
+    def watch_nodes(self, resource_version: str, timeout_seconds: int) -> Iterator[WatchEvent]:
+        """Node events after ``resource_version``; raises :class:`Gone` when too old."""
+        ...
+
+    def list_pods(self, label_selector: str) -> tuple[list[Obj], str]:
+        ...
+
+    def watch_pods(self, label_selector: str, resource_version: str,
+                   timeout_seconds: int) -> Iterator[WatchEvent]:
+        ...
+
+    def get_pod(self, namespace: str, name: str) -> Obj:
+        ...
+
+    def patch_pod(self, namespace: str, name: str, patch: Obj) -> Obj:
+        """JSON merge patch (RFC 7386) of the pod; returns the patched pod."""
+        ...
+
+    def bind_pod(self, namespace: str, name: str, uid: str, node: str) -> None:
+        """Create the pods/binding subresource (with the pod UID as precondition)."""
+        ...
+
+    def get_lease(self, namespace: str, name: str) -> Obj | None:
+        ...
+
+    def create_lease(self, namespace: str, lease: Obj) -> Obj:
+        ...
+
+    def replace_lease(self, namespace: str, name: str, lease: Obj) -> Obj:
+        """PUT with the lease's resourceVersion: :class:`Conflict` when someone else won."""
+        ...

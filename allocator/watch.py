@@ -1,0 +1,123 @@
+"""List-then-watch loops that keep :class:`ClusterState` current (I/O through the adapter).
+
+Each :class:`Reflector` lists once (replacing its part of the state), then watches from the
+list's resourceVersion, resuming from the last seen resourceVersion whenever the stream ends
+or drops. A 410 Gone means that version is compacted away: relist. Any other error backs off
+exponentially (capped) and resumes. Time is injected (``sleep``) so tests run instantly.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections.abc import Callable, Iterable, Iterator
+from dataclasses import dataclass
+
+from allocator.errors import Gone
+from allocator.ports import KubeApi, Obj, WatchEvent
+from allocator.state import ClusterState
+
+logger = logging.getLogger(__name__)
+
+#: Server-side watch timeout; the stream then ends cleanly and we resume.
+WATCH_TIMEOUT_SECONDS = 300
+
+
+@dataclass
+class Reflector:
+    kind: str
+    list_fn: Callable[[], tuple[list[Obj], str]]
+    watch_fn: Callable[[str, int], Iterator[WatchEvent]]
+    replace: Callable[[Iterable[Obj]], None]
+    upsert: Callable[[Obj], None]
+    delete: Callable[[Obj], None]
+    sleep: Callable[[float], None]
+    stop: threading.Event
+    backoff_initial: float = 0.5
+    backoff_max: float = 30.0
+
+    resource_version: str = ""
+    relists: int = 0
+
+    def relist(self) -> None:
+        items, rv = self.list_fn()
+        self.replace(items)
+        self.resource_version = rv
+        self.relists += 1
+        logger.info("listed %d %s at resourceVersion %s", len(items), self.kind, rv)
+
+    def watch_once(self) -> None:
+        """Consume one watch stream until it ends (normally or with an exception)."""
+        for kind, obj in self.watch_fn(self.resource_version, WATCH_TIMEOUT_SECONDS):
+            if self.stop.is_set():
+                return
+            if kind in ("ADDED", "MODIFIED"):
+                self.upsert(obj)
+            elif kind == "DELETED":
+                self.delete(obj)
+            rv = (obj.get("metadata") or {}).get("resourceVersion")
+            if rv:  # BOOKMARK events only move the resourceVersion
+                self.resource_version = rv
+
+    def step(self, delay: float) -> float:
+        """One list-or-watch round; returns the next backoff delay."""
+        try:
+            if not self.resource_version:
+                self.relist()
+            self.watch_once()
+            return self.backoff_initial
+        except Gone:
+            logger.info("%s watch expired (410 Gone): relisting", self.kind)
+            self.resource_version = ""
+            return self.backoff_initial
+        except Exception as exc:
+            logger.warning("%s watch failed (%s); retrying in %.1fs", self.kind, exc, delay)
+            self.sleep(delay)
+            return min(delay * 2, self.backoff_max)
+
+    def run(self) -> None:
+        delay = self.backoff_initial
+        while not self.stop.is_set():
+            delay = self.step(delay)
+
+
+def reflectors(api: KubeApi, state: ClusterState, stop: threading.Event,
+               sleep: Callable[[float], None]) -> tuple[Reflector, Reflector]:
+    """The node and GPU-pod reflectors over one state.
+
+    Pods are watched by the GPU-pod label only: the state is rebuilt from allocation records,
+    which only our bind writes, and our bind labels every pod it binds — so the selector sees
+    every pod that holds cards, without watching every pod of the cluster.
+    """
+    selector = state.vocabulary.gpu_pod_selector
+    nodes = Reflector(
+        "nodes", api.list_nodes,
+        lambda rv, t: api.watch_nodes(rv, t),
+        state.replace_nodes, state.apply_node,
+        lambda obj: state.remove_node((obj.get("metadata") or {}).get("name", "")),
+        sleep, stop,
+    )
+    pods = Reflector(
+        "pods", lambda: api.list_pods(selector),
+        lambda rv, t: api.watch_pods(selector, rv, t),
+        state.replace_pods, state.apply_pod, state.remove_pod,
+        sleep, stop,
+    )
+    return nodes, pods
+
+
+def initial_sync(api: KubeApi, state: ClusterState, nodes: Reflector, pods: Reflector,
+                 sleep: Callable[[float], None], stop: threading.Event) -> None:
+    """List nodes, then pods (retrying with backoff), then mark the state synced."""
+    delay = nodes.backoff_initial
+    while not stop.is_set():
+        try:
+            nodes.relist()
+            pods.relist()
+        except Exception as exc:
+            logger.warning("initial list failed (%s); retrying in %.1fs", exc, delay)
+            sleep(delay)
+            delay = min(delay * 2, nodes.backoff_max)
+            continue
+        state.mark_synced()
+        return

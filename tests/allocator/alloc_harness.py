@@ -1,0 +1,37 @@
+"""Wiring for allocator tests: an Allocator or a Flask app over a FakeKube, synced."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from alloc_builders import VOCAB
+from fake_kube import FakeKube
+from flask import Flask
+
+from allocator.app import EXTENSION, Runtime, create_app
+from allocator.config import Settings
+from allocator.core import Allocator, AllocatorConfig
+from allocator.state import ClusterState
+
+NOW = 1_700_000_000.0
+
+
+def sync(state: ClusterState, fake: FakeKube) -> None:
+    state.replace_nodes(fake.list_nodes()[0])
+    state.replace_pods(fake.list_pods(VOCAB.gpu_pod_selector)[0])
+    state.mark_synced()
+
+
+def synced_allocator(fake: FakeKube, **config: Any) -> Allocator:
+    state = ClusterState(VOCAB)
+    sync(state, fake)
+    return Allocator(state, fake, AllocatorConfig(**config), clock=lambda: NOW)
+
+
+def make_app(fake: FakeKube, synced: bool = True, **settings: Any) -> tuple[Flask, Runtime]:
+    settings.setdefault("leader_election", False)
+    app = create_app(Settings(**settings), api=fake, start=False, clock=lambda: NOW)
+    runtime: Runtime = app.extensions[EXTENSION]
+    if synced:
+        sync(runtime.state, fake)
+    return app, runtime

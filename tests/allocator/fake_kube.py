@@ -1,0 +1,203 @@
+"""An in-memory API server for the allocator's adapter Protocol (allocator.ports.KubeApi).
+
+Pods and nodes are JSON dicts; every change bumps a resourceVersion and is recorded as a watch
+event. Faults are injected per method: ``fake.fail("bind_pod", ApiError(...))`` makes the
+next call raise.
+"""
+
+from __future__ import annotations
+
+import copy
+import threading
+from collections.abc import Iterator
+from typing import Any
+
+from allocator.errors import ApiError, Conflict, Gone, NotFound
+
+Obj = dict[str, Any]
+
+
+def merge_patch(target: Any, patch: Any) -> Any:
+    """RFC 7386 JSON merge patch."""
+    if not isinstance(patch, dict):
+        return copy.deepcopy(patch)
+    result = dict(target) if isinstance(target, dict) else {}
+    for key, value in patch.items():
+        if value is None:
+            result.pop(key, None)
+        else:
+            result[key] = merge_patch(result.get(key), value)
+    return result
+
+
+class FakeKube:
+    def __init__(self) -> None:
+        self.lock = threading.Lock()
+        self.rv = 100
+        self.nodes: dict[str, Obj] = {}
+        self.pods: dict[tuple[str, str], Obj] = {}
+        self.leases: dict[tuple[str, str], Obj] = {}
+        self.events: list[tuple[int, str, str, Obj]] = []  # (rv, "nodes"|"pods", type, obj)
+        self.calls: list[tuple[str, str]] = []
+        self.faults: dict[str, list[BaseException]] = {}
+        #: watch streams raise Gone when asked to resume from at or below this version
+        self.compacted_below = 0
+        #: a watch raises this after yielding N events (dropped stream), once
+        self.drop_after: tuple[int, BaseException] | None = None
+
+    # ------------------------------------------------------------------ test helpers
+    def fail(self, method: str, exc: BaseException, times: int = 1) -> None:
+        self.faults.setdefault(method, []).extend([exc] * times)
+
+    def _fault(self, method: str) -> None:
+        queue = self.faults.get(method)
+        if queue:
+            raise queue.pop(0)
+
+    def _bump(self, kind: str, type_: str, obj: Obj) -> None:
+        self.rv += 1
+        obj.setdefault("metadata", {})["resourceVersion"] = str(self.rv)
+        self.events.append((self.rv, kind, type_, copy.deepcopy(obj)))
+
+    def add_node(self, node: Obj) -> None:
+        with self.lock:
+            node = copy.deepcopy(node)
+            self.nodes[node["metadata"]["name"]] = node
+            self._bump("nodes", "ADDED", node)
+
+    def add_pod(self, pod: Obj) -> None:
+        with self.lock:
+            pod = copy.deepcopy(pod)
+            m = pod["metadata"]
+            self.pods[(m["namespace"], m["name"])] = pod
+            self._bump("pods", "ADDED", pod)
+
+    def set_phase(self, namespace: str, name: str, phase: str) -> None:
+        with self.lock:
+            pod = self.pods[(namespace, name)]
+            pod["status"]["phase"] = phase
+            self._bump("pods", "MODIFIED", pod)
+
+    def delete_pod(self, namespace: str, name: str) -> None:
+        with self.lock:
+            pod = self.pods.pop((namespace, name))
+            self._bump("pods", "DELETED", pod)
+
+    def _selected(self, pod: Obj, selector: str) -> bool:
+        key, _, value = selector.partition("=")
+        return bool((pod["metadata"].get("labels") or {}).get(key) == value)
+
+    # ------------------------------------------------------------------ KubeApi
+    def list_nodes(self) -> tuple[list[Obj], str]:
+        self.calls.append(("list_nodes", ""))
+        self._fault("list_nodes")
+        with self.lock:
+            return [copy.deepcopy(n) for n in self.nodes.values()], str(self.rv)
+
+    def list_pods(self, label_selector: str) -> tuple[list[Obj], str]:
+        self.calls.append(("list_pods", label_selector))
+        self._fault("list_pods")
+        with self.lock:
+            return ([copy.deepcopy(p) for p in self.pods.values()
+                     if self._selected(p, label_selector)], str(self.rv))
+
+    def _watch(self, kind: str, rv: str, selector: str | None) -> Iterator[tuple[str, Obj]]:
+        self.calls.append((f"watch_{kind}", rv))
+        self._fault(f"watch_{kind}")
+        if int(rv) < self.compacted_below:
+            raise Gone("too old resource version", 410)
+        with self.lock:
+            events = [e for e in self.events if e[0] > int(rv) and e[1] == kind]
+        for n, (_rv, _kind, type_, obj) in enumerate(events):
+            if self.drop_after is not None and n == self.drop_after[0]:
+                exc = self.drop_after[1]
+                self.drop_after = None
+                raise exc
+            if selector is None or self._selected(obj, selector):
+                yield type_, copy.deepcopy(obj)
+        # the stream then ends, as a server-side timeout would end it
+
+    def watch_nodes(self, resource_version: str, timeout_seconds: int) -> Iterator[Any]:
+        return self._watch("nodes", resource_version, None)
+
+    def watch_pods(self, label_selector: str, resource_version: str,
+                   timeout_seconds: int) -> Iterator[Any]:
+        return self._watch("pods", resource_version, label_selector)
+
+    def get_pod(self, namespace: str, name: str) -> Obj:
+        self.calls.append(("get_pod", name))
+        self._fault("get_pod")
+        with self.lock:
+            pod = self.pods.get((namespace, name))
+            if pod is None:
+                raise NotFound(f"pod {namespace}/{name} not found", 404)
+            return copy.deepcopy(pod)
+
+    def patch_pod(self, namespace: str, name: str, patch: Obj) -> Obj:
+        self.calls.append(("patch_pod", name))
+        self._fault("patch_pod")
+        with self.lock:
+            pod = self.pods.get((namespace, name))
+            if pod is None:
+                raise NotFound(f"pod {namespace}/{name} not found", 404)
+            uid = (patch.get("metadata") or {}).get("uid")
+            if uid and uid != pod["metadata"]["uid"]:
+                raise Conflict("Precondition failed: UID in precondition", 409)
+            merged = merge_patch(pod, patch)
+            self.pods[(namespace, name)] = merged
+            self._bump("pods", "MODIFIED", merged)
+            return copy.deepcopy(merged)
+
+    def bind_pod(self, namespace: str, name: str, uid: str, node: str) -> None:
+        self.calls.append(("bind_pod", name))
+        self._fault("bind_pod")
+        with self.lock:
+            pod = self.pods.get((namespace, name))
+            if pod is None:
+                raise NotFound(f"pod {namespace}/{name} not found", 404)
+            if uid and pod["metadata"]["uid"] != uid:
+                raise Conflict("Precondition failed: UID", 409)
+            if pod["spec"].get("nodeName"):
+                raise Conflict(f"pod {name} is already assigned to node "
+                               f"{pod['spec']['nodeName']}", 409)
+            pod["spec"]["nodeName"] = node
+            self._bump("pods", "MODIFIED", pod)
+
+    def get_lease(self, namespace: str, name: str) -> Obj | None:
+        self._fault("get_lease")
+        with self.lock:
+            lease = self.leases.get((namespace, name))
+            return copy.deepcopy(lease) if lease else None
+
+    def create_lease(self, namespace: str, lease: Obj) -> Obj:
+        self._fault("create_lease")
+        with self.lock:
+            key = (namespace, lease["metadata"]["name"])
+            if key in self.leases:
+                raise Conflict("already exists", 409)
+            lease = copy.deepcopy(lease)
+            self.rv += 1
+            lease["metadata"]["resourceVersion"] = str(self.rv)
+            self.leases[key] = lease
+            return copy.deepcopy(lease)
+
+    def replace_lease(self, namespace: str, name: str, lease: Obj) -> Obj:
+        self._fault("replace_lease")
+        with self.lock:
+            current = self.leases.get((namespace, name))
+            if current is None:
+                raise NotFound("lease not found", 404)
+            if lease["metadata"].get("resourceVersion") != current["metadata"]["resourceVersion"]:
+                raise Conflict("the object has been modified", 409)
+            lease = copy.deepcopy(lease)
+            self.rv += 1
+            lease["metadata"]["resourceVersion"] = str(self.rv)
+            self.leases[(namespace, name)] = lease
+            return copy.deepcopy(lease)
+
+
+def raise_(exc: BaseException) -> None:
+    raise exc
+
+
+__all__ = ["ApiError", "FakeKube", "merge_patch"]
