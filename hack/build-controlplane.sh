@@ -12,10 +12,13 @@
 # requires (v3.6.4 for 1.34), so the apiserver's etcd client and the server are the pair
 # upstream tests together. Debian's etcd-server 3.4.23 is older than 1.34's client.
 #
+# v1.34.4: the newest 1.34 patch whose every staging module (v0.34.4) the module proxy we
+# can reach serves; v1.34.7 lacks k8s.io/endpointslice and others at v0.34.7 there.
+#
 # Prints the directory holding the binaries on its last line of stdout.
 set -euo pipefail
 
-KUBE_VERSION="${TESSERA_KUBE_VERSION:-v1.34.7}"
+KUBE_VERSION="${TESSERA_KUBE_VERSION:-v1.34.4}"
 CACHE_ROOT="${TESSERA_CACHE_DIR:-${XDG_CACHE_HOME:-$HOME/.cache}/tessera}"
 OUT="$CACHE_ROOT/controlplane/$KUBE_VERSION"
 BINARIES=(etcd kube-apiserver kube-scheduler kubectl)
