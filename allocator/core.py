@@ -17,11 +17,11 @@ from typing import Any
 from allocator import agents
 from allocator.errors import ApiError, BindError, Conflict, NotFound, NotReady
 from allocator.fit import Placement, Unfit, place, unfit_reason
+from allocator.logctx import log_context
 from allocator.policies import DEFAULT_POLICY, Policy, PolicyContext, chooser, get_policy, normalise
 from allocator.ports import KubeApi, Obj
 from allocator.state import ClusterState, Stage
 from tessera.dialects import DialectConfig, read_pod_request
-from tessera.logs import pod_context
 from tessera.vocabulary import (
     CodecError,
     PodRequest,
@@ -246,13 +246,13 @@ class Allocator:
                 # The record stays on an unbound pod; the state ignores records of pods
                 # without spec.nodeName and the next bind overwrites it.
                 undone = f"annotation rollback failed too ({rb_exc})"
-                logger.error("rollback of %s failed: %s", who, rb_exc, extra=pod_context(pod))
+                logger.error("rollback of %s failed: %s", who, rb_exc, extra=log_context(pod))
             self.state.unreserve(uid)
             raise BindError(f"{exc}; allocation {undone}") from exc
         self.state.mark_bound(uid)
         cards = allocation.card_indices()
         logger.info("bound %s to %s cards %s", who, node, cards,
-                    extra=pod_context(pod, node=node, policy=policy.name, outcome="bound"))
+                    extra=log_context(pod, node=node, policy=policy.name, outcome="bound"))
         return BindOutcome("bound", cards)
 
     def _reserve(self, pod: Obj, request: PodRequest, policy: Policy, uid: str,
@@ -289,7 +289,7 @@ class Allocator:
         )
         for dialect, why in extra.skipped.items():
             logger.warning("agent dialect %s not written: %s", dialect, why,
-                           extra=pod_context(pod))
+                           extra=log_context(pod))
         annotations: dict[str, str | None] = {
             k: None for k in agents.all_agent_keys(old_ann, vocab)
         }  # stale agent keys of an earlier attempt must not survive

@@ -1,0 +1,210 @@
+"""Bind: the write order, agent dialects, every failure path's rollback, idempotence."""
+
+from __future__ import annotations
+
+import logging
+
+import pytest
+from alloc_builders import VOCAB, make_node, make_pod, request, share, whole
+from alloc_harness import NOW, synced_allocator
+from fake_kube import FakeKube
+
+from allocator import agents
+from allocator.core import Allocator
+from allocator.errors import ApiError, BindError, Conflict
+from allocator.state import Stage
+from tessera.vocabulary import PodRequest, decode_allocation
+
+
+def _setup(req: PodRequest | None = None, **config: object) -> tuple[FakeKube, Allocator]:
+    fake = FakeKube()
+    fake.add_node(make_node("n1", count=2, memory_mib=16384))
+    fake.add_pod(make_pod("p", req or request(share(core=30, mem=2048)), uid="u-1"))
+    return fake, synced_allocator(fake, **config)  # type: ignore[arg-type]
+
+
+def _annotations(fake: FakeKube) -> dict[str, str]:
+    return dict(fake.pods[("default", "p")]["metadata"].get("annotations") or {})
+
+
+def _labels(fake: FakeKube) -> dict[str, str]:
+    return dict(fake.pods[("default", "p")]["metadata"].get("labels") or {})
+
+
+def test_a_bind_records_the_allocation_and_the_pod_is_bound(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    caplog.set_level(logging.DEBUG)  # every log call on the path must format
+    fake, alloc = _setup()
+    out = alloc.bind("default", "p", "u-1", "n1")
+    assert out.outcome == "bound" and out.cards == (0,)
+    allocation = decode_allocation(_annotations(fake)[VOCAB.allocation_annotation])
+    assert allocation.allocated_at == NOW
+    assert [(c.name, c.card_indices, c.core_percent, c.memory_mib)
+            for c in allocation.containers] == [("main", (0,), 30, 2048)]
+    assert fake.pods[("default", "p")]["spec"]["nodeName"] == "n1"
+    rec = alloc.state.record("u-1")
+    assert rec is not None and rec.stage is Stage.BOUND
+    assert any(r.message == "bound default/p to n1 cards (0,)" for r in caplog.records)
+
+
+@pytest.mark.parametrize(
+    ("dialects", "req", "expected_annotations", "expected_labels"),
+    [
+        (("elastic",), request(whole("a", cards=2)),
+         {"elasticgpu.io/container-a": "0,1", "elasticgpu.io/assumed": "true"},
+         {"elasticgpu.io/assumed": "true"}),
+        (("nano-gpu",), request(share("a", core=20)),
+         {"nano-gpu/container-a": "0", "nano-gpu/assume": "true"},
+         {"nano-gpu/assume": "true"}),
+        (("aliyun",), request(share("a", mem=2048), share("b", mem=1024)),
+         {"ALIYUN_COM_GPU_MEM_IDX": "0", "ALIYUN_COM_GPU_MEM_DEV": "16",
+          "ALIYUN_COM_GPU_MEM_POD": "3", "ALIYUN_COM_GPU_MEM_ASSIGNED": "false",
+          "ALIYUN_COM_GPU_MEM_ASSUME_TIME": str(int(NOW * 1e9))}, {}),
+    ],
+)
+def test_each_agent_dialect_is_written_as_its_agent_reads_it(
+    dialects: tuple[str, ...], req: PodRequest, expected_annotations: dict[str, str],
+    expected_labels: dict[str, str],
+) -> None:
+    fake, alloc = _setup(req, agent_dialects=dialects)
+    alloc.bind("default", "p", "u-1", "n1")
+    annotations = _annotations(fake)
+    for key, value in expected_annotations.items():
+        assert annotations[key] == value
+    labels = _labels(fake)
+    for key, value in expected_labels.items():
+        assert labels[key] == value
+    assert labels[VOCAB.gpu_pod_label] == "true"
+
+
+@pytest.mark.parametrize(
+    ("dialect", "req"),
+    [("nano-gpu", request(whole("a", cards=2))), ("aliyun", request(whole("a")))],
+)
+def test_a_dialect_that_cannot_express_the_allocation_writes_nothing(
+    dialect: str, req: PodRequest
+) -> None:
+    fake, alloc = _setup(req, agent_dialects=(dialect,))
+    alloc.bind("default", "p", "u-1", "n1")
+    keys = agents.all_agent_keys(_annotations(fake), VOCAB)
+    assert keys == ()
+    assert VOCAB.allocation_annotation in _annotations(fake)
+
+
+def test_an_api_error_on_the_binding_rolls_back_cache_and_annotations() -> None:
+    fake, alloc = _setup()
+    before = _annotations(fake)
+    labels_before = _labels(fake)
+    fake.fail("bind_pod", ApiError("POST binding: HTTP 500: etcd timeout", 500))
+    with pytest.raises(BindError, match="etcd timeout; allocation rolled back"):
+        alloc.bind("default", "p", "u-1", "n1")
+    assert _annotations(fake) == before
+    assert _labels(fake) == labels_before
+    assert alloc.state.record("u-1") is None
+    view = alloc.state.view("n1")
+    assert view is not None and view.state.core_used == 0
+    # and the next attempt succeeds on the same cards
+    assert alloc.bind("default", "p", "u-1", "n1").cards == (0,)
+
+
+def test_a_failed_rollback_is_reported_and_the_cache_is_still_released() -> None:
+    fake, alloc = _setup()
+    fake.fail("bind_pod", ApiError("connection refused"))
+    fake.fail("patch_pod", ApiError("still down"), times=0)
+    orig = fake.patch_pod
+    calls = {"n": 0}
+
+    def patch(ns: str, name: str, body: dict) -> dict:  # type: ignore[type-arg]
+        calls["n"] += 1
+        if calls["n"] == 2:
+            raise ApiError("still down")
+        return orig(ns, name, body)
+
+    fake.patch_pod = patch  # type: ignore[method-assign]
+    with pytest.raises(BindError, match="annotation rollback failed too"):
+        alloc.bind("default", "p", "u-1", "n1")
+    assert alloc.state.record("u-1") is None
+
+
+def test_an_api_error_on_the_patch_releases_the_reservation() -> None:
+    fake, alloc = _setup()
+    fake.fail("patch_pod", ApiError("HTTP 403: forbidden", 403))
+    with pytest.raises(BindError, match="writing the allocation to pod default/p failed"):
+        alloc.bind("default", "p", "u-1", "n1")
+    assert alloc.state.record("u-1") is None
+    assert ("bind_pod", "p") not in fake.calls
+
+
+def test_repeated_binds_of_one_pod_are_idempotent() -> None:
+    fake, alloc = _setup()
+    first = alloc.bind("default", "p", "u-1", "n1")
+    again = alloc.bind("default", "p", "u-1", "n1")
+    assert again.outcome == "already-bound" and again.cards == first.cards
+    view = alloc.state.view("n1")
+    assert view is not None and view.state.core_used == 30
+    assert [c for c in fake.calls if c[0] == "bind_pod"] == [("bind_pod", "p")]
+
+
+def test_a_repeat_bind_recreates_a_missing_binding() -> None:
+    fake, alloc = _setup()
+    alloc.bind("default", "p", "u-1", "n1")
+    fake.pods[("default", "p")]["spec"].pop("nodeName")  # as if the Binding had been lost
+    assert alloc.bind("default", "p", "u-1", "n1").outcome == "already-bound"
+    assert fake.pods[("default", "p")]["spec"]["nodeName"] == "n1"
+
+
+def test_a_binding_conflict_for_the_same_node_counts_as_success() -> None:
+    fake, alloc = _setup()
+    orig = fake.bind_pod
+
+    def bind_then_conflict(ns: str, name: str, uid: str, node: str) -> None:
+        orig(ns, name, uid, node)  # the first reply was lost...
+        raise Conflict("pod p is already assigned to node n1", 409)
+
+    fake.bind_pod = bind_then_conflict  # type: ignore[method-assign]
+    assert alloc.bind("default", "p", "u-1", "n1").outcome == "bound"
+
+
+@pytest.mark.parametrize(
+    ("uid", "node", "message"),
+    [
+        ("u-other", "n1", "was replaced"),
+        ("u-1", "ghost", "node ghost is unknown"),
+    ],
+)
+def test_binds_that_cannot_happen_say_why(uid: str, node: str, message: str) -> None:
+    _fake, alloc = _setup()
+    with pytest.raises(BindError, match=message):
+        alloc.bind("default", "p", uid, node)
+
+
+def test_a_bind_to_a_node_without_room_names_the_shortage() -> None:
+    fake, alloc = _setup(request(whole(cards=2)))
+    fake.add_pod(make_pod("q", request(whole()), uid="u-2"))
+    alloc.bind("default", "q", "u-2", "n1")
+    with pytest.raises(BindError, match="node n1: needs 2 whole cards, 1 free"):
+        alloc.bind("default", "p", "u-1", "n1")
+
+
+def test_a_missing_pod_and_a_pod_bound_elsewhere_are_errors() -> None:
+    fake, alloc = _setup()
+    with pytest.raises(BindError, match="not found"):
+        alloc.bind("default", "nope", "", "n1")
+    fake.add_node(make_node("n2"))
+    alloc.state.replace_nodes(fake.list_nodes()[0])
+    alloc.bind("default", "p", "u-1", "n1")
+    with pytest.raises(BindError, match="already holds cards on node n1"):
+        alloc.bind("default", "p", "u-1", "n2")
+
+
+def test_a_pod_without_gpu_request_is_bound_plainly() -> None:
+    fake = FakeKube()
+    fake.add_node(make_node("n1"))
+    pod = make_pod("plain")
+    pod["metadata"]["annotations"] = {}
+    pod["spec"]["containers"][0]["resources"] = {}
+    fake.add_pod(pod)
+    alloc = synced_allocator(fake)
+    assert alloc.bind("default", "plain", "uid-plain", "n1").outcome == "no-gpu"
+    assert fake.pods[("default", "plain")]["spec"]["nodeName"] == "n1"

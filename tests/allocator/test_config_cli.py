@@ -1,0 +1,98 @@
+"""Configuration from flags and TESSERA_* variables, the gunicorn options, module layering."""
+
+from __future__ import annotations
+
+import ast
+import pathlib
+
+import pytest
+
+from allocator import cli
+from allocator.config import Settings
+from tessera.cli import build_parser
+from tessera.dialects import ConfigError
+
+ROOT = pathlib.Path(__file__).resolve().parents[2]
+
+
+def test_defaults_are_valid_and_single_process() -> None:
+    settings = Settings.from_env({})
+    assert settings.url_prefix == "/scheduler"
+    assert settings.core.default_policy == "binpack"
+    assert settings.core.agent_dialects == ("elastic",)
+    assert settings.leader_election is True
+    options = cli.gunicorn_options(settings)
+    assert options["workers"] == 1 and options["worker_class"] == "gthread"
+    assert "certfile" not in options
+
+
+@pytest.mark.parametrize(
+    ("env", "message"),
+    [
+        ({"TESSERA_POLICY": "fastest"}, "TESSERA_POLICY='fastest'"),
+        ({"TESSERA_AGENT_DIALECTS": "elastic,hami"}, "TESSERA_AGENT_DIALECTS"),
+        ({"TESSERA_ALLOCATOR_PORT": "0"}, "TESSERA_ALLOCATOR_PORT"),
+        ({"TESSERA_LEADER_ELECTION": "maybe"}, "must be true or false"),
+        ({"TESSERA_ALLOCATOR_TLS_CERT": "/nonexistent.crt"}, "needs both"),
+        ({"TESSERA_ALLOCATOR_TLS_CLIENT_CA": "/x.pem"}, "needs a serving cert"),
+        ({"TESSERA_KUBECONFIG": "/nonexistent/kubeconfig"}, "does not exist"),
+        ({"TESSERA_LEASE_NAME": "Bad_Name"}, "not a valid object name"),
+        ({"TESSERA_DOMAIN": "not a domain"}, "TESSERA_DOMAIN"),
+    ],
+)
+def test_bad_configuration_is_refused_at_start_with_the_variable_named(
+    env: dict[str, str], message: str
+) -> None:
+    with pytest.raises(ConfigError, match=message):
+        Settings.from_env(env)
+
+
+def test_flags_override_environment_and_tls_enables_mutual_auth(
+    tmp_path: pathlib.Path,
+) -> None:
+    for name in ("tls.crt", "tls.key", "ca.crt"):
+        (tmp_path / name).write_text("x")
+    argv = ["allocator", "--policy", "spread", "--agent-dialects", "elastic,nano-gpu",
+            "--tls-cert", str(tmp_path / "tls.crt"), "--tls-key", str(tmp_path / "tls.key"),
+            "--tls-client-ca", str(tmp_path / "ca.crt"), "--leader-election", "false",
+            "--url-prefix", "/gpu/"]
+    args = build_parser(argv).parse_args(argv)
+    env = cli.environment_from_args(args, {"TESSERA_POLICY": "random"})
+    settings = Settings.from_env(env)
+    assert settings.core.default_policy == "spread"
+    assert settings.core.agent_dialects == ("elastic", "nano-gpu")
+    assert settings.url_prefix == "/gpu"
+    assert settings.port == 8443 and not settings.leader_election
+    options = cli.gunicorn_options(settings)
+    assert options["ca_certs"] == str(tmp_path / "ca.crt") and options["cert_reqs"] == 2
+
+
+def test_run_reports_bad_configuration_and_exits_2(capsys: pytest.CaptureFixture[str]) -> None:
+    argv = ["allocator", "--policy", "nope"]
+    args = build_parser(argv).parse_args(argv)
+    assert cli.run(args) == 2
+    assert "TESSERA_POLICY='nope'" in capsys.readouterr().err
+
+
+def test_only_the_adapter_imports_kubernetes() -> None:
+    importers = []
+    for path in sorted((ROOT / "allocator").rglob("*.py")):
+        tree = ast.parse(path.read_text())
+        for node in ast.walk(tree):
+            names = []
+            if isinstance(node, ast.Import):
+                names = [a.name for a in node.names]
+            elif isinstance(node, ast.ImportFrom) and node.module:
+                names = [node.module]
+            if any(n == "kubernetes" or n.startswith("kubernetes.") for n in names):
+                importers.append(path.relative_to(ROOT).as_posix())
+    assert sorted(set(importers)) == ["allocator/kube.py"]
+
+
+@pytest.mark.parametrize("module", ["fit", "inventory", "policies/base.py", "agents"])
+def test_the_pure_core_imports_neither_flask_nor_the_clock(module: str) -> None:
+    path = ROOT / "allocator" / (module if module.endswith(".py") else f"{module}.py")
+    text = path.read_text()
+    for forbidden in ("import flask", "from flask", "import time", "import random",
+                      "threading"):
+        assert forbidden not in text, (module, forbidden)

@@ -1,0 +1,198 @@
+"""Watch faults (410 Gone, dropped streams, API errors) and Lease leader election."""
+
+from __future__ import annotations
+
+import threading
+
+from alloc_builders import VOCAB, make_node, make_pod, request, whole
+from alloc_harness import synced_allocator
+from fake_kube import FakeKube
+
+from allocator.errors import ApiError, Conflict
+from allocator.leader import LeaderElector
+from allocator.state import ClusterState
+from allocator.watch import Reflector, initial_sync, reflectors
+
+
+def _setup() -> tuple[FakeKube, ClusterState, Reflector, Reflector, list[float]]:
+    fake = FakeKube()
+    fake.add_node(make_node("n1", count=2))
+    state = ClusterState(VOCAB)
+    sleeps: list[float] = []
+    nodes, pods = reflectors(fake, state, threading.Event(), sleeps.append)
+    initial_sync(fake, state, nodes, pods, sleeps.append, threading.Event())
+    return fake, state, nodes, pods, sleeps
+
+
+def _bound_pod(fake: FakeKube, name: str, node: str = "n1") -> None:
+    """A pod bound by (another replica of) the allocator: record + nodeName on the API."""
+    fake.add_pod(make_pod(name, request(whole()), uid=f"u-{name}"))
+    alloc = synced_allocator(fake)
+    alloc.bind("default", name, f"u-{name}", node)
+
+
+def test_watch_events_add_and_release_cards() -> None:
+    fake, state, _nodes, pods, _ = _setup()
+    assert state.synced
+    _bound_pod(fake, "a")
+    pods.step(0.5)
+    view = state.view("n1")
+    assert view is not None and view.state.idle_cards == 1
+    fake.set_phase("default", "a", "Failed")
+    pods.step(0.5)
+    view = state.view("n1")
+    assert view is not None and view.state.idle_cards == 2
+
+
+def test_a_deleted_pod_releases_its_cards() -> None:
+    fake, state, _nodes, pods, _ = _setup()
+    _bound_pod(fake, "a")
+    pods.step(0.5)
+    fake.delete_pod("default", "a")
+    pods.step(0.5)
+    assert state.record("u-a") is None
+
+
+def test_410_gone_relists_and_the_state_catches_up() -> None:
+    fake, state, _nodes, pods, _ = _setup()
+    _bound_pod(fake, "a")
+    fake.compacted_below = fake.rv + 1  # everything we could resume from is gone
+    relists = pods.relists
+    pods.step(0.5)  # Gone
+    assert pods.resource_version == ""
+    pods.step(0.5)  # relist + watch
+    assert pods.relists == relists + 1
+    assert state.record("u-a") is not None
+
+
+def test_a_dropped_stream_resumes_from_the_last_seen_version_without_relisting() -> None:
+    fake, state, _nodes, pods, sleeps = _setup()
+    _bound_pod(fake, "a")
+    _bound_pod(fake, "b")
+    fake.drop_after = (2, ApiError("connection reset by peer"))
+    relists = pods.relists
+    delay = pods.step(0.5)
+    assert sleeps == [0.5] and delay == 1.0  # backed off
+    seen = pods.resource_version
+    assert seen != "" and pods.relists == relists
+    pods.step(delay)
+    assert ("watch_pods", seen) in fake.calls  # resumed where it stopped
+    assert state.record("u-a") is not None and state.record("u-b") is not None
+    assert pods.relists == relists
+
+
+def test_api_errors_back_off_exponentially_up_to_a_cap() -> None:
+    fake, _state, _nodes, pods, sleeps = _setup()
+    fake.fail("watch_pods", ApiError("HTTP 500"), times=10)
+    delay = 0.5
+    for _ in range(10):
+        delay = pods.step(delay)
+    assert sleeps[:4] == [0.5, 1.0, 2.0, 4.0]
+    assert max(sleeps) == pods.backoff_max
+
+
+def test_initial_sync_retries_until_the_api_answers() -> None:
+    fake = FakeKube()
+    fake.add_node(make_node("n1"))
+    fake.fail("list_nodes", ApiError("connection refused"), times=2)
+    state = ClusterState(VOCAB)
+    sleeps: list[float] = []
+    nodes, pods = reflectors(fake, state, threading.Event(), sleeps.append)
+    initial_sync(fake, state, nodes, pods, sleeps.append, threading.Event())
+    assert state.synced and sleeps == [0.5, 1.0]
+    assert state.view("n1") is not None
+
+
+def test_node_changes_update_the_inventory_and_deleted_nodes_disappear() -> None:
+    fake, state, nodes, _pods, _ = _setup()
+    fake.add_node(make_node("n1", count=4))
+    fake.add_node(make_node("n2", count=1))
+    nodes.step(0.5)
+    v1 = state.view("n1")
+    assert v1 is not None and len(v1.state.cards) == 4
+    with fake.lock:
+        node = fake.nodes.pop("n2")
+        fake._bump("nodes", "DELETED", node)
+    nodes.step(0.5)
+    assert state.view("n2") is None
+
+
+def test_a_fresh_reservation_survives_a_stale_watch_event() -> None:
+    fake, state, _nodes, _pods, _ = _setup()
+    fake.add_pod(make_pod("a", request(whole()), uid="u-a"))
+    alloc = synced_allocator(fake)
+    alloc.state = state  # bind through the watched state
+    alloc.bind("default", "a", "u-a", "n1")
+    # Replay the pod's old ADDED event (no nodeName, no record): the cards stay taken.
+    state.apply_pod(make_pod("a", request(whole()), uid="u-a"))
+    assert state.record("u-a") is not None
+
+
+# ----------------------------------------------------------------------------- leases
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = 1000.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def _electors(fake: FakeKube, clock: Clock) -> tuple[LeaderElector, LeaderElector]:
+    return (LeaderElector(fake, "tessera-system", "tessera-allocator", "a", clock=clock),
+            LeaderElector(fake, "tessera-system", "tessera-allocator", "b", clock=clock))
+
+
+def test_only_one_of_two_replicas_leads() -> None:
+    fake, clock = FakeKube(), Clock()
+    a, b = _electors(fake, clock)
+    assert a.try_acquire_or_renew() is True
+    assert b.try_acquire_or_renew() is False
+    clock.now += 5
+    assert a.try_acquire_or_renew() is True
+    assert b.try_acquire_or_renew() is False
+    assert a.is_leader and not b.is_leader
+    lease = fake.leases[("tessera-system", "tessera-allocator")]
+    assert lease["spec"]["holderIdentity"] == "a"
+    assert lease["spec"]["renewTime"].endswith("Z")
+
+
+def test_the_follower_takes_over_after_the_leader_stops_renewing() -> None:
+    fake, clock = FakeKube(), Clock()
+    a, b = _electors(fake, clock)
+    a.try_acquire_or_renew()
+    b.try_acquire_or_renew()
+    clock.now += 11  # past the renew deadline: the old leader steps down by itself
+    assert not a.is_leader
+    clock.now += 5  # past the lease duration as observed by b
+    assert b.try_acquire_or_renew() is True
+    lease = fake.leases[("tessera-system", "tessera-allocator")]
+    assert lease["spec"]["holderIdentity"] == "b"
+    assert lease["spec"]["leaseTransitions"] == 1
+    assert a.try_acquire_or_renew() is False
+
+
+def test_a_leader_keeps_leading_through_a_short_api_outage() -> None:
+    fake, clock = FakeKube(), Clock()
+    a, _b = _electors(fake, clock)
+    a.try_acquire_or_renew()
+    fake.fail("get_lease", ApiError("HTTP 503"))
+    clock.now += 2
+    assert a.try_acquire_or_renew() is True
+    fake.fail("get_lease", ApiError("HTTP 503"), times=10)
+    clock.now += 9
+    assert a.try_acquire_or_renew() is False
+
+
+def test_a_lost_update_race_means_not_leader() -> None:
+    fake, clock = FakeKube(), Clock()
+    a, b = _electors(fake, clock)
+    a.try_acquire_or_renew()
+    clock.now += 20
+    assert b.try_acquire_or_renew() is False  # first sight of a's record starts b's timer
+    clock.now += 20
+    fake.fail("replace_lease", Conflict("the object has been modified", 409))
+    assert b.try_acquire_or_renew() is False
+    assert not b.is_leader
+    assert b.try_acquire_or_renew() is True
