@@ -340,6 +340,16 @@ def unfit_reason(request: PodRequest, node: NodeState) -> Unfit | None:
             f"(largest {largest} MiB)",
             resolvable=False,
         )
+    if len(request.containers) == 1:
+        # The common case, answered without the search: one container needs one card with
+        # room, or k idle cards.
+        only = request.containers[0]
+        if only.cards:
+            if sum(1 for c in cards if c.idle) >= only.cards:
+                return None
+        elif any(not c.whole and c.free_core >= only.core_percent
+                 and c.free_memory_mib >= share_memory_mib(only, c.card) for c in cards):
+            return None
     items = [request.containers[i] for i in _order(request)]
     slots = _Slots(cards)
     # Cheap checks first; they also produce the most actionable message.

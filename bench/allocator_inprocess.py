@@ -1,0 +1,146 @@
+"""In-process latency of the allocator's filter and prioritize for one pod.
+
+Builds N nodes x 8 cards (a realistic mix of partly used nodes), then times
+``Allocator.filter`` and ``Allocator.prioritize`` for one pod over all node names, as the
+extender handlers call them (no HTTP, no JSON: the benchmark issue measures over HTTP).
+
+Two regimes are reported:
+- *cold*: the per-shape caches are dropped before each call (a request shape never seen
+  before, or every node changed since) — the worst case;
+- *warm*: repeated calls for the same request shape with one node changing between calls
+  (one bind per scheduling cycle), which is the steady state of a busy scheduler.
+
+Usage: ``.venv/bin/python bench/allocator_inprocess.py [--nodes 1000 5000] [--repeat 50]``
+"""
+
+from __future__ import annotations
+
+import argparse
+import random
+import statistics
+import time
+from collections.abc import Callable
+from typing import Any
+
+from allocator.core import Allocator, AllocatorConfig
+from allocator.state import ClusterState
+from tessera.vocabulary import (
+    Allocation,
+    ContainerAllocation,
+    ContainerRequest,
+    PodRequest,
+    Vocabulary,
+    encode_allocation,
+    encode_request,
+)
+
+VOCAB = Vocabulary()
+CARDS = 8
+CARD_MIB = 16384
+
+
+def node_obj(name: str) -> dict[str, Any]:
+    return {"metadata": {"name": name, "labels": {VOCAB.node_model_label: "T4"}},
+            "status": {"allocatable": {VOCAB.core_resource: str(100 * CARDS),
+                                       VOCAB.memory_resource: str(CARD_MIB * CARDS)}}}
+
+
+def bound_pod(uid: str, node: str, containers: tuple[ContainerAllocation, ...]) -> dict[str, Any]:
+    alloc = Allocation(node=node, containers=containers, pod_uid=uid)
+    return {"metadata": {"uid": uid, "namespace": "bench", "name": uid,
+                         "annotations": {VOCAB.allocation_annotation: encode_allocation(alloc)}},
+            "spec": {"nodeName": node}, "status": {"phase": "Running"}}
+
+
+def build_state(n: int, rng: random.Random) -> ClusterState:
+    state = ClusterState(VOCAB)
+    state.replace_nodes(node_obj(f"node-{i:05d}") for i in range(n))
+    pods = []
+    for i in range(n):
+        # ~half the cards of a node carry shares
+        node = f"node-{i:05d}"
+        whole_card = i % 4 == 0  # one in four nodes has its last card taken whole
+        for card in range(CARDS - 1 if whole_card else CARDS):
+            if rng.random() < 0.5:
+                core = rng.choice([10, 20, 25, 30, 50])
+                pods.append(bound_pod(f"{node}-{card}", node, (
+                    ContainerAllocation("main", (card,), core_percent=core,
+                                        memory_mib=CARD_MIB * core // 100),)))
+        if whole_card:
+            pods.append(bound_pod(f"{node}-w", node, (ContainerAllocation("main", (7,)),)))
+    state.replace_pods(pods)
+    state.mark_synced()
+    return state
+
+
+def pod_obj(request: PodRequest, uid: str) -> dict[str, Any]:
+    return {"metadata": {"name": uid, "namespace": "bench", "uid": uid,
+                         "annotations": {VOCAB.request_annotation: encode_request(request)}},
+            "spec": {"containers": [{"name": c.name} for c in request.containers]}}
+
+
+def percentile(samples: list[float], q: float) -> float:
+    ordered = sorted(samples)
+    return ordered[min(len(ordered) - 1, round(q * (len(ordered) - 1)))]
+
+
+def measure(fn: Callable[[], object], repeat: int, before: Callable[[], None]) -> list[float]:
+    out = []
+    for _ in range(repeat):
+        before()
+        t0 = time.perf_counter()
+        fn()
+        out.append((time.perf_counter() - t0) * 1000)
+    return out
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--nodes", type=int, nargs="+", default=[1000, 5000])
+    parser.add_argument("--repeat", type=int, default=50)
+    parser.add_argument("--policy", default="binpack")
+    args = parser.parse_args()
+    shapes = {
+        "share 30%/4GiB": PodRequest((ContainerRequest("main", core_percent=30,
+                                                       memory_mib=4096),)),
+        "2 whole cards": PodRequest((ContainerRequest("main", cards=2),)),
+    }
+    print(f"{'nodes':>6} {'pod':<16} {'verb':<11} {'regime':<5} {'median ms':>10} "
+          f"{'p99 ms':>8}")
+    for n in args.nodes:
+        run_size(n, shapes, args.repeat, args.policy)
+
+
+def run_size(n: int, shapes: dict[str, PodRequest], repeat: int, policy: str) -> None:
+    rng = random.Random(42)
+    state = build_state(n, rng)
+    allocator = Allocator(state, api=None,  # type: ignore[arg-type]  # no binds here
+                          config=AllocatorConfig(default_policy=policy))
+    names = state.node_names()
+
+    def drop_all_caches() -> None:
+        state.drop_shape_caches()
+
+    def touch_one_node() -> None:
+        # one node changes per scheduling cycle (the previous pod's bind)
+        victim = names[rng.randrange(len(names))]
+        with state._lock:
+            state._recompute(victim)
+
+    for label, request in shapes.items():
+        pod = pod_obj(request, f"bench-{label}")
+        verbs: list[tuple[str, Callable[[], object]]] = [
+            ("filter", lambda p=pod: allocator.filter(p, names)),  # type: ignore[misc]
+            ("prioritize", lambda p=pod: allocator.prioritize(p, names)),  # type: ignore[misc]
+        ]
+        for verb, fn in verbs:
+            fn()  # warm imports and caches once
+            for regime, before in (("cold", drop_all_caches), ("warm", touch_one_node)):
+                samples = measure(fn, repeat, before)
+                print(f"{n:>6} {label:<16} {verb:<11} {regime:<5} "
+                      f"{statistics.median(samples):>10.2f} "
+                      f"{percentile(samples, 0.99):>8.2f}", flush=True)
+
+
+if __name__ == "__main__":
+    main()
