@@ -242,28 +242,36 @@ class Allocator:
             return BindOutcome("no-gpu")
 
         placement = self._reserve(pod, request, policy, uid, node)
+        try:
+            return self._write_and_bind(pod, placement, policy, namespace, name, uid, node)
+        except BaseException:
+            self.state.unreserve(uid)  # no-op when the failure path already released it
+            raise
+
+    def _write_and_bind(self, pod: Obj, placement: Placement, policy: Policy, namespace: str,
+                        name: str, uid: str, node: str) -> BindOutcome:
+        who = f"{namespace}/{name}"
         allocation = placement.allocation(uid, self.clock())
         patch, rollback = self._metadata_patch(pod, allocation)
         try:
             self.api.patch_pod(namespace, name, patch)
         except ApiError as exc:
-            self.state.unreserve(uid)
             raise BindError(f"writing the allocation to pod {who} failed: {exc}") from exc
         try:
             if not self.is_leader():
                 raise BindError("lost leadership before binding; retry")
             self._create_binding(pod, namespace, name, uid, node)
-        except BindError as exc:
+        except Exception as exc:
             undone = "rolled back"
             try:
                 self.api.patch_pod(namespace, name, rollback)
-            except ApiError as rb_exc:
+            except Exception as rb_exc:
                 # The record stays on an unbound pod; the state ignores records of pods
                 # without spec.nodeName and the next bind overwrites it.
                 undone = f"annotation rollback failed too ({rb_exc})"
                 logger.error("rollback of %s failed: %s", who, rb_exc, extra=log_context(pod))
             self.state.unreserve(uid)
-            raise BindError(f"{exc}; allocation {undone}") from exc
+            raise BindError(f"{describe_error(exc)}; allocation {undone}") from exc
         self.state.mark_bound(uid)
         cards = allocation.card_indices()
         logger.info("bound %s to %s cards %s", who, node, cards,

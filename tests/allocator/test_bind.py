@@ -208,3 +208,23 @@ def test_a_pod_without_gpu_request_is_bound_plainly() -> None:
     alloc = synced_allocator(fake)
     assert alloc.bind("default", "plain", "uid-plain", "n1").outcome == "no-gpu"
     assert fake.pods[("default", "plain")]["spec"]["nodeName"] == "n1"
+
+
+def test_an_unexpected_adapter_exception_still_rolls_everything_back() -> None:
+    fake, alloc = _setup()
+    before = _annotations(fake)
+    fake.fail("bind_pod", RuntimeError("adapter bug"))
+    with pytest.raises(BindError, match=r"internal error.*adapter bug; allocation rolled back"):
+        alloc.bind("default", "p", "u-1", "n1")
+    assert _annotations(fake) == before
+    assert alloc.state.record("u-1") is None
+
+
+def test_a_bind_that_loses_leadership_before_the_binding_is_undone() -> None:
+    fake, alloc = _setup()
+    calls = iter([True, False])  # leader at the start, not any more before the Binding
+    alloc.is_leader = lambda: next(calls)
+    with pytest.raises(BindError, match="lost leadership"):
+        alloc.bind("default", "p", "u-1", "n1")
+    assert "nodeName" not in fake.pods[("default", "p")]["spec"]
+    assert alloc.state.record("u-1") is None
