@@ -1,0 +1,125 @@
+"""The real adapter (allocator.kube.KubeClient) over real HTTP against a tiny loopback server:
+paths, content types, JSON null in merge patches, watch lines, and error wrapping."""
+
+from __future__ import annotations
+
+import json
+import threading
+from collections.abc import Iterator
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
+
+import pytest
+from kubernetes import client
+
+from allocator.errors import ApiError, Conflict, Gone, NotFound
+from allocator.kube import KubeClient
+
+SEEN: list[tuple[str, str, str, Any]] = []
+
+
+class _Handler(BaseHTTPRequestHandler):
+    def log_message(self, *args: Any) -> None:
+        pass
+
+    def _reply(self, code: int, body: Any) -> None:
+        data = json.dumps(body).encode()
+        self.send_response(code)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(data)))
+        self.end_headers()
+        self.wfile.write(data)
+
+    def _body(self) -> Any:
+        n = int(self.headers.get("Content-Length") or 0)
+        return json.loads(self.rfile.read(n)) if n else None
+
+    def do_GET(self) -> None:
+        SEEN.append(("GET", self.path, "", None))
+        if "watch=true" in self.path:
+            self.send_response(200)
+            self.send_header("Content-Type", "application/json")
+            self.end_headers()
+            for event in ({"type": "ADDED", "object": {"metadata": {"name": "n1",
+                                                                      "resourceVersion": "5"}}},
+                          {"type": "ERROR", "object": {"kind": "Status", "code": 410,
+                                                       "message": "too old resource version"}}):
+                self.wfile.write(json.dumps(event).encode() + b"\n")
+            return
+        if self.path.startswith("/api/v1/nodes"):
+            self._reply(200, {"metadata": {"resourceVersion": "4"},
+                              "items": [{"metadata": {"name": "n1"}}]})
+        else:
+            self._reply(404, {"kind": "Status", "code": 404, "message": 'pods "x" not found'})
+
+    def do_PATCH(self) -> None:
+        body = self._body()
+        SEEN.append(("PATCH", self.path, self.headers["Content-Type"], body))
+        self._reply(200, {"metadata": {"name": "p"}})
+
+    def do_POST(self) -> None:
+        body = self._body()
+        SEEN.append(("POST", self.path, self.headers["Content-Type"], body))
+        if "binding" in self.path and body["target"]["name"] == "taken":
+            self._reply(409, {"kind": "Status", "code": 409, "message": "already assigned"})
+        else:
+            self._reply(201, {"kind": "Status", "status": "Success"})
+
+
+@pytest.fixture(scope="module")
+def kube() -> Iterator[KubeClient]:
+    server = ThreadingHTTPServer(("127.0.0.1", 0), _Handler)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    cfg = client.Configuration()
+    cfg.host = f"http://127.0.0.1:{server.server_port}"
+    api_client = client.ApiClient(cfg)
+    yield KubeClient(api_client)
+    api_client.close()
+    server.shutdown()
+    server.server_close()
+
+
+def test_lists_return_plain_dicts_and_the_resource_version(kube: KubeClient) -> None:
+    assert kube.list_nodes() == ([{"metadata": {"name": "n1"}}], "4")
+
+
+def test_a_missing_pod_is_not_found_with_the_servers_message(kube: KubeClient) -> None:
+    with pytest.raises(NotFound, match='pods "x" not found'):
+        kube.get_pod("default", "x")
+
+
+def test_patches_are_json_merge_patches_that_keep_nulls(kube: KubeClient) -> None:
+    kube.patch_pod("default", "p", {"metadata": {"annotations": {"a": None, "b": "1"}}})
+    method, path, content_type, body = SEEN[-1]
+    assert (method, path) == ("PATCH", "/api/v1/namespaces/default/pods/p")
+    assert content_type == "application/merge-patch+json"
+    assert body == {"metadata": {"annotations": {"a": None, "b": "1"}}}
+
+
+def test_binding_posts_the_binding_object_and_wraps_conflicts(kube: KubeClient) -> None:
+    kube.bind_pod("default", "p", "u-1", "n1")
+    method, path, _ct, body = SEEN[-1]
+    assert (method, path) == ("POST", "/api/v1/namespaces/default/pods/p/binding")
+    assert body == {"apiVersion": "v1", "kind": "Binding",
+                    "metadata": {"name": "p", "namespace": "default", "uid": "u-1"},
+                    "target": {"apiVersion": "v1", "kind": "Node", "name": "n1"}}
+    with pytest.raises(Conflict):
+        kube.bind_pod("default", "p", "u-1", "taken")
+
+
+def test_a_watch_yields_events_and_turns_a_410_error_event_into_gone(kube: KubeClient) -> None:
+    events = kube.watch_nodes("4", 5)
+    assert next(events) == ("ADDED", {"metadata": {"name": "n1", "resourceVersion": "5"}})
+    with pytest.raises(Gone, match="too old resource version"):
+        next(events)
+    assert "resourceVersion=4" in SEEN[-1][1] and "allowWatchBookmarks=true" in SEEN[-1][1]
+
+
+def test_an_unreachable_api_server_is_an_api_error() -> None:
+    cfg = client.Configuration()
+    cfg.host = "http://127.0.0.1:1"
+    api_client = client.ApiClient(cfg)
+    with pytest.raises(ApiError, match="GET /api/v1/namespaces/a/pods/b"):
+        KubeClient(api_client).get_pod("a", "b")
+    api_client.close()
