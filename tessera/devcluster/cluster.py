@@ -9,6 +9,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from certs.builder import KeyPair
 from tessera.devcluster import DevClusterError
 from tessera.devcluster.binaries import Binaries
 from tessera.devcluster.controlplane import ControlPlane, ExtenderSpec, ManagedResource
@@ -29,9 +30,12 @@ class Options:
     allocator_args: tuple[str, ...] = ()
     #: Extra flags for ``tessera webhook``.
     webhook_args: tuple[str, ...] = ()
+    #: The allocator's RBAC documents (default: manifests/base/allocator-rbac.yaml).
+    allocator_rbac: Path | None = None
 
 
-def extender_spec(url_prefix: str, vocabulary: Vocabulary) -> ExtenderSpec:
+def extender_spec(url_prefix: str, vocabulary: Vocabulary, ca_pem: bytes | None = None,
+                  client: KeyPair | None = None) -> ExtenderSpec:
     """Our extender entry. Both GPU resources are ``ignoredByScheduler``.
 
     Why: kube-scheduler's NodeResourcesFit compares the pod's request with node *totals*; it
@@ -45,6 +49,8 @@ def extender_spec(url_prefix: str, vocabulary: Vocabulary) -> ExtenderSpec:
     return ExtenderSpec(
         url_prefix=url_prefix,
         managed_resources=tuple(ManagedResource(r) for r in vocabulary.managed_resources),
+        ca_pem=ca_pem,
+        client=client,
     )
 
 
@@ -101,14 +107,24 @@ class DevCluster:
                 self.services = Services(self)
                 self.services.start()
                 if self.options.allocator:
-                    extender = extender_spec(self.services.extender_url, self.vocabulary)
+                    extender = extender_spec(
+                        self.services.extender_url,
+                        self.vocabulary,
+                        ca_pem=self.control_plane.ca.cert_pem,
+                        client=self.services.extender_client,
+                    )
             self.control_plane.start_scheduler(extender)
         except BaseException:
             self.stop(keep_files=True)
             raise
 
     def stop(self, keep_files: bool = False) -> None:
-        """Stop everything; keep the work directory (logs) when asked or not ours to delete."""
+        """Stop everything; keep the work directory (logs) when asked or not ours to delete.
+
+        The scheduler goes first so that it stops calling the services, which then shut
+        down without waiting on its kept-alive connections.
+        """
+        self.control_plane.stop_scheduler()
         if self.services is not None:
             self.services.stop()
         self.control_plane.stop()

@@ -68,6 +68,8 @@ class ExtenderSpec:
     #: CA of the extender's serving cert when url_prefix is https (else it is NOT verified:
     #: k8s.io/kubernetes pkg/scheduler/extender.go makeTransport leaves Insecure on without CA).
     ca_pem: bytes | None = None
+    #: Client certificate kube-scheduler presents to the extender (mutual TLS), if any.
+    client: KeyPair | None = None
 
 
 def scheduler_configuration(kubeconfig: Path, extender: ExtenderSpec | None) -> dict[str, Any]:
@@ -101,8 +103,15 @@ def scheduler_configuration(kubeconfig: Path, extender: ExtenderSpec | None) -> 
                 for r in extender.managed_resources
             ],
         }
+        tls: dict[str, str] = {}
         if extender.ca_pem is not None:
-            entry["tlsConfig"] = {"caData": base64.b64encode(extender.ca_pem).decode()}
+            tls["caData"] = base64.b64encode(extender.ca_pem).decode()
+        if extender.client is not None:
+            tls["certData"] = base64.b64encode(extender.client.cert_pem).decode()
+            tls["keyData"] = base64.b64encode(extender.client.key_pem).decode()
+        if tls:
+            # restclient.TLSClientConfig field names (k8s.io/kube-scheduler/config/v1).
+            entry["tlsConfig"] = tls
         config["extenders"] = [entry]
     return config
 
@@ -323,6 +332,12 @@ class ControlPlane:
                 return bool(resp.status == 200)
 
         wait_until("kube-scheduler /healthz", healthy, START_TIMEOUT, watch=[scheduler])
+
+    def stop_scheduler(self) -> None:
+        if self.scheduler is not None:
+            self.scheduler.stop()
+            self.processes.remove(self.scheduler)
+            self.scheduler = None
 
     def stop(self) -> None:
         """Stop every process, newest first (scheduler, apiserver, etcd)."""

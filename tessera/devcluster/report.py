@@ -134,10 +134,13 @@ def pod_holdings(pod: Mapping[str, Any], vocabulary: Vocabulary) -> tuple[str, d
 def card_usage(
     nodes: Iterable[Mapping[str, Any]], pods: Iterable[Mapping[str, Any]], vocabulary: Vocabulary
 ) -> dict[str, list[CardUsage]]:
-    """node name -> its cards with what every live allocated pod holds on each.
+    """node name -> its cards with what every live, bound pod holds on each.
 
-    A record naming an unknown card or node is reported as a problem card (index -1 /
-    an empty node) rather than dropped, so a test can never miss it.
+    Only bound pods count, on the node they are bound to: that is what the node agents act
+    on. A record on a pod without ``spec.nodeName`` is a leftover of a bind that never
+    completed (the allocator crashed between writing it and creating the Binding); it binds
+    nothing and the next bind overwrites it. A record naming a card the node does not have
+    is reported as a "<no such card>" card rather than dropped, so a test cannot miss it.
     """
     usage = {
         (n.get("metadata") or {})["name"]: [CardUsage(c) for c in node_cards(n, vocabulary)]
@@ -145,9 +148,12 @@ def card_usage(
     }
     for pod in pods:
         annotations = (pod.get("metadata") or {}).get("annotations") or {}
-        if vocabulary.allocation_annotation not in annotations or not holds_cards(pod):
+        bound_to = (pod.get("spec") or {}).get("nodeName")
+        if (vocabulary.allocation_annotation not in annotations or not bound_to
+                or not holds_cards(pod)):
             continue
-        node, holdings = pod_holdings(pod, vocabulary)
+        _, holdings = pod_holdings(pod, vocabulary)
+        node = str(bound_to)
         cards = usage.setdefault(node, [])
         for index, holding in holdings.items():
             match = next((u for u in cards if u.card.index == index), None)

@@ -26,6 +26,7 @@ from typing import TYPE_CHECKING, Any
 
 import yaml
 
+from certs.builder import KeyPair
 from tessera.devcluster import DevClusterError
 from tessera.devcluster.binaries import repo_root
 from tessera.devcluster.pki import write_pair
@@ -114,6 +115,8 @@ class Services:
         self.allocator_port = 0
         self._allocator_argv: list[str] = []
         self._allocator_env: dict[str, str] = {}
+        self.allocator_namespace = ""
+        self.extender_client: KeyPair | None = None
 
     @property
     def _cp(self) -> Any:
@@ -167,9 +170,12 @@ class Services:
         from kubernetes import client, utils
 
         api = self.cluster.api_client
-        base = manifests_dir() / "base"
-        rbac = load_documents(base / "allocator-rbac.yaml")
+        rbac_file = self.cluster.options.allocator_rbac or (
+            manifests_dir() / "base" / "allocator-rbac.yaml"
+        )
+        rbac = load_documents(rbac_file)
         namespace, account = service_account_subject(rbac)
+        self.allocator_namespace = namespace
         core: Any = client.CoreV1Api(api)
         create_from_dict: Any = utils.create_from_dict
         from kubernetes.client.exceptions import ApiException
@@ -198,17 +204,27 @@ class Services:
         return path
 
     def start_allocator(self) -> None:
+        """The allocator over mutual TLS: kube-scheduler must present a cert from our CA.
+
+        Leader election stays on (as shipped) with a fixed identity, so its Lease RBAC is
+        exercised and a restarted process reclaims its own Lease.
+        """
         cp = self._cp
         kubeconfig = self._allocator_identity()
         self.allocator_port = free_port()
         cert, key = write_pair(cp.ca.serving("tessera-allocator"), cp.pki_dir, "allocator")
+        self.extender_client = cp.ca.client("kube-scheduler-extender-client")
         self._allocator_argv = [
             *_tessera_command(),
             "allocator",
-            f"--bind=127.0.0.1:{self.allocator_port}",
-            f"--cert-file={cert}",
-            f"--key-file={key}",
+            "--host=127.0.0.1",
+            f"--port={self.allocator_port}",
+            f"--tls-cert={cert}",
+            f"--tls-key={key}",
+            f"--tls-client-ca={cp.ca_file}",
             f"--kubeconfig={kubeconfig}",
+            f"--lease-namespace={self.allocator_namespace}",
+            "--identity=devcluster-allocator",
             *self.cluster.options.allocator_args,
         ]
         self._allocator_env = _env({})
@@ -237,6 +253,9 @@ class Services:
     # ------------------------------------------------------------------ helpers
     def _wait_https(self, what: str, port: int, path: str, proc: ManagedProcess) -> None:
         context = ssl.create_default_context(cafile=str(self._cp.ca_file))
+        # The admin's client cert: the allocator demands one from our CA (mutual TLS).
+        pki = self._cp.pki_dir
+        context.load_cert_chain(str(pki / "admin.crt"), str(pki / "admin.key"))
 
         def ready() -> bool:
             try:

@@ -55,13 +55,31 @@ def make_pod(
     return {"apiVersion": "v1", "kind": "Pod", "metadata": meta, "spec": spec}
 
 
+def quantities_as_strings(pod: dict[str, Any]) -> dict[str, Any]:
+    """Resource quantities written as YAML numbers (``aliyun.com/gpu-mem: 5``) turned into
+    strings, in place.
+
+    The API server accepts both and always stores and sends the string form (also to the
+    webhook), but the Python client validates its arguments and takes strings only.
+    """
+    spec = pod.get("spec") or {}
+    for ctr in [*(spec.get("initContainers") or []), *(spec.get("containers") or [])]:
+        resources = ctr.get("resources") or {}
+        for kind in ("limits", "requests"):
+            values = resources.get(kind) or {}
+            for key, value in values.items():
+                if isinstance(value, int | float) and not isinstance(value, bool):
+                    values[key] = str(value)
+    return pod
+
+
 def load_manifests(directory: Path) -> list[dict[str, Any]]:
     """Every Pod document in ``*.yaml``/``*.yml`` under ``directory``, sorted by file name."""
     pods: list[dict[str, Any]] = []
     for path in sorted([*directory.glob("*.yaml"), *directory.glob("*.yml")]):
         for doc in yaml.safe_load_all(path.read_text()):
             if isinstance(doc, dict) and doc.get("kind") == "Pod":
-                pods.append(doc)
+                pods.append(quantities_as_strings(doc))
     return pods
 
 
@@ -141,3 +159,58 @@ def ensure_namespace(core_v1: Any, name: str) -> None:
     except ApiException as exc:
         if exc.status != 409:
             raise
+
+
+def failed_scheduling_messages(core_v1: Any, namespace: str) -> dict[str, str]:
+    """pod name -> the newest FailedScheduling message, for every pod of the namespace."""
+    newest: dict[str, tuple[str, str]] = {}
+    for event in list_objects(core_v1.list_namespaced_event, namespace,
+                              field_selector="reason=FailedScheduling"):
+        involved = event.get("involvedObject") or {}
+        if involved.get("kind") != "Pod":
+            continue
+        when = str(event.get("lastTimestamp") or event.get("eventTime") or "")
+        name = str(involved.get("name"))
+        if name not in newest or when >= newest[name][0]:
+            newest[name] = (when, str(event.get("message") or ""))
+    return {name: message for name, (_, message) in newest.items()}
+
+
+def wait_settled(
+    core_v1: Any,
+    namespace: str,
+    names: Iterable[str],
+    timeout: float = 180.0,
+    quiet_rounds: int = 3,
+    interval: float = 1.0,
+) -> tuple[dict[str, dict[str, Any]], dict[str, str]]:
+    """Wait until every named pod is bound or has been refused by the scheduler, and the set of
+    bound pods has not changed for ``quiet_rounds`` polls. Returns (bound pods by name,
+    newest FailedScheduling message by name of the pods still unbound).
+    """
+    wanted = set(names)
+    deadline = time.monotonic() + timeout
+    previous: frozenset[str] | None = None
+    quiet = 0
+    while True:
+        pods = {
+            p["metadata"]["name"]: p
+            for p in list_objects(core_v1.list_namespaced_pod, namespace)
+            if p["metadata"]["name"] in wanted
+        }
+        bound = {n: p for n, p in pods.items() if p["spec"].get("nodeName")}
+        reasons = failed_scheduling_messages(core_v1, namespace)
+        pending = {n: reasons.get(n, "") for n in wanted - set(bound)}
+        decided = len(pods) == len(wanted) and all(pending.values())
+        now_bound = frozenset(bound)
+        quiet = quiet + 1 if decided and now_bound == previous else 0
+        previous = now_bound
+        if quiet >= quiet_rounds:
+            return bound, pending
+        if time.monotonic() > deadline:
+            undecided = sorted(n for n, r in pending.items() if not r)
+            raise DevClusterError(
+                f"timed out after {timeout:.0f}s waiting for pods to settle: "
+                f"{len(bound)} bound, {len(pending)} unbound, undecided: {undecided[:10]}"
+            )
+        time.sleep(interval)

@@ -1,0 +1,162 @@
+"""Independent checks of what Tessera wrote on pods, from API objects alone (pure).
+
+The e2e tests use these as an oracle that shares no code with the allocator's fitting: the
+agent annotation keys are the wire contract (CONTRACTS.md §3, elastic-gpu-agent), written
+out literally here on purpose.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from tessera.devcluster.report import CardInfo, CardUsage
+from tessera.vocabulary import (
+    WHOLE_CARD_PERCENT,
+    CodecError,
+    ContainerRequest,
+    PodRequest,
+    Vocabulary,
+    decode_allocation,
+    decode_request,
+)
+
+
+def _containers(pod: Mapping[str, Any]) -> list[Mapping[str, Any]]:
+    spec = pod.get("spec") or {}
+    return [*(spec.get("initContainers") or []), *(spec.get("containers") or [])]
+
+
+def admission_problems(pod: Mapping[str, Any], vocabulary: Vocabulary) -> list[str]:
+    """What is wrong with the webhook's normalised output on this pod (empty = fine)."""
+    meta = pod.get("metadata") or {}
+    labels = meta.get("labels") or {}
+    annotations = meta.get("annotations") or {}
+    problems = []
+    if labels.get(vocabulary.gpu_pod_label) != "true":
+        label = vocabulary.gpu_pod_label
+        problems.append(f"label {label} is {labels.get(label)!r}")
+    try:
+        request = decode_request(annotations[vocabulary.request_annotation])
+    except (KeyError, CodecError) as exc:
+        return [*problems, f"request annotation: {exc!r}"]
+    if labels.get(vocabulary.mode_label) != request.mode.value:
+        problems.append(f"mode label {labels.get(vocabulary.mode_label)!r} != {request.mode.value}")
+    by_name = {c["name"]: c for c in _containers(pod)}
+    for req in request.containers:
+        ctr = by_name.get(req.name)
+        if ctr is None:
+            problems.append(f"request names unknown container {req.name!r}")
+            continue
+        resources = ctr.get("resources") or {}
+        limits = resources.get("limits") or {}
+        requests = resources.get("requests") or {}
+        expected = {}
+        if req.core_resource_value:
+            expected[vocabulary.core_resource] = str(req.core_resource_value)
+        if req.memory_mib:
+            expected[vocabulary.memory_resource] = str(req.memory_mib)
+        for key, value in expected.items():
+            if limits.get(key) != value or requests.get(key) != value:
+                problems.append(
+                    f"container {req.name}: {key} limit {limits.get(key)!r} / request "
+                    f"{requests.get(key)!r}, want {value!r} for both"
+                )
+    return problems
+
+
+def allocation_problems(
+    pod: Mapping[str, Any], cards: Sequence[CardInfo], vocabulary: Vocabulary
+) -> list[str]:
+    """What is inconsistent between the pod's request, its allocation record, its binding and
+    the agent annotations (empty = fine). ``cards``: the inventory of the pod's node."""
+    meta = pod.get("metadata") or {}
+    annotations = meta.get("annotations") or {}
+    labels = meta.get("labels") or {}
+    node = (pod.get("spec") or {}).get("nodeName")
+    try:
+        request = decode_request(annotations[vocabulary.request_annotation])
+        allocation = decode_allocation(annotations[vocabulary.allocation_annotation])
+    except (KeyError, CodecError) as exc:
+        return [f"annotations: {exc!r}"]
+    problems = []
+    if allocation.node != node:
+        problems.append(f"record says node {allocation.node!r}, pod is bound to {node!r}")
+    if allocation.pod_uid and allocation.pod_uid != meta.get("uid"):
+        problems.append(f"record is for uid {allocation.pod_uid}, pod is {meta.get('uid')}")
+    wanted = {c.name: c for c in request.containers}
+    got = {c.name: c for c in allocation.containers}
+    if set(wanted) != set(got):
+        problems.append(f"containers requested {sorted(wanted)} but allocated {sorted(got)}")
+    by_index = {c.index: c for c in cards}
+    for name in set(wanted) & set(got):
+        req, alloc = wanted[name], got[name]
+        unknown = [i for i in alloc.card_indices if i not in by_index]
+        if unknown:
+            problems.append(f"{name}: cards {unknown} do not exist on {node}")
+            continue
+        if req.is_whole:
+            if len(set(alloc.card_indices)) != req.cards or not alloc.is_whole:
+                problems.append(f"{name}: wants {req.cards} whole cards, got {alloc}")
+        else:
+            if len(alloc.card_indices) != 1:
+                problems.append(f"{name}: a share must be on one card, got {alloc.card_indices}")
+            elif req.core_percent != alloc.core_percent:
+                problems.append(f"{name}: core {alloc.core_percent}% != {req.core_percent}%")
+            else:
+                card = by_index[alloc.card_indices[0]]
+                want_mem = _share_memory(req, card)
+                if req.memory_percent and abs(alloc.memory_mib - want_mem) > 1:
+                    problems.append(f"{name}: memory {alloc.memory_mib} MiB, ~{want_mem} wanted")
+                if not req.memory_percent and alloc.memory_mib != want_mem:
+                    problems.append(f"{name}: memory {alloc.memory_mib} MiB != {want_mem}")
+        for index in alloc.card_indices:
+            card = by_index[index]
+            if not request.allows_model(card.model):
+                problems.append(f"{name}: card {index} is {card.model}, not in {request.models}")
+            if card.memory_mib < request.min_card_memory_mib:
+                problems.append(f"{name}: card {index} has {card.memory_mib} MiB < "
+                                f"{request.min_card_memory_mib}")
+        # elastic-gpu-agent's annotation: comma-separated indices (CONTRACTS.md §3).
+        key = f"{vocabulary.domain}/container-{name}"
+        expected = ",".join(str(i) for i in alloc.card_indices)
+        if annotations.get(key) != expected:
+            problems.append(f"agent annotation {key}={annotations.get(key)!r}, want {expected!r}")
+    assumed = f"{vocabulary.domain}/assumed"
+    if annotations.get(assumed) != "true" or labels.get(assumed) != "true":
+        problems.append(f"{assumed} annotation/label missing")
+    return problems
+
+
+def _share_memory(req: ContainerRequest, card: CardInfo) -> int:
+    if req.memory_percent:
+        return card.memory_mib * req.memory_percent // 100
+    return req.memory_mib
+
+
+def fits_now(request: PodRequest, usage: Mapping[str, list[CardUsage]]) -> str | None:
+    """A node where a one-container request would fit on the current usage, else None.
+
+    Only single-container requests are judged (the 200-pod test uses those); anything else
+    raises ValueError rather than guess.
+    """
+    if len(request.containers) != 1:
+        raise ValueError("fits_now judges single-container requests only")
+    req = request.containers[0]
+    for node, cards in usage.items():
+        eligible = [
+            u for u in cards
+            if request.allows_model(u.card.model)
+            and u.card.memory_mib >= request.min_card_memory_mib
+        ]
+        if req.is_whole:
+            if sum(1 for u in eligible if not u.holdings) >= req.cards:
+                return node
+            continue
+        for u in eligible:
+            if any(h.whole for h in u.holdings):
+                continue
+            if (u.core_used + req.core_percent <= WHOLE_CARD_PERCENT
+                    and u.memory_used + _share_memory(req, u.card) <= u.card.memory_mib):
+                return node
+    return None

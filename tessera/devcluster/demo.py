@@ -1,0 +1,200 @@
+"""``tessera demo``: Tessera on a real local control plane, with a table of who got which card.
+
+Builds (or reuses) etcd, kube-apiserver, kube-scheduler and kubectl; starts them on loopback
+with the webhook and the allocator wired in; creates fake GPU nodes (one with mixed cards);
+submits the example pods (every request form); prints a per-node, per-card table; then keeps
+the cluster up for kubectl until Ctrl-C and cleans up.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import signal
+import sys
+import time
+from collections.abc import Iterable
+from pathlib import Path
+from types import FrameType
+from typing import Any, TextIO
+
+from tessera.devcluster import DevClusterError
+from tessera.devcluster.binaries import ensure_binaries, repo_root
+from tessera.devcluster.cluster import DevCluster, Options
+from tessera.devcluster.nodes import Card, GpuNodeSpec, Inventory, uniform
+from tessera.devcluster.report import card_usage, render_table
+from tessera.devcluster.workloads import (
+    container,
+    ensure_namespace,
+    list_objects,
+    load_manifests,
+    make_pod,
+    wait_settled,
+)
+
+logger = logging.getLogger(__name__)
+
+NAMESPACE = "demo"
+
+
+def demo_nodes() -> list[GpuNodeSpec]:
+    """Three inventories: GFD labels, even split of totals, and mixed cards described per card."""
+    return [
+        uniform("gpu-a10", 4, "NVIDIA-A10", 24576, inventory=Inventory.GFD),
+        uniform("gpu-t4", 2, "Tesla-T4", 15360, inventory=Inventory.EVEN),
+        GpuNodeSpec(
+            "gpu-mixed",
+            (Card("NVIDIA-A100-80GB", 81920), Card("NVIDIA-A100-40GB", 40960),
+             Card("Tesla-T4", 15360)),
+            inventory=Inventory.CARDS,
+        ),
+    ]
+
+
+def extra_pods() -> list[dict[str, Any]]:
+    """Request forms the seed examples do not show: several containers, a model choice,
+    a policy choice, and a request no node can satisfy."""
+    return [
+        make_pod(
+            "two-containers",
+            [
+                container("trainer", limits={"elasticgpu.io/gpu-core": "100"}),
+                container("sidecar", limits={"elasticgpu.io/gpu-core": "10",
+                                             "elasticgpu.io/gpu-memory": "512"}),
+            ],
+        ),
+        make_pod(
+            "wants-a100",
+            [container(limits={"elasticgpu.io/gpu-core": "50",
+                               "elasticgpu.io/gpu-memory": "20480"})],
+            annotations={"elasticgpu.io/gpu-model": "NVIDIA-A100-80GB|NVIDIA-A100-40GB"},
+        ),
+        make_pod(
+            "spread-me",
+            [container(limits={"elasticgpu.io/gpu-percent": "10"})],
+            annotations={"elasticgpu.io/gpu-policy": "spread"},
+        ),
+        make_pod("genius-five-cards", labels={"genius/gpu-number": "5"}),
+    ]
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--examples", type=Path, default=repo_root() / "examples" / "pods",
+        help="directory of example pod manifests to submit (default: examples/pods)",
+    )
+    parser.add_argument(
+        "--workdir", type=Path, default=None,
+        help="keep certificates, kubeconfigs and logs here (default: a temporary directory, "
+             "removed on exit)",
+    )
+    parser.add_argument(
+        "--no-wait", action="store_true",
+        help="print the table and stop at once instead of waiting for Ctrl-C",
+    )
+    parser.add_argument(
+        "--timeout", type=float, default=120.0,
+        help="seconds to wait for the pods to be placed (default 120)",
+    )
+
+
+def _pods_to_submit(examples: Path) -> list[dict[str, Any]]:
+    pods = load_manifests(examples) if examples.is_dir() else []
+    if not pods:
+        print(f"tessera demo: no example pods in {examples}; using built-in ones only",
+              file=sys.stderr)
+    return pods + extra_pods()
+
+
+def _submit(core_v1: Any, pods: Iterable[dict[str, Any]], out: TextIO) -> list[str]:
+    from kubernetes.client.exceptions import ApiException
+
+    names = []
+    for pod in pods:
+        name = pod["metadata"]["name"]
+        try:
+            core_v1.create_namespaced_pod(NAMESPACE, pod)
+            names.append(name)
+            print(f"  submitted {name}", file=out)
+        except ApiException as exc:
+            print(f"  refused   {name}: {exc.reason}: {exc.body}", file=out)
+    return names
+
+
+def _wait_for_ctrl_c() -> None:
+    def stop(_signum: int, _frame: FrameType | None) -> None:
+        raise KeyboardInterrupt
+
+    signal.signal(signal.SIGTERM, stop)
+    try:
+        while True:
+            time.sleep(3600)
+    except KeyboardInterrupt:
+        pass
+
+
+def run(args: argparse.Namespace) -> int:
+    out = sys.stdout
+    print("tessera demo: finding or building the control plane (first build: many minutes)...",
+          file=out, flush=True)
+    try:
+        binaries = ensure_binaries()
+    except DevClusterError as exc:
+        print(f"tessera demo: {exc}", file=sys.stderr)
+        return 1
+    if args.workdir is not None:
+        args.workdir.mkdir(parents=True, exist_ok=True)
+    cluster = DevCluster(binaries, args.workdir, Options())
+    print(f"tessera demo: starting etcd, kube-apiserver, webhook, allocator, kube-scheduler "
+          f"({binaries.versions or binaries.directory})", file=out, flush=True)
+    try:
+        cluster.start()
+    except DevClusterError as exc:
+        print(f"tessera demo: {exc}\n(files kept in {cluster.workdir})", file=sys.stderr)
+        return 1
+    failed = False
+    try:
+        core_v1 = cluster.core_v1()
+        nodes = demo_nodes()
+        cluster.add_nodes(nodes)
+        print("tessera demo: fake GPU nodes:", file=out)
+        for n in nodes:
+            cards = ", ".join(f"{c.model} {c.memory_mib} MiB" for c in n.cards)
+            print(f"  {n.name:<10} [{n.inventory.value:>5}] {cards}", file=out)
+        ensure_namespace(core_v1, NAMESPACE)
+        print(f"tessera demo: submitting pods to namespace {NAMESPACE!r}:", file=out)
+        names = _submit(core_v1, _pods_to_submit(args.examples), out)
+        bound, pending = wait_settled(core_v1, NAMESPACE, names, timeout=args.timeout)
+        usage = card_usage(
+            list_objects(core_v1.list_node),
+            list_objects(core_v1.list_namespaced_pod, NAMESPACE),
+            cluster.vocabulary,
+        )
+        print(f"\nWho got which card ({len(bound)} pods placed):\n", file=out)
+        print(render_table(usage), file=out)
+        if pending:
+            print("Pending (kube-scheduler's reason, from our allocator):", file=out)
+            for name in sorted(pending):
+                print(f"  {name}: {pending[name]}", file=out)
+            print("", file=out)
+        print(
+            "Point kubectl at it (in another terminal):\n"
+            f"  export KUBECONFIG={cluster.kubeconfig}\n"
+            f"  {binaries.kubectl} get pods -n {NAMESPACE} -o wide\n"
+            f"  {binaries.kubectl} get pod -n {NAMESPACE} <name> -o yaml   "
+            "# annotations: the allocation\n"
+            f"Logs of every component: {cluster.control_plane.log_dir}",
+            file=out, flush=True,
+        )
+        if not args.no_wait:
+            print("\nPress Ctrl-C to stop and clean up.", file=out, flush=True)
+            _wait_for_ctrl_c()
+    except DevClusterError as exc:
+        failed = True
+        print(f"tessera demo: {exc}", file=sys.stderr)
+    finally:
+        print("tessera demo: stopping...", file=out, flush=True)
+        cluster.stop(keep_files=failed or args.workdir is not None)
+        if failed:
+            print(f"tessera demo: logs kept in {cluster.control_plane.log_dir}", file=sys.stderr)
+    return 1 if failed else 0
