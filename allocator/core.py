@@ -17,7 +17,6 @@ from typing import Any
 from allocator import agents
 from allocator.errors import ApiError, BindError, Conflict, NotFound, NotReady
 from allocator.fit import Placement, Unfit, place, unfit_reason
-from allocator.logctx import log_context
 from allocator.policies import (
     DEFAULT_POLICY,
     MAX_SCORE,
@@ -29,6 +28,7 @@ from allocator.policies import (
 from allocator.ports import KubeApi, Obj
 from allocator.state import ClusterState, Stage
 from tessera.dialects import DialectConfig, read_pod_request
+from tessera.logs import pod_context
 from tessera.vocabulary import (
     CodecError,
     PodRequest,
@@ -269,13 +269,13 @@ class Allocator:
                 # The record stays on an unbound pod; the state ignores records of pods
                 # without spec.nodeName and the next bind overwrites it.
                 undone = f"annotation rollback failed too ({rb_exc})"
-                logger.error("rollback of %s failed: %s", who, rb_exc, extra=log_context(pod))
+                logger.error("rollback of %s failed: %s", who, rb_exc, extra=pod_context(pod))
             self.state.unreserve(uid)
             raise BindError(f"{describe_error(exc)}; allocation {undone}") from exc
         self.state.mark_bound(uid)
         cards = allocation.card_indices()
         logger.info("bound %s to %s cards %s", who, node, cards,
-                    extra=log_context(pod, node=node, policy=policy.name, outcome="bound"))
+                    extra=pod_context(pod, node=node, policy=policy.name, outcome="bound"))
         return BindOutcome("bound", cards)
 
     def _reserve(self, pod: Obj, request: PodRequest, policy: Policy, uid: str,
@@ -312,7 +312,7 @@ class Allocator:
         )
         for dialect, why in extra.skipped.items():
             logger.warning("agent dialect %s not written: %s", dialect, why,
-                           extra=log_context(pod))
+                           extra=pod_context(pod))
         annotations: dict[str, str | None] = {
             k: None for k in agents.all_agent_keys(old_ann, vocab)
         }  # stale agent keys of an earlier attempt must not survive

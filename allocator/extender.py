@@ -20,7 +20,7 @@ from typing import Any, TypedDict
 
 from allocator.core import Allocator, BindOutcome, describe_error
 from allocator.errors import NotReady
-from allocator.logctx import ids_context, log_context
+from tessera.logs import pod_context, pod_ids_context
 from tessera.vocabulary import TesseraError
 
 logger = logging.getLogger(__name__)
@@ -136,7 +136,7 @@ def prioritize_reply(allocator: Allocator, body: Any) -> list[HostPriority]:
         scores = allocator.prioritize(args.pod, args.node_names)
     except Exception as exc:
         level = logging.INFO if isinstance(exc, NotReady) else logging.WARNING
-        logger.log(level, "prioritize: %s", describe_error(exc), extra=log_context(args.pod))
+        logger.log(level, "prioritize: %s", describe_error(exc), extra=pod_context(args.pod))
         scores = [(n, 0) for n in args.node_names]
     return [{"Host": n, "Score": s} for n, s in scores]
 
@@ -153,7 +153,7 @@ def bind_reply(allocator: Allocator, body: Any) -> tuple[ExtenderBindingResult, 
     except NotReady as exc:
         return {"Error": str(exc)}, "not-ready"
     except Exception as exc:
-        ctx = ids_context(args.pod_namespace, args.pod_name, args.pod_uid, node=args.node,
+        ctx = pod_ids_context(args.pod_namespace, args.pod_name, args.pod_uid, node=args.node,
                           outcome="error")
         if isinstance(exc, TesseraError):
             logger.warning("bind refused: %s", exc, extra=ctx)

@@ -26,7 +26,7 @@ from typing import Any
 
 from allocator.fit import Card, NodeState, build_node_state
 from allocator.inventory import read_inventory
-from allocator.logctx import log_context
+from tessera.logs import pod_context
 from tessera.vocabulary import Allocation, CodecError, Vocabulary, decode_allocation
 
 logger = logging.getLogger(__name__)
@@ -213,7 +213,7 @@ class ClusterState:
                 elif allocation.node != node:
                     # The node agent on spec.nodeName reads these indices: count them there.
                     logger.warning("allocation says node %s but pod is bound to %s",
-                                   allocation.node, node, extra=log_context(pod))
+                                   allocation.node, node, extra=pod_context(pod))
         with self._lock:
             current = self._pods.get(uid)
             if allocation is None:
@@ -297,7 +297,7 @@ class ClusterState:
     def _note_bad(self, uid: str, why: str, pod: Mapping[str, Any]) -> None:
         with self._lock:
             self._bad[uid] = why
-        logger.warning("ignoring allocation record: %s", why, extra=log_context(pod))
+        logger.warning("ignoring allocation record: %s", why, extra=pod_context(pod))
 
     def _recompute(self, name: str) -> None:
         entry = self._nodes.get(name)

@@ -6,10 +6,12 @@ import json
 import logging
 import sys
 import time
+from collections.abc import Mapping
 from typing import Any
 
 #: Attributes passed through ``extra=`` that are copied into the JSON record.
-CONTEXT_KEYS = ("namespace", "name", "uid", "node", "verb", "policy", "outcome")
+#: ``pod`` rather than ``name``: LogRecord reserves ``name`` (``makeRecord`` raises KeyError).
+CONTEXT_KEYS = ("namespace", "pod", "uid", "node", "verb", "policy", "outcome")
 
 
 class JsonFormatter(logging.Formatter):
@@ -42,12 +44,17 @@ def configure(level: str = "INFO") -> None:
     root.addHandler(handler)
 
 
-def pod_context(pod: dict[str, Any] | None, **more: Any) -> dict[str, Any]:
-    """``extra=`` for a log call about a pod: namespace, name, uid."""
+def pod_context(pod: Mapping[str, Any] | None, **more: Any) -> dict[str, Any]:
+    """``extra=`` for a log call about a pod: namespace, pod (its name), uid."""
     meta = (pod or {}).get("metadata") or {}
     return {
         "namespace": meta.get("namespace"),
-        "name": meta.get("name") or meta.get("generateName"),
+        "pod": meta.get("name") or meta.get("generateName"),
         "uid": meta.get("uid"),
         **more,
     }
+
+
+def pod_ids_context(namespace: str, name: str, uid: str, **more: Any) -> dict[str, Any]:
+    """``extra=`` for a log call about a pod known only by its identity (e.g. a bind call)."""
+    return {"namespace": namespace, "pod": name, "uid": uid, **more}

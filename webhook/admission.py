@@ -99,10 +99,8 @@ def _is_pod(request: Mapping[str, Any]) -> bool:
 
 def _log_context(pod: Mapping[str, Any], request: Mapping[str, Any]) -> dict[str, Any]:
     """``extra=`` for log calls about this pod. The pod has no uid yet at CREATE, so the review's
-    uid identifies it. ``pod_context`` puts the pod name under ``name``, which
-    ``logging.LogRecord`` reserves (``makeRecord`` raises KeyError), so it moves to ``pod``."""
-    context = pod_context(dict(pod))
-    context["pod"] = context.pop("name", None)
+    uid identifies it."""
+    context = pod_context(pod)
     context["namespace"] = context.get("namespace") or request.get("namespace")
     context["uid"] = request["uid"]
     return context
