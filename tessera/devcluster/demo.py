@@ -103,7 +103,8 @@ def _pods_to_submit(examples: Path) -> list[dict[str, Any]]:
     if not pods:
         print(f"tessera demo: no example pods in {examples}; using built-in ones only",
               file=sys.stderr)
-    return pods + extra_pods()
+    # The extra pods go first so that the model-constrained one finds its A100 still free.
+    return extra_pods() + pods
 
 
 def _submit(core_v1: Any, pods: Iterable[dict[str, Any]], out: TextIO) -> list[str]:
@@ -173,7 +174,8 @@ def run(args: argparse.Namespace) -> int:
         print(f"\nWho got which card ({len(bound)} pods placed):\n", file=out)
         print(render_table(usage), file=out)
         if pending:
-            print("Pending (kube-scheduler's reason, from our allocator):", file=out)
+            print("Still Pending (kube-scheduler's message, with our allocator's reasons):",
+                  file=out)
             for name in sorted(pending):
                 print(f"  {name}: {pending[name]}", file=out)
             print("", file=out)

@@ -169,7 +169,9 @@ def overcommitments(usage: Mapping[str, list[CardUsage]]) -> list[str]:
 
 
 def describe_holding(h: Holding) -> str:
-    share = "whole card" if h.whole else f"{h.core_percent}% core, {h.memory_mib} MiB"
+    parts = [f"{h.core_percent}% core"] if h.core_percent else []
+    parts += [f"{h.memory_mib} MiB"] if h.memory_mib else []
+    share = "whole card" if h.whole else ", ".join(parts)
     return f"{h.pod} [{','.join(h.containers)}] {share}"
 
 
@@ -180,16 +182,16 @@ def render_table(usage: Mapping[str, list[CardUsage]]) -> str:
         cards = usage[node]
         lines.append(f"{node}  ({len(cards)} card{'s' if len(cards) != 1 else ''})")
         lines.append(
-            f"  {'card':<5}{'model':<16}{'core used':>10}  {'memory used / total':>22}  pods"
+            f"  {'card':<5}{'model':<20}{'core used':>10}  {'memory used / total':>22}  pods"
         )
         for u in sorted(cards, key=lambda u: u.card.index):
             mem = f"{u.memory_used} / {u.card.memory_mib} MiB"
             first = describe_holding(u.holdings[0]) if u.holdings else "-"
             lines.append(
-                f"  #{u.card.index:<4}{u.card.model[:15]:<16}{u.core_used:>9}%  {mem:>22}  {first}"
+                f"  #{u.card.index:<4}{u.card.model[:19]:<20}{u.core_used:>9}%  {mem:>22}  {first}"
             )
             for h in u.holdings[1:]:
-                lines.append(f"  {'':<5}{'':<16}{'':>10}  {'':>22}  {describe_holding(h)}")
+                lines.append(f"  {'':<5}{'':<20}{'':>10}  {'':>22}  {describe_holding(h)}")
         lines.append("")
     return "\n".join(lines).rstrip() + "\n"
 

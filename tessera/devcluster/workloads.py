@@ -176,6 +176,20 @@ def failed_scheduling_messages(core_v1: Any, namespace: str) -> dict[str, str]:
     return {name: message for name, (_, message) in newest.items()}
 
 
+def unschedulable_message(pod: Mapping[str, Any]) -> str | None:
+    """The scheduler's message on the pod's ``PodScheduled=False`` condition, if any.
+
+    Prefer this to the FailedScheduling event for showing a reason: kube-scheduler passes the
+    message to ``Eventf`` as a format string (pkg/scheduler/schedule_one.go,
+    handleSchedulingFailure), so a ``%`` in an extender's reason is mangled in the event
+    (``50% core`` becomes ``50%!c(MISSING)ore``) but not in the condition.
+    """
+    for condition in (pod.get("status") or {}).get("conditions") or []:
+        if condition.get("type") == "PodScheduled" and condition.get("status") == "False":
+            return str(condition.get("message") or "") or None
+    return None
+
+
 def wait_settled(
     core_v1: Any,
     namespace: str,
@@ -186,7 +200,7 @@ def wait_settled(
 ) -> tuple[dict[str, dict[str, Any]], dict[str, str]]:
     """Wait until every named pod is bound or has been refused by the scheduler, and the set of
     bound pods has not changed for ``quiet_rounds`` polls. Returns (bound pods by name,
-    newest FailedScheduling message by name of the pods still unbound).
+    the scheduler's message by name of the pods still unbound).
     """
     wanted = set(names)
     deadline = time.monotonic() + timeout
@@ -199,8 +213,10 @@ def wait_settled(
             if p["metadata"]["name"] in wanted
         }
         bound = {n: p for n, p in pods.items() if p["spec"].get("nodeName")}
-        reasons = failed_scheduling_messages(core_v1, namespace)
-        pending = {n: reasons.get(n, "") for n in wanted - set(bound)}
+        pending = {
+            n: unschedulable_message(pods[n]) or "" if n in pods else ""
+            for n in wanted - set(bound)
+        }
         decided = len(pods) == len(wanted) and all(pending.values())
         now_bound = frozenset(bound)
         quiet = quiet + 1 if decided and now_bound == previous else 0

@@ -36,12 +36,7 @@ def binaries() -> Binaries:
 def cluster(binaries: Binaries, request: pytest.FixtureRequest) -> Iterator[DevCluster]:
     base = os.environ.get("TESSERA_E2E_WORKDIR")
     workdir = Path(base) if base else None
-    # TODO(issue 4): drop this switch once webhook and allocator have landed.
-    wanted = os.environ.get("TESSERA_E2E_SERVICES", "webhook,allocator").split(",")
-    rbac = os.environ.get("TESSERA_E2E_ALLOCATOR_RBAC")
-    dev = DevCluster(binaries, workdir, Options(webhook="webhook" in wanted,
-                                                 allocator="allocator" in wanted,
-                                                 allocator_rbac=Path(rbac) if rbac else None))
+    dev = DevCluster(binaries, workdir, Options())
     dev.start()
     try:
         yield dev

@@ -1,0 +1,263 @@
+"""The harness's own pure parts (no processes): the oracle must be able to fail."""
+
+from __future__ import annotations
+
+import base64
+from pathlib import Path
+from typing import Any
+
+import pytest
+from cryptography import x509
+from cryptography.x509.oid import NameOID
+
+from tessera.devcluster import DevClusterError
+from tessera.devcluster.checks import allocation_problems, fits_now
+from tessera.devcluster.cluster import extender_spec
+from tessera.devcluster.controlplane import kubeconfig_document, scheduler_configuration
+from tessera.devcluster.nodes import Card, GpuNodeSpec, Inventory, node_object, node_status, uniform
+from tessera.devcluster.pki import ClusterCA
+from tessera.devcluster.report import CardInfo, card_usage, node_cards, overcommitments
+from tessera.devcluster.services import service_account_subject, webhook_configuration
+from tessera.devcluster.workloads import quantities_as_strings
+from tessera.vocabulary import (
+    Allocation,
+    ContainerAllocation,
+    ContainerRequest,
+    PodRequest,
+    Vocabulary,
+    encode_allocation,
+    encode_request,
+)
+
+VOCAB = Vocabulary()
+
+
+def make_node(spec: GpuNodeSpec) -> dict[str, Any]:
+    return {**node_object(spec, VOCAB), **node_status(spec, VOCAB)}
+
+
+def make_pod(
+    name: str,
+    containers: list[tuple[str, tuple[int, ...], int, int]],
+    node: str | None = "n1",
+    phase: str = "Pending",
+    init: tuple[str, ...] = (),
+) -> dict[str, Any]:
+    """containers: (name, card indices, core %, memory MiB); 0/0 = whole cards."""
+    allocation = Allocation(
+        node="n1",
+        containers=tuple(
+            ContainerAllocation(c, idx, core, mem, init=c in init)
+            for c, idx, core, mem in containers
+        ),
+        pod_uid=f"uid-{name}",
+    )
+    spec: dict[str, Any] = {"containers": [{"name": c[0]} for c in containers]}
+    if node:
+        spec["nodeName"] = node
+    return {
+        "metadata": {
+            "name": name, "namespace": "ns", "uid": f"uid-{name}",
+            "annotations": {VOCAB.allocation_annotation: encode_allocation(allocation)},
+        },
+        "spec": spec,
+        "status": {"phase": phase},
+    }
+
+
+TWO_CARDS = uniform("n1", 2, "Tesla-T4", 16000)
+
+
+@pytest.mark.parametrize(
+    ("pods", "problem"),
+    [
+        ([make_pod("a", [("c", (0,), 0, 0)]), make_pod("b", [("c", (0,), 10, 100)])],
+         "whole card shared"),
+        ([make_pod("a", [("c", (1,), 60, 100)]), make_pod("b", [("c", (1,), 50, 100)])],
+         "core 110% > 100%"),
+        ([make_pod("a", [("c", (0,), 10, 9000)]), make_pod("b", [("c", (0,), 10, 9000)])],
+         "memory 18000 > 16000 MiB"),
+        ([make_pod("a", [("c", (5,), 10, 10)])], "card 5"),
+    ],
+)
+def test_the_usage_oracle_reports_every_kind_of_overcommitment(
+    pods: list[dict[str, Any]], problem: str
+) -> None:
+    found = overcommitments(card_usage([make_node(TWO_CARDS)], pods, VOCAB))
+    assert any(problem in p for p in found), found
+
+
+@pytest.mark.parametrize(
+    "pods",
+    [
+        # Init containers run before the others: the pod holds the larger, not the sum.
+        [make_pod("a", [("init", (0,), 80, 100), ("c", (0,), 80, 100)], init=("init",)),
+         make_pod("b", [("c", (0,), 20, 100)])],
+        # An unbound pod's record is a leftover of an interrupted bind; it holds nothing.
+        [make_pod("a", [("c", (0,), 0, 0)], node=None), make_pod("b", [("c", (0,), 0, 0)])],
+        # A finished pod has given its cards back.
+        [make_pod("a", [("c", (0,), 0, 0)], phase="Succeeded"),
+         make_pod("b", [("c", (0,), 0, 0)])],
+    ],
+)
+def test_the_usage_oracle_counts_only_what_is_really_held(pods: list[dict[str, Any]]) -> None:
+    assert overcommitments(card_usage([make_node(TWO_CARDS)], pods, VOCAB)) == []
+
+
+@pytest.mark.parametrize(
+    ("spec", "expected"),
+    [
+        (uniform("n", 2, "Tesla-T4", 15360),
+         [CardInfo(0, "Tesla-T4", 15360), CardInfo(1, "Tesla-T4", 15360)]),
+        (uniform("n", 2, "NVIDIA-A10", 24576, inventory=Inventory.GFD),
+         [CardInfo(0, "NVIDIA-A10", 24576), CardInfo(1, "NVIDIA-A10", 24576)]),
+        (GpuNodeSpec("n", (Card("A100", 81920), Card("T4", 15360)), inventory=Inventory.CARDS),
+         [CardInfo(0, "A100", 81920), CardInfo(1, "T4", 15360)]),
+    ],
+)
+def test_fake_nodes_describe_their_cards_in_each_inventory_form(
+    spec: GpuNodeSpec, expected: list[CardInfo]
+) -> None:
+    node = make_node(spec)
+    assert node_cards(node, VOCAB) == expected
+    assert node["status"]["allocatable"][VOCAB.core_resource] == str(100 * len(spec.cards))
+    assert node["status"]["capacity"] == node["status"]["allocatable"]
+
+
+def test_gfd_labels_refuse_to_describe_mixed_cards() -> None:
+    with pytest.raises(ValueError, match="identical cards"):
+        node_object(GpuNodeSpec("n", (Card("A", 1), Card("B", 2)), inventory=Inventory.GFD),
+                    VOCAB)
+
+
+def test_the_scheduler_configuration_hands_gpu_resources_to_our_extender_alone() -> None:
+    ca = ClusterCA()
+    client = ca.client("scheduler")
+    spec = extender_spec("https://127.0.0.1:1/scheduler", VOCAB, ca.cert_pem, client)
+    config = scheduler_configuration(Path("/k.yaml"), spec)
+    (entry,) = config["extenders"]
+    assert config["percentageOfNodesToScore"] == 100
+    assert config["leaderElection"] == {"leaderElect": False}
+    assert entry["nodeCacheCapable"] is True and entry["ignorable"] is False
+    assert (entry["filterVerb"], entry["prioritizeVerb"], entry["bindVerb"]) == (
+        "filter", "prioritize", "bind")
+    assert entry["managedResources"] == [
+        {"name": "elasticgpu.io/gpu-core", "ignoredByScheduler": True},
+        {"name": "elasticgpu.io/gpu-memory", "ignoredByScheduler": True},
+    ]
+    assert entry["enableHTTPS"] is True
+    assert base64.b64decode(entry["tlsConfig"]["caData"]) == ca.cert_pem
+    assert base64.b64decode(entry["tlsConfig"]["certData"]) == client.cert_pem
+    assert "extenders" not in scheduler_configuration(Path("/k.yaml"), None)
+
+
+def test_the_shipped_webhook_registration_is_pointed_at_loopback_and_keeps_its_rules() -> None:
+    shipped = {
+        "kind": "MutatingWebhookConfiguration",
+        "metadata": {"name": "tessera"},
+        "webhooks": [{
+            "name": "pods.example", "failurePolicy": "Fail", "rules": [{"operations": ["CREATE"]}],
+            "clientConfig": {"service": {"name": "svc", "namespace": "ns", "path": "/mutate"}},
+        }],
+    }
+    (hook,) = webhook_configuration(shipped, "https://127.0.0.1:9443", b"PEM")["webhooks"]
+    assert hook["clientConfig"] == {"url": "https://127.0.0.1:9443/mutate",
+                                    "caBundle": base64.b64encode(b"PEM").decode()}
+    assert hook["rules"] == [{"operations": ["CREATE"]}] and hook["failurePolicy"] == "Fail"
+    assert "service" in shipped["webhooks"][0]["clientConfig"]  # the input is not modified
+
+
+@pytest.mark.parametrize(
+    ("subjects", "expected"),
+    [
+        ([[{"kind": "ServiceAccount", "name": "a", "namespace": "ns"}],
+          [{"kind": "ServiceAccount", "name": "a", "namespace": "ns"}, {"kind": "User",
+                                                                         "name": "u"}]],
+         ("ns", "a")),
+        ([[{"kind": "ServiceAccount", "name": "a", "namespace": "ns"}],
+          [{"kind": "ServiceAccount", "name": "b", "namespace": "ns"}]], None),
+        ([[]], None),
+    ],
+)
+def test_the_allocator_identity_is_the_one_service_account_its_rbac_binds(
+    subjects: list[list[dict[str, str]]], expected: tuple[str, str] | None
+) -> None:
+    docs = [{"kind": "RoleBinding", "subjects": s} for s in subjects]
+    if expected is None:
+        with pytest.raises(DevClusterError, match="exactly one ServiceAccount"):
+            service_account_subject(docs)
+    else:
+        assert service_account_subject(docs) == expected
+
+
+def test_client_certificates_carry_the_user_as_cn_and_groups_as_o() -> None:
+    pair = ClusterCA().client("alice", ("system:masters",))
+    subject = x509.load_pem_x509_certificate(pair.cert_pem).subject
+    assert subject.get_attributes_for_oid(NameOID.COMMON_NAME)[0].value == "alice"
+    assert [a.value for a in subject.get_attributes_for_oid(NameOID.ORGANIZATION_NAME)] == [
+        "system:masters"]
+
+
+def test_a_token_kubeconfig_carries_the_token_and_the_ca() -> None:
+    doc = kubeconfig_document("https://127.0.0.1:6443", b"CA", "sa", token="t0k")
+    assert doc["users"][0]["user"] == {"token": "t0k"}
+    assert doc["clusters"][0]["cluster"]["certificate-authority-data"] == "Q0E="
+
+
+def test_yaml_number_quantities_become_strings_as_the_api_stores_them() -> None:
+    pod = {"spec": {"containers": [{"resources": {"limits": {"aliyun.com/gpu-mem": 5}}}]}}
+    assert quantities_as_strings(pod)["spec"]["containers"][0]["resources"]["limits"] == {
+        "aliyun.com/gpu-mem": "5"}
+
+
+def bound_pod(request: PodRequest, allocation: Allocation, annotations: dict[str, str]
+              ) -> dict[str, Any]:
+    return {
+        "metadata": {
+            "name": "p", "uid": "u1", "labels": {"elasticgpu.io/assumed": "true"},
+            "annotations": {VOCAB.request_annotation: encode_request(request),
+                            VOCAB.allocation_annotation: encode_allocation(allocation),
+                            "elasticgpu.io/assumed": "true", **annotations},
+        },
+        "spec": {"nodeName": "n1"},
+    }
+
+
+@pytest.mark.parametrize(
+    ("indices", "agent", "problem"),
+    [
+        ((0, 1), "0,1", None),
+        ((0, 1), "0", "agent annotation"),
+        ((0,), "0", "wants 2 whole cards"),
+        ((0, 7), "0,7", "do not exist"),
+    ],
+)
+def test_allocation_checks_catch_records_that_disagree_with_the_request_or_the_agent_keys(
+    indices: tuple[int, ...], agent: str, problem: str | None
+) -> None:
+    request = PodRequest((ContainerRequest("main", cards=2),))
+    allocation = Allocation("n1", (ContainerAllocation("main", indices),), pod_uid="u1")
+    pod = bound_pod(request, allocation, {"elasticgpu.io/container-main": agent})
+    cards = [CardInfo(0, "T4", 16000), CardInfo(1, "T4", 16000)]
+    found = allocation_problems(pod, cards, VOCAB)
+    if problem is None:
+        assert found == []
+    else:
+        assert any(problem in p for p in found), found
+
+
+@pytest.mark.parametrize(
+    ("request_", "fits"),
+    [
+        (PodRequest((ContainerRequest("c", cards=1),)), False),  # the one card is shared
+        (PodRequest((ContainerRequest("c", core_percent=50),)), True),
+        (PodRequest((ContainerRequest("c", core_percent=70),)), False),
+        (PodRequest((ContainerRequest("c", core_percent=50, memory_mib=9000),)), False),
+        (PodRequest((ContainerRequest("c", memory_percent=50),)), True),
+        (PodRequest((ContainerRequest("c", core_percent=10),), models=("A100",)), False),
+    ],
+)
+def test_the_fit_oracle_sees_what_is_left_on_each_card(request_: PodRequest, fits: bool) -> None:
+    one_card = uniform("n1", 1, "Tesla-T4", 16000)
+    usage = card_usage([make_node(one_card)], [make_pod("a", [("c", (0,), 40, 8000)])], VOCAB)
+    assert (fits_now(request_, usage) is not None) is fits
