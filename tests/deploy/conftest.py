@@ -13,6 +13,7 @@ would race ours for every pod. No scheduler runs here unless a test starts one.
 from __future__ import annotations
 
 import shutil
+import subprocess
 import sys
 import tempfile
 from collections.abc import Iterator
@@ -20,9 +21,24 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from deploy_helpers import (
+    MANIFESTS,
+    NAMESPACE,
+    Doc,
+    certs_job_command,
+    dump,
+    kustomize,
+    run,
+    run_kubectl,
+    service_account_kubeconfig,
+)
 
 from tessera.devcluster.binaries import Binaries, ensure_binaries
 from tessera.devcluster.controlplane import ControlPlane
+from tessera.devcluster.process import free_port
+from tessera.devcluster.services import webhook_configuration
+
+CRDS = Path(__file__).parent / "crds" / "cert-manager-minimal.yaml"
 
 
 @pytest.fixture(scope="session")
@@ -66,3 +82,55 @@ def api_client(control_plane: ControlPlane) -> Iterator[Any]:
 def admin_kubeconfig(control_plane: ControlPlane) -> Path:
     path: Path = control_plane.admin_kubeconfig
     return path
+
+
+@pytest.fixture(scope="session")
+def prepared(kubectl: Path, admin_kubeconfig: Path) -> None:
+    """What an operator's cluster has before `kubectl apply -k`: cert-manager's CRDs (for the
+    cert-manager overlays) and, because a server-side dry run persists nothing, the namespace
+    that the namespaced objects of the same dry run need to exist."""
+    run_kubectl(kubectl, admin_kubeconfig, "apply", "--server-side", f"--filename={CRDS}")
+    run_kubectl(kubectl, admin_kubeconfig, "wait", "--for=condition=Established",
+                "--timeout=60s", "crd/issuers.cert-manager.io", "crd/certificates.cert-manager.io")
+    run_kubectl(kubectl, admin_kubeconfig, "apply", "--server-side",
+                f"--filename={MANIFESTS / 'base' / 'namespace.yaml'}")
+
+
+def loopback_webhook(docs: list[Doc], port: int) -> list[Doc]:
+    """The rendered objects with the webhook's clientConfig pointed at a loopback port.
+
+    The only change to what is installed. There is no cluster network here: given a Service,
+    kube-apiserver would dial its ClusterIP (10.0.0.x), an address outside this machine.
+    Pointed at a port nobody listens on, the webhook is simply down.
+    """
+    result = []
+    for doc in docs:
+        if doc["kind"] == "MutatingWebhookConfiguration":
+            doc = webhook_configuration(doc, f"https://127.0.0.1:{port}", b"")
+            for hook in doc["webhooks"]:
+                del hook["clientConfig"]["caBundle"]  # filled in by the certs Job
+        result.append(doc)
+    return result
+
+
+@pytest.fixture(scope="session")
+def installed(prepared: None, kubectl: Path, admin_kubeconfig: Path) -> list[Doc]:
+    """The self-signed overlay applied for real (no controllers run: no pods, no endpoints)."""
+    docs = loopback_webhook(kustomize(kubectl, MANIFESTS / "overlays" / "self-signed"),
+                            free_port())
+    result = run_kubectl(kubectl, admin_kubeconfig, "apply", "--server-side", "--filename=-",
+                         stdin=dump(docs))
+    assert "PodSecurity" not in result.stderr, result.stderr
+    return docs
+
+
+@pytest.fixture(scope="session")
+def certs_kubeconfig(installed: list[Doc], control_plane: Any, api_client: Any) -> Path:
+    return service_account_kubeconfig(control_plane, api_client, NAMESPACE, "tessera-certs")
+
+
+@pytest.fixture(scope="session")
+def first_run(installed: list[Doc], certs_kubeconfig: Path) -> subprocess.CompletedProcess[str]:
+    return run(certs_job_command(installed, certs_kubeconfig))
+
+

@@ -19,7 +19,7 @@ from typing import Any
 import yaml
 
 ROOT = Path(__file__).resolve().parents[2]
-MANIFESTS = Path(os.environ.get("DEPLOY_DEV_MANIFESTS", ROOT / "manifests"))
+MANIFESTS = ROOT / "manifests"
 OVERLAYS = ("self-signed", "cert-manager", "second-scheduler")
 NAMESPACE = "tessera-system"
 
@@ -144,3 +144,15 @@ def combined_overlay(directory: Path) -> Path:
                                        directory)],
     }))
     return directory
+
+
+def certs_job_command(installed: list[Doc], kubeconfig: Path, *extra: str) -> list[str]:
+    """The Job's command as the container runs it, pointed at our API server."""
+    args = container(one(installed, "Job", "tessera-certs"))["args"]
+    return [*tessera_command(), *localise(args, {}, {"POD_NAMESPACE": NAMESPACE}),
+            f"--kubeconfig={kubeconfig}", *extra]
+
+
+def run(argv: list[str]) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(argv, capture_output=True, text=True, check=False, timeout=120,
+                          env={**kubectl_env(), "KUBERNETES_SERVICE_HOST": ""})

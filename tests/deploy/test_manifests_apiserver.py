@@ -25,38 +25,23 @@ from deploy_helpers import (
     NAMESPACE,
     OVERLAYS,
     Doc,
+    certs_job_command,
     combined_overlay,
     container,
     dump,
-    kubectl_env,
     kustomize,
-    localise,
     one,
+    run,
     run_kubectl,
     service_account_kubeconfig,
     tessera_command,
 )
 
 from certs.material import signed_by
-from tessera.devcluster.process import free_port
-from tessera.devcluster.services import webhook_configuration
 
 pytestmark = pytest.mark.e2e
 
-CRDS = Path(__file__).parent / "crds" / "cert-manager-minimal.yaml"
 ALL = [*OVERLAYS, "cert-manager+second-scheduler"]
-
-
-@pytest.fixture(scope="module")
-def prepared(kubectl: Path, admin_kubeconfig: Path) -> None:
-    """What an operator's cluster has before `kubectl apply -k`: cert-manager's CRDs (for the
-    cert-manager overlays) and, because a server-side dry run persists nothing, the namespace
-    that the namespaced objects of the same dry run need to exist."""
-    run_kubectl(kubectl, admin_kubeconfig, "apply", "--server-side", f"--filename={CRDS}")
-    run_kubectl(kubectl, admin_kubeconfig, "wait", "--for=condition=Established",
-                "--timeout=60s", "crd/issuers.cert-manager.io", "crd/certificates.cert-manager.io")
-    run_kubectl(kubectl, admin_kubeconfig, "apply", "--server-side",
-                f"--filename={MANIFESTS / 'base' / 'namespace.yaml'}")
 
 
 def overlay_dir(name: str, tmp_path: Path) -> Path:
@@ -167,34 +152,6 @@ def test_the_same_dry_run_warns_about_a_pod_template_that_breaks_the_restricted_
 # ----------------------------------------------------------------------------- installed
 
 
-def loopback_webhook(docs: list[Doc], port: int) -> list[Doc]:
-    """The rendered objects with the webhook's clientConfig pointed at a loopback port.
-
-    The only change to what is installed. There is no cluster network here: given a Service,
-    kube-apiserver would dial its ClusterIP (10.0.0.x), an address outside this machine.
-    Pointed at a port nobody listens on, the webhook is simply down.
-    """
-    result = []
-    for doc in docs:
-        if doc["kind"] == "MutatingWebhookConfiguration":
-            doc = webhook_configuration(doc, f"https://127.0.0.1:{port}", b"")
-            for hook in doc["webhooks"]:
-                del hook["clientConfig"]["caBundle"]  # filled in by the certs Job
-        result.append(doc)
-    return result
-
-
-@pytest.fixture(scope="module")
-def installed(prepared: None, kubectl: Path, admin_kubeconfig: Path) -> list[Doc]:
-    """The self-signed overlay applied for real (no controllers run: no pods, no endpoints)."""
-    docs = loopback_webhook(kustomize(kubectl, MANIFESTS / "overlays" / "self-signed"),
-                            free_port())
-    result = run_kubectl(kubectl, admin_kubeconfig, "apply", "--server-side", "--filename=-",
-                         stdin=dump(docs))
-    assert "PodSecurity" not in result.stderr, result.stderr
-    return docs
-
-
 @pytest.fixture(scope="module")
 def core(api_client: Any) -> Any:
     from kubernetes import client
@@ -207,28 +164,6 @@ def admission(api_client: Any) -> Any:
     from kubernetes import client
 
     return client.AdmissionregistrationV1Api(api_client)
-
-
-def certs_job_command(installed: list[Doc], kubeconfig: Path, *extra: str) -> list[str]:
-    """The Job's command as the container runs it, pointed at our API server."""
-    args = container(one(installed, "Job", "tessera-certs"))["args"]
-    return [*tessera_command(), *localise(args, {}, {"POD_NAMESPACE": NAMESPACE}),
-            f"--kubeconfig={kubeconfig}", *extra]
-
-
-def run(argv: list[str]) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(argv, capture_output=True, text=True, check=False, timeout=120,
-                          env={**kubectl_env(), "KUBERNETES_SERVICE_HOST": ""})
-
-
-@pytest.fixture(scope="module")
-def certs_kubeconfig(installed: list[Doc], control_plane: Any, api_client: Any) -> Path:
-    return service_account_kubeconfig(control_plane, api_client, NAMESPACE, "tessera-certs")
-
-
-@pytest.fixture(scope="module")
-def first_run(installed: list[Doc], certs_kubeconfig: Path) -> subprocess.CompletedProcess[str]:
-    return run(certs_job_command(installed, certs_kubeconfig))
 
 
 def secret(core: Any, name: str) -> Any:
@@ -415,7 +350,7 @@ def test_with_the_webhook_down_a_gpu_pod_is_refused_naming_the_webhook(
     with pytest.raises(ApiException) as refused:
         create_dry_run(core, user_namespace, pod)
     assert refused.value.status == 500
-    message = json.loads(refused.value.body)["message"]
+    message = json.loads(refused.value.body or "{}")["message"]
     assert 'failed calling webhook "pods.tessera.elasticgpu.io"' in message
     assert "connection refused" in message
 
