@@ -9,6 +9,7 @@ the cluster up for kubectl until Ctrl-C and cleans up.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import logging
 import signal
 import sys
@@ -122,6 +123,12 @@ def _submit(core_v1: Any, pods: Iterable[dict[str, Any]], out: TextIO) -> list[s
     return names
 
 
+def _say(stream: TextIO, text: str) -> None:
+    """Print, unless the reader is gone (e.g. ``| tee`` killed by the same Ctrl-C)."""
+    with contextlib.suppress(OSError):  # BrokenPipeError included
+        print(text, file=stream, flush=True)
+
+
 def _wait_for_ctrl_c() -> None:
     def stop(_signum: int, _frame: FrameType | None) -> None:
         raise KeyboardInterrupt
@@ -195,8 +202,11 @@ def run(args: argparse.Namespace) -> int:
         failed = True
         print(f"tessera demo: {exc}", file=sys.stderr)
     finally:
-        print("tessera demo: stopping...", file=out, flush=True)
+        # Whatever happened (a second Ctrl-C, a closed stdout pipe), the children live in
+        # their own sessions and would outlive us: stop them before saying anything.
+        signal.signal(signal.SIGINT, signal.SIG_IGN)
+        signal.signal(signal.SIGTERM, signal.SIG_IGN)
         cluster.stop(keep_files=failed or args.workdir is not None)
-        if failed:
-            print(f"tessera demo: logs kept in {cluster.control_plane.log_dir}", file=sys.stderr)
+        _say(sys.stderr, "tessera demo: stopped and cleaned up" + (
+            f"; logs kept in {cluster.control_plane.log_dir}" if failed else ""))
     return 1 if failed else 0
