@@ -28,6 +28,7 @@ from deploy_helpers import (
     certs_job_command,
     dump,
     kustomize,
+    loopback_webhook,
     run,
     run_kubectl,
     service_account_kubeconfig,
@@ -36,7 +37,6 @@ from deploy_helpers import (
 from tessera.devcluster.binaries import Binaries, ensure_binaries
 from tessera.devcluster.controlplane import ControlPlane
 from tessera.devcluster.process import free_port
-from tessera.devcluster.services import webhook_configuration
 
 CRDS = Path(__file__).parent / "crds" / "cert-manager-minimal.yaml"
 
@@ -94,23 +94,6 @@ def prepared(kubectl: Path, admin_kubeconfig: Path) -> None:
                 "--timeout=60s", "crd/issuers.cert-manager.io", "crd/certificates.cert-manager.io")
     run_kubectl(kubectl, admin_kubeconfig, "apply", "--server-side",
                 f"--filename={MANIFESTS / 'base' / 'namespace.yaml'}")
-
-
-def loopback_webhook(docs: list[Doc], port: int) -> list[Doc]:
-    """The rendered objects with the webhook's clientConfig pointed at a loopback port.
-
-    The only change to what is installed. There is no cluster network here: given a Service,
-    kube-apiserver would dial its ClusterIP (10.0.0.x), an address outside this machine.
-    Pointed at a port nobody listens on, the webhook is simply down.
-    """
-    result = []
-    for doc in docs:
-        if doc["kind"] == "MutatingWebhookConfiguration":
-            doc = webhook_configuration(doc, f"https://127.0.0.1:{port}", b"")
-            for hook in doc["webhooks"]:
-                del hook["clientConfig"]["caBundle"]  # filled in by the certs Job
-        result.append(doc)
-    return result
 
 
 @pytest.fixture(scope="session")

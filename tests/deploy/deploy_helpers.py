@@ -18,6 +18,8 @@ from typing import Any
 
 import yaml
 
+from tessera.devcluster.services import webhook_configuration
+
 ROOT = Path(__file__).resolve().parents[2]
 MANIFESTS = ROOT / "manifests"
 OVERLAYS = ("self-signed", "cert-manager", "second-scheduler")
@@ -156,3 +158,20 @@ def certs_job_command(installed: list[Doc], kubeconfig: Path, *extra: str) -> li
 def run(argv: list[str]) -> subprocess.CompletedProcess[str]:
     return subprocess.run(argv, capture_output=True, text=True, check=False, timeout=120,
                           env={**kubectl_env(), "KUBERNETES_SERVICE_HOST": ""})
+
+
+def loopback_webhook(docs: list[Doc], port: int) -> list[Doc]:
+    """The rendered objects with the webhook's clientConfig pointed at a loopback port.
+
+    The only change to what is installed. There is no cluster network here: given a Service,
+    kube-apiserver would dial its ClusterIP (10.0.0.x), an address outside this machine.
+    Pointed at a port nobody listens on, the webhook is simply down.
+    """
+    result = []
+    for doc in docs:
+        if doc["kind"] == "MutatingWebhookConfiguration":
+            doc = webhook_configuration(doc, f"https://127.0.0.1:{port}", b"")
+            for hook in doc["webhooks"]:
+                del hook["clientConfig"]["caBundle"]  # filled in by the certs Job
+        result.append(doc)
+    return result
