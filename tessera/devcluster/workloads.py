@@ -177,15 +177,19 @@ def failed_scheduling_messages(core_v1: Any, namespace: str) -> dict[str, str]:
 
 
 def unschedulable_message(pod: Mapping[str, Any]) -> str | None:
-    """The scheduler's message on the pod's ``PodScheduled=False`` condition, if any.
+    """The scheduler's verdict that no node fits, from the pod's ``PodScheduled`` condition.
 
-    Prefer this to the FailedScheduling event for showing a reason: kube-scheduler passes the
-    message to ``Eventf`` as a format string (pkg/scheduler/schedule_one.go,
-    handleSchedulingFailure), so a ``%`` in an extender's reason is mangled in the event
-    (``50% core`` becomes ``50%!c(MISSING)ore``) but not in the condition.
+    Only reason ``Unschedulable`` counts (every node was filtered out); ``SchedulerError``
+    (a failed bind, an unreachable extender) means the pod is retried after a back-off, so it
+    is still in flight. Prefer this to the FailedScheduling event for showing a reason:
+    kube-scheduler passes the message to ``Eventf`` as a format string
+    (pkg/scheduler/schedule_one.go, handleSchedulingFailure), so a ``%`` in an extender's
+    reason is mangled in the event (``50% core`` becomes ``50%!c(MISSING)ore``) but not in the
+    condition.
     """
     for condition in (pod.get("status") or {}).get("conditions") or []:
-        if condition.get("type") == "PodScheduled" and condition.get("status") == "False":
+        if (condition.get("type") == "PodScheduled" and condition.get("status") == "False"
+                and condition.get("reason") == "Unschedulable"):
             return str(condition.get("message") or "") or None
     return None
 
@@ -198,8 +202,8 @@ def wait_settled(
     quiet_rounds: int = 3,
     interval: float = 1.0,
 ) -> tuple[dict[str, dict[str, Any]], dict[str, str]]:
-    """Wait until every named pod is bound or has been refused by the scheduler, and the set of
-    bound pods has not changed for ``quiet_rounds`` polls. Returns (bound pods by name,
+    """Wait until every named pod is bound or found unschedulable by the scheduler, and the set
+    of bound pods has not changed for ``quiet_rounds`` polls. Returns (bound pods by name,
     the scheduler's message by name of the pods still unbound).
     """
     wanted = set(names)
