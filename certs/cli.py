@@ -22,7 +22,7 @@ from pathlib import Path
 
 from certs.builder import service_dns_names
 from certs.errors import CertsError
-from certs.files import CA_FILE, FileStore, read_file
+from certs.files import FileStore, read_file
 from certs.issue import BuilderIssuer
 from certs.material import load_certs, normalise_ip
 from certs.plan import LeafTarget, Outcome, ensure
@@ -165,9 +165,12 @@ def _policy(args: argparse.Namespace) -> Policy:
 
 
 def _report(outcome: Outcome, ca_where: str) -> None:
+    """One line per item on stdout (the Job's log); details of the decision at debug level."""
     print(f"CA ({ca_where}): {outcome.ca.action.value}: {outcome.ca.reason}")
     for target, decision in outcome.leaves:
         print(f"{target.target}: {decision.action.value}: {decision.reason}")
+        logger.debug("leaf %s (%s, cn %s): %s", target.target, target.spec.usage.value,
+                     target.spec.common_name, decision.action.value)
 
 
 def _run_files(args: argparse.Namespace, now: datetime) -> int:
@@ -258,6 +261,3 @@ def run(args: argparse.Namespace) -> int:
     except CertsError as exc:
         print(f"tessera certs {args.certs_command}: {exc}", file=sys.stderr)
         return 1
-
-
-__all__ = ["CA_FILE", "add_arguments", "run"]
