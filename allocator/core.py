@@ -16,7 +16,7 @@ from typing import Any
 
 from allocator import agents
 from allocator.errors import ApiError, BindError, Conflict, NotFound, NotReady
-from allocator.fit import Placement, Unfit, place, unfit_reason
+from allocator.fit import NodeState, Placement, Unfit, place, unfit_reason
 from allocator.policies import (
     DEFAULT_POLICY,
     MAX_SCORE,
@@ -135,29 +135,55 @@ class Allocator:
             return FilterOutcome([], {}, dict.fromkeys(names, str(exc)))
         if request is None:
             return FilterOutcome(list(names), {}, {})
-        results = self.state.shape_results(("fit", encode_request(request)))
+        contents = self.state.contents(names)
+        fit = self._fit_by_content(request, names, contents)
+        if all(result is _FITS for result in fit.values()):
+            return FilterOutcome(list(names), {}, {})  # the common case: one pass less
         ok: list[str] = []
         failed: dict[str, str] = {}
         unresolvable: dict[str, str] = {}
-        view_of = self.state.view
-        for name in names:
-            result = results.get(name)
-            if result is None:
-                view = view_of(name)
-                if view is None:
-                    failed[name] = ("node unknown to the GPU allocator "
-                                    "(not seen by its node watch)")
-                    continue
-                result = results[name] = unfit_reason(request, view.state) or _FITS
+        for name, content in zip(names, contents, strict=True):
+            result = fit[content]
             if result is _FITS:
                 ok.append(name)
-            elif not isinstance(result, Unfit):
-                raise AssertionError(f"bad cached fit result {result!r}")
+            elif result is None:
+                failed[name] = "node unknown to the GPU allocator (not seen by its node watch)"
             elif result.resolvable:
                 failed[name] = result.reason
             else:
                 unresolvable[name] = result.reason
         return FilterOutcome(ok, failed, unresolvable)
+
+    def _fit_by_content(self, request: PodRequest, names: Sequence[str],
+                        contents: Sequence[int | None]) -> dict[int | None, Any]:
+        """Fit answer (``_FITS`` or :class:`Unfit`; None for an unknown node) per distinct
+        node content. Fit depends on a node's cards and usage only, so the thousands of
+        alike nodes of a big cluster cost one :func:`unfit_reason`."""
+        memo = self.state.shape_results(("fit", encode_request(request)))
+        out: dict[int | None, Any] = {}
+        for content in set(contents):
+            if content is None:
+                out[None] = None
+                continue
+            result = memo.get(content)
+            if result is None:
+                state, shared = self._state_of(content, names, contents)
+                result = None if state is None else unfit_reason(request, state) or _FITS
+                if shared:
+                    memo[content] = result
+            out[content] = result
+        return out
+
+    def _state_of(self, content: int, names: Sequence[str],
+                  contents: Sequence[int | None]) -> tuple[NodeState | None, bool]:
+        """(a node state with this content, whether results for it may be cached by id)."""
+        state = self.state.content_state(content)
+        if state is not None:
+            return state, True
+        # The id was retired after this call read it (every CONTENT_LIMIT new contents):
+        # answer from that node's current view, and cache nothing under the old id.
+        view = self.state.view(names[contents.index(content)])
+        return (view.state if view is not None else None), False
 
     # ------------------------------------------------------------------ prioritize
     def prioritize(self, pod: Mapping[str, Any], names: Sequence[str]) -> list[tuple[str, int]]:
@@ -167,34 +193,52 @@ class Allocator:
             return [(n, 0) for n in names]
         policy = self.policy_for(request)
         ctx = self.context(request, pod)
+        ranker = getattr(policy, "node_ranker", None)
+        if ranker is not None:
+            # The policy ranks feasible nodes without placing the pod on each (random: a
+            # seeded hash of pod and node); feasibility is the filter's, shared by content.
+            contents = self.state.contents(names)
+            fit = self._fit_by_content(request, names, contents)
+            rank = ranker(ctx)
+            raw = [rank(n) if fit[c] is _FITS else None
+                   for n, c in zip(names, contents, strict=True)]
+            return scale_scores(names, raw)
         choose = chooser(policy, ctx)
-        # Scores of per-pod policies (random) depend on the pod's identity: never cached.
-        results: dict[str, Any] = ({} if policy.per_pod else self.state.shape_results(
-            ("score", policy.name, encode_request(request))))
-        raw: dict[str, float] = {}
+        if policy.per_pod or ctx.extra:
+            # The score depends on the pod's identity, or on facts about the node beyond
+            # its cards (fgd's CPU per node name): computed per node, never shared.
+            raw = []
+            for view in self.state.views(names):
+                score = None
+                if view is not None:
+                    placed = place(request, view.state, choose)
+                    if not isinstance(placed, Unfit):
+                        score = policy.score(view.state, placed.after, ctx)
+                raw.append(score)
+            return scale_scores(names, raw)
+        # Every other score is a function of the node's content: one placement per distinct
+        # content, scaled once, then one C-level pass (zip/map) to pair hosts and scores.
+        contents = self.state.contents(names)
+        memo = self.state.shape_results(("score", policy.name, encode_request(request)))
         missing = object()
-        for name in names:
-            score = results.get(name, missing)
+        by_content: dict[int | None, float | None] = {}
+        for content in set(contents):
+            if content is None:
+                by_content[None] = None
+                continue
+            score = memo.get(content, missing)
             if score is missing:
-                view = self.state.view(name)
-                if view is None:
-                    continue
-                placed = place(request, view.state, choose)
-                score = None if isinstance(placed, Unfit) else policy.score(
-                    view.state, placed.after, ctx)
-                results[name] = score
-            if score is not None:
-                raw[name] = score
-        # normalise() fused with building the reply: one pass over 5,000 names matters here.
-        if not raw:
-            return [(n, 0) for n in names]
-        low, high = min(raw.values()), max(raw.values())
-        get = raw.get
-        if high - low <= 1e-12:
-            return [(n, MAX_SCORE if get(n) is not None else 0) for n in names]
-        scale = MAX_SCORE / (high - low)
-        return [(n, 0 if (s := get(n)) is None else int((s - low) * scale + 0.5))
-                for n in names]
+                state, shared = self._state_of(content, names, contents)
+                score = None
+                if state is not None:
+                    placed = place(request, state, choose)
+                    if not isinstance(placed, Unfit):
+                        score = policy.score(state, placed.after, ctx)
+                if shared:
+                    memo[content] = score
+            by_content[content] = score
+        scaled = dict(zip(by_content, scale(list(by_content.values())), strict=True))
+        return list(zip(names, map(scaled.__getitem__, contents), strict=True))
 
     # ------------------------------------------------------------------ bind
     def bind(self, namespace: str, name: str, uid: str, node: str) -> BindOutcome:
@@ -346,6 +390,23 @@ class Allocator:
             raise BindError(f"binding {namespace}/{name} to {node} conflicted: {exc}") from exc
         except ApiError as exc:
             raise BindError(f"binding {namespace}/{name} to {node} failed: {exc}") from exc
+
+
+def scale(raw: Sequence[float | None]) -> list[int]:
+    """Raw scores (None = not placeable) -> 0..10, min-max scaled like
+    :func:`allocator.policies.normalise` (all equal -> all 10; None -> 0)."""
+    present = [s for s in raw if s is not None]
+    if not present:
+        return [0] * len(raw)
+    low, high = min(present), max(present)
+    if high - low <= 1e-12:
+        return [0 if s is None else MAX_SCORE for s in raw]
+    factor = MAX_SCORE / (high - low)
+    return [0 if s is None else int((s - low) * factor + 0.5) for s in raw]
+
+
+def scale_scores(names: Sequence[str], raw: Sequence[float | None]) -> list[tuple[str, int]]:
+    return list(zip(names, scale(raw), strict=True))
 
 
 def describe_error(exc: BaseException) -> str:

@@ -9,10 +9,12 @@ Concurrency: one short global lock guards every mutation. Each node's state is a
 locking. Binds on one node are serialised by a per-node lock and reserve with an optimistic
 version check, so two binds can never both take the same free room.
 
-Speed: filter and prioritize keep per-request-shape results for every node
-(:meth:`ClusterState.shape_results`). Every node change is appended to a change log; a cached
-shape drops only the nodes changed since it was last used, so a scheduling cycle recomputes
-the few nodes that changed (typically the one the previous pod was bound to), not all 5,000.
+Speed: every node view carries a *content id*: nodes whose cards and usage are equal (names
+and holders aside) share one id. Filter and prioritize keep their per-request-shape results by
+content id (:meth:`ClusterState.shape_results`), so the thousands of alike nodes of a big
+cluster cost one placement per shape, a shape never seen before costs one placement per
+*distinct* node content, and a node change needs no invalidation at all (changed content gets
+another id). Ids are never reused, so a cached result can never describe other content.
 """
 
 from __future__ import annotations
@@ -31,10 +33,17 @@ from tessera.vocabulary import Allocation, CodecError, Vocabulary, decode_alloca
 
 logger = logging.getLogger(__name__)
 
-#: Request shapes whose per-node results are kept (least recently used beyond that go).
+#: Request shapes whose per-content results are kept (least recently used beyond that go).
 SHAPE_LIMIT = 256
-#: Change-log length after which every shape cache is dropped and the log restarts.
-CHANGE_LOG_LIMIT = 200_000
+#: Distinct node contents remembered (ids and per-shape results); beyond it both restart.
+CONTENT_LIMIT = 100_000
+
+#: What makes two nodes alike for filter and for scores: the sorted per-card (model, memory,
+#: core used, memory used, whole, idle). Left out on purpose: the node's name, the holders,
+#: and which index each card has. Fit answers and reasons never depend on them, nor do the
+#: scores of the non-per-pod policies (binpack, spread, fgd: sums over cards); the cards a
+#: bind takes are chosen again on the real node, indices and all.
+ContentKey = tuple[tuple[str, int, int, int, bool, bool], ...]
 
 TERMINAL_PHASES = frozenset({"Succeeded", "Failed"})
 
@@ -55,18 +64,28 @@ class PodRecord:
     stage: Stage
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True, eq=False)
 class NodeView:
-    """One version of a node: swapped as a whole, so readers never see half an update."""
+    """One version of a node: swapped as a whole, so readers never see half an update.
+
+    Compared by identity (one object per version): ``None in views`` over 5,000 views then
+    stays a C loop instead of 5,000 calls of a generated ``__eq__``.
+
+    ``content`` is equal for two views exactly when their cards and usage are equal (see
+    :data:`ContentKey`): results computed from the cards alone may be shared between them.
+    """
 
     state: NodeState
     version: int
+    content: int = -1
 
 
-@dataclass
-class _ShapeCache:
-    seq: int
-    results: dict[str, Any] = field(default_factory=dict)
+def content_key(state: NodeState) -> ContentKey:
+    return tuple(sorted(
+        (c.card.model, c.card.memory_mib, c.core_used, c.memory_used_mib, c.whole,
+         not c.holders)
+        for c in state.cards
+    ))
 
 
 @dataclass
@@ -88,9 +107,13 @@ class ClusterState:
         self._by_node: dict[str, set[str]] = {}
         self._bad: dict[str, str] = {}  # pod uid -> why its allocation record was ignored
         self._synced = threading.Event()
-        self._change_log: list[str] = []  # node names, in order of change
-        self._log_base = 0  # sequence number of _change_log[0]
-        self._shapes: dict[Any, _ShapeCache] = {}
+        # name -> current view: one dict read per node on the verbs' hot path (lock-free).
+        self._views: dict[str, NodeView] = {}
+        self._content_of: dict[str, int] = {}  # name -> content id of its current view
+        self._content_ids: dict[ContentKey, int] = {}
+        self._content_rep: dict[int, NodeState] = {}  # content id -> a state with it
+        self._next_content = 0  # never reused: an id always means one content
+        self._shapes: dict[Any, dict[int, Any]] = {}
 
     # ------------------------------------------------------------------ readiness
     @property
@@ -102,8 +125,21 @@ class ClusterState:
 
     # ------------------------------------------------------------------ reads (lock-free)
     def view(self, node: str) -> NodeView | None:
-        entry = self._nodes.get(node)
-        return entry.view if entry is not None else None
+        return self._views.get(node)
+
+    def views(self, names: Iterable[str]) -> list[NodeView | None]:
+        """The current view of each named node (None for unknown ones), in order."""
+        get = self._views.get
+        return [get(n) for n in names]
+
+    def contents(self, names: Iterable[str]) -> list[int | None]:
+        """The content id of each named node (None for unknown ones), in order: the verbs'
+        one pass over every node name."""
+        return list(map(self._content_of.get, names))
+
+    def content_state(self, content: int) -> NodeState | None:
+        """A node state with this content id (None only if the id was retired meanwhile)."""
+        return self._content_rep.get(content)
 
     def cards(self, node: str) -> tuple[Card, ...]:
         entry = self._nodes.get(node)
@@ -122,26 +158,20 @@ class ClusterState:
             return threading.Lock()
         return entry.lock
 
-    def shape_results(self, key: Any) -> dict[str, Any]:
-        """Per-node results cached for a request shape, minus nodes changed since last use.
+    def shape_results(self, key: Any) -> dict[int, Any]:
+        """Results cached for a request shape, by node content id (:attr:`NodeView.content`).
 
-        The caller reads and fills the dict without the lock: a result computed from a view
-        that changes meanwhile is dropped at the next call, because that change is logged
-        after this call's sequence number.
+        Callers read and fill the dict without the lock. Entries never go stale: a result
+        depends only on the content its id stands for, and ids are never reused.
         """
         with self._lock:
-            seq = self._log_base + len(self._change_log)
             cache = self._shapes.pop(key, None)
-            if cache is None or cache.seq < self._log_base:
-                cache = _ShapeCache(seq)
-            elif cache.seq < seq:
-                for name in set(self._change_log[cache.seq - self._log_base:]):
-                    cache.results.pop(name, None)
-                cache.seq = seq
+            if cache is None or len(cache) > CONTENT_LIMIT:
+                cache = {}
             if len(self._shapes) >= SHAPE_LIMIT:
                 self._shapes.pop(next(iter(self._shapes)))
             self._shapes[key] = cache  # re-inserted last: LRU order
-            return cache.results
+            return cache
 
     def drop_shape_caches(self) -> None:
         with self._lock:
@@ -171,7 +201,8 @@ class ClusterState:
     def remove_node(self, name: str) -> None:
         with self._lock:
             self._nodes.pop(name, None)
-            self._log_change(name)
+            self._views.pop(name, None)
+            self._content_of.pop(name, None)
 
     def replace_nodes(self, nodes: Iterable[Mapping[str, Any]]) -> None:
         """A fresh list: apply every node, forget nodes that are gone."""
@@ -185,6 +216,8 @@ class ClusterState:
             for name in list(self._nodes):
                 if name not in seen:
                     del self._nodes[name]
+                    self._views.pop(name, None)
+                    self._content_of.pop(name, None)
 
     # ------------------------------------------------------------------ pods
     def apply_pod(self, pod: Mapping[str, Any]) -> None:
@@ -311,14 +344,27 @@ class ClusterState:
             logger.error("node %s over-committed: %s", name, "; ".join(problems),
                          extra={"node": name})
         entry.problems = problems
-        entry.view = NodeView(state, entry.view.version + 1)
-        self._log_change(name)
+        content = self._content_id(state)
+        entry.view = NodeView(state, entry.view.version + 1, content)
+        self._views[name] = entry.view
+        self._content_of[name] = content
 
-    def _log_change(self, name: str) -> None:
-        self._change_log.append(name)
-        if len(self._change_log) >= CHANGE_LOG_LIMIT:
-            self._log_base += len(self._change_log)
-            self._change_log = []  # every cache is now older than the base: rebuilt on use
+    def _content_id(self, state: NodeState) -> int:
+        key = content_key(state)
+        found = self._content_ids.get(key)
+        if found is not None:
+            return found
+        if len(self._content_ids) >= CONTENT_LIMIT:
+            # Bound memory under endless churn: keep only the ids nodes hold now. Ids are
+            # never reused, so no cached result can ever describe other content.
+            live = set(self._content_of.values())
+            self._content_ids = {k: i for k, i in self._content_ids.items() if i in live}
+            self._content_rep = {i: s for i, s in self._content_rep.items() if i in live}
+            self._shapes.clear()
+        found = self._content_ids[key] = self._next_content
+        self._content_rep[found] = state
+        self._next_content += 1
+        return found
 
     # ------------------------------------------------------------------ status
     def snapshot(self) -> dict[str, Any]:

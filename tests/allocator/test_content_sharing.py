@@ -1,0 +1,139 @@
+"""Filter and prioritize share results between alike nodes: the answers must equal a plain
+per-node computation (unfit_reason / place + score, min-max scaled), node by node."""
+
+from __future__ import annotations
+
+import random
+from typing import Any
+
+import pytest
+from alloc_builders import VOCAB, make_node, request, share, whole
+
+from allocator.core import Allocator, AllocatorConfig
+from allocator.fit import Unfit, place, unfit_reason
+from allocator.policies import MAX_SCORE, PolicyContext, chooser, get_policy
+from allocator.state import ClusterState
+from tessera.vocabulary import (
+    Allocation,
+    ContainerAllocation,
+    PodRequest,
+    encode_allocation,
+    encode_request,
+)
+
+
+def _bound(uid: str, node: str, *containers: ContainerAllocation) -> dict[str, Any]:
+    alloc = Allocation(node=node, containers=containers, pod_uid=uid)
+    return {"metadata": {"uid": uid, "namespace": "ns", "name": uid,
+                         "annotations": {VOCAB.allocation_annotation: encode_allocation(alloc)}},
+            "spec": {"nodeName": node}, "status": {"phase": "Running"}}
+
+
+def _cluster(seed: int) -> ClusterState:
+    """40 nodes of 4 cards in few distinct usages (many alike, some with shuffled cards)."""
+    rng = random.Random(seed)
+    state = ClusterState(VOCAB)
+    state.replace_nodes(make_node(f"n{i}", count=4, memory_mib=16000) for i in range(40))
+    pods = []
+    for i in range(40):
+        for card in range(4):
+            pick = rng.choice(["idle", "idle", "whole", 30, 60, 90])
+            uid = f"n{i}-{card}"
+            if pick == "whole":
+                pods.append(_bound(uid, f"n{i}", ContainerAllocation("c", (card,))))
+            elif isinstance(pick, int):
+                pods.append(_bound(uid, f"n{i}", ContainerAllocation(
+                    "c", (card,), core_percent=pick, memory_mib=160 * pick)))
+    state.replace_pods(pods)
+    state.mark_synced()
+    return state
+
+
+def _pod(req: PodRequest) -> dict[str, Any]:
+    return {"metadata": {"name": "p", "namespace": "ns", "uid": "u",
+                         "annotations": {VOCAB.request_annotation: encode_request(req)}},
+            "spec": {"containers": [{"name": c.name} for c in req.containers]}}
+
+
+REQUESTS = [
+    request(share(core=30, mem=4000)),
+    request(share(core=50, pct=50)),
+    request(whole(cards=2)),
+    request(whole(cards=1), share("side", core=40, mem=1000)),
+    request(share(core=90, mem=15000)),
+]
+
+
+@pytest.mark.parametrize("req", REQUESTS)
+@pytest.mark.parametrize("seed", [1, 2])
+def test_filter_equals_the_per_node_answer(req: PodRequest, seed: int) -> None:
+    state = _cluster(seed)
+    alloc = Allocator(state, api=None, config=AllocatorConfig())  # type: ignore[arg-type]
+    names = [*state.node_names(), "ghost"]
+    for _ in range(2):  # cold, then from the shared cache
+        out = alloc.filter(_pod(req), names)
+        for name in state.node_names():
+            view = state.view(name)
+            assert view is not None
+            why = unfit_reason(req, view.state)
+            if why is None:
+                assert name in out.nodes
+            else:
+                where = out.failed if why.resolvable else out.unresolvable
+                assert where[name] == why.reason
+        assert "ghost" in out.failed
+
+
+@pytest.mark.parametrize("req", REQUESTS)
+@pytest.mark.parametrize("policy", ["binpack", "spread"])
+def test_prioritize_equals_the_per_node_scores(req: PodRequest, policy: str) -> None:
+    state = _cluster(3)
+    alloc = Allocator(state, api=None,  # type: ignore[arg-type]
+                      config=AllocatorConfig(default_policy=policy))
+    names = [*state.node_names(), "ghost"]
+    pol = get_policy(policy)
+    ctx = PolicyContext(req, pod_key="ns/p/u")
+    raw: dict[str, float] = {}
+    for name in state.node_names():
+        view = state.view(name)
+        assert view is not None
+        placed = place(req, view.state, chooser(pol, ctx))
+        if not isinstance(placed, Unfit):
+            raw[name] = pol.score(view.state, placed.after, ctx)
+    low, high = min(raw.values(), default=0.0), max(raw.values(), default=0.0)
+    expected = {
+        n: 0 if n not in raw else MAX_SCORE if high - low <= 1e-12
+        else int((raw[n] - low) * MAX_SCORE / (high - low) + 0.5)
+        for n in names
+    }
+    for _ in range(2):
+        assert dict(alloc.prioritize(_pod(req), names)) == expected
+
+
+def test_random_ranks_only_feasible_nodes_reproducibly_and_differently_per_pod() -> None:
+    state = _cluster(4)
+    alloc = Allocator(state, api=None,  # type: ignore[arg-type]
+                      config=AllocatorConfig(default_policy="random", seed=5))
+    req = request(whole(cards=2))
+    names = state.node_names()
+    first = dict(alloc.prioritize(_pod(req), names))
+    other_pod = _pod(req)
+    other_pod["metadata"]["uid"] = "v"
+    other = dict(alloc.prioritize(other_pod, names))
+    assert first == dict(alloc.prioritize(_pod(req), names))
+    assert first != other
+    feasible = set(alloc.filter(_pod(req), names).nodes)
+    assert {n for n, s in first.items() if s > 0} <= feasible
+    assert max(first.values()) == MAX_SCORE
+
+
+def test_a_node_change_is_seen_by_the_next_filter() -> None:
+    state = ClusterState(VOCAB)
+    state.replace_nodes([make_node("a", count=1), make_node("b", count=1)])
+    state.mark_synced()
+    alloc = Allocator(state, api=None, config=AllocatorConfig())  # type: ignore[arg-type]
+    req = request(whole(cards=1))
+    assert alloc.filter(_pod(req), ["a", "b"]).nodes == ["a", "b"]
+    state.apply_pod(_bound("x", "a", ContainerAllocation("c", (0,))))
+    out = alloc.filter(_pod(req), ["a", "b"])
+    assert out.nodes == ["b"] and out.failed == {"a": "needs 1 whole card, 0 free"}
