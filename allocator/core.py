@@ -9,7 +9,9 @@ allocation record + agent dialects), then the Binding; every failure undoes what
 from __future__ import annotations
 
 import logging
+import threading
 import time
+from collections import OrderedDict
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -42,6 +44,8 @@ from tessera.vocabulary import (
 logger = logging.getLogger(__name__)
 
 _FITS = "ok"  # memo value for "fits"
+#: Pods remembered from filter for their bind (kube-scheduler binds within seconds).
+RECENT_PODS = 1024
 
 
 @dataclass(frozen=True)
@@ -101,6 +105,10 @@ class Allocator:
         self.clock = clock
         self.is_leader = is_leader
         get_policy(config.default_policy)  # validate at start
+        # Pods kube-scheduler just sent to filter/prioritize, by UID: bind uses the copy
+        # instead of reading the pod again (one API round trip of three).
+        self._recent: OrderedDict[str, Obj] = OrderedDict()
+        self._recent_lock = threading.Lock()
 
     # ------------------------------------------------------------------ common
     def check_ready(self) -> None:
@@ -116,6 +124,33 @@ class Allocator:
             return read_pod_request(pod, self.config.dialects)
         except (CodecError, RequestError) as exc:
             raise RequestError(f"invalid GPU request: {exc}") from exc
+
+    def remember(self, pod: Mapping[str, Any]) -> None:
+        """Keep the pod the scheduler sent with a verb, for its bind (bounded, LRU).
+
+        Safe because every write of bind is conditional or checked: the PATCH carries the
+        UID as precondition, the Binding fails if the pod is bound meanwhile (and then the
+        pod is read again), and the scheduler only filters pods that are not bound yet.
+        """
+        uid = (pod.get("metadata") or {}).get("uid")
+        if isinstance(uid, str) and uid and isinstance(pod, dict):
+            with self._recent_lock:
+                self._recent[uid] = pod
+                self._recent.move_to_end(uid)
+                if len(self._recent) > RECENT_PODS:
+                    self._recent.popitem(last=False)
+
+    def _recall(self, namespace: str, name: str, uid: str) -> Obj | None:
+        if not uid:
+            return None
+        with self._recent_lock:
+            pod = self._recent.pop(uid, None)
+        meta = (pod or {}).get("metadata") or {}
+        if pod is None or meta.get("name") != name or meta.get("namespace", "") != namespace:
+            return None
+        if (pod.get("spec") or {}).get("nodeName"):
+            return None  # not what the scheduler sends; read the truth instead
+        return pod
 
     def policy_for(self, request: PodRequest) -> Policy:
         return get_policy(request.policy or self.config.default_policy)
@@ -135,6 +170,7 @@ class Allocator:
             return FilterOutcome([], {}, dict.fromkeys(names, str(exc)))
         if request is None:
             return FilterOutcome(list(names), {}, {})
+        self.remember(pod)
         contents = self.state.contents(names)
         fit = self._fit_by_content(request, names, contents)
         if all(result is _FITS for result in fit.values()):
@@ -246,8 +282,10 @@ class Allocator:
         (and then nothing of it remains: cache and pod annotations are rolled back)."""
         self.check_ready()
         who = f"{namespace}/{name}"
+        pod = self._recall(namespace, name, uid)
         try:
-            pod = self.api.get_pod(namespace, name)
+            if pod is None:
+                pod = self.api.get_pod(namespace, name)
         except NotFound as exc:
             raise BindError(f"pod {who} not found") from exc
         except ApiError as exc:

@@ -137,3 +137,28 @@ def test_a_node_change_is_seen_by_the_next_filter() -> None:
     state.apply_pod(_bound("x", "a", ContainerAllocation("c", (0,))))
     out = alloc.filter(_pod(req), ["a", "b"])
     assert out.nodes == ["b"] and out.failed == {"a": "needs 1 whole card, 0 free"}
+
+
+@pytest.mark.parametrize(
+    ("pod_name_in_bind", "reads"),
+    [("p", 0), ("someone-else", 1)],
+)
+def test_bind_reuses_the_pod_filter_just_saw_and_only_for_that_pod(
+    pod_name_in_bind: str, reads: int
+) -> None:
+    from alloc_builders import make_pod
+    from alloc_harness import synced_allocator
+    from fake_kube import FakeKube
+
+    fake = FakeKube()
+    fake.add_node(make_node("n1", count=2))
+    fake.add_pod(make_pod("p", request(share(core=30, mem=2048)), uid="u-1"))
+    fake.add_pod(make_pod("someone-else", request(share(core=30, mem=2048)), uid="u-1"))
+    alloc = synced_allocator(fake)
+    pod = fake.get_pod("default", "p")
+    fake.calls.clear()
+    assert alloc.filter(pod, ["n1"]).nodes == ["n1"]
+    out = alloc.bind("default", pod_name_in_bind, "u-1", "n1")
+    assert out.outcome == "bound"
+    assert [c for c in fake.calls if c[0] == "get_pod"] == [("get_pod", pod_name_in_bind)] * reads
+    assert fake.pods[("default", pod_name_in_bind)]["spec"]["nodeName"] == "n1"

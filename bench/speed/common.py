@@ -1,0 +1,114 @@
+"""Shared helpers of the speed benchmarks: percentiles, tables, result files, HTTPS clients."""
+
+from __future__ import annotations
+
+import csv
+import http.client
+import json
+import os
+import platform
+import ssl
+import statistics
+import time
+from collections.abc import Iterable, Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+RESULTS = Path(__file__).resolve().parents[1] / "results"
+
+
+def percentile(samples: Sequence[float], q: float) -> float:
+    """Nearest-rank percentile (q in 0..1) of unsorted samples; NaN when empty."""
+    if not samples:
+        return float("nan")
+    ordered = sorted(samples)
+    return ordered[min(len(ordered) - 1, max(0, round(q * len(ordered)) - 1))]
+
+
+def summary(samples_ms: Sequence[float]) -> dict[str, float]:
+    return {
+        "n": len(samples_ms),
+        "p50_ms": round(percentile(samples_ms, 0.50), 3),
+        "p90_ms": round(percentile(samples_ms, 0.90), 3),
+        "p99_ms": round(percentile(samples_ms, 0.99), 3),
+        "mean_ms": round(statistics.fmean(samples_ms), 3) if samples_ms else float("nan"),
+    }
+
+
+def machine() -> dict[str, Any]:
+    load = os.getloadavg()
+    return {
+        "cpus": os.cpu_count(),
+        "python": platform.python_version(),
+        "platform": platform.platform(),
+        "loadavg_at_end": [round(x, 2) for x in load],
+        "when": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+    }
+
+
+def print_table(rows: Sequence[Mapping[str, Any]], columns: Sequence[str]) -> None:
+    widths = {c: max(len(c), *(len(_fmt(r.get(c))) for r in rows)) for c in columns}
+    print("  ".join(c.ljust(widths[c]) for c in columns))
+    for r in rows:
+        print("  ".join(_fmt(r.get(c)).ljust(widths[c]) for c in columns), flush=True)
+
+
+def _fmt(value: Any) -> str:
+    if isinstance(value, float):
+        return f"{value:.2f}"
+    return "" if value is None else str(value)
+
+
+def write_results(stem: str, rows: Iterable[Mapping[str, Any]], meta: Mapping[str, Any]) -> None:
+    """bench/results/<stem>.csv (rows) and <stem>.json (rows + how they were made)."""
+    rows = list(rows)
+    RESULTS.mkdir(parents=True, exist_ok=True)
+    columns: list[str] = []
+    for r in rows:
+        columns.extend(k for k in r if k not in columns)
+    with (RESULTS / f"{stem}.csv").open("w", newline="") as fh:
+        writer = csv.DictWriter(fh, fieldnames=columns)
+        writer.writeheader()
+        writer.writerows(rows)
+    doc = {"meta": {**meta, "machine": machine()}, "rows": rows}
+    (RESULTS / f"{stem}.json").write_text(json.dumps(doc, indent=2) + "\n")
+    print(f"wrote {RESULTS / stem}.csv and .json")
+
+
+class Client:
+    """One kept-alive HTTPS connection (as kube-scheduler's extender client keeps one)."""
+
+    def __init__(self, port: int, context: ssl.SSLContext, host: str = "127.0.0.1") -> None:
+        self.host, self.port, self.context = host, port, context
+        self.conn = self._connect()
+
+    def _connect(self) -> http.client.HTTPSConnection:
+        return http.client.HTTPSConnection(self.host, self.port, context=self.context,
+                                           timeout=30)
+
+    def post(self, path: str, body: bytes) -> tuple[int, bytes, float]:
+        """(status, body, seconds) of one POST; reconnects once on a dropped connection."""
+        for attempt in (0, 1):
+            try:
+                t0 = time.perf_counter()
+                self.conn.request("POST", path, body,
+                                  {"Content-Type": "application/json"})
+                resp = self.conn.getresponse()
+                data = resp.read()
+                return resp.status, data, time.perf_counter() - t0
+            except (http.client.HTTPException, ConnectionError):
+                self.conn.close()
+                self.conn = self._connect()
+                if attempt:
+                    raise
+        raise AssertionError("unreachable")
+
+    def close(self) -> None:
+        self.conn.close()
+
+
+def client_context(ca: Path, cert: Path | None = None, key: Path | None = None) -> ssl.SSLContext:
+    ctx = ssl.create_default_context(cafile=str(ca))
+    if cert is not None and key is not None:
+        ctx.load_cert_chain(str(cert), str(key))
+    return ctx

@@ -1,0 +1,262 @@
+"""The allocator's extender verbs over HTTPS, as kube-scheduler calls them, on a real API.
+
+Setup (the dev-cluster harness, tessera/devcluster, without kube-scheduler so that this
+client is the only caller): etcd + kube-apiserver v1.34.4 on loopback, ``tessera allocator``
+(real gunicorn, one worker + threads, mutual TLS, the shipped RBAC and leader election on)
+watching it. Fake nodes of 8 cards x 16 GiB are created through the API (1,000, then grown to
+5,000); the allocator learns them from its node watch.
+
+Per cluster size it measures, with one kept-alive mutual-TLS connection like the scheduler's:
+
+- ``filter`` and ``prioritize`` with ``ExtenderArgs{Pod, NodeNames}`` for **every** node
+  (``percentageOfNodesToScore: 100``), the pod being the full Pod JSON the API server returns
+  for a pod mutated by Tessera's webhook code (managedFields, defaults, annotations). Regimes:
+  *warm* — the same request shape again (a scheduler working through a batch of alike pods);
+  *cold* — a request shape the allocator has never seen (a new core/memory pair each call);
+- ``bind`` one pod at a time (latency: read pod, PATCH annotations, create Binding, all over
+  loopback HTTPS to the real API server), then ``--bind-threads`` concurrent binders
+  (kube-scheduler binds asynchronously) for sustained binds/s;
+- ``filter``/``prioritize`` *warm* again after the binds, when node contents are diverse.
+
+Usage: ``.venv/bin/python -m bench.speed.extender_http [--nodes 1000 5000] [--policy binpack]``
+"""
+
+from __future__ import annotations
+
+import argparse
+import copy
+import json
+import random
+import threading
+import time
+from collections.abc import Callable, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any
+
+from bench.speed.common import Client, client_context, print_table, summary, write_results
+from tessera.devcluster.binaries import ensure_binaries
+from tessera.devcluster.cluster import DevCluster, Options
+from tessera.devcluster.nodes import create_nodes, uniform
+from tessera.devcluster.services import Services
+from tessera.devcluster.workloads import container, ensure_namespace, make_pod
+from tessera.vocabulary import ContainerRequest, PodRequest, encode_request
+from webhook.config import WebhookConfig
+from webhook.mutation import mutate_pod
+
+NAMESPACE = "bench"
+CARDS, CARD_MIB = 8, 16384
+COLUMNS = ["nodes", "verb", "regime", "n", "p50_ms", "p90_ms", "p99_ms", "mean_ms",
+           "per_s", "reply_kb"]
+
+
+def _new_core_v1(dev: DevCluster) -> Any:
+    from kubernetes import client, config
+
+    api = config.new_client_from_config(config_file=str(dev.kubeconfig))  # type: ignore[no-untyped-call]
+    return client.CoreV1Api(api)
+
+
+def _parallel(dev: DevCluster, items: Sequence[Any], work: Callable[[Any, list[Any]], None],
+              threads: int) -> None:
+    chunks = [list(items[i::threads]) for i in range(threads)]
+    with ThreadPoolExecutor(threads) as pool:
+        for f in [pool.submit(work, _new_core_v1(dev), c) for c in chunks if c]:
+            f.result()
+
+
+def grow_nodes(dev: DevCluster, start: int, stop: int, threads: int) -> None:
+    specs = [uniform(f"bench-{i:05d}", CARDS, "T4", CARD_MIB) for i in range(start, stop)]
+    _parallel(dev, specs, lambda core, chunk: create_nodes(core, chunk, dev.vocabulary),
+              threads)
+
+
+def gpu_pod(name: str, core: int, mem: int) -> dict[str, Any]:
+    raw = make_pod(name, [container("main", limits={
+        "elasticgpu.io/gpu-core": str(core), "elasticgpu.io/gpu-memory": str(mem),
+        "cpu": "1", "memory": "1Gi"})], labels={"app": "bench", "tier": "training"})
+    pod = dict(mutate_pod(raw, WebhookConfig()).pod)  # exactly what the webhook would admit
+    return pod
+
+
+def create_pods(dev: DevCluster, names: Sequence[str], threads: int) -> None:
+    def work(core: Any, chunk: list[str]) -> None:
+        for name in chunk:
+            core.create_namespaced_pod(NAMESPACE, gpu_pod(name, 30, 4096))
+
+    _parallel(dev, names, work, threads)
+
+
+def read_pod_json(core: Any, name: str) -> dict[str, Any]:
+    resp = core.read_namespaced_pod(name, NAMESPACE, _preload_content=False)
+    doc: dict[str, Any] = json.loads(resp.data)
+    return doc
+
+
+def with_shape(template: dict[str, Any], core: int, mem: int) -> dict[str, Any]:
+    """The template pod asking for another share (annotation and resources agree)."""
+    pod = copy.deepcopy(template)
+    req = PodRequest((ContainerRequest("main", core_percent=core, memory_mib=mem),))
+    pod["metadata"]["annotations"]["elasticgpu.io/gpu-request"] = encode_request(req)
+    res = pod["spec"]["containers"][0]["resources"]
+    for kind in ("limits", "requests"):
+        res[kind]["elasticgpu.io/gpu-core"] = str(core)
+        res[kind]["elasticgpu.io/gpu-memory"] = str(mem)
+    return pod
+
+
+def args_body(pod: dict[str, Any], names: Sequence[str]) -> bytes:
+    return json.dumps({"Pod": pod, "Nodes": None, "NodeNames": list(names)}).encode()
+
+
+def wait_known(cli: Client, template: dict[str, Any], names: Sequence[str],
+               timeout: float = 600.0) -> None:
+    deadline = time.monotonic() + timeout
+    while True:
+        _, data, _ = cli.post("/scheduler/filter", args_body(template, names))
+        reply = json.loads(data)
+        unknown = [n for n, why in reply.get("FailedNodes", {}).items() if "unknown" in why]
+        if not unknown and not reply.get("Error"):
+            return
+        if time.monotonic() > deadline:
+            raise SystemExit(f"allocator still misses {len(unknown)} nodes: {reply.get('Error')}")
+        time.sleep(1.0)
+
+
+def time_verbs(cli: Client, nodes: int, regime: str, bodies: Sequence[tuple[bytes, bytes]],
+               filter_names: Callable[[bytes], list[str]] | None = None) -> list[dict[str, Any]]:
+    """Per body pair: filter (all nodes) then prioritize (the nodes filter kept)."""
+    samples: dict[str, list[float]] = {"filter": [], "prioritize": [], "filter+prioritize": []}
+    sizes: dict[str, int] = {"filter": 0, "prioritize": 0}
+    for filt, pod_json in bodies:
+        status, data, took_f = cli.post("/scheduler/filter", filt)
+        reply = json.loads(data)
+        assert status == 200 and not reply["Error"], reply.get("Error")
+        body = b'{"Pod":' + pod_json + b',"Nodes":null,"NodeNames":' + json.dumps(
+            reply["NodeNames"]).encode() + b"}"
+        status, pdata, took_p = cli.post("/scheduler/prioritize", body)
+        assert status == 200
+        samples["filter"].append(took_f * 1000)
+        samples["prioritize"].append(took_p * 1000)
+        samples["filter+prioritize"].append((took_f + took_p) * 1000)
+        sizes["filter"], sizes["prioritize"] = len(data), len(pdata)
+    rows = []
+    for verb, s in samples.items():
+        rows.append({"nodes": nodes, "verb": verb, "regime": regime, **summary(s),
+                     "reply_kb": round(sizes.get(verb, 0) / 1024, 1) or None})
+    return rows
+
+
+def bind_run(port: int, ctx: Any, pods: Sequence[dict[str, Any]], nodes: Sequence[str],
+             threads: int, rng: random.Random) -> tuple[list[float], float, int]:
+    """(latencies ms, wall seconds, errors) of binding ``pods`` with ``threads`` binders."""
+    jobs = [(p["metadata"]["name"], p["metadata"]["uid"], rng.choice(nodes)) for p in pods]
+    lat: list[float] = []
+    errors = 0
+    lock = threading.Lock()
+
+    def work(chunk: list[tuple[str, str, str]]) -> None:
+        nonlocal errors
+        cli = Client(port, ctx)
+        try:
+            for name, uid, node in chunk:
+                body = json.dumps({"PodName": name, "PodNamespace": NAMESPACE, "PodUID": uid,
+                                   "Node": node}).encode()
+                status, data, took = cli.post("/scheduler/bind", body)
+                ok = status == 200 and not json.loads(data)["Error"]
+                with lock:
+                    lat.append(took * 1000)
+                    errors += 0 if ok else 1
+        finally:
+            cli.close()
+
+    chunks = [jobs[i::threads] for i in range(threads)]
+    t0 = time.perf_counter()
+    with ThreadPoolExecutor(threads) as pool:
+        for f in [pool.submit(work, c) for c in chunks if c]:
+            f.result()
+    return lat, time.perf_counter() - t0, errors
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--nodes", type=int, nargs="+", default=[1000, 5000])
+    parser.add_argument("--policy", default="binpack")
+    parser.add_argument("--warm", type=int, default=200, help="warm filter+prioritize pairs")
+    parser.add_argument("--cold", type=int, default=40, help="never-seen shapes")
+    parser.add_argument("--serial-binds", type=int, default=100)
+    parser.add_argument("--binds", type=int, default=400, help="concurrent binds")
+    parser.add_argument("--bind-threads", type=int, default=8)
+    parser.add_argument("--setup-threads", type=int, default=6)
+    parser.add_argument("--stem", default="speed_extender")
+    args = parser.parse_args()
+    rng = random.Random(42)
+
+    dev = DevCluster(ensure_binaries(), None, Options(
+        webhook=False, allocator_args=(f"--policy={args.policy}",)))
+    rows: list[dict[str, Any]] = []
+    try:
+        # The harness's start() without kube-scheduler: this client is the only caller.
+        dev.control_plane.start()
+        dev.services = Services(dev)
+        dev.services.start()
+        pki = dev.control_plane.pki_dir
+        ctx = client_context(dev.control_plane.ca_file, pki / "admin.crt", pki / "admin.key")
+        port = dev.services.allocator_port
+        core = dev.core_v1()
+        ensure_namespace(core, NAMESPACE)
+        create_pods(dev, ["template"], 1)
+        template = read_pod_json(core, "template")
+        template_json = json.dumps(template).encode()
+        cli = Client(port, ctx)
+        have = 0
+        pod_seq = 0
+        shape_seq = 0
+        for n in sorted(args.nodes):
+            t0 = time.perf_counter()
+            grow_nodes(dev, have, n, args.setup_threads)
+            have = n
+            names = [f"bench-{i:05d}" for i in range(n)]
+            wait_known(cli, template, names)
+            print(f"# {n} nodes created and known to the allocator in "
+                  f"{time.perf_counter() - t0:.0f} s", flush=True)
+            warm = [(args_body(template, names), template_json)] * args.warm
+            rows += time_verbs(cli, n, "warm", warm)
+            cold = []
+            for _ in range(args.cold):
+                shape_seq += 1
+                pod = with_shape(template, 1 + shape_seq % 97, 1000 + 7 * shape_seq)
+                cold.append((args_body(pod, names), json.dumps(pod).encode()))
+            rows += time_verbs(cli, n, "cold", cold)
+            print_table(rows[-6:], COLUMNS)
+
+            pod_names = [f"p{pod_seq + i:05d}" for i in range(args.serial_binds + args.binds)]
+            pod_seq += len(pod_names)
+            create_pods(dev, pod_names, args.setup_threads)
+            pods = [read_pod_json(core, p) for p in pod_names]
+            lat, wall, errors = bind_run(port, ctx, pods[:args.serial_binds], names, 1, rng)
+            rows.append({"nodes": n, "verb": "bind", "regime": "serial", **summary(lat),
+                         "per_s": round(len(lat) / wall, 1), "errors": errors})
+            lat, wall, errors = bind_run(port, ctx, pods[args.serial_binds:], names,
+                                         args.bind_threads, rng)
+            rows.append({"nodes": n, "verb": "bind", "regime": f"{args.bind_threads} threads",
+                         **summary(lat), "per_s": round(len(lat) / wall, 1), "errors": errors})
+            rows += time_verbs(cli, n, "warm, after binds", warm[: max(1, args.warm // 2)])
+            print_table(rows[-5:], COLUMNS)
+        cli.close()
+    finally:
+        dev.stop()
+    print()
+    print_table(rows, [*COLUMNS, "errors"])
+    write_results(args.stem, rows, {
+        "command": "python -m bench.speed.extender_http " + " ".join(
+            f"--{k.replace('_', '-')}={' '.join(map(str, v)) if isinstance(v, list) else v}"
+            for k, v in vars(args).items()),
+        "api": "real kube-apiserver v1.34.4 + etcd on loopback (tessera.devcluster)",
+        "transport": "HTTPS with client certificate (mutual TLS), one kept-alive connection",
+        "node": f"{CARDS} cards x {CARD_MIB} MiB, T4, totals-only inventory",
+        "pod": "share 30% core / 4096 MiB (warm); a new core/memory pair per call (cold)",
+    })
+
+
+if __name__ == "__main__":
+    main()
