@@ -149,8 +149,8 @@ def _routes(app: Flask, rt: Runtime, prefix: str) -> None:
     @app.post(f"{prefix}/prioritize")
     def prioritize_verb() -> Response:
         with timer.labels("prioritize").time():
-            return _json_text(extender.encode_priorities(
-                extender.prioritize_scores(rt.allocator, _body())))
+            names, scores = extender.prioritize_scores(rt.allocator, _body())
+            return _json_text(extender.encode_priorities(names, scores))
 
     @app.post(f"{prefix}/bind")
     def bind_verb() -> Response:

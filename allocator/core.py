@@ -223,10 +223,14 @@ class Allocator:
 
     # ------------------------------------------------------------------ prioritize
     def prioritize(self, pod: Mapping[str, Any], names: Sequence[str]) -> list[tuple[str, int]]:
+        return list(zip(names, self.scores(pod, names), strict=True))
+
+    def scores(self, pod: Mapping[str, Any], names: Sequence[str]) -> list[int]:
+        """Prioritize's scores 0..10, one per name, in order."""
         self.check_ready()
         request = self.pod_request(pod)
         if request is None:
-            return [(n, 0) for n in names]
+            return [0] * len(names)
         policy = self.policy_for(request)
         ctx = self.context(request, pod)
         ranker = getattr(policy, "node_ranker", None)
@@ -238,7 +242,7 @@ class Allocator:
             rank = ranker(ctx)
             raw = [rank(n) if fit[c] is _FITS else None
                    for n, c in zip(names, contents, strict=True)]
-            return scale_scores(names, raw)
+            return scale(raw)
         choose = chooser(policy, ctx)
         if policy.per_pod or ctx.extra:
             # The score depends on the pod's identity, or on facts about the node beyond
@@ -251,7 +255,7 @@ class Allocator:
                     if not isinstance(placed, Unfit):
                         score = policy.score(view.state, placed.after, ctx)
                 raw.append(score)
-            return scale_scores(names, raw)
+            return scale(raw)
         # Every other score is a function of the node's content: one placement per distinct
         # content, scaled once, then one C-level pass (zip/map) to pair hosts and scores.
         contents = self.state.contents(names)
@@ -274,7 +278,7 @@ class Allocator:
                     memo[content] = score
             by_content[content] = score
         scaled = dict(zip(by_content, scale(list(by_content.values())), strict=True))
-        return list(zip(names, map(scaled.__getitem__, contents), strict=True))
+        return list(map(scaled.__getitem__, contents))
 
     # ------------------------------------------------------------------ bind
     def bind(self, namespace: str, name: str, uid: str, node: str) -> BindOutcome:
@@ -441,10 +445,6 @@ def scale(raw: Sequence[float | None]) -> list[int]:
         return [0 if s is None else MAX_SCORE for s in raw]
     factor = MAX_SCORE / (high - low)
     return [0 if s is None else int((s - low) * factor + 0.5) for s in raw]
-
-
-def scale_scores(names: Sequence[str], raw: Sequence[float | None]) -> list[tuple[str, int]]:
-    return list(zip(names, scale(raw), strict=True))
 
 
 def describe_error(exc: BaseException) -> str:

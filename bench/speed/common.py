@@ -96,7 +96,7 @@ class Client:
                 resp = self.conn.getresponse()
                 data = resp.read()
                 return resp.status, data, time.perf_counter() - t0
-            except (http.client.HTTPException, ConnectionError):
+            except (http.client.HTTPException, OSError):  # e.g. closed after keepalive
                 self.conn.close()
                 self.conn = self._connect()
                 if attempt:

@@ -162,3 +162,20 @@ def test_bind_reuses_the_pod_filter_just_saw_and_only_for_that_pod(
     assert out.outcome == "bound"
     assert [c for c in fake.calls if c[0] == "get_pod"] == [("get_pod", pod_name_in_bind)] * reads
     assert fake.pods[("default", pod_name_in_bind)]["spec"]["nodeName"] == "n1"
+
+
+@pytest.mark.parametrize(
+    ("names", "scores"),
+    [([], []), (["n1"], [3]), (["a", 'b"x', "ü", "c\\d"], [10, 0, 5, 10]),
+     ([f"node-{i}" for i in range(50)], [i % 11 for i in range(50)]), (["odd"], [11])],
+)
+def test_the_prioritize_reply_text_is_what_json_dumps_writes(
+    names: list[str], scores: list[int]
+) -> None:
+    import json
+
+    from allocator.extender import encode_priorities
+
+    expected = json.dumps([{"Host": n, "Score": s} for n, s in zip(names, scores, strict=True)],
+                          separators=(",", ":"))
+    assert encode_priorities(names, scores) == expected
