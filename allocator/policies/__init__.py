@@ -11,6 +11,8 @@ from allocator.policies.base import (
     normalise,
 )
 from allocator.policies.binpack import Binpack
+from allocator.policies.fgd import FGD
+from allocator.policies.fgd_ff import FGDFirstFit
 from allocator.policies.random import Random
 from allocator.policies.spread import Spread
 from tessera.vocabulary import RequestError
@@ -20,6 +22,8 @@ REGISTRY: dict[str, Policy] = {
     Binpack.name: Binpack(),
     Spread.name: Spread(),
     Random.name: Random(),
+    FGD.name: FGD(),
+    FGDFirstFit.name: FGDFirstFit(),
 }
 
 DEFAULT_POLICY = Binpack.name

@@ -45,7 +45,7 @@ typical CPU requests give the same score (:func:`cpu_thresholds`).
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from threading import Lock
 from typing import Final
 
@@ -69,8 +69,14 @@ class Typical:
     weight: float
     cpu_milli: int
     kind: int
-    #: the single container (share or whole cards), None for a general request
-    only: ContainerRequest | None
+    #: lower-cased allowed models, None = any
+    models: frozenset[str] | None
+    min_card_memory_mib: int
+    #: the single container's needs: whole cards, or a share's core / memory
+    cards: int
+    core_percent: int
+    memory_mib: int
+    memory_percent: int
 
 
 @dataclass(frozen=True, slots=True)
@@ -80,6 +86,8 @@ class Mix:
     typical: tuple[Typical, ...]
     #: sorted distinct CPU requests of the typical pods (the CPU "thresholds")
     cpu_thresholds: tuple[int, ...]
+    #: memo of :func:`fragmentation` for this mix: (card signature, free CPU) -> value
+    cache: dict[tuple[object, ...], float] = field(default_factory=dict, compare=False)
 
 
 def compile_mix(workload: Sequence[tuple[PodRequest, float]],
@@ -92,7 +100,10 @@ def compile_mix(workload: Sequence[tuple[PodRequest, float]],
         cpu = int(cpu_milli[i]) if cpu_milli is not None and i < len(cpu_milli) else 0
         only = req.containers[0] if len(req.containers) == 1 else None
         kind = _GENERAL if only is None else (_WHOLE if only.cards else _SHARE)
-        typical.append(Typical(req, w / total, cpu, kind, only))
+        c = only or ContainerRequest("none", cards=1)
+        models = frozenset(m.lower() for m in req.models) if req.models else None
+        typical.append(Typical(req, w / total, cpu, kind, models, req.min_card_memory_mib,
+                               c.cards, c.core_percent, c.memory_mib, c.memory_percent))
     return Mix(tuple(typical), tuple(sorted({t.cpu_milli for t in typical})))
 
 
@@ -106,17 +117,7 @@ def _share_fits(c: ContainerRequest, card: CardState) -> bool:
             and card.free_memory_mib >= share_memory_mib(c, card.card))
 
 
-def _usable(t: Typical, card: CardState) -> bool:
-    """Could (a container of) ``t`` use this card at all?"""
-    req = t.request
-    if not req.allows_model(card.card.model) or card.card.memory_mib < req.min_card_memory_mib:
-        return False
-    if t.kind == _SHARE:
-        assert t.only is not None
-        return _share_fits(t.only, card)
-    if t.kind == _WHOLE:
-        return card.idle
-    return any(card.idle if c.cards else _share_fits(c, card) for c in req.containers)
+_CACHE_LIMIT = 500_000
 
 
 def fragmentation(node: NodeState, mix: Mix, cpu_free: int | None = None) -> float:
@@ -124,8 +125,30 @@ def fragmentation(node: NodeState, mix: Mix, cpu_free: int | None = None) -> flo
 
     ``cpu_free`` None means CPU is not a constraint (the caller does not track it).
     """
-    frees = [card_free(c) for c in node.cards]
-    total = sum(frees)
+    key = (tuple((c.card.model, c.card.memory_mib, c.core_used, c.memory_used_mib, c.whole,
+                  c.idle) for c in node.cards), cpu_free)
+    cache = mix.cache
+    value = cache.get(key)
+    if value is None:
+        value = _fragmentation(node, mix, cpu_free)
+        if len(cache) >= _CACHE_LIMIT:
+            cache.clear()
+        cache[key] = value
+    return value
+
+
+def _fragmentation(node: NodeState, mix: Mix, cpu_free: int | None) -> float:
+    # Per card: (free fraction, lower-case model, memory, free core, free MiB, taken whole,
+    # idle); only cards with something free can matter.
+    cards = []
+    total = 0.0
+    for c in node.cards:
+        free = 0.0 if c.whole else 1.0 - c.utilisation
+        if free > 0.0:
+            total += free
+            mem = c.card.memory_mib
+            cards.append((free, c.card.model.lower(), mem, 100 - c.core_used,
+                          mem - c.memory_used_mib, c.idle, c))
     if total <= 0.0:
         return 0.0
     frag = 0.0
@@ -133,18 +156,33 @@ def fragmentation(node: NodeState, mix: Mix, cpu_free: int | None = None) -> flo
         if cpu_free is not None and t.cpu_milli > cpu_free:
             frag += t.weight * total  # lacks CPU: every idle card is stranded for t
             continue
-        usable = [i for i, c in enumerate(node.cards) if frees[i] > 0.0 and _usable(t, c)]
+        models, min_mem = t.models, t.min_card_memory_mib
+        usable_free = 0.0
+        count = 0
+        for free, model, mem, free_core, free_mem, idle, cs in cards:
+            if (models is not None and model not in models) or mem < min_mem:
+                continue
+            if t.kind == _SHARE:
+                if t.memory_percent:
+                    need = max(1, -(-mem * t.memory_percent // 100))
+                else:
+                    need = t.memory_mib
+                ok = free_core >= t.core_percent and free_mem >= need
+            elif t.kind == _WHOLE:
+                ok = idle
+            else:
+                ok = any(idle if c.cards else _share_fits(c, cs)
+                         for c in t.request.containers)
+            if ok:
+                usable_free += free
+                count += 1
         if t.kind == _SHARE:
-            runs = bool(usable)
+            runs = count > 0
         elif t.kind == _WHOLE:
-            assert t.only is not None
-            runs = len(usable) >= t.only.cards
+            runs = count >= t.cards
         else:
-            runs = bool(usable) and fits(t.request, node)
-        if not runs:
-            frag += t.weight * total
-        else:
-            frag += t.weight * (total - sum(frees[i] for i in usable))
+            runs = count > 0 and fits(t.request, node)
+        frag += t.weight * ((total - usable_free) if runs else total)
     return frag
 
 
@@ -163,8 +201,10 @@ _MIX_CACHE_SIZE = 8
 
 
 def _mix(ctx: PolicyContext) -> Mix:
-    workload = ctx.workload
-    cpu = ctx.extra.get(CPU_OF_TYPICAL)
+    return _mix_of(ctx.workload, ctx.extra.get(CPU_OF_TYPICAL))
+
+
+def _mix_of(workload: tuple[tuple[PodRequest, float], ...], cpu: object) -> Mix:
     hit = _MIX_CACHE.get(id(workload))
     if hit is not None and hit[0] is workload and hit[1] is cpu:
         return hit[2]
@@ -203,3 +243,14 @@ class FGD:
             return 0.0
         cpu_before, cpu_after = _cpu(ctx, before.name)
         return fragmentation(before, mix, cpu_before) - fragmentation(after, mix, cpu_after)
+
+    def score_cpu_only(self, node: NodeState, cpu_before: int, cpu_after: int,
+                       workload: tuple[tuple[PodRequest, float], ...],
+                       typical_cpu: Sequence[int]) -> float:
+        """Score of a pod that takes only CPU on ``node`` (no GPU): the growth of the node's
+        fragmentation as its free CPU drops from ``cpu_before`` to ``cpu_after``.
+
+        The extender never sees CPU-only pods; a caller that places them (the benchmark, as
+        the authors' simulator does) can use this."""
+        mix = _mix_of(workload, typical_cpu)
+        return fragmentation(node, mix, cpu_before) - fragmentation(node, mix, cpu_after)
