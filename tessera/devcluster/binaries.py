@@ -8,6 +8,7 @@ prebuilt binaries instead (nothing is built then).
 
 from __future__ import annotations
 
+import fcntl
 import os
 import shutil
 import subprocess
@@ -56,6 +57,15 @@ def repo_root() -> Path:
     return Path(__file__).resolve().parents[2]
 
 
+def cache_root() -> Path:
+    """The script's cache root (same rule as hack/build-controlplane.sh)."""
+    explicit = os.environ.get("TESSERA_CACHE_DIR")
+    if explicit:
+        return Path(explicit)
+    xdg = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
+    return Path(xdg) / "tessera"
+
+
 def build_script() -> Path:
     script = repo_root() / "hack" / "build-controlplane.sh"
     if not script.is_file():
@@ -78,14 +88,20 @@ def ensure_binaries(progress: IO[str] | None = None) -> Binaries:
     script = build_script()
     if shutil.which("bash") is None:
         raise DevClusterError("bash is needed to run hack/build-controlplane.sh")
+    # The script starts a build by wiping its source directory: two concurrent callers (the
+    # demo and a test run) must not interleave, so the second waits for the first here.
+    lock_path = cache_root() / "controlplane.lock"
+    lock_path.parent.mkdir(parents=True, exist_ok=True)
     try:
-        result = subprocess.run(
-            ["bash", str(script)],
-            stdout=subprocess.PIPE,
-            stderr=progress,
-            text=True,
-            check=False,
-        )
+        with lock_path.open("w") as lock:
+            fcntl.flock(lock, fcntl.LOCK_EX)
+            result = subprocess.run(
+                ["bash", str(script)],
+                stdout=subprocess.PIPE,
+                stderr=progress,
+                text=True,
+                check=False,
+            )
     except OSError as exc:
         raise DevClusterError(f"cannot run {script}: {exc}") from exc
     if result.returncode != 0:
