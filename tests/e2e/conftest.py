@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import itertools
 import os
+import re
 import sys
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -56,7 +57,8 @@ def core_v1(cluster: DevCluster) -> Any:
 def namespace(cluster: DevCluster, core_v1: Any, request: pytest.FixtureRequest) -> Iterator[str]:
     """A fresh namespace; its pods are deleted afterwards (the namespace itself stays: with no
     kube-controller-manager a deleted namespace would stay Terminating forever)."""
-    name = f"e2e-{next(_counter)}-{request.node.name[:40].lower().replace('_', '-')}".rstrip("-")
+    slug = re.sub(r"[^a-z0-9]+", "-", request.node.name.lower())[:40]
+    name = f"e2e-{next(_counter)}-{slug}".rstrip("-")
     ensure_namespace(core_v1, name)
     yield name
     pods = list_objects(core_v1.list_namespaced_pod, name)

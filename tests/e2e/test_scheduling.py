@@ -187,15 +187,17 @@ def test_killing_and_restarting_the_allocator_mid_stream_allocates_no_card_twice
         return sum(1 for p in list_objects(core_v1.list_namespaced_pod, namespace)
                    if p["spec"].get("nodeName"))
 
-    with ThreadPoolExecutor(max_workers=1) as background:
-        creating = background.submit(create_all, core_v1, namespace, pods)
-        wait_for("the first binds", lambda: bound_now() >= 8, timeout=60, interval=0.02)
-        cluster.services.kill_allocator()
-        at_crash = bound_now()
-        creating.result()
-    # The scheduler meanwhile fails its extender calls and backs the pods off.
-    time.sleep(1.0)
-    cluster.services.restart_allocator()
+    try:
+        with ThreadPoolExecutor(max_workers=1) as background:
+            creating = background.submit(create_all, core_v1, namespace, pods)
+            wait_for("the first binds", lambda: bound_now() >= 8, timeout=60, interval=0.02)
+            cluster.services.kill_allocator()
+            at_crash = bound_now()
+            creating.result()
+        # The scheduler meanwhile fails its extender calls and backs the pods off.
+        time.sleep(1.0)
+    finally:
+        cluster.services.restart_allocator()  # also when the test failed: later tests need it
     assert at_crash < 48, "the crash came after every place was taken: nothing was tested"
 
     bound, pending = wait_settled(
