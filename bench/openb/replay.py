@@ -1,0 +1,470 @@
+"""Replay an openb workload sequence onto the openb cluster, one pod at a time, no departures.
+
+Two roles, kept apart:
+
+- **kube-scheduler's part** (implemented here, because in production it is the scheduler's
+  job, not Tessera's): a node fits a pod only if its free CPU and memory cover the pod's
+  requests (NodeResourcesFit), and CPU-only pods — which never reach the extender — are
+  placed by the scheduler's default scoring, ``NodeResourcesFit`` LeastAllocated (or
+  MostAllocated with ``cpu_pods="most"``), ties broken at random like ``selectHost``.
+- **Tessera's part** (never re-implemented here): whether a GPU request fits a node, on which
+  cards, and how good the node is, come from :func:`allocator.fit.place`, the placement
+  policy's ``score`` and :func:`allocator.fit.apply_placement` — the code the extender runs.
+  The node with the best policy score wins; ties are broken at random (``selectHost``).
+
+Speed without a second implementation: a node's answer (fits or not, the cards chosen, the
+score) depends only on its card usage, its type, and — for a policy that reads the node's
+CPU (:attr:`FGD.host_cpu_aware`) — which typical-pod CPU thresholds its free CPU is above,
+before and after the pod. Nodes are grouped into classes by that signature and each
+(class, request shape) is computed once by the real code and memoised; the memo is shared by
+every seed replayed in the process. Identical nodes are common (1,213 nodes of 15 types), so
+most pods cost a handful of numpy operations and dictionary lookups.
+
+A policy with ``per_pod`` scores (random) cannot be memoised across nodes: its node choice is
+a uniformly random pick among the nodes that fit (which is what the maximum of its per-node
+hash is, in distribution), and its card choice inside the node is made by ``place`` with the
+policy itself.
+"""
+
+from __future__ import annotations
+
+import math
+from bisect import bisect_right
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Literal
+
+import numpy as np
+import numpy.typing as npt
+
+from allocator.fit import (
+    NodeState,
+    Unfit,
+    apply_placement,
+    build_node_state,
+    empty_node,
+    fits,
+    place,
+)
+from allocator.policies import Policy, PolicyContext, chooser
+from allocator.policies.fgd import CPU_OF_TYPICAL, NODE_CPU_FREE, POD_CPU
+from bench.openb.trace import MILLI, TraceNode, TracePod, TypicalPod, gpu_request
+from tessera.vocabulary import ContainerAllocation, PodRequest
+
+IntArray = npt.NDArray[np.int64]
+FloatArray = npt.NDArray[np.float64]
+CpuPods = Literal["least", "most", "policy"]
+Ties = Literal["random", "ordered"]
+
+#: Largest arrived workload recorded, in percent of GPU capacity.
+MAX_ARRIVED_PERCENT = 130
+
+_Shape = tuple[int, int, str]
+#: classes kept before the memo is dropped and rebuilt (bounds memory across long runs)
+MAX_CLASSES = 8000
+#: the table key of CPU-only pods
+_CPU_ONLY: _Shape = (0, 0, "")
+_CardSig = tuple[tuple[int, int, bool, bool], ...]
+#: memo value: (score, containers) when the request fits, None when it does not
+_Answer = tuple[float, tuple[ContainerAllocation, ...]] | None
+
+
+def workload_context(typical: Sequence[TypicalPod]) -> tuple[
+        tuple[tuple[PodRequest, float], ...], tuple[int, ...]]:
+    """``PolicyContext.workload`` and the aligned CPU requests, from the typical pods.
+
+    CPU-only typical pods have no GPU request and are left out (see allocator.policies.fgd:
+    their term never changes a decision)."""
+    pairs: list[tuple[PodRequest, float]] = []
+    cpus: list[int] = []
+    for t in typical:
+        req = gpu_request(t.shape)
+        if req is None:
+            continue
+        pairs.append((req, t.weight))
+        cpus.append(t.cpu_milli)
+    return tuple(pairs), tuple(cpus)
+
+
+@dataclass
+class Classes:
+    """Node classes: every signature seen gets an id and a representative node state.
+
+    Shared by all runs of one (trace, policy) in a process, together with the memo."""
+
+    ids: dict[tuple[int, _CardSig, int], int] = field(default_factory=dict)
+    reps: list[NodeState] = field(default_factory=list)
+    buckets: list[int] = field(default_factory=list)
+    memo: dict[tuple[_Shape, int], _Answer] = field(default_factory=dict)
+    #: per request shape: value of every (class, CPU bucket after) code; NaN = not computed
+    tables: dict[_Shape, FloatArray] = field(default_factory=dict)
+    misses: int = 0
+    resets: int = 0
+
+    def reset(self) -> None:
+        """Forget every class (bounds memory; the caller re-classifies its nodes)."""
+        self.ids.clear()
+        self.reps.clear()
+        self.buckets.clear()
+        self.memo.clear()
+        self.tables.clear()
+        self.resets += 1
+
+    def classify(self, type_id: int, state: NodeState, bucket: int) -> int:
+        sig = tuple((c.core_used, c.memory_used_mib, c.whole, c.idle) for c in state.cards)
+        key = (type_id, sig, bucket)
+        cid = self.ids.get(key)
+        if cid is None:
+            cid = len(self.reps)
+            self.ids[key] = cid
+            self.reps.append(state)
+            self.buckets.append(bucket)
+        return cid
+
+
+@dataclass
+class RunResult:
+    trace: str
+    policy: str
+    seed: int
+    pods: int
+    placed: int
+    failed_gpu_pods: int
+    failed_cpu_pods: int
+    #: cumulative arrived / allocated milli-GPU after each pod
+    arrived: IntArray
+    allocated: IntArray
+    capacity_milli: int
+    problems: list[str]
+
+    def curve(self) -> list[float]:
+        return allocation_curve(self.arrived, self.allocated, self.capacity_milli)
+
+
+def allocation_curve(arrived: IntArray, allocated: IntArray, capacity_milli: int,
+                     top: int = MAX_ARRIVED_PERCENT) -> list[float]:
+    """Allocation ratio (%) at each arrived-workload step k = 0..top (% of capacity).
+
+    As the authors' analysis (experiments/analysis/merge_alloc_discrete_0920.py): the mean
+    allocation ratio over the pods whose arrived ratio rounds to k, else over k-1..k+1; NaN
+    when no pod arrived there (the run ended earlier)."""
+    arrive_pct = np.round(arrived / capacity_milli * 100.0)
+    alloc_pct = allocated / capacity_milli * 100.0
+    out: list[float] = []
+    for k in range(top + 1):
+        sel = arrive_pct == k
+        if not sel.any():
+            sel = (arrive_pct >= k - 1) & (arrive_pct <= k + 1)
+        out.append(float(alloc_pct[sel].mean()) if sel.any() else math.nan)
+    return out
+
+
+class Replay:
+    """One cluster, one policy; :meth:`run` replays one workload sequence."""
+
+    def __init__(self, nodes: Sequence[TraceNode], policy: Policy,
+                 typical: Sequence[TypicalPod], *, trace: str = "",
+                 cpu_pods: CpuPods = "least", ties: Ties = "random",
+                 classes: Classes | None = None) -> None:
+        self.nodes = list(nodes)
+        self.ties = ties
+        self._rank: IntArray = np.arange(len(self.nodes), dtype=np.int64)
+        self.policy = policy
+        self.trace = trace
+        self.cpu_pods = cpu_pods
+        self.classes = classes or Classes()
+        self.workload, self.typical_cpu = workload_context(typical)
+        aware = bool(getattr(policy, "host_cpu_aware", False))
+        self.thresholds: tuple[int, ...] = tuple(sorted(set(self.typical_cpu))) if aware else ()
+        self.n_buckets = len(self.thresholds) + 1
+        type_ids: dict[tuple[object, ...], int] = {}
+        self.type_of = np.array(
+            [type_ids.setdefault(tuple(n.cards), len(type_ids)) for n in self.nodes],
+            dtype=np.int64)
+        self.cpu_cap = np.array([n.cpu_milli for n in self.nodes], dtype=np.int64)
+        self.mem_cap = np.array([n.memory_mib for n in self.nodes], dtype=np.int64)
+        self.capacity_milli = MILLI * sum(n.gpus for n in self.nodes)
+        self._models = np.array([n.model for n in self.nodes])
+        self._access: dict[str, npt.NDArray[np.bool_]] = {}
+        self._requests: dict[_Shape, PodRequest | None] = {}
+        self._thr = np.array(self.thresholds, dtype=np.int64)
+        bias = getattr(policy, "node_bias", None)
+        self._has_bias = callable(bias)
+        self._bias: FloatArray = np.array(
+            [float(bias(n.name)) if callable(bias) else 0.0 for n in self.nodes])
+        self._bias_by_name = dict(zip((n.name for n in self.nodes), self._bias.tolist(),
+                                      strict=True))
+
+    # ------------------------------------------------------------------ helpers
+    def _bias_of(self, name: str) -> float:
+        return self._bias_by_name.get(name, 0.0) if self._has_bias else 0.0
+
+    def bucket(self, cpu_free: int) -> int:
+        return bisect_right(self.thresholds, cpu_free)
+
+    def _bucket_rep(self, b: int) -> int:
+        """A CPU value inside bucket b (the policy only compares CPU with the thresholds)."""
+        if b == 0:
+            return (self.thresholds[0] - 1) if self.thresholds else 0
+        return self.thresholds[b - 1]
+
+    def access(self, spec: str) -> npt.NDArray[np.bool_]:
+        mask = self._access.get(spec)
+        if mask is None:
+            allowed = {m for m in spec.split("|") if m}
+            mask = np.isin(self._models, sorted(allowed)) if allowed else np.ones(
+                len(self.nodes), dtype=bool)
+            self._access[spec] = mask
+        return mask
+
+    def request(self, shape: _Shape) -> PodRequest | None:
+        if shape not in self._requests:
+            self._requests[shape] = gpu_request(shape)
+        return self._requests[shape]
+
+    def context(self, request: PodRequest, *, seed: int = 0, pod_key: str = "",
+                node: str = "", cpu_before: int = 0, cpu_after: int = 0) -> PolicyContext:
+        extra: dict[str, object] = {CPU_OF_TYPICAL: self.typical_cpu}
+        if self.thresholds:
+            extra[NODE_CPU_FREE] = {node: cpu_before}
+            extra[POD_CPU] = cpu_before - cpu_after
+        return PolicyContext(request, pod_key=pod_key, seed=seed, workload=self.workload,
+                             extra=extra)
+
+    def _answer(self, shape: _Shape, request: PodRequest, code: int) -> _Answer:
+        """The real code's answer for a node of class ``code // n_buckets`` whose free CPU
+        after the pod falls in bucket ``code % n_buckets`` (memoised)."""
+        key = (shape, code)
+        memo = self.classes.memo
+        if key in memo:
+            return memo[key]
+        self.classes.misses += 1
+        cid, b_after = divmod(code, self.n_buckets)
+        rep = self.classes.reps[cid]
+        ctx = self.context(request, node=rep.name,
+                           cpu_before=self._bucket_rep(self.classes.buckets[cid]),
+                           cpu_after=self._bucket_rep(b_after))
+        placed = place(request, rep, chooser(self.policy, ctx))
+        answer: _Answer = None
+        if not isinstance(placed, Unfit):
+            answer = (self.policy.score(rep, placed.after, ctx), placed.containers)
+        memo[key] = answer
+        return answer
+
+    def _table(self, shape: _Shape) -> FloatArray:
+        need = len(self.classes.reps) * self.n_buckets
+        table = self.classes.tables.get(shape)
+        if table is None or table.size < need:
+            grown = np.full(max(2 * need, 4096), np.nan)
+            if table is not None:
+                grown[: table.size] = table
+            self.classes.tables[shape] = table = grown
+        return table
+
+    def _values(self, shape: _Shape, codes: IntArray,
+                compute: Callable[[int], float]) -> FloatArray:
+        """Value of every candidate's code, computing (once) the codes never seen."""
+        table = self._table(shape)
+        values = table[codes]
+        missing = np.isnan(values)
+        if missing.any():
+            for code in np.unique(codes[missing]).tolist():
+                table[code] = compute(code)
+            values = table[codes]
+        return values
+
+    def _tie(self, idx: IntArray, values: FloatArray, rng: np.random.Generator) -> int:
+        """Index (into idx) of the best value; ties at random, like kube-scheduler's
+        selectHost. Values of different classes equal up to float rounding are ties."""
+        best = values.max()
+        if best == -np.inf:
+            return -1
+        tied = np.flatnonzero(values >= best - 1e-9)
+        if tied.size == 1:
+            return int(tied[0])
+        if self.ties == "ordered":
+            return int(tied[np.argmin(self._rank[idx[tied]])])
+        return int(tied[rng.integers(tied.size)])
+
+    def _codes(self, idx: IntArray, cls: IntArray, cpu_free: IntArray, cpu: int) -> IntArray:
+        if not self.thresholds:
+            return cls[idx] * self.n_buckets
+        b_after = np.searchsorted(self._thr, cpu_free[idx] - cpu, side="right")
+        return cls[idx] * self.n_buckets + b_after
+
+    def _pick(self, idx: IntArray, cls: IntArray, cpu_free: IntArray, pod: TracePod,
+              request: PodRequest, rng: np.random.Generator,
+              ) -> tuple[int, tuple[ContainerAllocation, ...]]:
+        if idx.size == 0:
+            return -1, ()
+        shape = pod.shape
+        codes = self._codes(idx, cls, cpu_free, pod.cpu_milli)
+
+        def compute(code: int) -> float:
+            answer = self._answer(shape, request, code)
+            if answer is None:
+                return -np.inf
+            # The table holds the score without the representative node's own bias.
+            return answer[0] - self._bias_of(self.classes.reps[code // self.n_buckets].name)
+
+        values = self._values(shape, codes, compute)
+        if self._has_bias:
+            values = values + self._bias[idx]
+        k = self._tie(idx, values, rng)
+        if k < 0:
+            return -1, ()
+        answer = self.classes.memo[(shape, int(codes[k]))]
+        assert answer is not None
+        return int(idx[k]), answer[1]
+
+    def _pick_per_pod(self, idx: IntArray, cls: IntArray, states: list[NodeState],
+                      pod: TracePod, request: PodRequest, seed: int, uid: str,
+                      rng: np.random.Generator,
+                      ) -> tuple[int, tuple[ContainerAllocation, ...]]:
+        if idx.size == 0:
+            return -1, ()
+        codes = cls[idx] * self.n_buckets
+
+        def compute(code: int) -> float:
+            rep = self.classes.reps[code // self.n_buckets]
+            return 0.0 if fits(request, rep) else -np.inf
+
+        ok = self._values(pod.shape, codes, compute) == 0.0
+        feasible = idx[ok]
+        if feasible.size == 0:
+            return -1, ()
+        n = int(feasible[rng.integers(feasible.size)])
+        ctx = self.context(request, seed=seed, pod_key=uid)
+        placed = place(request, states[n], chooser(self.policy, ctx), pod_uid=uid)
+        assert not isinstance(placed, Unfit), "fit memo disagrees with place()"
+        return n, placed.containers
+
+    def _place_cpu_pod(self, fit: npt.NDArray[np.bool_], cls: IntArray, cpu_free: IntArray,
+                       mem_free: IntArray, pod: TracePod, rng: np.random.Generator) -> int:
+        idx = np.flatnonzero(fit)
+        if idx.size == 0:
+            return -1
+        score_cpu_only = getattr(self.policy, "score_cpu_only", None)
+        if self.cpu_pods == "policy" and score_cpu_only is not None:
+            # The authors' simulator scores CPU-only pods with the policy under test too
+            # (for FGD: the growth of the node's fragmentation caused by the CPU the pod
+            # takes, fgd_score.go's nodeRes.Sub branch). Tessera's extender never sees these
+            # pods; this mode exists to compare with the published numbers.
+            def compute(code: int) -> float:
+                cid, b_after = divmod(code, self.n_buckets)
+                rep = self.classes.reps[cid]
+                value = score_cpu_only(rep, self._bucket_rep(self.classes.buckets[cid]),
+                                       self._bucket_rep(b_after), self.workload,
+                                       self.typical_cpu)
+                return float(value) - self._bias_of(rep.name)
+
+            codes = self._codes(idx, cls, cpu_free, pod.cpu_milli)
+            values = self._values(_CPU_ONLY, codes, compute)
+            if self._has_bias:
+                values = values + self._bias[idx]
+            return int(idx[self._tie(idx, values, rng)])
+        if self.cpu_pods == "policy":
+            if self.policy.per_pod:
+                # random places every pod at random (the simulator's RandomScore does).
+                return int(idx[rng.integers(idx.size)])
+            # A policy that cannot score them: every node that fits ties.
+            return int(idx[self._tie(idx, np.zeros(idx.size), rng)])
+        # kube-scheduler NodeResourcesFit scoring (pkg/scheduler/framework/plugins/
+        # noderesources/least_allocated.go, most_allocated.go): mean over CPU and memory of
+        # the free (or used) fraction after the pod, equal weights.
+        free = ((cpu_free[idx] - pod.cpu_milli) / self.cpu_cap[idx]
+                + (mem_free[idx] - pod.memory_mib) / self.mem_cap[idx])
+        score: FloatArray = free if self.cpu_pods == "least" else -free
+        return int(idx[self._tie(idx, score, rng)])
+
+    # ------------------------------------------------------------------ run
+    def _classify_all(self, states: list[NodeState], cpu_free: IntArray) -> IntArray:
+        return np.array([self.classes.classify(int(self.type_of[i]), states[i],
+                                               self.bucket(int(cpu_free[i])))
+                         for i in range(len(states))], dtype=np.int64)
+
+    def run(self, pods: Sequence[TracePod], seed: int) -> RunResult:
+        rng = np.random.default_rng(seed)
+        # "ordered" ties: the authors' simulator prefixes node names with a seeded random
+        # permutation and its selectHost keeps the smallest name among equal scores
+        # (pkg/simulator/simulator.go syncClusterResourceList; vendor/k8s.io/kubernetes/pkg/
+        # scheduler/core/generic_scheduler.go selectHost) — a fixed preference order per run.
+        self._rank = rng.permutation(len(self.nodes)).astype(np.int64)
+        states = [empty_node(n.name, n.cards) for n in self.nodes]
+        cpu_free = self.cpu_cap.copy()
+        mem_free = self.mem_cap.copy()
+        cls = self._classify_all(states, cpu_free)
+        records: list[list[tuple[str, tuple[ContainerAllocation, ...]]]] = [
+            [] for _ in self.nodes]
+        arrived = np.zeros(len(pods), dtype=np.int64)
+        allocated = np.zeros(len(pods), dtype=np.int64)
+        arr = used = 0
+        placed = failed_gpu = failed_cpu = 0
+        per_pod = self.policy.per_pod
+
+        for i, pod in enumerate(pods):
+            if len(self.classes.reps) > MAX_CLASSES:
+                self.classes.reset()
+                cls = self._classify_all(states, cpu_free)
+            arr += pod.gpu_request_milli
+            fit = (cpu_free >= pod.cpu_milli) & (mem_free >= pod.memory_mib)
+            request = self.request(pod.shape)
+            chosen = -1
+            containers: tuple[ContainerAllocation, ...] = ()
+            uid = f"{seed}-{i}"
+            if request is None:
+                chosen = self._place_cpu_pod(fit, cls, cpu_free, mem_free, pod, rng)
+                if chosen < 0:
+                    failed_cpu += 1
+            else:
+                if pod.gpu_spec:
+                    fit &= self.access(pod.gpu_spec)
+                idx = np.flatnonzero(fit)
+                if per_pod:
+                    chosen, containers = self._pick_per_pod(
+                        idx, cls, states, pod, request, seed, uid, rng)
+                else:
+                    chosen, containers = self._pick(idx, cls, cpu_free, pod, request, rng)
+                if chosen < 0:
+                    failed_gpu += 1
+                else:
+                    states[chosen] = apply_placement(states[chosen], containers, uid)
+                    records[chosen].append((uid, containers))
+                    used += pod.gpu_request_milli
+            if chosen >= 0:
+                placed += 1
+                cpu_free[chosen] -= pod.cpu_milli
+                mem_free[chosen] -= pod.memory_mib
+                cls[chosen] = self.classes.classify(int(self.type_of[chosen]), states[chosen],
+                                                    self.bucket(int(cpu_free[chosen])))
+            arrived[i] = arr
+            allocated[i] = used
+
+        problems = self.check(states, records, cpu_free, mem_free, used)
+        return RunResult(self.trace, self.policy.name, seed, len(pods), placed, failed_gpu,
+                         failed_cpu, arrived, allocated, self.capacity_milli, problems)
+
+    def check(self, states: list[NodeState],
+              records: list[list[tuple[str, tuple[ContainerAllocation, ...]]]],
+              cpu_free: IntArray, mem_free: IntArray, used_milli: int) -> list[str]:
+        """Invariants of the end state, through the allocator's own record replay."""
+        problems: list[str] = []
+        card_milli = 0
+        for node, state, recs in zip(self.nodes, states, records, strict=True):
+            rebuilt, issues = build_node_state(node.name, node.cards, recs)
+            problems.extend(f"{node.name}: {p}" for p in issues)
+            for c in rebuilt.cards:
+                if c.free_core < 0 or c.free_memory_mib < 0:
+                    problems.append(f"{node.name}: card {c.card.index} over-committed")
+                card_milli += c.core_used * 10
+            if [(c.core_used, c.memory_used_mib, c.whole) for c in rebuilt.cards] != [
+                    (c.core_used, c.memory_used_mib, c.whole) for c in state.cards]:
+                problems.append(f"{node.name}: state differs from its allocation records")
+        if (cpu_free < 0).any() or (mem_free < 0).any():
+            problems.append("a node's CPU or memory is over-committed")
+        if card_milli != used_milli:
+            problems.append(f"cards hold {card_milli} milli-GPU, pods placed {used_milli}")
+        if used_milli > self.capacity_milli:
+            problems.append("more GPU allocated than the cluster has")
+        return problems
+

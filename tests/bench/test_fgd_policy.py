@@ -1,0 +1,135 @@
+"""The fragmentation measure and the two FGD policies (allocator/policies/fgd*.py)."""
+
+from __future__ import annotations
+
+import pytest
+
+from allocator.fit import Card, CardState, NodeState, Placement, place
+from allocator.policies import PolicyContext, chooser, get_policy
+from allocator.policies.fgd import (
+    CPU_OF_TYPICAL,
+    NODE_CPU_FREE,
+    POD_CPU,
+    compile_mix,
+    fragmentation,
+)
+from allocator.policies.fgd_ff import TOLERANCE, FGDFirstFit
+from tessera.vocabulary import ContainerRequest, PodRequest
+
+
+def share(pct: int, models: tuple[str, ...] = ()) -> PodRequest:
+    return PodRequest((ContainerRequest("main", core_percent=pct, memory_percent=pct),),
+                      models=models)
+
+
+def whole(cards: int = 1) -> PodRequest:
+    return PodRequest((ContainerRequest("main", cards=cards),))
+
+
+def node(name: str, *used: int, model: str = "T4", memory: int = 16000) -> NodeState:
+    """Cards with ``used`` percent taken (core and memory alike); 100 = taken whole."""
+    cards = []
+    for i, u in enumerate(used):
+        card = Card(i, model, memory)
+        if u >= 100:
+            cards.append(CardState(card, 100, memory, True, (("x", "c"),)))
+        elif u:
+            cards.append(CardState(card, u, memory * u // 100, False, (("x", "c"),)))
+        else:
+            cards.append(CardState(card))
+    return NodeState(name, tuple(cards))
+
+
+HALF = compile_mix([(share(50), 1.0)])
+
+
+@pytest.mark.parametrize(
+    ("state", "mix_pairs", "cpu", "expected"),
+    [
+        # every typical pod fits every free card: nothing is fragmented
+        (node("n", 0, 0), [(share(50), 1.0)], None, 0.0),
+        # a card with 30% free cannot take a 50% share: its 0.3 is fragment
+        (node("n", 70, 0), [(share(50), 1.0)], None, 0.3),
+        # half the mix wants a whole card: only the idle card serves it
+        (node("n", 70, 0), [(share(50), 0.5), (whole(), 0.5)], None, 0.5 * 0.3 + 0.5 * 0.3),
+        # the mix needs two whole cards, the node has one idle: everything free is stranded
+        (node("n", 70, 0), [(whole(2), 1.0)], None, 1.3),
+        # wrong model: the node is useless to the mix
+        (node("n", 0, 0, model="P100"), [(share(50, ("T4",)), 1.0)], None, 2.0),
+        # taken cards are not free capacity
+        (node("n", 100, 100), [(share(50), 1.0)], None, 0.0),
+    ],
+)
+def test_fragmentation_counts_the_free_capacity_the_typical_pods_cannot_use(
+        state: NodeState, mix_pairs: list[tuple[PodRequest, float]], cpu: int | None,
+        expected: float) -> None:
+    assert fragmentation(state, compile_mix(mix_pairs), cpu) == pytest.approx(expected)
+
+
+@pytest.mark.parametrize(("cpu_free", "expected"), [(None, 0.0), (8000, 0.0), (3999, 2.0)])
+def test_a_node_without_cpu_for_the_typical_pod_strands_all_its_free_gpu(
+        cpu_free: int | None, expected: float) -> None:
+    mix = compile_mix([(share(50), 1.0)], [4000])
+    assert fragmentation(node("n", 0, 0), mix, cpu_free) == pytest.approx(expected)
+
+
+def _best(policy: str, req: PodRequest, nodes: list[NodeState],
+          ctx: PolicyContext) -> tuple[str, tuple[int, ...]]:
+    pol = get_policy(policy)
+    scored = []
+    for n in nodes:
+        placed = place(req, n, chooser(pol, ctx), "u")
+        assert isinstance(placed, Placement)
+        scored.append((pol.score(n, placed.after, ctx), n.name, placed.containers[0].card_indices))
+    best = max(scored)
+    return best[1], best[2]
+
+
+@pytest.mark.parametrize("policy", ["fgd", "fgd-ff"])
+def test_fgd_puts_a_share_into_the_fragment_it_fits_instead_of_breaking_an_idle_card(
+        policy: str) -> None:
+    # Typical pods: 30% shares and whole cards. A 30% share fits exactly into the 70%-used
+    # card; putting it on an idle card would leave a 70% hole no whole-card pod can use.
+    workload = ((share(30), 0.5), (whole(), 0.5))
+    req = share(30)
+    ctx = PolicyContext(req, workload=workload)
+    assert _best(policy, req, [node("a", 70, 0), node("b", 0, 0)], ctx) == ("a", (0,))
+
+
+def test_fgd_keeps_cpu_for_gpu_pods_when_told_the_nodes_cpu() -> None:
+    # Same GPU state; on "poor" the pod's CPU leaves less than a typical pod needs.
+    workload = ((share(50), 1.0),)
+    req = share(50)
+    ctx = PolicyContext(req, workload=workload, extra={
+        CPU_OF_TYPICAL: (4000,), NODE_CPU_FREE: {"poor": 9000, "rich": 64000},
+        POD_CPU: 6000})
+    assert _best("fgd", req, [node("poor", 0, 0, 0), node("rich", 0, 0, 0)], ctx)[0] == "rich"
+
+
+def test_fgd_scores_nothing_without_a_workload_picture() -> None:
+    req = share(50)
+    n = node("a", 0, 0)
+    placed = place(req, n, chooser(get_policy("fgd"), PolicyContext(req)), "u")
+    assert isinstance(placed, Placement)
+    assert get_policy("fgd").score(n, placed.after, PolicyContext(req)) == 0.0
+
+
+def test_fgd_ff_bias_is_stable_below_one_step_and_differs_between_nodes() -> None:
+    pol = FGDFirstFit()
+    biases = {name: pol.node_bias(name) for name in (f"node-{i}" for i in range(50))}
+    assert all(0.0 <= b < TOLERANCE for b in biases.values())
+    assert len(set(biases.values())) == len(biases)
+    assert biases == {name: FGDFirstFit().node_bias(name) for name in biases}
+
+
+def test_fgd_ff_treats_tiny_fragmentation_differences_as_equal_and_prefers_its_fixed_order(
+        ) -> None:
+    # A 10% share lands on one idle card of either identical node: the fragmentation change
+    # is the same, so the node rank decides, for every pod alike.
+    workload = ((share(50), 1.0),)
+    req = share(10)
+    ctx = PolicyContext(req, workload=workload)
+    names = [f"n{i}" for i in range(6)]
+    pol = FGDFirstFit()
+    winner, _ = _best("fgd-ff", req, [node(n, 0, 0) for n in names], ctx)
+    assert winner == max(names, key=pol.node_bias)
