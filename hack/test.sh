@@ -4,12 +4,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-python3 -c 'import sys; assert sys.version_info >= (3, 11), "Python >= 3.11 required"'
-if ! python3 -m venv --help >/dev/null 2>&1; then
-  echo "python3 venv module missing: apt-get install -y python3-venv" >&2; exit 2
-fi
-[ -x .venv/bin/python ] || python3 -m venv .venv
-.venv/bin/pip install --disable-pip-version-check -q -e '.[dev]'
+source hack/setup.sh
 
 # etcd, kube-apiserver, kube-scheduler, kubectl: built once from Go modules, then cached.
 bash hack/build-controlplane.sh >/dev/null
