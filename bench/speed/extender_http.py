@@ -13,8 +13,9 @@ Per cluster size it measures, with one kept-alive mutual-TLS connection like the
   for a pod mutated by Tessera's webhook code (managedFields, defaults, annotations). Regimes:
   *warm* — the same request shape again (a scheduler working through a batch of alike pods);
   *cold* — a request shape the allocator has never seen (a new core/memory pair each call);
-- ``bind`` one pod at a time (latency: read pod, PATCH annotations, create Binding, all over
-  loopback HTTPS to the real API server), then ``--bind-threads`` concurrent binders
+- ``bind`` one pod at a time (latency: PATCH annotations and create the Binding over
+  loopback HTTPS to the real API server; the pod was sent to filter first, untimed, as in a
+  scheduling cycle, so bind does not read it again), then ``--bind-threads`` concurrent binders
   (kube-scheduler binds asynchronously) for sustained binds/s;
 - ``filter``/``prioritize`` *warm* again after the binds, when node contents are diverse.
 
@@ -27,6 +28,7 @@ import argparse
 import copy
 import json
 import random
+import sys
 import threading
 import time
 from collections.abc import Callable, Sequence
@@ -150,6 +152,7 @@ def bind_run(port: int, ctx: Any, pods: Sequence[dict[str, Any]], nodes: Sequenc
              threads: int, rng: random.Random) -> tuple[list[float], float, int]:
     """(latencies ms, wall seconds, errors) of binding ``pods`` with ``threads`` binders."""
     jobs = [(p["metadata"]["name"], p["metadata"]["uid"], rng.choice(nodes)) for p in pods]
+    by_name = {p["metadata"]["name"]: p for p in pods}
     lat: list[float] = []
     errors = 0
     lock = threading.Lock()
@@ -159,6 +162,8 @@ def bind_run(port: int, ctx: Any, pods: Sequence[dict[str, Any]], nodes: Sequenc
         cli = Client(port, ctx)
         try:
             for name, uid, node in chunk:
+                # As in a scheduling cycle, filter has seen the pod (untimed, one node).
+                cli.post("/scheduler/filter", args_body(by_name[name], [node]))
                 body = json.dumps({"PodName": name, "PodNamespace": NAMESPACE, "PodUID": uid,
                                    "Node": node}).encode()
                 status, data, took = cli.post("/scheduler/bind", body)
@@ -248,9 +253,7 @@ def main() -> None:
     print()
     print_table(rows, [*COLUMNS, "errors"])
     write_results(args.stem, rows, {
-        "command": "python -m bench.speed.extender_http " + " ".join(
-            f"--{k.replace('_', '-')}={' '.join(map(str, v)) if isinstance(v, list) else v}"
-            for k, v in vars(args).items()),
+        "command": "python -m bench.speed.extender_http " + " ".join(sys.argv[1:]),
         "api": "real kube-apiserver v1.34.4 + etcd on loopback (tessera.devcluster)",
         "transport": "HTTPS with client certificate (mutual TLS), one kept-alive connection",
         "node": f"{CARDS} cards x {CARD_MIB} MiB, T4, totals-only inventory",
