@@ -256,9 +256,14 @@ class Allocator:
                         score = policy.score(view.state, placed.after, ctx)
                 raw.append(score)
             return scale(raw)
-        # Every other score is a function of the node's content: one placement per distinct
+        # Every other score is a function of the node's content — plus, for policies with a
+        # ``node_bias(name)`` (fgd-ff's fixed first-fit order), that bias added on top, which
+        # is the only part allowed to depend on the node's name: one placement per distinct
         # content, scaled once, then one C-level pass (zip/map) to pair hosts and scores.
         contents = self.state.contents(names)
+        bias = getattr(policy, "node_bias", None)
+        if bias is not None:
+            return self._biased_scores(request, policy, ctx, names, contents, bias)
         memo = self.state.shape_results(("score", policy.name, encode_request(request)))
         missing = object()
         by_content: dict[int | None, float | None] = {}
@@ -279,6 +284,35 @@ class Allocator:
             by_content[content] = score
         scaled = dict(zip(by_content, scale(list(by_content.values())), strict=True))
         return list(map(scaled.__getitem__, contents))
+
+    def _biased_scores(self, request: PodRequest, policy: Policy, ctx: PolicyContext,
+                       names: Sequence[str], contents: Sequence[int | None],
+                       bias: Callable[[str], float]) -> list[int]:
+        """Shared content score (the representative node's own bias taken out) + each
+        node's bias: a Python call per node, but still one placement per content."""
+        memo = self.state.shape_results(("score", policy.name, encode_request(request)))
+        choose = chooser(policy, ctx)
+        missing = object()
+        by_content: dict[int, float | None] = {}
+        for content in set(contents):
+            if content is None:
+                continue
+            score = memo.get(content, missing)
+            if score is missing:
+                state, shared = self._state_of(content, names, contents)
+                score = None
+                if state is not None:
+                    placed = place(request, state, choose)
+                    if not isinstance(placed, Unfit):
+                        score = policy.score(state, placed.after, ctx) - bias(state.name)
+                if shared:
+                    memo[content] = score
+            by_content[content] = score
+        raw: list[float | None] = []
+        for name, content in zip(names, contents, strict=True):
+            base = by_content.get(content) if content is not None else None
+            raw.append(None if base is None else base + bias(name))
+        return scale(raw)
 
     # ------------------------------------------------------------------ bind
     def bind(self, namespace: str, name: str, uid: str, node: str) -> BindOutcome:

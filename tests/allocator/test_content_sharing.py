@@ -85,7 +85,7 @@ def test_filter_equals_the_per_node_answer(req: PodRequest, seed: int) -> None:
 
 
 @pytest.mark.parametrize("req", REQUESTS)
-@pytest.mark.parametrize("policy", ["binpack", "spread"])
+@pytest.mark.parametrize("policy", ["binpack", "spread", "fgd", "fgd-ff"])
 def test_prioritize_equals_the_per_node_scores(req: PodRequest, policy: str) -> None:
     state = _cluster(3)
     alloc = Allocator(state, api=None,  # type: ignore[arg-type]
