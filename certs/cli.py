@@ -28,6 +28,7 @@ from certs.material import load_certs, normalise_ip
 from certs.plan import LeafTarget, Outcome, ensure
 from certs.renewal import LeafSpec, Policy, Usage
 from tessera import logs
+from tessera.serving import LOG_LEVELS
 
 logger = logging.getLogger(__name__)
 
@@ -98,7 +99,7 @@ def _add_kube(parser: argparse.ArgumentParser) -> None:
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.description = __doc__.split("\n\n")[0] if __doc__ else None
     parser.add_argument("--log-level", default=_env("TESSERA_LOG_LEVEL", "INFO"),
-                        choices=["DEBUG", "INFO", "WARNING", "ERROR"],
+                        choices=LOG_LEVELS,
                         help="log level (env TESSERA_LOG_LEVEL)")
     sub = parser.add_subparsers(dest="certs_command", required=True, metavar="ACTION")
 

@@ -39,17 +39,13 @@ from tessera.vocabulary import (
     DEFAULT_DOMAIN,
     WHOLE_CARD_PERCENT,
     CodecError,
+    ConfigError,
     ContainerRequest,
     PodRequest,
     RequestError,
-    TesseraError,
     Vocabulary,
     decode_request,
 )
-
-
-class ConfigError(TesseraError):
-    """Configuration (flags, environment) that cannot be used. Reported at start."""
 
 
 class Dialect(StrEnum):

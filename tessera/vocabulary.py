@@ -38,6 +38,10 @@ class CodecError(TesseraError):
     """A stored record (annotation) that does not decode."""
 
 
+class ConfigError(TesseraError):
+    """Configuration (flags, environment) that cannot be used. Reported at start."""
+
+
 class Mode(StrEnum):
     """Value of the mode label: how a pod uses cards."""
 

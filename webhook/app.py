@@ -33,7 +33,7 @@ def create_app(config: WebhookConfig | None = None) -> Flask:
     """Build the app. Without ``config`` it is read (and validated) from the environment."""
     if config is None:
         config = WebhookConfig.from_env(os.environ)
-        logs.configure(config.log_level)
+        logs.configure(config.serving.log_level)
     app = Flask("webhook")
     # Werkzeug refuses larger bodies with 413 before we read them.
     app.config["MAX_CONTENT_LENGTH"] = config.max_body_bytes
@@ -53,7 +53,8 @@ def create_app(config: WebhookConfig | None = None) -> Flask:
     def readyz() -> Response:
         # The webhook keeps no state; it is ready when it can serve TLS, i.e. when the
         # certificate files it was given are still there (gunicorn reads them per connection).
-        missing = [p for p in (config.tls_cert, config.tls_key) if p and not os.path.isfile(p)]
+        tls = (config.serving.tls_cert, config.serving.tls_key)
+        missing = [p for p in tls if p and not os.path.isfile(p)]
         if missing:
             return _json(503, {"status": "not ready", "missing": missing})
         return _json(200, {"status": "ready"})

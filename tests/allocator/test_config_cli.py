@@ -10,7 +10,7 @@ import pytest
 from allocator import cli
 from allocator.config import Settings
 from tessera.cli import build_parser
-from tessera.dialects import ConfigError
+from tessera.vocabulary import ConfigError
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 
@@ -57,12 +57,11 @@ def test_flags_override_environment_and_tls_enables_mutual_auth(
             "--tls-client-ca", str(tmp_path / "ca.crt"), "--leader-election", "false",
             "--url-prefix", "/gpu/"]
     args = build_parser(argv).parse_args(argv)
-    env = cli.environment_from_args(args, {"TESSERA_POLICY": "random"})
-    settings = Settings.from_env(env)
+    settings = cli.settings_from_args(args, {"TESSERA_POLICY": "random"})
     assert settings.core.default_policy == "spread"
     assert settings.core.agent_dialects == ("elastic", "nano-gpu")
     assert settings.url_prefix == "/gpu"
-    assert settings.port == 8443 and not settings.leader_election
+    assert settings.serving.port == 8443 and not settings.leader_election
     options = cli.gunicorn_options(settings)
     assert options["ca_certs"] == str(tmp_path / "ca.crt") and options["cert_reqs"] == 2
 

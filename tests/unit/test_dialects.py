@@ -8,7 +8,6 @@ import pytest
 
 from tessera.dialects import (
     DEFAULT_DIALECTS,
-    ConfigError,
     Dialect,
     DialectConfig,
     asks_for_gpu,
@@ -16,6 +15,7 @@ from tessera.dialects import (
     read_pod_request,
 )
 from tessera.vocabulary import (
+    ConfigError,
     ContainerRequest,
     Mode,
     PodRequest,

@@ -21,9 +21,10 @@ import yaml
 from flask import Flask
 from flask.testing import FlaskClient
 
-from tessera.dialects import ConfigError, Dialect, DialectConfig
+from tessera.dialects import Dialect, DialectConfig
 from tessera.quantity import parse_quantity
-from tessera.vocabulary import Vocabulary, decode_request
+from tessera.serving import ServingConfig
+from tessera.vocabulary import ConfigError, Vocabulary, decode_request
 from webhook import admission
 from webhook.app import create_app
 from webhook.config import WebhookConfig
@@ -426,8 +427,9 @@ def test_wrong_routes_get_json_errors(
 def test_health_and_readiness(client: FlaskClient, tmp_path: Path) -> None:
     assert client.get("/healthz").status_code == 200
     assert client.get("/readyz").status_code == 200
-    gone = create_app(WebhookConfig(tls_cert=str(tmp_path / "missing.crt"),
-                                    tls_key=str(tmp_path / "missing.key")))
+    missing = ServingConfig(tls_cert=str(tmp_path / "missing.crt"),
+                            tls_key=str(tmp_path / "missing.key"))
+    gone = create_app(WebhookConfig(serving=missing))
     assert gone.test_client().get("/readyz").status_code == 503
 
 
