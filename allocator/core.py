@@ -167,7 +167,7 @@ class Allocator:
                 self.policy_for(request)  # an unknown policy fails here, visibly
         except RequestError as exc:
             # Nothing the scheduler can do on any node: unresolvable, with the reason.
-            return FilterOutcome([], {}, dict.fromkeys(names, str(exc)))
+            return FilterOutcome([], {}, dict.fromkeys(names, event_safe(str(exc))))
         if request is None:
             return FilterOutcome(list(names), {}, {})
         self.remember(pod)
@@ -204,7 +204,7 @@ class Allocator:
             result = memo.get(content)
             if result is None:
                 state, shared = self._state_of(content, names, contents)
-                result = None if state is None else unfit_reason(request, state) or _FITS
+                result = None if state is None else _readable(unfit_reason(request, state))
                 if shared:
                     memo[content] = result
             out[content] = result
@@ -482,7 +482,28 @@ def scale(raw: Sequence[float | None]) -> list[int]:
 
 
 def describe_error(exc: BaseException) -> str:
-    """The message a verb returns in ``Error`` for an unexpected exception."""
+    """The message a verb returns in ``Error`` (never containing ``%``: see
+    :func:`event_safe`)."""
     if isinstance(exc, TesseraError):
-        return str(exc)
-    return f"internal error in the GPU allocator: {type(exc).__name__}: {exc}"
+        return event_safe(str(exc))
+    return event_safe(f"internal error in the GPU allocator: {type(exc).__name__}: {exc}")
+
+
+def event_safe(text: str) -> str:
+    """``text`` without ``%``, for every reason and error the extender returns.
+
+    kube-scheduler passes the failure message to ``Eventf`` as the *format* string
+    (kubernetes ``pkg/scheduler/schedule_one.go``, ``handleSchedulingFailure``, v1.34.4
+    ~line 1120), so ``50% core`` would read ``50%!c(MISSING)ore`` in the pod's events.
+    Escaping as ``%%`` is no answer: the same text goes verbatim into the PodScheduled
+    condition, where it would show doubled. So the sign is spelled out.
+    """
+    return text.replace("%", " percent") if "%" in text else text
+
+
+def _readable(unfit: Unfit | None) -> Unfit | str:
+    """A fit answer as filter keeps it: ``_FITS``, or the :class:`Unfit` with an
+    :func:`event_safe` reason (once per distinct node content, not per node)."""
+    if unfit is None:
+        return _FITS
+    return Unfit(event_safe(unfit.reason), unfit.resolvable)

@@ -20,7 +20,7 @@ from itertools import chain
 from json.encoder import encode_basestring_ascii as _quote
 from typing import Any, TypedDict
 
-from allocator.core import Allocator, BindOutcome, describe_error
+from allocator.core import Allocator, BindOutcome, describe_error, event_safe
 from allocator.errors import NotReady
 from allocator.policies import MAX_SCORE
 from tessera.logs import pod_context, pod_ids_context
@@ -111,7 +111,7 @@ def filter_reply(allocator: Allocator, body: Any) -> ExtenderFilterResult:
         args = decode_args(body)
         out = allocator.filter(args.pod, args.node_names)
     except (WireError, NotReady) as exc:
-        return _filter_error(str(exc))
+        return _filter_error(event_safe(str(exc)))
     except Exception as exc:  # a bug must still reach the user as an Error, never a 500
         logger.exception("filter failed")
         return _filter_error(describe_error(exc))
@@ -184,12 +184,12 @@ def bind_reply(allocator: Allocator, body: Any) -> tuple[ExtenderBindingResult, 
     try:
         args = decode_binding(body)
     except WireError as exc:
-        return {"Error": str(exc)}, "bad-request"
+        return {"Error": event_safe(str(exc))}, "bad-request"
     try:
         done: BindOutcome = allocator.bind(args.pod_namespace, args.pod_name, args.pod_uid,
                                            args.node)
     except NotReady as exc:
-        return {"Error": str(exc)}, "not-ready"
+        return {"Error": event_safe(str(exc))}, "not-ready"
     except Exception as exc:
         ctx = pod_ids_context(args.pod_namespace, args.pod_name, args.pod_uid, node=args.node,
                           outcome="error")

@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 from alloc_builders import VOCAB, make_node, request, share, whole
 
-from allocator.core import Allocator, AllocatorConfig
+from allocator.core import Allocator, AllocatorConfig, event_safe
 from allocator.fit import Unfit, place, unfit_reason
 from allocator.policies import MAX_SCORE, PolicyContext, chooser, get_policy
 from allocator.state import ClusterState
@@ -80,7 +80,7 @@ def test_filter_equals_the_per_node_answer(req: PodRequest, seed: int) -> None:
                 assert name in out.nodes
             else:
                 where = out.failed if why.resolvable else out.unresolvable
-                assert where[name] == why.reason
+                assert where[name] == event_safe(why.reason)
         assert "ghost" in out.failed
 
 

@@ -53,7 +53,61 @@ def test_filter_reports_a_full_node_as_failed_so_preemption_may_help() -> None:
     pod = make_pod("p", request(share(core=10)))
     body = app.test_client().post("/scheduler/filter", json=_args(pod, ["n2"])).get_json()
     assert body["NodeNames"] == []
-    assert body["FailedNodes"] == {"n2": "no card with 10% core free (all cards taken whole)"}
+    assert body["FailedNodes"] == {
+        "n2": "no card with 10 percent core free (all cards taken whole)"}
+
+
+@pytest.mark.parametrize(
+    ("used", "req", "expected"),
+    [
+        # one case per reason fit.unfit_reason words with a percentage
+        ([(60, 0)], request(share(core=50, mem=1000)),
+         "no card with 50 percent core and 1000 MiB free (most free: 40 percent core"),
+        ([(80, 0)], request(share(core=30)), "no card with 30 percent core free "
+         "(largest 20 percent)"),
+        ([(10, 15000)], request(share(pct=25)), "no card with 25 percent of its memory free"),
+        ([(90, 0)], request(share(core=20, pct=10)),
+         "no card with 20 percent core and 10 percent of its memory free"),
+        (["whole"], request(share(core=10)), "no card with 10 percent core free (all cards"),
+        ([(0, 0)], request(share("a", core=60), share("b", core=60)),
+         "2 GPU containers do not fit together"),
+        ([(0, 0)], request(whole(cards=2)), "needs 2 whole cards, node has 1"),
+        ([(0, 0)], request(share(core=10), models=("A100",)), "no card of model A100"),
+    ],
+)
+def test_no_filter_reason_contains_a_percent_sign_kube_scheduler_would_garble(
+    used: list[Any], req: Any, expected: str
+) -> None:
+    """kube-scheduler uses the reason as an Eventf format string (schedule_one.go)."""
+    fake = FakeKube()
+    fake.add_node(make_node("n1", count=1, memory_mib=16000))
+    app, rt = make_app(fake)
+    for i, u in enumerate(u for u in used if u != (0, 0)):
+        fake.add_pod(make_pod(f"h{i}", request(whole()) if u == "whole"
+                              else request(share(core=u[0], mem=u[1]))))
+        rt.allocator.bind("default", f"h{i}", f"uid-h{i}", "n1")
+    body = app.test_client().post("/scheduler/filter",
+                                  json=_args(make_pod("p", req), ["n1"])).get_json()
+    reasons = {**body["FailedNodes"], **body["FailedAndUnresolvableNodes"]}
+    assert body["NodeNames"] == [] and set(reasons) == {"n1"}
+    assert expected in reasons["n1"]
+    assert "%" not in reasons["n1"]
+
+
+def test_request_errors_and_bind_errors_carry_no_percent_sign_either() -> None:
+    fake = _cluster()
+    app, _ = make_app(fake)
+    client = app.test_client()
+    bad = make_pod("bad", extra_annotations={VOCAB.request_annotation: '{"v": "9%"}'})
+    body = client.post("/scheduler/filter", json=_args(bad, ["n1", "n2"])).get_json()
+    assert body["FailedAndUnresolvableNodes"]["n1"].endswith("version '9 percent' (want 1)")
+    fake.add_pod(make_pod("holder", request(share(core=95)), uid="u-h"))
+    fake.add_pod(make_pod("p", request(share(core=10)), uid="u-p"))
+    for name, uid in (("holder", "u-h"), ("p", "u-p")):
+        reply = client.post("/scheduler/bind", json={
+            "PodName": name, "PodNamespace": "default", "PodUID": uid, "Node": "n2"}).get_json()
+    assert reply["Error"] == ("node n2: no card with 10 percent core free "
+                              "(largest 5 percent)")
 
 
 def test_prioritize_returns_a_host_priority_list_scored_0_to_10() -> None:
