@@ -76,15 +76,17 @@ def _pair(text: str) -> tuple[str, str]:
 
 
 def _add_policy(parser: argparse.ArgumentParser) -> None:
+    # String defaults on purpose: argparse runs ``type`` on them too, so a bad environment
+    # value is reported like a bad flag ("argument --days: 'x' is not a whole number").
     group = parser.add_argument_group("validity")
     group.add_argument("--days", type=_positive_int,
-                       default=int(_env("TESSERA_CERT_DAYS", "365") or 365),
+                       default=_env("TESSERA_CERT_DAYS") or "365",
                        help="validity of a new leaf certificate (env TESSERA_CERT_DAYS; 365)")
     group.add_argument("--ca-days", type=_positive_int,
-                       default=int(_env("TESSERA_CA_DAYS", "3650") or 3650),
+                       default=_env("TESSERA_CA_DAYS") or "3650",
                        help="validity of a new CA (env TESSERA_CA_DAYS; 3650)")
     group.add_argument("--renew-before-days", type=_positive_int,
-                       default=int(_env("TESSERA_RENEW_BEFORE_DAYS", "30") or 30),
+                       default=_env("TESSERA_RENEW_BEFORE_DAYS") or "30",
                        help="re-issue a leaf with fewer days left (env "
                             "TESSERA_RENEW_BEFORE_DAYS; 30)")
 

@@ -189,3 +189,20 @@ def test_malformed_flags_are_a_usage_error(
         certs_files(tmp_path, "--dns=x", *args)
     assert exc.value.code == 2
     assert "error:" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize(
+    ("variable", "flag"),
+    [("TESSERA_CERT_DAYS", "--days"), ("TESSERA_CA_DAYS", "--ca-days"),
+     ("TESSERA_RENEW_BEFORE_DAYS", "--renew-before-days")],
+)
+def test_a_malformed_validity_in_the_environment_is_a_usage_error_naming_the_flag(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch,
+    variable: str, flag: str,
+) -> None:
+    monkeypatch.setenv(variable, "a year")
+    with pytest.raises(SystemExit) as exited:
+        main(["certs", "files", f"--out={tmp_path / 'leaf'}", f"--ca-dir={tmp_path / 'ca'}"])
+    assert exited.value.code == 2
+    assert f"argument {flag}: 'a year' is not a whole number" in capsys.readouterr().err
+    assert not (tmp_path / "ca").exists()
