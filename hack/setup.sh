@@ -11,7 +11,8 @@ if ! python3 -c 'import ensurepip' >/dev/null 2>&1; then
   fi
 fi
 [ -x .venv/bin/python ] || python3 -m venv .venv
-.venv/bin/pip install --disable-pip-version-check -q -e '.[dev]'
+# bench extra too: the test command runs the openb replay's smoke test and type-checks it.
+.venv/bin/pip install --disable-pip-version-check -q -e '.[dev,bench]'
 
 # Go >= 1.24 builds the upstream control plane (once; the binaries are cached). Debian's
 # golang-go is too old, so a missing or old Go is replaced by the official toolchain zip from
