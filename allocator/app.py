@@ -32,6 +32,7 @@ from allocator.core import Allocator
 from allocator.leader import LeaderElector
 from allocator.metrics import Metrics
 from allocator.ports import KubeApi
+from allocator.resync import PodResync
 from allocator.state import ClusterState
 from allocator.watch import initial_sync, reflectors
 
@@ -109,8 +110,10 @@ def create_app(
         if settings.leader_election else None
     )
     runtime_box: list[Runtime] = []
+    selector = state.vocabulary.gpu_pod_selector
+    resync = PodResync(lambda: api.list_pods(selector)[0], state)
     allocator = Allocator(state, api, settings.core, clock=clock,
-                          is_leader=lambda: runtime_box[0].is_leader())
+                          is_leader=lambda: runtime_box[0].is_leader(), resync=resync)
     runtime = Runtime(settings, api, state, allocator, Metrics(state), elector, sleep)
     runtime_box.append(runtime)
 

@@ -4,6 +4,8 @@ The HTTP layer (:mod:`allocator.extender`) decodes the wire format and calls the
 nothing of HTTP. Filter and prioritize are pure reads of the state. Bind is the only verb that
 writes, always in this order: reserve in the cache, one PATCH of the pod's metadata (canonical
 allocation record + agent dialects), then the Binding; every failure undoes what was done.
+Filter reads the state, and before it leaves a pod with no node for lack of room, brings the
+GPU pods up to date with a consistent read (:mod:`allocator.resync`).
 """
 
 from __future__ import annotations
@@ -28,6 +30,7 @@ from allocator.policies import (
     get_policy,
 )
 from allocator.ports import KubeApi, Obj
+from allocator.resync import PodResync
 from allocator.state import ClusterState, Stage
 from tessera.dialects import DialectConfig, read_pod_request
 from tessera.logs import pod_context
@@ -98,12 +101,15 @@ class Allocator:
         *,
         clock: Callable[[], float] = time.time,
         is_leader: Callable[[], bool] = lambda: True,
+        resync: PodResync | None = None,
     ) -> None:
         self.state = state
         self.api = api
         self.config = config
         self.clock = clock
         self.is_leader = is_leader
+        #: Consistent re-reads of the GPU pods before a pod is left with no node (None: off).
+        self.resync = resync
         get_policy(config.default_policy)  # validate at start
         # Pods kube-scheduler just sent to filter/prioritize, by UID: bind uses the copy
         # instead of reading the pod again (one API round trip of three).
@@ -171,10 +177,27 @@ class Allocator:
         if request is None:
             return FilterOutcome(list(names), {}, {})
         self.remember(pod)
+        out, short = self._filter(request, names)
+        if out.nodes or not short or self.resync is None:
+            return out
+        # No node left, some only for lack of room: perhaps a release our watch has not
+        # delivered yet (allocator/resync.py). Decide again on a consistent picture.
+        uid = (pod.get("metadata") or {}).get("uid") or ""
+        if self.resync.ensure(self.resync.needed(uid)):
+            out, short = self._filter(request, names)
+        if out.nodes:
+            self.resync.forget(uid)
+        else:
+            self.resync.rejected(uid)
+        return out
+
+    def _filter(self, request: PodRequest, names: Sequence[str]) -> tuple[FilterOutcome, bool]:
+        """(the outcome, whether some node was rejected only for lack of free room)."""
         contents = self.state.contents(names)
         fit = self._fit_by_content(request, names, contents)
         if all(result is _FITS for result in fit.values()):
-            return FilterOutcome(list(names), {}, {})  # the common case: one pass less
+            return FilterOutcome(list(names), {}, {}), False  # the common case: one pass less
+        short = any(isinstance(r, Unfit) and r.resolvable for r in fit.values())
         ok: list[str] = []
         failed: dict[str, str] = {}
         unresolvable: dict[str, str] = {}
@@ -188,7 +211,7 @@ class Allocator:
                 failed[name] = result.reason
             else:
                 unresolvable[name] = result.reason
-        return FilterOutcome(ok, failed, unresolvable)
+        return FilterOutcome(ok, failed, unresolvable), short
 
     def _fit_by_content(self, request: PodRequest, names: Sequence[str],
                         contents: Sequence[int | None]) -> dict[int | None, Any]:

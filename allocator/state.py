@@ -114,6 +114,10 @@ class ClusterState:
         self._content_rep: dict[int, NodeState] = {}  # content id -> a state with it
         self._next_content = 0  # never reused: an id always means one content
         self._shapes: dict[Any, dict[int, Any]] = {}
+        # Pod records by the moment they last changed (a counter, not a clock): a consistent
+        # read only releases records that did not change after it began (reconcile_pods).
+        self._epoch = 0
+        self._touched: dict[str, int] = {}
 
     # ------------------------------------------------------------------ readiness
     @property
@@ -281,6 +285,35 @@ class ClusterState:
                 if uid not in seen and rec.stage is not Stage.INFLIGHT:
                     self._drop(uid)
 
+    def epoch(self) -> int:
+        """A mark to take *before* a consistent read of the pods (see :meth:`reconcile_pods`)."""
+        with self._lock:
+            return self._epoch
+
+    def reconcile_pods(self, pods: Iterable[Mapping[str, Any]], since: int) -> list[str]:
+        """Release what a consistent read of the GPU pods shows gone or terminated.
+
+        ``pods`` is a fresh list of the label-selected GPU pods whose read began after
+        :meth:`epoch` returned ``since``. It may be older than the watch's newest events, so it
+        only ever *releases*, and only records that did not change after the read began: a
+        reservation of a running bind, or a record the watch updated meanwhile, is newer than
+        the list and stays. Adding and changing records is left to the watch. Returns the
+        released pod UIDs.
+        """
+        alive: set[str] = set()
+        for pod in pods:
+            uid = (pod.get("metadata") or {}).get("uid")
+            if uid and (pod.get("status") or {}).get("phase") not in TERMINAL_PHASES:
+                alive.add(uid)
+        released: list[str] = []
+        with self._lock:
+            for uid, rec in list(self._pods.items()):
+                if (uid not in alive and rec.stage is not Stage.INFLIGHT
+                        and self._touched.get(uid, 0) < since):
+                    self._drop(uid)
+                    released.append(uid)
+        return released
+
     # ------------------------------------------------------------------ bind reservations
     def reserve(self, uid: str, namespace: str, name: str, allocation: Allocation,
                 expected_version: int) -> bool:
@@ -301,6 +334,7 @@ class ClusterState:
             if rec is not None and rec.stage is Stage.INFLIGHT:
                 self._pods[uid] = PodRecord(rec.uid, rec.namespace, rec.name, rec.node,
                                             rec.allocation, Stage.BOUND)
+                self._touch(uid)
 
     def unreserve(self, uid: str) -> None:
         with self._lock:
@@ -309,10 +343,15 @@ class ClusterState:
                 self._drop(uid)
 
     # ------------------------------------------------------------------ internals
+    def _touch(self, uid: str) -> None:
+        self._touched[uid] = self._epoch
+        self._epoch += 1
+
     def _set(self, record: PodRecord) -> None:
         with self._lock:
             old = self._pods.get(record.uid)
             self._pods[record.uid] = record
+            self._touch(record.uid)
             if old is not None and old.node != record.node:
                 self._by_node.get(old.node, set()).discard(record.uid)
                 self._recompute(old.node)
@@ -322,6 +361,7 @@ class ClusterState:
     def _drop(self, uid: str) -> None:
         with self._lock:
             self._bad.pop(uid, None)
+            self._touched.pop(uid, None)
             old = self._pods.pop(uid, None)
             if old is not None:
                 self._by_node.get(old.node, set()).discard(uid)

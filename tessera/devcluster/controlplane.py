@@ -316,14 +316,6 @@ class ControlPlane:
                 f"--tls-private-key-file={key}",
                 f"--authentication-kubeconfig={kubeconfig}",
                 f"--authorization-kubeconfig={kubeconfig}",
-                # Pods our extender rejected are re-tried on the next cluster event (they have
-                # no rejecting plugin: pkg/scheduler/backend/queue/scheduling_queue.go
-                # isPodWorthRequeuing). When cards are released, the scheduler may re-try the
-                # waiting pod before the allocator's watch has seen the release, and then waits
-                # for the next event. On a real cluster kubelets' pod-status updates supply
-                # such events; here nothing does, so leftovers are flushed after 10 s instead
-                # of 5 min (flushed every 30 s). Deprecated flag, still in 1.34.
-                "--pod-max-in-unschedulable-pods-duration=10s",
                 "--v=2",
             ],
             self.log_dir / "kube-scheduler.log",
