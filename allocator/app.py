@@ -14,6 +14,7 @@ refused with 413 before they are read. Nothing answers 500: handlers catch every
 
 from __future__ import annotations
 
+import atexit
 import gc
 import json
 import logging
@@ -39,6 +40,9 @@ from allocator.watch import initial_sync, reflectors
 logger = logging.getLogger(__name__)
 
 EXTENSION = "tessera_allocator"
+#: How long a stopping leader waits for binds already past their leadership check (each API
+#: request times out after 4 s, allocator/kube.py) before it releases the Lease.
+BIND_DRAIN_SECONDS = 5.0
 
 
 @dataclass
@@ -82,9 +86,25 @@ class Runtime:
             t = threading.Thread(target=target, name=name, daemon=True)
             t.start()
             self.threads.append(t)
+        # gunicorn's worker returns from its loop on SIGTERM once the requests in flight are
+        # answered (or its graceful timeout passed) and exits through sys.exit: atexit runs.
+        atexit.register(self.close)
 
     def close(self) -> None:
+        """Graceful stop (runs at exit of the gunicorn worker, after it has answered the
+        requests in flight): stop the loops; a leader steps down, lets binds already past
+        their leadership check finish, then releases its Lease, so the follower takes over
+        within its 2 s retry instead of after the 15 s lease duration. Idempotent."""
+        if self.stop.is_set():
+            return
         self.stop.set()
+        if self.elector is None:
+            return
+        self.elector.step_down()
+        deadline = time.monotonic() + BIND_DRAIN_SECONDS
+        while self.state.binds_in_flight() and time.monotonic() < deadline:
+            self.sleep(0.05)
+        self.elector.release()
 
 
 def create_app(

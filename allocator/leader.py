@@ -4,7 +4,9 @@ Only the leader answers the verbs; the follower keeps its cache warm and is not 
 Expiry is judged by the *local* time at which we last saw the lease record change (never by
 comparing the holder's renewTime with our clock), so clock skew between replicas is harmless.
 The leader gives up when it cannot renew within ``renew_deadline`` (< ``lease_duration``), so
-its last bind finishes before anyone else may take over. Time is injected.
+its last bind finishes before anyone else may take over. A leader that stops gracefully
+releases its Lease (:meth:`LeaderElector.release`, as client-go's ``ReleaseOnCancel``), so a
+follower takes over at its next retry instead of after the lease lapses. Time is injected.
 """
 
 from __future__ import annotations
@@ -41,7 +43,11 @@ class LeaderElector:
     _last_renew: float = 0.0
     _observed: tuple[str, str] = ("", "")  # (holder, renewTime) last seen
     _observed_at: float = 0.0
+    _stopping: bool = False
     _lock: threading.Lock = field(default_factory=threading.Lock)
+    #: One Lease read-modify-write at a time: a renewal in flight must not re-take the Lease
+    #: right after release() gave it up.
+    _api_lock: threading.Lock = field(default_factory=threading.Lock)
 
     @property
     def is_leader(self) -> bool:
@@ -69,6 +75,12 @@ class LeaderElector:
                 "spec": spec}
 
     def try_acquire_or_renew(self) -> bool:
+        with self._api_lock:
+            if self._stopping:
+                return self._lost()
+            return self._acquire_or_renew()
+
+    def _acquire_or_renew(self) -> bool:
         now = self.clock()
         try:
             lease = self.api.get_lease(self.namespace, self.name)
@@ -94,6 +106,43 @@ class LeaderElector:
         except ApiError as exc:
             logger.warning("leader election: %s", exc)
             return self.is_leader  # keep leadership until the renew deadline passes
+
+    def step_down(self) -> None:
+        """Stop leading for good (graceful stop): from now on :attr:`is_leader` is False, so
+        no verb is answered and no bind creates its Binding; the Lease is still held."""
+        with self._lock:
+            self._stopping = True
+        self._lost()
+
+    def release(self) -> bool:
+        """Step down and give the Lease up, so a follower takes over at its next retry
+        (``retry_period``) rather than after ``lease_duration``. Call it once in-flight binds
+        are done. As client-go does (``tools/leaderelection/leaderelection.go``,
+        ``release``): the same Lease with ``holderIdentity`` empty and
+        ``leaseDurationSeconds: 1``. True when released (or not ours to release)."""
+        self.step_down()
+        with self._api_lock:
+            try:
+                lease = self.api.get_lease(self.namespace, self.name)
+                spec = (lease or {}).get("spec") or {}
+                if lease is None or spec.get("holderIdentity") != self.identity:
+                    return True  # never ours, or already someone else's
+                now = micro_time(self.clock())
+                self.api.replace_lease(self.namespace, self.name, {
+                    "apiVersion": "coordination.k8s.io/v1", "kind": "Lease",
+                    "metadata": {"name": self.name, "namespace": self.namespace,
+                                 "resourceVersion": (lease.get("metadata") or {}).get(
+                                     "resourceVersion")},
+                    "spec": {"holderIdentity": "", "leaseDurationSeconds": 1,
+                             "acquireTime": now, "renewTime": now,
+                             "leaseTransitions": int(spec.get("leaseTransitions") or 0)},
+                })
+            except ApiError as exc:
+                logger.warning("could not release lease %s/%s (a follower takes over when it "
+                               "lapses): %s", self.namespace, self.name, exc)
+                return False
+        logger.info("released lease %s/%s", self.namespace, self.name)
+        return True
 
     def _won(self, now: float) -> bool:
         with self._lock:

@@ -155,6 +155,11 @@ class ClusterState:
     def record(self, uid: str) -> PodRecord | None:
         return self._pods.get(uid)
 
+    def binds_in_flight(self) -> int:
+        """Reservations of binds that have not finished yet."""
+        with self._lock:
+            return sum(1 for r in self._pods.values() if r.stage is Stage.INFLIGHT)
+
     def node_lock(self, node: str) -> threading.Lock:
         entry = self._nodes.get(node)
         if entry is None:

@@ -5,13 +5,14 @@ from __future__ import annotations
 import threading
 
 from alloc_builders import VOCAB, make_node, make_pod, request, whole
-from alloc_harness import synced_allocator
+from alloc_harness import make_app, synced_allocator
 from fake_kube import FakeKube
 
 from allocator.errors import ApiError, Conflict
 from allocator.leader import LeaderElector
 from allocator.state import ClusterState
 from allocator.watch import Reflector, initial_sync, reflectors
+from tessera.vocabulary import Allocation, ContainerAllocation
 
 
 def _setup() -> tuple[FakeKube, ClusterState, Reflector, Reflector, list[float]]:
@@ -196,3 +197,64 @@ def test_a_lost_update_race_means_not_leader() -> None:
     assert b.try_acquire_or_renew() is False
     assert not b.is_leader
     assert b.try_acquire_or_renew() is True
+
+
+def test_a_leader_that_stops_gracefully_releases_its_lease_and_the_follower_takes_over_at_once(
+) -> None:
+    fake, clock = FakeKube(), Clock()
+    a, b = _electors(fake, clock)
+    assert a.try_acquire_or_renew() is True
+    assert b.try_acquire_or_renew() is False
+    assert a.release() is True
+    assert not a.is_leader
+    lease = fake.leases[("tessera-system", "tessera-allocator")]
+    assert lease["spec"]["holderIdentity"] == ""
+    assert lease["spec"]["leaseDurationSeconds"] == 1
+    clock.now += b.retry_period  # b's next retry, far short of the 15 s lease duration
+    assert b.try_acquire_or_renew() is True
+    assert fake.leases[("tessera-system", "tessera-allocator")]["spec"]["holderIdentity"] == "b"
+    assert a.try_acquire_or_renew() is False  # a stopping replica never takes it back
+
+
+def test_release_leaves_a_lease_held_by_another_replica_alone() -> None:
+    fake, clock = FakeKube(), Clock()
+    a, b = _electors(fake, clock)
+    b.try_acquire_or_renew()
+    assert a.release() is True
+    assert fake.leases[("tessera-system", "tessera-allocator")]["spec"]["holderIdentity"] == "b"
+
+
+def test_a_release_the_api_refuses_is_reported_and_the_lease_then_lapses() -> None:
+    fake, clock = FakeKube(), Clock()
+    a, _b = _electors(fake, clock)
+    a.try_acquire_or_renew()
+    fake.fail("replace_lease", ApiError("HTTP 503"))
+    assert a.release() is False
+    assert not a.is_leader
+    assert fake.leases[("tessera-system", "tessera-allocator")]["spec"]["holderIdentity"] == "a"
+
+
+def test_a_stopping_runtime_lets_binds_in_flight_finish_before_it_releases_the_lease() -> None:
+    fake = FakeKube()
+    fake.add_node(make_node("n1", count=2))
+    _app, rt = make_app(fake, leader_election=True, identity="me")
+    assert rt.elector is not None and rt.elector.try_acquire_or_renew()
+    view = rt.state.view("n1")
+    assert view is not None
+    allocation = Allocation(node="n1", containers=(ContainerAllocation("c", (0,)),),
+                            pod_uid="u-busy")
+    assert rt.state.reserve("u-busy", "default", "busy", allocation, view.version)
+    seen: list[tuple[bool, str]] = []
+
+    def sleep(_seconds: float) -> None:
+        # a bind still running: no longer leader, but the Lease is still held
+        holder = fake.leases[("tessera-system", "tessera-allocator")]["spec"]["holderIdentity"]
+        seen.append((rt.is_leader(), holder))
+        rt.state.unreserve("u-busy")  # ... and now it has finished
+
+    rt.sleep = sleep
+    rt.close()
+    assert seen == [(False, "me")]
+    assert fake.leases[("tessera-system", "tessera-allocator")]["spec"]["holderIdentity"] == ""
+    rt.close()  # idempotent: atexit may call it again
+    assert len(seen) == 1
