@@ -2,8 +2,10 @@
 
 The HTTP layer (:mod:`allocator.extender`) decodes the wire format and calls these; they know
 nothing of HTTP. Filter and prioritize are pure reads of the state. Bind is the only verb that
-writes, always in this order: reserve in the cache, one PATCH of the pod's metadata (canonical
-allocation record + agent dialects), then the Binding; every failure undoes what was done.
+writes, always in this order: reserve in the cache, a PATCH of the labels the pod must carry
+(skipped when it has them), then the Binding, which carries the canonical allocation record and
+the agent annotations onto the pod atomically with ``spec.nodeName``; every failure undoes what
+was done.
 Filter reads the state, and before it leaves a pod with no node for lack of room, brings the
 GPU pods up to date with a consistent read (:mod:`allocator.resync`).
 """
@@ -35,6 +37,7 @@ from allocator.state import ClusterState, Stage
 from tessera.dialects import DialectConfig, read_pod_request
 from tessera.logs import pod_context
 from tessera.vocabulary import (
+    Allocation,
     CodecError,
     PodRequest,
     RequestError,
@@ -366,7 +369,8 @@ class Allocator:
                 raise BindError(f"a bind of pod {who} to {node} is already in progress")
             # Idempotent repeat: the cards are ours; make sure the Binding exists.
             if bound_to != node:
-                self._create_binding(pod, namespace, name, uid, node)
+                annotations = self._bind_metadata(pod, record.allocation)[0]
+                self._create_binding(namespace, name, uid, node, annotations)
             return BindOutcome("already-bound", record.allocation.card_indices())
         if bound_to:
             if bound_to == node:
@@ -381,7 +385,7 @@ class Allocator:
         if request is None or policy is None:
             # Not a GPU pod after all (the scheduler only sends pods with our resources,
             # but a pod may have changed): bind it plainly.
-            self._create_binding(pod, namespace, name, uid, node)
+            self._create_binding(namespace, name, uid, node, {})
             return BindOutcome("no-gpu")
 
         placement = self._reserve(pod, request, policy, uid, node)
@@ -395,24 +399,27 @@ class Allocator:
                         name: str, uid: str, node: str) -> BindOutcome:
         who = f"{namespace}/{name}"
         allocation = placement.allocation(uid, self.clock())
-        patch, rollback = self._metadata_patch(pod, allocation)
-        try:
-            self.api.patch_pod(namespace, name, patch)
-        except ApiError as exc:
-            raise BindError(f"writing the allocation to pod {who} failed: {exc}") from exc
+        annotations, patch, rollback = self._bind_metadata(pod, allocation)
+        if patch is not None:
+            try:
+                self.api.patch_pod(namespace, name, patch)
+            except ApiError as exc:
+                raise BindError(f"labelling pod {who} for its allocation failed: {exc}") from exc
         try:
             if not self.is_leader():
                 raise BindError("lost leadership before binding; retry")
-            self._create_binding(pod, namespace, name, uid, node)
+            self._create_binding(namespace, name, uid, node, annotations)
         except Exception as exc:
             undone = "rolled back"
-            try:
-                self.api.patch_pod(namespace, name, rollback)
-            except Exception as rb_exc:
-                # The record stays on an unbound pod; the state ignores records of pods
-                # without spec.nodeName and the next bind overwrites it.
-                undone = f"annotation rollback failed too ({rb_exc})"
-                logger.error("rollback of %s failed: %s", who, rb_exc, extra=pod_context(pod))
+            if patch is not None:
+                try:
+                    self.api.patch_pod(namespace, name, rollback)
+                except Exception as rb_exc:
+                    # Labels stay on an unbound pod: harmless (no allocation record was
+                    # written, and no node agent looks at a pod without a node).
+                    undone = f"label rollback failed too ({rb_exc})"
+                    logger.error("rollback of %s failed: %s", who, rb_exc,
+                                 extra=pod_context(pod))
             self.state.unreserve(uid)
             raise BindError(f"{describe_error(exc)}; allocation {undone}") from exc
         self.state.mark_bound(uid)
@@ -441,9 +448,21 @@ class Allocator:
                     raise BindError(f"a bind of pod {pod_key(pod)} is already in progress")
         raise BindError(f"node {node} changed too often to reserve cards; retry")
 
-    def _metadata_patch(self, pod: Obj, allocation: Any) -> tuple[Obj, Obj]:
-        """(patch, rollback): one JSON merge patch writing the record, agent dialects and
-        labels; the rollback restores every key it touched (None deletes)."""
+    def _bind_metadata(self, pod: Obj, allocation: Allocation
+                       ) -> tuple[dict[str, str], Obj | None, Obj]:
+        """(annotations for the Binding, label PATCH or None when nothing is missing, its
+        rollback).
+
+        The allocation record and the agent annotations travel **in the Binding**: the
+        pods/binding subresource copies ``metadata.annotations`` onto the pod in the same
+        storage update that sets ``spec.nodeName`` (kubernetes
+        ``pkg/registry/core/pod/storage/storage.go``, ``BindingREST.setPodNodeAndMetadata``:
+        ``for k, v := range annotations { pod.Annotations[k] = v }``). So a record exists only
+        on a bound pod, and no crash can leave one on a pod that is not. Labels are copied
+        there only behind the PodTopologyLabelsAdmission gate, so the labels that must be on
+        the pod — the GPU-pod label our watch selects by, the agents' labels — are PATCHed
+        first (harmless on an unbound pod), with the UID as precondition.
+        """
         vocab = self.config.vocabulary
         meta = pod.get("metadata") or {}
         old_ann: dict[str, str] = dict(meta.get("annotations") or {})
@@ -456,28 +475,29 @@ class Allocator:
         for dialect, why in extra.skipped.items():
             logger.warning("agent dialect %s not written: %s", dialect, why,
                            extra=pod_context(pod))
-        annotations: dict[str, str | None] = {
-            k: None for k in agents.all_agent_keys(old_ann, vocab)
-        }  # stale agent keys of an earlier attempt must not survive
-        annotations.update(extra.annotations)
+        annotations = dict(extra.annotations)
         annotations[vocab.allocation_annotation] = encode_allocation(allocation)
-        labels: dict[str, str | None] = dict(extra.labels)
+        wanted = {**extra.labels, vocab.gpu_pod_label: "true"}
         # Every pod we bind carries the GPU-pod label, so the label-selected pod watch sees
         # it even when it was admitted without the webhook.
-        labels[vocab.gpu_pod_label] = "true"
+        labels: dict[str, str | None] = {k: v for k, v in wanted.items() if old_lab.get(k) != v}
+        # A Binding can add annotations but not remove them: agent keys an older allocator
+        # left on this unbound pod (another dialect set) are cleared with the labels.
+        stale: dict[str, str | None] = {
+            k: None for k in agents.all_agent_keys(old_ann, vocab) if k not in annotations}
+        if not labels and not stale:
+            return annotations, None, {}
         # The UID makes the patch conditional: a pod recreated under the same name fails it.
-        patch: Obj = {"metadata": {"uid": meta.get("uid"), "annotations": annotations,
-                                   "labels": labels}}
-        rollback: Obj = {"metadata": {
-            "annotations": {k: old_ann.get(k) for k in annotations},
-            "labels": {k: old_lab.get(k) for k in labels},
-        }}
-        return patch, rollback
+        patch_meta: Obj = {"uid": meta.get("uid"), "labels": labels}
+        if stale:
+            patch_meta["annotations"] = stale
+        rollback: Obj = {"metadata": {"labels": {k: old_lab.get(k) for k in labels}}}
+        return annotations, {"metadata": patch_meta}, rollback
 
-    def _create_binding(self, pod: Obj, namespace: str, name: str, uid: str,
-                        node: str) -> None:
+    def _create_binding(self, namespace: str, name: str, uid: str, node: str,
+                        annotations: Mapping[str, str]) -> None:
         try:
-            self.api.bind_pod(namespace, name, uid, node)
+            self.api.bind_pod(namespace, name, uid, node, annotations)
         except Conflict as exc:
             # Already bound (a lost reply of an earlier attempt?): fine if to this node.
             try:
@@ -485,10 +505,23 @@ class Allocator:
             except ApiError:
                 current = {}
             if (current.get("spec") or {}).get("nodeName") == node:
+                if annotations and self.config.vocabulary.allocation_annotation not in (
+                        (current.get("metadata") or {}).get("annotations") or {}):
+                    # Bound by someone else, without cards: record ours on the bound pod.
+                    self._annotate_bound(namespace, name, uid, node, annotations)
                 return
             raise BindError(f"binding {namespace}/{name} to {node} conflicted: {exc}") from exc
         except ApiError as exc:
             raise BindError(f"binding {namespace}/{name} to {node} failed: {exc}") from exc
+
+    def _annotate_bound(self, namespace: str, name: str, uid: str, node: str,
+                        annotations: Mapping[str, str]) -> None:
+        try:
+            self.api.patch_pod(namespace, name, {"metadata": {
+                "uid": uid, "annotations": dict(annotations)}})
+        except ApiError as exc:
+            raise BindError(f"pod {namespace}/{name} was bound to {node} without an allocation, "
+                            f"and recording it failed: {exc}") from exc
 
 
 def scale(raw: Sequence[float | None]) -> list[int]:

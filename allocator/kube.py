@@ -11,7 +11,7 @@ error is wrapped once into :mod:`allocator.errors`.
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from typing import Any
 from urllib.parse import quote
 
@@ -171,14 +171,20 @@ class KubeClient:
         return self._json("PATCH", self._pod_path(namespace, name), body=patch,
                           content_type="application/merge-patch+json")
 
-    def bind_pod(self, namespace: str, name: str, uid: str, node: str) -> None:
+    def bind_pod(self, namespace: str, name: str, uid: str, node: str,
+                 annotations: Mapping[str, str] | None = None) -> None:
         # The same object kube-scheduler's DefaultBinder posts
         # (pkg/scheduler/framework/plugins/defaultbinder/default_binder.go); the UID makes
-        # the API server refuse a pod recreated under the same name.
+        # the API server refuse a pod recreated under the same name. Annotations are copied
+        # onto the pod with spec.nodeName in one update (pkg/registry/core/pod/storage/
+        # storage.go, BindingREST.setPodNodeAndMetadata).
+        meta: Obj = {"name": name, "namespace": namespace, "uid": uid}
+        if annotations:
+            meta["annotations"] = dict(annotations)
         binding = {
             "apiVersion": "v1",
             "kind": "Binding",
-            "metadata": {"name": name, "namespace": namespace, "uid": uid},
+            "metadata": meta,
             "target": {"apiVersion": "v1", "kind": "Node", "name": node},
         }
         self._json("POST", self._pod_path(namespace, name) + "/binding", body=binding)

@@ -7,7 +7,7 @@ it in memory. Objects are plain JSON-shaped dicts as the API server sends them. 
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from typing import Any, Protocol
 
 Obj = dict[str, Any]
@@ -38,8 +38,11 @@ class KubeApi(Protocol):
         """JSON merge patch (RFC 7386) of the pod; returns the patched pod."""
         ...
 
-    def bind_pod(self, namespace: str, name: str, uid: str, node: str) -> None:
-        """Create the pods/binding subresource (with the pod UID as precondition)."""
+    def bind_pod(self, namespace: str, name: str, uid: str, node: str,
+                 annotations: Mapping[str, str] | None = None) -> None:
+        """Create the pods/binding subresource (with the pod UID as precondition). The API
+        server copies ``annotations`` onto the pod in the same update that sets
+        ``spec.nodeName``."""
         ...
 
     def get_lease(self, namespace: str, name: str) -> Obj | None:

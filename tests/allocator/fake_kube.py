@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import copy
 import threading
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from typing import Any
 
 from allocator.errors import ApiError, Conflict, Gone, NotFound
@@ -39,6 +39,8 @@ class FakeKube:
         self.leases: dict[tuple[str, str], Obj] = {}
         self.events: list[tuple[int, str, str, Obj]] = []  # (rv, "nodes"|"pods", type, obj)
         self.calls: list[tuple[str, str]] = []
+        self.patches: list[tuple[str, Obj]] = []  # (pod name, merge patch body)
+        self.bindings: list[tuple[str, str, dict[str, str]]] = []  # (pod, node, annotations)
         self.faults: dict[str, list[BaseException]] = {}
         #: watch streams raise Gone when asked to resume from at or below this version
         self.compacted_below = 0
@@ -135,6 +137,7 @@ class FakeKube:
 
     def patch_pod(self, namespace: str, name: str, patch: Obj) -> Obj:
         self.calls.append(("patch_pod", name))
+        self.patches.append((name, copy.deepcopy(patch)))
         self._fault("patch_pod")
         with self.lock:
             pod = self.pods.get((namespace, name))
@@ -148,8 +151,11 @@ class FakeKube:
             self._bump("pods", "MODIFIED", merged)
             return copy.deepcopy(merged)
 
-    def bind_pod(self, namespace: str, name: str, uid: str, node: str) -> None:
+    def bind_pod(self, namespace: str, name: str, uid: str, node: str,
+                 annotations: Mapping[str, str] | None = None) -> None:
+        """As pods/binding: spec.nodeName and the annotations in one update."""
         self.calls.append(("bind_pod", name))
+        self.bindings.append((name, node, dict(annotations or {})))
         self._fault("bind_pod")
         with self.lock:
             pod = self.pods.get((namespace, name))
@@ -161,6 +167,7 @@ class FakeKube:
                 raise Conflict(f"pod {name} is already assigned to node "
                                f"{pod['spec']['nodeName']}", 409)
             pod["spec"]["nodeName"] = node
+            pod["metadata"].setdefault("annotations", {}).update(annotations or {})
             self._bump("pods", "MODIFIED", pod)
 
     def get_lease(self, namespace: str, name: str) -> Obj | None:

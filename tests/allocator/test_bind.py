@@ -92,6 +92,37 @@ def test_a_dialect_that_cannot_express_the_allocation_writes_nothing(
     assert VOCAB.allocation_annotation in _annotations(fake)
 
 
+def test_the_record_and_agent_annotations_travel_in_the_binding_and_the_patch_only_labels(
+) -> None:
+    fake, alloc = _setup()
+    alloc.bind("default", "p", "u-1", "n1")
+    ((name, patch),) = fake.patches
+    assert name == "p"
+    assert patch == {"metadata": {"uid": "u-1", "labels": {"elasticgpu.io/assumed": "true"}}}
+    ((_, node, annotations),) = fake.bindings
+    assert node == "n1"
+    assert decode_allocation(annotations[VOCAB.allocation_annotation]).card_indices() == (0,)
+    assert annotations["elasticgpu.io/container-main"] == "0"
+    assert annotations["elasticgpu.io/assumed"] == "true"
+
+
+def test_a_pod_that_already_carries_every_label_is_bound_with_the_binding_alone() -> None:
+    fake, alloc = _setup(agent_dialects=("aliyun",))  # gpushare writes no labels
+    alloc.bind("default", "p", "u-1", "n1")
+    assert [c for c in fake.calls if c[0] in ("patch_pod", "bind_pod")] == [("bind_pod", "p")]
+    assert _annotations(fake)["ALIYUN_COM_GPU_MEM_IDX"] == "0"
+
+
+def test_agent_keys_an_older_attempt_left_on_the_unbound_pod_are_cleared() -> None:
+    fake, alloc = _setup(agent_dialects=("elastic",))
+    fake.pods[("default", "p")]["metadata"]["annotations"].update(
+        {"nano-gpu/container-main": "1", "nano-gpu/assume": "true"})
+    alloc.bind("default", "p", "u-1", "n1")
+    annotations = _annotations(fake)
+    assert "nano-gpu/container-main" not in annotations and "nano-gpu/assume" not in annotations
+    assert annotations["elasticgpu.io/container-main"] == "0"
+
+
 def test_an_api_error_on_the_binding_rolls_back_cache_and_annotations() -> None:
     fake, alloc = _setup()
     before = _annotations(fake)
@@ -122,15 +153,18 @@ def test_a_failed_rollback_is_reported_and_the_cache_is_still_released() -> None
         return orig(ns, name, body)
 
     fake.patch_pod = patch  # type: ignore[method-assign]
-    with pytest.raises(BindError, match="annotation rollback failed too"):
+    with pytest.raises(BindError, match="label rollback failed too"):
         alloc.bind("default", "p", "u-1", "n1")
     assert alloc.state.record("u-1") is None
+    # what is left behind are labels on an unbound pod, never an allocation record
+    assert VOCAB.allocation_annotation not in _annotations(fake)
+    assert agents.all_agent_keys(_annotations(fake), VOCAB) == ()
 
 
 def test_an_api_error_on_the_patch_releases_the_reservation() -> None:
     fake, alloc = _setup()
     fake.fail("patch_pod", ApiError("HTTP 403: forbidden", 403))
-    with pytest.raises(BindError, match="writing the allocation to pod default/p failed"):
+    with pytest.raises(BindError, match="labelling pod default/p for its allocation failed"):
         alloc.bind("default", "p", "u-1", "n1")
     assert alloc.state.record("u-1") is None
     assert ("bind_pod", "p") not in fake.calls
@@ -158,12 +192,25 @@ def test_a_binding_conflict_for_the_same_node_counts_as_success() -> None:
     fake, alloc = _setup()
     orig = fake.bind_pod
 
-    def bind_then_conflict(ns: str, name: str, uid: str, node: str) -> None:
-        orig(ns, name, uid, node)  # the first reply was lost...
+    def bind_then_conflict(ns: str, name: str, uid: str, node: str,
+                           annotations: dict[str, str] | None = None) -> None:
+        orig(ns, name, uid, node, annotations)  # the first reply was lost...
         raise Conflict("pod p is already assigned to node n1", 409)
 
     fake.bind_pod = bind_then_conflict  # type: ignore[method-assign]
     assert alloc.bind("default", "p", "u-1", "n1").outcome == "bound"
+    assert VOCAB.allocation_annotation in _annotations(fake)
+
+
+def test_a_pod_bound_to_the_node_by_someone_else_gets_our_record_on_a_conflict() -> None:
+    fake, alloc = _setup()
+    fake.pods[("default", "p")]["spec"]["nodeName"] = "n1"  # bound meanwhile, without cards
+    pod = fake.get_pod("default", "p")
+    pod["spec"].pop("nodeName")
+    alloc.remember(pod)  # the scheduler's copy, from before that binding
+    assert alloc.bind("default", "p", "u-1", "n1").outcome == "bound"
+    record = decode_allocation(_annotations(fake)[VOCAB.allocation_annotation])
+    assert record.node == "n1" and record.card_indices() == (0,)
 
 
 @pytest.mark.parametrize(

@@ -108,6 +108,15 @@ def test_binding_posts_the_binding_object_and_wraps_conflicts(kube: KubeClient) 
         kube.bind_pod("default", "p", "u-1", "taken")
 
 
+def test_a_binding_carries_the_annotations_the_api_server_copies_onto_the_pod(
+    kube: KubeClient,
+) -> None:
+    kube.bind_pod("default", "p", "u-1", "n1", {"elasticgpu.io/gpu-allocation": "{}"})
+    _method, _path, _ct, body = SEEN[-1]
+    assert body["metadata"] == {"name": "p", "namespace": "default", "uid": "u-1",
+                                "annotations": {"elasticgpu.io/gpu-allocation": "{}"}}
+
+
 def test_a_watch_yields_events_and_turns_a_410_error_event_into_gone(kube: KubeClient) -> None:
     events = kube.watch_nodes("4", 5)
     assert next(events) == ("ADDED", {"metadata": {"name": "n1", "resourceVersion": "5"}})
