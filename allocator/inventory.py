@@ -70,7 +70,8 @@ def _cards_from_annotation(text: str) -> tuple[Card, ...]:
 
 
 def read_inventory(node: Mapping[str, Any], vocabulary: Vocabulary) -> Inventory:
-    """The node's cards; a node with no readable description has none (and says why)."""
+    """The node's cards. A node without GPU resources has none and no problem; a description
+    that cannot be read is a problem (and the next source is tried)."""
     meta = node.get("metadata") or {}
     annotations: Mapping[str, str] = meta.get("annotations") or {}
     labels: Mapping[str, str] = meta.get("labels") or {}
@@ -92,11 +93,19 @@ def read_inventory(node: Mapping[str, Any], vocabulary: Vocabulary) -> Inventory
         cards = tuple(Card(i, model, gfd_memory) for i in range(gfd_count))
         return Inventory(cards, "gfd", problem)
 
-    core = _int_quantity(allocatable.get(vocabulary.core_resource))
+    raw_core = allocatable.get(vocabulary.core_resource)
+    core = _int_quantity(raw_core)
     memory = _int_quantity(allocatable.get(vocabulary.memory_resource))
     count = (core or 0) // WHOLE_CARD_PERCENT
     if count <= 0:
-        return Inventory((), "none", problem or "node advertises no GPU cards")
+        # Most nodes of a real cluster simply have no GPU (and a new node has no status
+        # yet): that is no problem. Only an inventory we cannot read is one.
+        if raw_core is not None and core is None:
+            problem = problem or f"{vocabulary.core_resource} {raw_core!r} is not an integer"
+        elif core:
+            problem = problem or (f"{vocabulary.core_resource} {core} is less than one card "
+                                  f"({WHOLE_CARD_PERCENT})")
+        return Inventory((), "none", problem)
     per_card = (memory or 0) // count
     if per_card <= 0:
         problem = problem or f"{vocabulary.memory_resource} missing: cards have 0 MiB"

@@ -199,6 +199,8 @@ class ClusterState:
                 return
             if inv.problem:
                 logger.warning("node %s: %s", name, inv.problem, extra={"node": name})
+            elif not inv.cards:
+                logger.debug("node %s has no GPU cards", name, extra={"node": name})
             version = entry.view.version + 1 if entry is not None else 1
             lock = entry.lock if entry is not None else threading.Lock()
             self._nodes[name] = _Node(

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 from typing import Any
 
 import pytest
@@ -9,6 +10,7 @@ from alloc_builders import VOCAB, make_node
 
 from allocator.fit import Card
 from allocator.inventory import read_inventory
+from allocator.state import ClusterState
 
 
 @pytest.mark.parametrize(
@@ -53,11 +55,34 @@ def test_a_bad_cards_annotation_falls_back_and_says_why(annotation: str, problem
     assert problem in inv.problem
 
 
-def test_a_node_without_gpu_resources_has_no_cards() -> None:
+@pytest.mark.parametrize("allocatable", [{}, {"cpu": "8"}, {VOCAB.core_resource: "0"}])
+def test_a_node_without_gpu_resources_has_no_cards_and_no_problem(
+    allocatable: dict[str, str], caplog: pytest.LogCaptureFixture
+) -> None:
+    """Every CPU node of a real cluster, and a fake node before its status patch."""
     node = make_node(count=0)
+    node["status"]["allocatable"] = allocatable
     inv = read_inventory(node, VOCAB)
-    assert inv.cards == ()
-    assert inv.problem == "node advertises no GPU cards"
+    assert (inv.cards, inv.source, inv.problem) == ((), "none", "")
+    caplog.set_level(logging.DEBUG)
+    ClusterState(VOCAB).apply_node(node)
+    assert [r.levelno for r in caplog.records] == [logging.DEBUG]
+
+
+@pytest.mark.parametrize(
+    ("core", "problem"),
+    [("lots", "elasticgpu.io/gpu-core 'lots' is not an integer"),
+     ("50", "elasticgpu.io/gpu-core 50 is less than one card (100)")],
+)
+def test_a_malformed_gpu_inventory_is_a_problem_and_a_warning(
+    core: str, problem: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    node = make_node(count=0)
+    node["status"]["allocatable"][VOCAB.core_resource] = core
+    inv = read_inventory(node, VOCAB)
+    assert inv.cards == () and inv.problem == problem
+    ClusterState(VOCAB).apply_node(node)
+    assert [r.levelno for r in caplog.records] == [logging.WARNING]
 
 
 def test_uneven_memory_is_split_evenly_rounding_down() -> None:
