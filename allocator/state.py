@@ -278,18 +278,34 @@ class ClusterState:
         if uid:
             self._drop(uid)
 
-    def replace_pods(self, pods: Iterable[Mapping[str, Any]]) -> None:
-        """A fresh list: apply every pod; release pods that are gone (unless a bind for
-        them is running right now)."""
+    def replace_pods(self, pods: Iterable[Mapping[str, Any]], since: int | None = None) -> None:
+        """A fresh list: apply every pod; release pods that are gone.
+
+        ``since`` is :meth:`epoch` taken before the list was requested. A record touched after
+        that (a bind of ours that finished while the list was on the wire, or a newer watch
+        event) is newer than the list: it is neither overwritten by the list's copy of the pod
+        nor released for missing from it — otherwise a relist after 410 Gone could forget a
+        pod we had just bound (it got its GPU-pod label from that bind, after the list was
+        taken) and hand its cards out again before the watch replays the bind. A bind still
+        running is never released. Without ``since`` the list is taken as newer than
+        everything but running binds.
+        """
+        def newer_than_list(uid: str) -> bool:
+            return since is not None and self._touched.get(uid, -1) >= since
+
         seen = set()
         for pod in pods:
             uid = (pod.get("metadata") or {}).get("uid")
             if uid:
                 seen.add(uid)
-                self.apply_pod(pod)
+                with self._lock:
+                    skip = newer_than_list(uid)
+                if not skip:
+                    self.apply_pod(pod)
         with self._lock:
             for uid, rec in list(self._pods.items()):
-                if uid not in seen and rec.stage is not Stage.INFLIGHT:
+                if (uid not in seen and rec.stage is not Stage.INFLIGHT
+                        and not newer_than_list(uid)):
                     self._drop(uid)
 
     def epoch(self) -> int:

@@ -28,11 +28,14 @@ class Reflector:
     kind: str
     list_fn: Callable[[], tuple[list[Obj], str]]
     watch_fn: Callable[[str, int], Iterator[WatchEvent]]
-    replace: Callable[[Iterable[Obj]], None]
+    #: Replaces the state with a list; gets the :attr:`mark` taken before the list call.
+    replace: Callable[[Iterable[Obj], int], None]
     upsert: Callable[[Obj], None]
     delete: Callable[[Obj], None]
     sleep: Callable[[float], None]
     stop: threading.Event
+    #: Taken just before each list request, so ``replace`` can tell what is newer than it.
+    mark: Callable[[], int] = lambda: 0
     backoff_initial: float = 0.5
     backoff_max: float = 30.0
 
@@ -40,8 +43,9 @@ class Reflector:
     relists: int = 0
 
     def relist(self) -> None:
+        since = self.mark()
         items, rv = self.list_fn()
-        self.replace(items)
+        self.replace(items, since)
         self.resource_version = rv
         self.relists += 1
         logger.info("listed %d %s at resourceVersion %s", len(items), self.kind, rv)
@@ -93,7 +97,7 @@ def reflectors(api: KubeApi, state: ClusterState, stop: threading.Event,
     nodes = Reflector(
         "nodes", api.list_nodes,
         lambda rv, t: api.watch_nodes(rv, t),
-        state.replace_nodes, state.apply_node,
+        lambda items, _since: state.replace_nodes(items), state.apply_node,
         lambda obj: state.remove_node((obj.get("metadata") or {}).get("name", "")),
         sleep, stop,
     )
@@ -101,7 +105,7 @@ def reflectors(api: KubeApi, state: ClusterState, stop: threading.Event,
         "pods", lambda: api.list_pods(selector),
         lambda rv, t: api.watch_pods(selector, rv, t),
         state.replace_pods, state.apply_pod, state.remove_pod,
-        sleep, stop,
+        sleep, stop, mark=state.epoch,
     )
     return nodes, pods
 

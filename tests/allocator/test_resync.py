@@ -205,3 +205,44 @@ def test_a_consistent_read_only_releases_what_did_not_change_after_it_began() ->
     assert state.record("alive") is not None
     assert state.record("inflight") is not None  # newer than the read, and in flight
     assert state.record("late") is not None  # the watch saw it after the read began
+
+
+def test_a_relist_older_than_our_bind_neither_forgets_nor_overwrites_the_bound_pod() -> None:
+    """410 Gone -> relist: the list was taken before our bind finished, so it lacks the pod
+    (or shows it unbound). The bound record is newer than the list and must keep its cards."""
+    state = ClusterState(VOCAB)
+    state.replace_nodes([make_node("n1", count=5)])
+    state.replace_pods([_bound("gone", 0), _bound("old", 1)])
+    mark = state.epoch()  # the relist's list request leaves now...
+    ours = Allocation(node="n1", containers=(ContainerAllocation("c", (2,)),), pod_uid="ours")
+    view = state.view("n1")
+    assert view is not None
+    assert state.reserve("ours", "ns", "ours", ours, view.version)
+    state.mark_bound("ours")  # ...our bind completes while it is on the wire
+    unbound_copy = {"metadata": {"uid": "ours", "namespace": "ns", "name": "ours"},
+                    "spec": {}, "status": {"phase": "Pending"}}
+    state.replace_pods([_bound("old", 1), unbound_copy], mark)
+    assert state.record("ours") is not None  # not forgotten, not overwritten by the old copy
+    assert state.record("old") is not None
+    assert state.record("gone") is None  # untouched since before the list and missing: gone
+    state.replace_pods([_bound("old", 1)], mark)
+    assert state.record("ours") is not None  # missing from the list altogether: still ours
+
+
+def test_a_relist_drives_replace_with_the_mark_taken_before_the_list_request() -> None:
+    from allocator.watch import Reflector
+
+    order: list[str] = []
+    got: list[int] = []
+    reflector = Reflector(
+        "pods",
+        lambda: (order.append("list"), ([], "7"))[1],
+        lambda rv, t: iter(()),
+        lambda items, since: got.append(since),
+        lambda obj: None, lambda obj: None, lambda s: None, threading.Event(),
+        mark=lambda: (order.append("mark"), 41)[1],
+    )
+    reflector.relist()
+    assert order == ["mark", "list"]
+    assert got == [41]
+    assert reflector.resource_version == "7"
