@@ -287,10 +287,26 @@ class Allocator:
         # is the only part allowed to depend on the node's name: one placement per distinct
         # content, scaled once, then one C-level pass (zip/map) to pair hosts and scores.
         contents = self.state.contents(names)
-        bias = getattr(policy, "node_bias", None)
-        if bias is not None:
-            return self._biased_scores(request, policy, ctx, names, contents, bias)
+        bias: Callable[[str], float] | None = getattr(policy, "node_bias", None)
+        by_content = self._scores_by_content(request, policy, ctx, names, contents, bias)
+        if bias is None:
+            scaled = dict(zip(by_content, scale(list(by_content.values())), strict=True))
+            return list(map(scaled.__getitem__, contents))
+        # A Python call per node for the bias, but still one placement per content.
+        biased: list[float | None] = []
+        for name, content in zip(names, contents, strict=True):
+            base = by_content.get(content)
+            biased.append(None if base is None else base + bias(name))
+        return scale(biased)
+
+    def _scores_by_content(self, request: PodRequest, policy: Policy, ctx: PolicyContext,
+                           names: Sequence[str], contents: Sequence[int | None],
+                           bias: Callable[[str], float] | None) -> dict[int | None, float | None]:
+        """Raw score of one representative node per distinct content (None: does not fit),
+        memoised per request shape; with a ``bias``, the representative's own bias is taken
+        out so that the shared score is the content's alone."""
         memo = self.state.shape_results(("score", policy.name, encode_request(request)))
+        choose = chooser(policy, ctx)
         missing = object()
         by_content: dict[int | None, float | None] = {}
         for content in set(contents):
@@ -305,40 +321,12 @@ class Allocator:
                     placed = place(request, state, choose)
                     if not isinstance(placed, Unfit):
                         score = policy.score(state, placed.after, ctx)
+                        if bias is not None:
+                            score -= bias(state.name)
                 if shared:
                     memo[content] = score
             by_content[content] = score
-        scaled = dict(zip(by_content, scale(list(by_content.values())), strict=True))
-        return list(map(scaled.__getitem__, contents))
-
-    def _biased_scores(self, request: PodRequest, policy: Policy, ctx: PolicyContext,
-                       names: Sequence[str], contents: Sequence[int | None],
-                       bias: Callable[[str], float]) -> list[int]:
-        """Shared content score (the representative node's own bias taken out) + each
-        node's bias: a Python call per node, but still one placement per content."""
-        memo = self.state.shape_results(("score", policy.name, encode_request(request)))
-        choose = chooser(policy, ctx)
-        missing = object()
-        by_content: dict[int, float | None] = {}
-        for content in set(contents):
-            if content is None:
-                continue
-            score = memo.get(content, missing)
-            if score is missing:
-                state, shared = self._state_of(content, names, contents)
-                score = None
-                if state is not None:
-                    placed = place(request, state, choose)
-                    if not isinstance(placed, Unfit):
-                        score = policy.score(state, placed.after, ctx) - bias(state.name)
-                if shared:
-                    memo[content] = score
-            by_content[content] = score
-        raw: list[float | None] = []
-        for name, content in zip(names, contents, strict=True):
-            base = by_content.get(content) if content is not None else None
-            raw.append(None if base is None else base + bias(name))
-        return scale(raw)
+        return by_content
 
     # ------------------------------------------------------------------ bind
     def bind(self, namespace: str, name: str, uid: str, node: str) -> BindOutcome:
