@@ -65,6 +65,9 @@ class Task:
     profile: str
     nodes_kept: int = 0
     max_pods: int = 0
+    #: overrides of the profile's scheduler behaviour (ablations)
+    cpu_pods: CpuPods | None = None
+    ties: Ties | None = None
 
 
 @dataclass(frozen=True)
@@ -97,7 +100,8 @@ def run_task(task: Task) -> list[SeedResult]:
     pods = load_pods(task.trace)
     typical = typical_pods(pods)
     capacity = MILLI * sum(n.gpus for n in nodes)
-    cpu_pods, ties = PROFILES[task.profile]
+    cpu_pods, ties = PROFILES.get(task.profile, PROFILES["paper"])
+    cpu_pods, ties = task.cpu_pods or cpu_pods, task.ties or ties
     classes = Classes()  # shared by the seeds of this task: most node states recur
     out = []
     for seed in task.seeds:
@@ -217,6 +221,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--policies", nargs="+", default=list(POLICIES), choices=sorted(REGISTRY))
     p.add_argument("--seeds", nargs="+", type=int, default=list(SEEDS))
     p.add_argument("--profile", choices=sorted(PROFILES), default="paper")
+    p.add_argument("--cpu-pods", choices=["least", "most", "policy"], default=None,
+                   help="override the profile: how CPU-only pods are placed")
+    p.add_argument("--ties", choices=["random", "ordered"], default=None,
+                   help="override the profile: how equal scores are broken")
     p.add_argument("--nodes", type=int, default=0,
                    help="keep only this many nodes (every k-th); 0 = all 1,213")
     p.add_argument("--max-pods", type=int, default=0, help="replay only a prefix of the pods")
@@ -235,7 +243,12 @@ def tasks_for(args: argparse.Namespace) -> list[Task]:
     if args.small:
         return [Task("default", p, (42,), args.profile, SMALL_NODES)
                 for p in ("random", "fgd")]
-    return [Task(t, p, tuple(args.seeds), args.profile, args.nodes, args.max_pods)
+    profile = args.profile
+    if args.cpu_pods or args.ties:
+        cpu, ties = PROFILES[profile]
+        profile = f"cpu-{args.cpu_pods or cpu}/ties-{args.ties or ties}"
+    return [Task(t, p, tuple(args.seeds), profile, args.nodes, args.max_pods,
+                 args.cpu_pods, args.ties)
             for t in args.traces for p in args.policies]
 
 
@@ -244,7 +257,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(message)s",
                         stream=sys.stderr)
     tasks = tasks_for(args)
-    suffix = args.tag or ("full" if args.full else ("small" if args.small else args.profile))
+    suffix = args.tag or ("full" if args.full else ("small" if args.small else
+                                                     tasks[0].profile.replace("/", "_")))
     start = time.perf_counter()
     results = run_tasks(tasks, args.jobs)
     elapsed = time.perf_counter() - start
