@@ -12,6 +12,7 @@ from allocator.policies.base import (
 )
 from allocator.policies.binpack import Binpack
 from allocator.policies.fgd import FGD
+from allocator.policies.fgd_cpu import FGDCpu
 from allocator.policies.fgd_ff import FGDFirstFit
 from allocator.policies.random import Random
 from allocator.policies.spread import Spread
@@ -24,6 +25,7 @@ REGISTRY: dict[str, Policy] = {
     Random.name: Random(),
     FGD.name: FGD(),
     FGDFirstFit.name: FGDFirstFit(),
+    FGDCpu.name: FGDCpu(),
 }
 
 DEFAULT_POLICY = Binpack.name

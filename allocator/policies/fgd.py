@@ -47,7 +47,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from threading import Lock
-from typing import Final
+from typing import Final, TypeVar
 
 from allocator.fit import CardState, NodeState, fits, share_memory_mib
 from allocator.policies.base import PolicyContext
@@ -59,6 +59,10 @@ NODE_CPU_FREE: Final = "fgd.node_cpu_free_milli"
 POD_CPU: Final = "fgd.pod_cpu_milli"
 
 _SHARE, _WHOLE, _GENERAL = 0, 1, 2
+
+#: (free capacity in cards, per typical pod: (usable free capacity, its GPU request fits))
+Usable = tuple[float, tuple[tuple[float, bool], ...]]
+_V = TypeVar("_V")
 
 
 @dataclass(frozen=True, slots=True)
@@ -88,6 +92,8 @@ class Mix:
     cpu_thresholds: tuple[int, ...]
     #: memo of :func:`fragmentation` for this mix: (card signature, free CPU) -> value
     cache: dict[tuple[object, ...], float] = field(default_factory=dict, compare=False)
+    #: memo of :func:`usable_capacity`: card signature -> value
+    usable: dict[tuple[object, ...], Usable] = field(default_factory=dict, compare=False)
 
 
 def compile_mix(workload: Sequence[tuple[PodRequest, float]],
@@ -125,21 +131,46 @@ def fragmentation(node: NodeState, mix: Mix, cpu_free: int | None = None) -> flo
 
     ``cpu_free`` None means CPU is not a constraint (the caller does not track it).
     """
-    key = (tuple((c.card.model, c.card.memory_mib, c.core_used, c.memory_used_mib, c.whole,
-                  c.idle) for c in node.cards), cpu_free)
+    key = (_signature(node), cpu_free)
     cache = mix.cache
     value = cache.get(key)
     if value is None:
-        value = _fragmentation(node, mix, cpu_free)
-        if len(cache) >= _CACHE_LIMIT:
-            cache.clear()
-        cache[key] = value
+        total, per_typical = usable_capacity(node, mix)
+        value = 0.0
+        for t, (usable, runs) in zip(mix.typical, per_typical, strict=True):
+            if not runs or (cpu_free is not None and t.cpu_milli > cpu_free):
+                value += t.weight * total  # t cannot run here: every free card is stranded
+            else:
+                value += t.weight * (total - usable)  # only the cards too small for t
+        _remember(cache, key, value)
     return value
 
 
-def _fragmentation(node: NodeState, mix: Mix, cpu_free: int | None) -> float:
-    # Per card: (free fraction, lower-case model, memory, free core, free MiB, taken whole,
-    # idle); only cards with something free can matter.
+def _signature(node: NodeState) -> tuple[tuple[str, int, int, int, bool, bool], ...]:
+    return tuple((c.card.model, c.card.memory_mib, c.core_used, c.memory_used_mib, c.whole,
+                  c.idle) for c in node.cards)
+
+
+def _remember(cache: dict[tuple[object, ...], _V], key: tuple[object, ...], value: _V) -> None:
+    if len(cache) >= _CACHE_LIMIT:
+        cache.clear()
+    cache[key] = value
+
+
+def usable_capacity(node: NodeState, mix: Mix) -> Usable:
+    """(free capacity of the node in cards, and per typical pod: the free capacity on the cards
+    it could use, and whether its GPU request fits the node at all) — CPU not considered."""
+    key = _signature(node)
+    value = mix.usable.get(key)
+    if value is None:
+        value = _usable_capacity(node, mix)
+        _remember(mix.usable, key, value)
+    return value
+
+
+def _usable_capacity(node: NodeState, mix: Mix) -> Usable:
+    # Per card: (free fraction, lower-case model, memory, free core, free MiB, idle, state);
+    # only cards with something free can matter.
     cards = []
     total = 0.0
     for c in node.cards:
@@ -150,12 +181,9 @@ def _fragmentation(node: NodeState, mix: Mix, cpu_free: int | None) -> float:
             cards.append((free, c.card.model.lower(), mem, 100 - c.core_used,
                           mem - c.memory_used_mib, c.idle, c))
     if total <= 0.0:
-        return 0.0
-    frag = 0.0
+        return 0.0, tuple((0.0, False) for _ in mix.typical)
+    out: list[tuple[float, bool]] = []
     for t in mix.typical:
-        if cpu_free is not None and t.cpu_milli > cpu_free:
-            frag += t.weight * total  # lacks CPU: every idle card is stranded for t
-            continue
         models, min_mem = t.models, t.min_card_memory_mib
         usable_free = 0.0
         count = 0
@@ -182,8 +210,8 @@ def _fragmentation(node: NodeState, mix: Mix, cpu_free: int | None) -> float:
             runs = count >= t.cards
         else:
             runs = count > 0 and fits(t.request, node)
-        frag += t.weight * ((total - usable_free) if runs else total)
-    return frag
+        out.append((usable_free, runs))
+    return total, tuple(out)
 
 
 def cpu_thresholds(ctx: PolicyContext) -> tuple[int, ...]:
@@ -237,12 +265,21 @@ class FGD:
     #: the score reads the node's free CPU from ``ctx.extra`` when the caller supplies it
     host_cpu_aware = True
 
+    def measure(self, node: NodeState, mix: Mix, cpu_free: int | None) -> float:
+        """The node's expected fragmentation (in cards); subclasses refine it."""
+        return fragmentation(node, mix, cpu_free)
+
+    def cpu_thresholds(self, typical_cpu: Sequence[int], max_cpu: int) -> tuple[int, ...]:
+        """The CPU values the measure can tell apart: it depends on a node's free CPU only
+        through ``free >= threshold`` for these (callers may memoise by that)."""
+        return tuple(sorted(set(typical_cpu)))
+
     def score(self, before: NodeState, after: NodeState, ctx: PolicyContext) -> float:
         mix = _mix(ctx)
         if not mix.typical:
             return 0.0
         cpu_before, cpu_after = _cpu(ctx, before.name)
-        return fragmentation(before, mix, cpu_before) - fragmentation(after, mix, cpu_after)
+        return self.measure(before, mix, cpu_before) - self.measure(after, mix, cpu_after)
 
     def score_cpu_only(self, node: NodeState, cpu_before: int, cpu_after: int,
                        workload: tuple[tuple[PodRequest, float], ...],
@@ -253,4 +290,4 @@ class FGD:
         The extender never sees CPU-only pods; a caller that places them (the benchmark, as
         the authors' simulator does) can use this."""
         mix = _mix_of(workload, typical_cpu)
-        return fragmentation(node, mix, cpu_before) - fragmentation(node, mix, cpu_after)
+        return self.measure(node, mix, cpu_before) - self.measure(node, mix, cpu_after)

@@ -175,7 +175,14 @@ class Replay:
         self.classes = classes or Classes()
         self.workload, self.typical_cpu = workload_context(typical)
         aware = bool(getattr(policy, "host_cpu_aware", False))
-        self.thresholds: tuple[int, ...] = tuple(sorted(set(self.typical_cpu))) if aware else ()
+        thresholds = getattr(policy, "cpu_thresholds", None)
+        self.thresholds: tuple[int, ...] = ()
+        if aware:
+            # The CPU values the policy's score can tell apart (fgd: the typical pods' CPU
+            # requests); nodes whose free CPU is between the same two share its answers.
+            self.thresholds = (tuple(thresholds(self.typical_cpu,
+                                                max(n.cpu_milli for n in self.nodes)))
+                               if callable(thresholds) else tuple(sorted(set(self.typical_cpu))))
         self.n_buckets = len(self.thresholds) + 1
         type_ids: dict[tuple[object, ...], int] = {}
         self.type_of = np.array(

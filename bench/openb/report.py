@@ -66,7 +66,7 @@ def _mean(values: Sequence[float]) -> float:
 
 
 def _policies(curves: Curves) -> list[str]:
-    order = ["random", "spread", "binpack", "fgd", "fgd-ff"]
+    order = ["random", "spread", "binpack", "fgd", "fgd-ff", "fgd-cpu"]
     names = {p for _, p in curves}
     return [p for p in order if p in names] + sorted(names - set(order))
 
@@ -133,7 +133,7 @@ def plot(ours: Curves, published: Curves, out: Path, title: str) -> list[Path]:
 
     written = []
     colours = {"random": "tab:gray", "spread": "tab:olive", "binpack": "tab:brown",
-               "fgd": "tab:blue", "fgd-ff": "tab:red"}
+               "fgd": "tab:blue", "fgd-ff": "tab:red", "fgd-cpu": "tab:orange"}
     pub_colours = {"Random": "silver", "DotProd": "tab:purple", "GpuClustering": "tab:pink",
                    "GpuPacking": "tab:cyan", "BestFit": "tab:green", "FGD": "navy"}
     xs = list(range(131))

@@ -48,7 +48,7 @@ from bench.openb.trace import (
 logger = logging.getLogger("bench.openb")
 
 #: Policies shipped in the registry, in report order.
-POLICIES: tuple[str, ...] = ("random", "spread", "binpack", "fgd", "fgd-ff")
+POLICIES: tuple[str, ...] = ("random", "spread", "binpack", "fgd", "fgd-ff", "fgd-cpu")
 PROFILES: dict[str, tuple[CpuPods, Ties]] = {
     "paper": ("policy", "ordered"),
     "kube": ("least", "random"),
@@ -123,7 +123,8 @@ def run_task(task: Task) -> list[SeedResult]:
 
 def _cost(task: Task) -> float:
     """Rough relative cost, to start the slow tasks first."""
-    per_policy = {"fgd": 4.0, "fgd-ff": 4.0, "spread": 1.5, "random": 1.2, "binpack": 1.0}
+    per_policy = {"fgd": 4.0, "fgd-ff": 4.0, "fgd-cpu": 6.0, "spread": 1.5, "random": 1.2,
+                  "binpack": 1.0}
     return per_policy.get(task.policy, 2.0) * len(task.seeds)
 
 

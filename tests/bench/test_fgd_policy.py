@@ -8,11 +8,13 @@ from allocator.fit import Card, CardState, NodeState, Placement, place
 from allocator.policies import PolicyContext, chooser, get_policy
 from allocator.policies.fgd import (
     CPU_OF_TYPICAL,
+    FGD,
     NODE_CPU_FREE,
     POD_CPU,
     compile_mix,
     fragmentation,
 )
+from allocator.policies.fgd_cpu import FGDCpu, cpu_stranding
 from allocator.policies.fgd_ff import TOLERANCE, FGDFirstFit
 from tessera.vocabulary import ContainerRequest, PodRequest
 
@@ -133,3 +135,32 @@ def test_fgd_ff_treats_tiny_fragmentation_differences_as_equal_and_prefers_its_f
     pol = FGDFirstFit()
     winner, _ = _best("fgd-ff", req, [node(n, 0, 0) for n in names], ctx)
     assert winner == max(names, key=pol.node_bias)
+
+
+def test_fgd_cpu_counts_the_gpus_a_nodes_cpu_cannot_feed() -> None:
+    mix = compile_mix([(whole(), 1.0)], [12000])
+    eight = node("g2", 0, 0, 0, 0, 0, 0, 0, 0)
+    assert cpu_stranding(eight, mix, 48000) == pytest.approx(4.0)  # 4 pods' CPU for 8 GPUs
+    assert cpu_stranding(eight, mix, 96000) == pytest.approx(0.0)
+    assert FGDCpu().measure(eight, mix, None) == fragmentation(eight, mix, None)
+
+
+def test_fgd_cpu_sends_a_cpu_only_pod_to_the_node_with_cpu_to_spare_where_fgd_sees_no_difference(
+        ) -> None:
+    workload = ((whole(), 1.0),)
+    typical_cpu = (11300,)
+    poor = node("poor", *([0] * 8))  # 96 cores for 8 idle GPUs
+    rich = node("rich", 0, 0)  # 104 cores for 2 idle GPUs
+    pod_cpu = 12500
+
+    def gain(pol: FGD, n: NodeState, cpu: int) -> float:
+        return pol.score_cpu_only(n, cpu, cpu - pod_cpu, workload, typical_cpu)
+
+    assert gain(FGD(), poor, 96000) == gain(FGD(), rich, 104000) == 0.0
+    assert gain(FGDCpu(), rich, 104000) > gain(FGDCpu(), poor, 96000)
+
+
+def test_fgd_cpu_declares_every_cpu_value_its_measure_can_tell_apart() -> None:
+    thresholds = FGDCpu().cpu_thresholds([11300, 3152], 16000)
+    assert thresholds == (3152, 4000, 8000, 11300, 12000, 16000)
+    assert FGD().cpu_thresholds([11300, 3152, 11300], 16000) == (3152, 11300)

@@ -1,0 +1,78 @@
+"""fgd-cpu: fgd-ff whose fragmentation also counts GPUs that the node's CPU cannot feed.
+
+FGD (:mod:`allocator.policies.fgd`, after the authors' pkg/utils/frag.go) looks one pod
+ahead: a node's free GPUs count as stranded for a typical pod only once the node's free CPU
+is below that pod's CPU request. Until then, taking CPU costs nothing in its measure — even
+on nodes whose CPU will run out long before their GPUs (in openb, a G2 node has 96 cores for
+8 GPUs while the most popular one-GPU pods ask 11.3 cores each).
+
+This policy adds, for every typical pod t that still fits the node, the free GPU capacity
+that t's CPU appetite leaves unusable when the node is filled with t alone:
+
+    stranded_t = max(0, usable_t - n_t * g_t),   n_t = floor(free CPU / cpu_t)
+
+(usable_t: free capacity on the cards t can use; g_t: GPUs per t pod). The measure is
+``F + sum_t w_t * stranded_t``; scoring, the tolerance and the fixed first-fit order are
+fgd-ff's (:mod:`allocator.policies.fgd_ff`). Free CPU is read in steps of
+:data:`CPU_STEP_MILLI` (rounded down, but never below a pod that fits), so that the measure
+depends on CPU only through ``free >= threshold`` for the thresholds :meth:`cpu_thresholds`
+lists — what lets callers memoise it.
+
+Without node CPU (``ctx.extra`` empty, as in the extender today) it is fgd-ff.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Final
+
+from allocator.fit import NodeState
+from allocator.policies.fgd import _SHARE, _WHOLE, Mix, Typical, fragmentation, usable_capacity
+from allocator.policies.fgd_ff import FGDFirstFit
+
+#: Free CPU is counted in steps of 4 cores (rounded down).
+CPU_STEP_MILLI: Final = 4000
+
+
+def _gpus(t: Typical) -> float:
+    """GPUs one pod of ``t`` takes (in cards); 0 when unknown (a share sized in MiB only)."""
+    if t.kind == _WHOLE:
+        return float(t.cards)
+    if t.kind == _SHARE:
+        return max(t.core_percent, t.memory_percent) / 100
+    return float(sum(c.cards if c.cards else max(c.core_percent, c.memory_percent) / 100
+                     for c in t.request.containers))
+
+
+def cpu_stranding(node: NodeState, mix: Mix, cpu_free: int) -> float:
+    """Expected free GPU capacity (cards) the node's free CPU cannot feed."""
+    stepped = cpu_free // CPU_STEP_MILLI * CPU_STEP_MILLI
+    total, per_typical = usable_capacity(node, mix)
+    if total <= 0.0:
+        return 0.0
+    stranded = 0.0
+    for t, (usable, runs) in zip(mix.typical, per_typical, strict=True):
+        if not runs or t.cpu_milli <= 0 or t.cpu_milli > cpu_free:
+            continue  # FGD already counts these nodes as fully fragmented for t
+        g = _gpus(t)
+        if g <= 0.0:
+            continue
+        pods = max(stepped, t.cpu_milli) // t.cpu_milli
+        stranded += t.weight * max(0.0, usable - pods * g)
+    return stranded
+
+
+class FGDCpu(FGDFirstFit):
+    name = "fgd-cpu"
+    per_pod = False
+    host_cpu_aware = True
+
+    def measure(self, node: NodeState, mix: Mix, cpu_free: int | None) -> float:
+        base = fragmentation(node, mix, cpu_free)
+        if cpu_free is None:
+            return base
+        return base + cpu_stranding(node, mix, cpu_free)
+
+    def cpu_thresholds(self, typical_cpu: Sequence[int], max_cpu: int) -> tuple[int, ...]:
+        steps = range(CPU_STEP_MILLI, max_cpu + CPU_STEP_MILLI, CPU_STEP_MILLI)
+        return tuple(sorted(set(typical_cpu) | set(steps)))
