@@ -4,7 +4,9 @@ Published: ``fgd_expected_results/analysis_allo_discrete.csv`` in the openb data
 the authors' cached results (hkust-adsl/kubernetes-scheduler-simulator,
 experiments/analysis/expected_results/), 6 policies x 17 traces x seeds 42..51.
 
-Usage: ``.venv/bin/python -m bench.openb.report bench/results/openb/allocation_full_mean.csv``
+Usage: ``.venv/bin/python -m bench.openb.report bench/results/openb/allocation_full_mean.csv``,
+or ``.venv/bin/python -m bench.openb.report --combine full TAG...`` to merge the results of
+runs made with ``--tag TAG`` into the ``full`` files (and rewrite the report).
 """
 
 from __future__ import annotations
@@ -191,8 +193,47 @@ def write_report(mean_csv: Path, out: Path, suffix: str) -> Path:
     return path
 
 
+def combine(directory: Path, into: str, tags: Sequence[str]) -> Path:
+    """Append the rows of runs tagged ``tags`` to the ``into`` files (rows of the same
+    profile/trace/policy/seed are replaced), then rewrite the report."""
+    for kind in ("allocation_{}.csv", "allocation_{}_mean.csv", "runs_{}.csv"):
+        target = directory / kind.format(into)
+        header, rows = _read(target)
+        width = 3 if "mean" in kind else 4  # the columns that identify a row
+        index = {tuple(r[:width]): i for i, r in enumerate(rows)}
+        for tag in tags:
+            h, extra = _read(directory / kind.format(tag))
+            if h != header:
+                raise SystemExit(f"{kind.format(tag)}: columns differ from {target.name}")
+            for r in extra:
+                key = tuple(r[:width])
+                if key in index:
+                    rows[index[key]] = r
+                else:
+                    index[key] = len(rows)
+                    rows.append(r)
+        rows.sort(key=lambda r: r[:width])
+        with target.open("w", newline="") as f:
+            w = csv.writer(f)
+            w.writerow(header)
+            w.writerows(rows)
+    return write_report(directory / f"allocation_{into}_mean.csv", directory, into)
+
+
+def _read(path: Path) -> tuple[list[str], list[list[str]]]:
+    with path.open(newline="") as f:
+        rows = list(csv.reader(f))
+    return rows[0], rows[1:]
+
+
 def main(argv: Sequence[str] | None = None) -> int:
+    """``report MEAN_CSV`` rewrites the report of one run; ``report --combine INTO TAG...``
+    merges the results of runs tagged TAG into the INTO files first."""
     args = list(sys.argv[1:] if argv is None else argv)
+    if len(args) >= 3 and args[0] == "--combine":
+        directory = Path(__file__).resolve().parents[1] / "results" / "openb"
+        print(combine(directory, args[1], args[2:]))
+        return 0
     if len(args) != 1:
         print(__doc__, file=sys.stderr)
         return 2
