@@ -21,7 +21,6 @@ import base64
 import logging
 import os
 import ssl
-import urllib.error
 import urllib.request
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -32,7 +31,7 @@ import yaml
 from certs.builder import KeyPair
 from tessera.devcluster.binaries import Binaries
 from tessera.devcluster.pki import ClusterCA, service_account_keys, write_pair
-from tessera.devcluster.process import ManagedProcess, free_port, wait_until
+from tessera.devcluster.process import ManagedProcess, free_port, http_ok, wait_until
 
 logger = logging.getLogger(__name__)
 
@@ -286,13 +285,7 @@ class ControlPlane:
         context.load_cert_chain(str(client_cert), str(client_key))
 
         def ready() -> bool:
-            try:
-                with urllib.request.urlopen(
-                    f"{self.server}/readyz", timeout=5, context=context
-                ) as resp:
-                    return bool(resp.status == 200)
-            except urllib.error.HTTPError:
-                return False
+            return http_ok(f"{self.server}/readyz", context)
 
         wait_until("kube-apiserver /readyz", ready, START_TIMEOUT, interval=0.5, watch=[apiserver])
 
@@ -327,9 +320,7 @@ class ControlPlane:
         context = ssl.create_default_context(cafile=str(self.ca_file))
 
         def healthy() -> bool:
-            url = f"https://127.0.0.1:{self.scheduler_port}/healthz"
-            with urllib.request.urlopen(url, timeout=5, context=context) as resp:
-                return bool(resp.status == 200)
+            return http_ok(f"https://127.0.0.1:{self.scheduler_port}/healthz", context)
 
         wait_until("kube-scheduler /healthz", healthy, START_TIMEOUT, watch=[scheduler])
 

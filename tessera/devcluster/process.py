@@ -7,8 +7,11 @@ import logging
 import os
 import signal
 import socket
+import ssl
 import subprocess
 import time
+import urllib.error
+import urllib.request
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 
@@ -119,6 +122,15 @@ class ManagedProcess:
     def kill(self) -> None:
         """SIGKILL the group at once: a crash, as the e2e restart test needs."""
         self.stop(timeout=5.0, sig=signal.SIGKILL)
+
+
+def http_ok(url: str, context: ssl.SSLContext | None = None, timeout: float = 5) -> bool:
+    """True when GET ``url`` answers 200; an HTTP error status means "not ready yet"."""
+    try:
+        with urllib.request.urlopen(url, timeout=timeout, context=context) as resp:
+            return bool(resp.status == 200)
+    except urllib.error.HTTPError:
+        return False
 
 
 def wait_until(

@@ -19,8 +19,6 @@ import logging
 import os
 import ssl
 import sys
-import urllib.error
-import urllib.request
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -30,7 +28,7 @@ from certs.builder import KeyPair
 from tessera.devcluster import DevClusterError
 from tessera.devcluster.binaries import repo_root
 from tessera.devcluster.pki import write_pair
-from tessera.devcluster.process import ManagedProcess, free_port, wait_until
+from tessera.devcluster.process import ManagedProcess, free_port, http_ok, wait_until
 
 if TYPE_CHECKING:
     from tessera.devcluster.cluster import DevCluster
@@ -258,12 +256,6 @@ class Services:
         context.load_cert_chain(str(pki / "admin.crt"), str(pki / "admin.key"))
 
         def ready() -> bool:
-            try:
-                with urllib.request.urlopen(
-                    f"https://127.0.0.1:{port}{path}", timeout=2, context=context
-                ) as resp:
-                    return bool(resp.status == 200)
-            except urllib.error.HTTPError:
-                return False
+            return http_ok(f"https://127.0.0.1:{port}{path}", context, timeout=2)
 
         wait_until(what, ready, START_TIMEOUT, watch=[proc])
