@@ -21,7 +21,7 @@ set -euo pipefail
 KUBE_VERSION="${TESSERA_KUBE_VERSION:-v1.34.4}"
 CACHE_ROOT="${TESSERA_CACHE_DIR:-${XDG_CACHE_HOME:-$HOME/.cache}/tessera}"
 OUT="$CACHE_ROOT/controlplane/$KUBE_VERSION"
-BINARIES=(etcd kube-apiserver kube-scheduler kubectl)
+BINARIES=(etcd kube-apiserver kube-scheduler kube-controller-manager kubectl)
 
 have_all() {
   for b in "${BINARIES[@]}"; do [ -x "$OUT/bin/$b" ] || return 1; done
@@ -65,7 +65,7 @@ staging=$(grep -oE '^\s*k8s\.io/[a-z0-9-]+ => \./staging/' "$modfile" | awk '{pr
   echo ")"
 } > go.mod
 
-mkdir -p cmd/kube-apiserver cmd/kube-scheduler cmd/kubectl cmd/etcd
+mkdir -p cmd/kube-apiserver cmd/kube-scheduler cmd/kube-controller-manager cmd/kubectl cmd/etcd
 cat > cmd/kube-apiserver/main.go <<'GO'
 package main
 
@@ -89,6 +89,18 @@ import (
 )
 
 func main() { os.Exit(cli.Run(app.NewSchedulerCommand())) }
+GO
+cat > cmd/kube-controller-manager/main.go <<'GO'
+package main
+
+import (
+	"os"
+
+	"k8s.io/component-base/cli"
+	"k8s.io/kubernetes/cmd/kube-controller-manager/app"
+)
+
+func main() { os.Exit(cli.Run(app.NewControllerManagerCommand())) }
 GO
 cat > cmd/kubectl/main.go <<'GO'
 package main
