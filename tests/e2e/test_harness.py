@@ -28,6 +28,8 @@ from tessera.vocabulary import (
     encode_allocation,
     encode_request,
 )
+from webhook.cli import dialects_from_args, parse_args
+from webhook.registration import match_conditions
 
 VOCAB = Vocabulary()
 
@@ -164,7 +166,18 @@ def test_the_shipped_webhook_registration_is_pointed_at_loopback_and_keeps_its_r
     assert hook["clientConfig"] == {"url": "https://127.0.0.1:9443/mutate",
                                     "caBundle": base64.b64encode(b"PEM").decode()}
     assert hook["rules"] == [{"operations": ["CREATE"]}] and hook["failurePolicy"] == "Fail"
+    assert "matchConditions" not in hook
     assert "service" in shipped["webhooks"][0]["clientConfig"]  # the input is not modified
+
+
+def test_the_dev_cluster_registers_the_match_conditions_of_its_webhook_flags() -> None:
+    shipped = {"webhooks": [{"name": "pods.example", "matchConditions": [{"name": "old"}]}]}
+    conditions = match_conditions(dialects_from_args(parse_args(["--dialects=kai"]), {}))
+    (hook,) = webhook_configuration(shipped, "https://127.0.0.1:1", b"PEM", conditions)[
+        "webhooks"]
+    assert hook["matchConditions"] == conditions
+    assert "'gpu-fraction'" in conditions[0]["expression"]
+    assert shipped["webhooks"][0]["matchConditions"] == [{"name": "old"}]
 
 
 @pytest.mark.parametrize(

@@ -451,10 +451,10 @@ def test_a_bad_environment_fails_at_start_naming_each_variable(
 ) -> None:
     monkeypatch.setenv("TESSERA_WEBHOOK_PORT", "eighty")
     monkeypatch.setenv("TESSERA_SCHEDULER_NAME", "Not_Valid")
-    monkeypatch.setenv("TESSERA_DIALECTS", "elastic,volcano")
+    monkeypatch.setenv("TESSERA_DIALECTS", "elastic,kueue")
     with pytest.raises(ConfigError) as caught:
         create_app()
-    for name in ("TESSERA_WEBHOOK_PORT", "TESSERA_SCHEDULER_NAME", "volcano"):
+    for name in ("TESSERA_WEBHOOK_PORT", "TESSERA_SCHEDULER_NAME", "kueue"):
         assert name in str(caught.value)
 
 
