@@ -24,12 +24,13 @@ gpu-manager  ``tencent.com/vcuda-core``, ``tencent.com/vcuda-memory``   % of a c
                                                                         cards; 256 MiB blocks
 koordinator  ``koordinator.sh/gpu``, ``koordinator.sh/gpu-core``,       % of a card (100·k = k
              ``koordinator.sh/gpu-memory``,                             cards); bytes; %; cards
-             ``koordinator.sh/gpu-memory-ratio``, ``koordinator.sh/gpu.shared``
+             ``koordinator.sh/gpu-memory-ratio``,
+             ``koordinator.sh/gpu.shared``
 hami         ``nvidia.com/gpu``, ``nvidia.com/gpumem``,                 vGPUs; MiB; %; %
 (opt-in)     ``nvidia.com/gpumem-percentage``, ``nvidia.com/gpucores``
 kai          pod annotations ``gpu-fraction``, ``gpu-memory``,          share of one card; MiB;
-(opt-in)     ``gpu-fraction-num-devices``, ``gpu-fraction-container-    cards; container name
-             name``
+(opt-in)     ``gpu-fraction-num-devices``,                              cards; container name
+             ``gpu-fraction-container-name``
 ===========  ========================================================  ========================
 
 Every dialect found in one container must describe the same request; otherwise the pod is

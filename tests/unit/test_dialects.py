@@ -662,11 +662,23 @@ def test_the_allocator_reads_the_canonical_annotation_first() -> None:
     assert read_pod_request(pod, DEFAULT) == recorded
 
 
-def test_the_allocator_parses_pods_that_came_without_the_webhook() -> None:
-    assert read_pod_request(make_pod({"aliyun.com/gpu-mem": "2"}), DEFAULT) == share(
-        memory_mib=2048
-    )
-    assert read_pod_request(make_pod(), DEFAULT) is None
+@pytest.mark.parametrize(
+    ("pod", "config", "expected"),
+    [
+        (make_pod({"aliyun.com/gpu-mem": "2"}), DEFAULT, share(memory_mib=2048)),
+        (make_pod({"volcano.sh/vgpu-memory": "2048"}), DEFAULT, share(memory_mib=2048)),
+        (make_pod({"tencent.com/vcuda-core": "10", "tencent.com/vcuda-memory": "8"}), DEFAULT,
+         share(core=10, memory_mib=2048)),
+        (make_pod({"koordinator.sh/gpu-memory": "2Gi"}), DEFAULT, share(memory_mib=2048)),
+        (make_pod(annotations={"gpu-memory": "2048"}), WITH_KAI, share(memory_mib=2048)),
+        (make_pod(annotations={"gpu-memory": "2048"}), DEFAULT, None),
+        (make_pod(), DEFAULT, None),
+    ],
+)
+def test_the_allocator_parses_pods_that_came_without_the_webhook(
+    pod: dict[str, Any], config: DialectConfig, expected: PodRequest | None
+) -> None:
+    assert read_pod_request(pod, config) == expected
 
 
 @pytest.mark.parametrize(
