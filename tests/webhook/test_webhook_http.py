@@ -175,6 +175,12 @@ def assert_echoes(review: dict[str, Any], answer: dict[str, Any]) -> None:
         ("fraction-share.yaml",
          {"warmup": {"elasticgpu.io/gpu-core": "10"}, "cuda": {"elasticgpu.io/gpu-core": "25"}},
          "shared"),
+        ("volcano-vgpu-share.yaml",
+         {"cuda": {"elasticgpu.io/gpu-core": "50", "elasticgpu.io/gpu-memory": "3000"}}, "shared"),
+        ("gpu-manager-vcuda-share.yaml",
+         {"cuda": {"elasticgpu.io/gpu-core": "50", "elasticgpu.io/gpu-memory": "7680"}}, "shared"),
+        ("koordinator-share.yaml",
+         {"cuda": {"elasticgpu.io/gpu-core": "60", "elasticgpu.io/gpu-memory": "4096"}}, "shared"),
     ],
 )
 def test_every_seed_pod_comes_out_canonical(
