@@ -884,20 +884,20 @@ _GO_DECIMAL: Final = re.compile(
 )
 
 
-def _kai_text(annotations: Mapping[str, Any], key: str, where: str) -> str | None:
+def _kai_text(annotations: Mapping[str, Any], key: str) -> str | None:
     if key not in annotations:
         return None
     raw = annotations[key]
     if isinstance(raw, str):
         return raw
-    raise RequestError(f"{where}pod annotation {key}={raw!r} must be a string")
+    raise RequestError(f"pod annotation {key}={raw!r} must be a string")
 
 
 def _kai_target(annotations: Mapping[str, Any], containers: Sequence[_Container]) -> _Container:
     """The container a KAI share is for: the one ``gpu-fraction-container-name`` names (an init
     or app container), else the first app container (pkg/binder/common/gpu_access.go
     GetFractionContainerRef)."""
-    name = _kai_text(annotations, KAI_CONTAINER_ANNOTATION, "")
+    name = _kai_text(annotations, KAI_CONTAINER_ANNOTATION)
     if name is None:
         first = next((c for c in containers if not c.init), None)
         if first is None:
@@ -924,12 +924,11 @@ def _kai(
     scheduler counts it as 0.5 of the device), which Tessera reads as the percent form: the same
     share of compute and memory.
     """
-    present = [k for k in KAI_ANNOTATIONS if k in annotations]
-    if not present:
+    if not any(k in annotations for k in KAI_ANNOTATIONS):
         return None
-    fraction_text = _kai_text(annotations, KAI_FRACTION_ANNOTATION, "")
-    memory_text = _kai_text(annotations, KAI_MEMORY_ANNOTATION, "")
-    devices_text = _kai_text(annotations, KAI_DEVICES_ANNOTATION, "")
+    fraction_text = _kai_text(annotations, KAI_FRACTION_ANNOTATION)
+    memory_text = _kai_text(annotations, KAI_MEMORY_ANNOTATION)
+    devices_text = _kai_text(annotations, KAI_DEVICES_ANNOTATION)
     target = _kai_target(annotations, containers)
     where = f"container {target.name!r}: pod annotation"
     if fraction_text is None and memory_text is None:
@@ -966,10 +965,10 @@ def _kai(
         if not _GO_UINT.fullmatch(memory_text) or not 0 < int(memory_text) <= MAX_MEMORY_MIB:
             raise RequestError(
                 f"{where} {KAI_MEMORY_ANNOTATION}={memory_text!r} is invalid; it is a whole "
-                f"number of MiB > 0, e.g. \"2000\""
+                f"number of MiB from 1 to {MAX_MEMORY_MIB}, e.g. \"2000\""
             )
         return label, ContainerRequest(target.name, memory_mib=int(memory_text), init=target.init)
-    assert fraction_text is not None
+    assert fraction_text is not None  # one of the two is given (checked above)
     valid = (
         "it is a share of one card strictly between 0 and 1 (e.g. \"0.5\"), in hundredths "
         "(Tessera counts shares in whole percents: 0.33, not 0.333)"

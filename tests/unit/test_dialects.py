@@ -338,7 +338,7 @@ def test_impossible_volcano_gpu_manager_and_koordinator_requests_are_refused(
         ({"gpu-fraction": "half"}, ["gpu-fraction='half'"]),
         ({"gpu-fraction": "0.5", "gpu-memory": "2000"},
          ["container 'main'", "gpu-fraction and gpu-memory", "together"]),
-        ({"gpu-memory": "0"}, ["container 'main'", "gpu-memory='0'", "MiB > 0"]),
+        ({"gpu-memory": "0"}, ["container 'main'", "gpu-memory='0'", "whole number of MiB"]),
         ({"gpu-memory": "2Gi"}, ["gpu-memory='2Gi'"]),
         ({"gpu-fraction-num-devices": "2"}, ["gpu-fraction-num-devices='2'", "needs gpu-fraction"]),
         ({"gpu-fraction": "0.5", "gpu-fraction-num-devices": "2"},
