@@ -113,8 +113,9 @@ ALIYUN_MEMORY_KEY: Final = "aliyun.com/gpu-mem"
 #: NVIDIA's whole-GPU resource, which KAI refuses next to a fraction (and Koordinator next to
 #: its own keys).
 NVIDIA_GPU_KEY: Final = "nvidia.com/gpu"
-# Source: Project-HAMi/HAMi pkg/device/nvidia/device.go (NvidiaConfig resource names, and
-# GenerateResourceRequests: limits first, then requests; gpumem MiB; percentages of one card).
+# Source: Project-HAMi/HAMi v2.10.0 pkg/device/nvidia/device.go (NvidiaConfig resource names,
+# and GenerateResourceRequests: limits first, then requests; gpumem MiB; percentages of one
+# card; defaultExclusiveCoreIfNeeded: a count without share keys is the whole card).
 HAMI_COUNT_KEY: Final = NVIDIA_GPU_KEY
 HAMI_MEMORY_KEY: Final = "nvidia.com/gpumem"
 HAMI_MEMORY_PERCENT_KEY: Final = "nvidia.com/gpumem-percentage"
@@ -514,8 +515,9 @@ def _vgpu(c: _Container, k: _VgpuKeys) -> ContainerRequest | None:
     if count == 0:
         return None
     if memory and memory_percent is not None:
-        # HAMi's webhook refuses both; Volcano silently prefers the percentage. Neither is what
-        # the user meant to write twice.
+        # HAMi documents the two as exclusive (CHANGELOG v1.0.1.4: gpumem-percentage "can not
+        # be used with nvidia.com/gpumem"); Volcano silently prefers the percentage (vgpu
+        # utils.go). Either way one of the two numbers would be ignored.
         raise RequestError(
             f"container {c.name!r}: {k.memory} and {k.memory_percent} cannot be used "
             f"together; keep one of them"
