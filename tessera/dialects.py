@@ -4,21 +4,34 @@ Used by the webhook at admission and by the allocator for pods that arrived with
 (:func:`read_pod_request`). The dialects, their units and the upstream files they were read
 from are listed in docs/dialects.md; the short version:
 
-=========  ==========================================================  ==========================
-dialect    keys (container limits/requests unless noted)               unit
-=========  ==========================================================  ==========================
-elastic    ``<domain>/gpu-core``, ``<domain>/gpu-memory`` and the same  core: % of a card, 100·k
-           under ``elasticgpu.io`` and ``elasticgpu.com``               = k cards; memory: MiB
-percent    ``<domain>/gpu-percent``, ``nano-gpu/gpu-percent``           % of one card (1-100)
-fraction   ``<domain>/gpu``                                             cards (0.25 share, 2 cards)
-nano-gpu   ``nano-gpu.io/gpu-core``, ``nano-gpu.io/gpu-memory``         as elastic; memory GiB
-aliyun     ``aliyun.com/gpu-mem``                                       GiB (configurable)
-genius     pod labels ``genius/gpu-number``, ``genius/gpu-memory-each``  cards; MiB
-           (alias ``genius/gpu-memory``), ``genius/gpu-memory-total``,
-           ``genius/gpu-model`` (alias ``genius/model``)
-hami       ``nvidia.com/gpu``, ``nvidia.com/gpumem``,                   vGPUs; MiB; %; %
-           ``nvidia.com/gpumem-percentage``, ``nvidia.com/gpucores``
-=========  ==========================================================  ==========================
+===========  ========================================================  ========================
+dialect      keys (container limits/requests unless noted)             unit
+===========  ========================================================  ========================
+elastic      ``<domain>/gpu-core``, ``<domain>/gpu-memory`` and the    core: % of a card, 100·k
+             same under ``elasticgpu.io`` and ``elasticgpu.com``        = k cards; memory: MiB
+percent      ``<domain>/gpu-percent``, ``nano-gpu/gpu-percent``         % of one card (1-100)
+fraction     ``<domain>/gpu``                                           cards (0.25 share, 2)
+nano-gpu     ``nano-gpu.io/gpu-core``, ``nano-gpu.io/gpu-memory``       as elastic; memory GiB
+aliyun       ``aliyun.com/gpu-mem``                                     GiB (configurable)
+genius       pod labels ``genius/gpu-number``,                          cards; MiB
+             ``genius/gpu-memory-each`` (alias ``genius/gpu-memory``),
+             ``genius/gpu-memory-total``, ``genius/gpu-model``
+             (alias ``genius/model``)
+volcano      ``volcano.sh/vgpu-number``, ``volcano.sh/vgpu-memory``,    vGPUs; MiB; %; %
+             ``volcano.sh/vgpu-memory-percentage``,
+             ``volcano.sh/vgpu-cores``
+gpu-manager  ``tencent.com/vcuda-core``, ``tencent.com/vcuda-memory``   % of a card, 100·k = k
+                                                                        cards; 256 MiB blocks
+koordinator  ``koordinator.sh/gpu``, ``koordinator.sh/gpu-core``,       % of a card (100·k = k
+             ``koordinator.sh/gpu-memory``,                             cards); bytes; %; cards
+             ``koordinator.sh/gpu-memory-ratio``,
+             ``koordinator.sh/gpu.shared``
+hami         ``nvidia.com/gpu``, ``nvidia.com/gpumem``,                 vGPUs; MiB; %; %
+(opt-in)     ``nvidia.com/gpumem-percentage``, ``nvidia.com/gpucores``
+kai          pod annotations ``gpu-fraction``, ``gpu-memory``,          share of one card; MiB;
+(opt-in)     ``gpu-fraction-num-devices``,                              cards; container name
+             ``gpu-fraction-container-name``
+===========  ========================================================  ========================
 
 Every dialect found in one container must describe the same request; otherwise the pod is
 refused with a message naming the container and both keys.
@@ -29,7 +42,7 @@ from __future__ import annotations
 import re
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from decimal import Decimal
+from decimal import ROUND_CEILING, Decimal
 from enum import StrEnum
 from functools import cached_property
 from typing import Any, Final
@@ -57,17 +70,27 @@ class Dialect(StrEnum):
     NANO_GPU = "nano-gpu"
     ALIYUN = "aliyun"
     GENIUS = "genius"
+    VOLCANO = "volcano"
+    GPU_MANAGER = "gpu-manager"
+    KOORDINATOR = "koordinator"
     HAMI = "hami"
+    KAI = "kai"
 
 
-#: HAMi is opt-in: plain ``nvidia.com/gpu`` belongs to NVIDIA's own device plugin.
-DEFAULT_DIALECTS: Final = frozenset(Dialect) - {Dialect.HAMI}
+#: Dialects read only when named in ``--dialects``: their keys are not ours to take by default.
+#: Plain ``nvidia.com/gpu`` belongs to NVIDIA's own device plugin (HAMi); KAI's annotations
+#: carry no prefix, so ``gpu-memory`` on a pod may mean something to another tool. Every other
+#: dialect uses keys under its own system's domain, which only that system (the one Tessera
+#: replaces) reads.
+OPT_IN_DIALECTS: Final = frozenset({Dialect.HAMI, Dialect.KAI})
+DEFAULT_DIALECTS: Final = frozenset(Dialect) - OPT_IN_DIALECTS
 
 #: Domains whose elastic keys are always read (upstream name drift: elastic-gpu-scheduler's
 #: README and its agent use ``elasticgpu.io``; some of its manifests say ``elasticgpu.com``).
 ELASTIC_DOMAINS: Final = (DEFAULT_DOMAIN, "elasticgpu.com")
 
 MIB_PER_GIB: Final = 1024
+BYTES_PER_MIB: Final = 1024 * 1024
 #: Units a memory dialect may be configured with (names as Aliyun's ``--memory-unit`` flag).
 MEMORY_UNITS: Final = {"MiB": 1, "GiB": MIB_PER_GIB}
 #: Sanity bound: more than 16 TiB on one card is a typo, not a request.
@@ -87,12 +110,52 @@ NANO_MEMORY_KEY: Final = "nano-gpu.io/gpu-memory"
 # Source: AliyunContainerService/gpushare-device-plugin pkg/gpu/nvidia/const.go
 # (resourceName = "aliyun.com/gpu-mem"); unit from cmd/nvidia/main.go (--memory-unit, default GiB).
 ALIYUN_MEMORY_KEY: Final = "aliyun.com/gpu-mem"
-# Source: Project-HAMi/HAMi pkg/device/nvidia/device.go (NvidiaConfig resource names, and
-# GenerateResourceRequests: limits first, then requests; gpumem MiB; percentages of one card).
-HAMI_COUNT_KEY: Final = "nvidia.com/gpu"
+#: NVIDIA's whole-GPU resource, which KAI refuses next to a fraction (and Koordinator next to
+#: its own keys).
+NVIDIA_GPU_KEY: Final = "nvidia.com/gpu"
+# Source: Project-HAMi/HAMi v2.10.0 pkg/device/nvidia/device.go (NvidiaConfig resource names,
+# and GenerateResourceRequests: limits first, then requests; gpumem MiB; percentages of one
+# card; defaultExclusiveCoreIfNeeded: a count without share keys is the whole card).
+HAMI_COUNT_KEY: Final = NVIDIA_GPU_KEY
 HAMI_MEMORY_KEY: Final = "nvidia.com/gpumem"
 HAMI_MEMORY_PERCENT_KEY: Final = "nvidia.com/gpumem-percentage"
 HAMI_CORES_KEY: Final = "nvidia.com/gpucores"
+# Volcano vGPU (HAMi's request model under Volcano's names). Source: volcano-sh/volcano v1.15.1
+# pkg/scheduler/api/devices/config/vgpu.go (the four names) and pkg/scheduler/api/devices/util.go
+# ExtractResourceRequest (a count, MiB, % of memory, % of compute; a memory key without a count
+# means one vGPU). Memory is MiB: Project-HAMi/volcano-vgpu-device-plugin v1.12.0
+# pkg/plugin/register.go registers each card's memory as total bytes / (1024*1024).
+VOLCANO_COUNT_KEY: Final = "volcano.sh/vgpu-number"
+VOLCANO_MEMORY_KEY: Final = "volcano.sh/vgpu-memory"
+VOLCANO_MEMORY_PERCENT_KEY: Final = "volcano.sh/vgpu-memory-percentage"
+VOLCANO_CORES_KEY: Final = "volcano.sh/vgpu-cores"
+# tkestack gpu-manager. Source: tkestack/gpu-manager v1.1.5 pkg/types/types.go (VCoreAnnotation,
+# VMemoryAnnotation, MemoryBlockSize = 268435456 bytes) and
+# pkg/services/allocator/nvidia/allocator.go allocateOne (rules, see _gpu_manager).
+VCUDA_CORE_KEY: Final = "tencent.com/vcuda-core"
+VCUDA_MEMORY_KEY: Final = "tencent.com/vcuda-memory"
+VCUDA_MEMORY_BLOCK_MIB: Final = 256
+# Koordinator. Source: koordinator-sh/koordinator v1.8.0 apis/extension/device_share.go
+# (resource names) and pkg/scheduler/plugins/deviceshare/utils.go (combinations, see
+# _koordinator). gpu-memory is bytes (docs/proposals/scheduling/
+# 20220629-fine-grained-device-scheduling.md: "the memory capacity of the GPU in bytes").
+KOORD_GPU_KEY: Final = "koordinator.sh/gpu"
+KOORD_SHARED_KEY: Final = "koordinator.sh/gpu.shared"
+KOORD_CORE_KEY: Final = "koordinator.sh/gpu-core"
+KOORD_MEMORY_KEY: Final = "koordinator.sh/gpu-memory"
+KOORD_RATIO_KEY: Final = "koordinator.sh/gpu-memory-ratio"
+KOORD_KEYS: Final = (KOORD_GPU_KEY, KOORD_SHARED_KEY, KOORD_CORE_KEY, KOORD_MEMORY_KEY,
+                     KOORD_RATIO_KEY)
+# NVIDIA KAI-Scheduler pod annotations (no prefix). Source: NVIDIA/KAI-Scheduler v0.13.0
+# pkg/common/constants/constants.go; rules in
+# pkg/binder/plugins/gpusharing/gpu-request/gpu_request_validator.go (see _kai).
+KAI_FRACTION_ANNOTATION: Final = "gpu-fraction"
+KAI_MEMORY_ANNOTATION: Final = "gpu-memory"
+KAI_DEVICES_ANNOTATION: Final = "gpu-fraction-num-devices"
+KAI_CONTAINER_ANNOTATION: Final = "gpu-fraction-container-name"
+#: The KAI annotations that make a pod a GPU pod (or a refused one): the container name alone
+#: asks for nothing (KAI's RequestsGPUFraction reads fraction and memory only).
+KAI_ANNOTATIONS: Final = (KAI_FRACTION_ANNOTATION, KAI_MEMORY_ANNOTATION, KAI_DEVICES_ANNOTATION)
 # Genius pod labels. Source: the Genius scheduler-framework plugin, pkg/filter (PodFitsGPUNumber,
 # PodFitsMemoryEach, PodFitsMemoryTotal, PodFitsModel). Memory values are compared with
 # ObserverWard's per-card memory metrics, which Genius stores as MemorySizeMB ("in MB").
@@ -154,6 +217,16 @@ class DialectConfig:
         """Every container resource key some enabled dialect reads (and the webhook removes)."""
         return frozenset(k for s in self.sources for k in s.keys)
 
+    @cached_property
+    def label_keys(self) -> frozenset[str]:
+        """Pod labels that make a pod a GPU pod under this configuration (Genius)."""
+        return frozenset(GENIUS_LABELS) if Dialect.GENIUS in self.enabled else frozenset()
+
+    @cached_property
+    def annotation_keys(self) -> frozenset[str]:
+        """Pod annotations that make a pod a GPU pod under this configuration (KAI)."""
+        return frozenset(KAI_ANNOTATIONS) if Dialect.KAI in self.enabled else frozenset()
+
     @classmethod
     def from_env(cls, env: Mapping[str, str]) -> DialectConfig:
         """Read ``TESSERA_DOMAIN``, ``TESSERA_DIALECTS``, ``TESSERA_ALIYUN_MEMORY_UNIT``,
@@ -211,8 +284,9 @@ class _Container:
     def has(self, key: str) -> bool:
         return key in self.limits or key in self.requests
 
-    def value(self, key: str) -> Decimal | None:
-        """The key's value; limits and requests must agree when both are given."""
+    def value(self, key: str, *, binary: bool = False) -> Decimal | None:
+        """The key's value; limits and requests must agree when both are given. Binary
+        suffixes (``Gi``) are refused unless the key is a number of bytes (``binary``)."""
         found: list[tuple[str, Decimal]] = []
         for where, mapping in (("limits", self.limits), ("requests", self.requests)):
             if key in mapping:
@@ -221,7 +295,7 @@ class _Container:
                     quantity = parse_quantity(raw)
                 except QuantityError as exc:
                     raise RequestError(f"container {self.name!r}: {key} in {where}: {exc}") from exc
-                if quantity.binary_suffix:
+                if quantity.binary_suffix and not binary:
                     raise RequestError(
                         f"container {self.name!r}: {key}={raw!r} in {where}: binary suffixes "
                         f"(Ki, Mi, Gi) are not units here; write a plain number "
@@ -242,8 +316,24 @@ class _Container:
         if value is None:
             return None
         if value != value.to_integral_value() or not low <= value <= high:
-            raise RequestError(f"container {self.name!r}: {key}={_fmt(value)} is invalid; {valid}")
+            bound = f" (at most {high})" if value > high else ""
+            raise RequestError(
+                f"container {self.name!r}: {key}={_fmt(value)} is invalid; {valid}{bound}"
+            )
         return int(value)
+
+    def mebibytes(self, key: str) -> int | None:
+        """A number of bytes (a quantity such as ``4Gi``) in MiB, rounded up: the share is
+        never smaller than asked."""
+        value = self.value(key, binary=True)
+        if value is None:
+            return None
+        if not 0 <= value <= MAX_MEMORY_MIB * BYTES_PER_MIB:
+            raise RequestError(
+                f"container {self.name!r}: {key}={_fmt(value)} is invalid; GPU memory is a "
+                f"number of bytes >= 0 of at most {MAX_MEMORY_MIB // MIB_PER_GIB} GiB, e.g. 4Gi"
+            )
+        return int((value / BYTES_PER_MIB).to_integral_value(rounding=ROUND_CEILING))
 
 
 def _fmt(value: Decimal) -> str:
@@ -255,6 +345,8 @@ def _unit_hint(key: str) -> str:
         return "a count of MiB or of the dialect's memory unit, e.g. 1024"
     if key == ALIYUN_MEMORY_KEY:
         return "a count of the configured unit, GiB by default, e.g. 5"
+    if key == VCUDA_MEMORY_KEY:
+        return f"a count of {VCUDA_MEMORY_BLOCK_MIB} MiB blocks, e.g. 16 for 4 GiB"
     return "e.g. 25"
 
 
@@ -379,21 +471,42 @@ def _aliyun(c: _Container, cfg: DialectConfig) -> ContainerRequest | None:
     return ContainerRequest(c.name, memory_mib=value * unit, init=c.init)
 
 
-def _hami(c: _Container, cfg: DialectConfig) -> ContainerRequest | None:
-    """HAMi semantics (pkg/device/nvidia/device.go): ``nvidia.com/gpu`` n vGPUs, each on its own
-    card; without gpumem/gpumem-percentage a vGPU gets 100% of the card's memory (defaultMemory
-    0); without gpucores it reserves no compute (defaultCores 0); share keys without a count mean
-    one vGPU (defaultGPUNum 1, mutateContainerResource)."""
-    count = c.integer(
-        HAMI_COUNT_KEY, low=0, high=MAX_CARDS, valid="the number of (v)GPUs is a whole number >= 0"
-    )
+@dataclass(frozen=True)
+class _VgpuKeys:
+    """HAMi's four request keys, as one system names them (HAMi itself, Volcano's vGPU)."""
+
+    count: str
+    memory: str
+    memory_percent: str
+    cores: str
+
+    @property
+    def all(self) -> tuple[str, ...]:
+        return (self.count, self.memory, self.memory_percent, self.cores)
+
+
+HAMI_KEYS: Final = _VgpuKeys(
+    HAMI_COUNT_KEY, HAMI_MEMORY_KEY, HAMI_MEMORY_PERCENT_KEY, HAMI_CORES_KEY
+)
+VOLCANO_KEYS: Final = _VgpuKeys(
+    VOLCANO_COUNT_KEY, VOLCANO_MEMORY_KEY, VOLCANO_MEMORY_PERCENT_KEY, VOLCANO_CORES_KEY
+)
+
+
+def _vgpu(c: _Container, k: _VgpuKeys) -> ContainerRequest | None:
+    """HAMi semantics (pkg/device/nvidia/device.go; Volcano's devices/util.go reads its keys the
+    same way): ``count`` n vGPUs, each on its own card; without memory keys a vGPU gets 100% of
+    the card's memory (defaultMemory 0); without cores it reserves no compute (defaultCores 0);
+    share keys without a count mean one vGPU (defaultGPUNum 1)."""
+    count = c.integer(k.count, low=0, high=MAX_CARDS, valid="the number of (v)GPUs is a whole "
+                      "number >= 0")
     memory = c.integer(
-        HAMI_MEMORY_KEY, low=0, high=MAX_MEMORY_MIB, valid="gpumem is a whole number of MiB >= 0"
+        k.memory, low=0, high=MAX_MEMORY_MIB, valid="memory is a whole number of MiB >= 0"
     )
     memory_percent = c.integer(
-        HAMI_MEMORY_PERCENT_KEY, low=1, high=100, valid="gpumem-percentage is 1-100"
+        k.memory_percent, low=1, high=100, valid="a percent of the card's memory is 1-100"
     )
-    cores = c.integer(HAMI_CORES_KEY, low=0, high=100, valid="gpucores is a percent 0-100")
+    cores = c.integer(k.cores, low=0, high=100, valid="cores are a percent 0-100")
     share_keys_given = memory is not None or memory_percent is not None or cores is not None
     if count is None:
         if not share_keys_given:
@@ -402,35 +515,178 @@ def _hami(c: _Container, cfg: DialectConfig) -> ContainerRequest | None:
     if count == 0:
         return None
     if memory and memory_percent is not None:
+        # HAMi documents the two as exclusive (CHANGELOG v1.0.1.4: gpumem-percentage "can not
+        # be used with nvidia.com/gpumem"); Volcano silently prefers the percentage (vgpu
+        # utils.go). Either way one of the two numbers would be ignored.
         raise RequestError(
-            f"container {c.name!r}: {HAMI_MEMORY_KEY} and {HAMI_MEMORY_PERCENT_KEY} cannot be used "
-            f"together (as in HAMi); keep one of them"
+            f"container {c.name!r}: {k.memory} and {k.memory_percent} cannot be used "
+            f"together; keep one of them"
         )
     whole_memory = not memory and memory_percent in (None, 100)
     if whole_memory and cores in (None, 0, 100):
         return ContainerRequest(c.name, cards=count, init=c.init)
     if count > 1:
         raise RequestError(
-            f"container {c.name!r}: {HAMI_COUNT_KEY}={count} with a share asks for a share on "
-            f"each of {count} cards; Tessera places a share on exactly one card: use "
-            f"{HAMI_COUNT_KEY}=1, or whole cards (no gpumem/gpucores)"
+            f"container {c.name!r}: {k.count}={count} with a share asks for a share on each "
+            f"of {count} cards; Tessera places a share on exactly one card: use {k.count}=1, or "
+            f"whole cards (no {k.memory}, {k.memory_percent} or {k.cores})"
         )
     if cores == 100:
         raise RequestError(
-            f"container {c.name!r}: {HAMI_CORES_KEY}=100 with a memory share is invalid; a share "
-            f"takes 1-99% of compute, or drop the memory keys for a whole card"
+            f"container {c.name!r}: {k.cores}=100 with a memory share is invalid; a share takes "
+            f"1-99% of compute, or drop the memory keys for a whole card"
         )
     if not cores and not memory:
         raise RequestError(
-            f"container {c.name!r}: {HAMI_MEMORY_PERCENT_KEY}={memory_percent} without "
-            f"{HAMI_CORES_KEY} reserves nothing the scheduler can count; add {HAMI_CORES_KEY} "
-            f"(1-99) or give memory in MiB with {HAMI_MEMORY_KEY}"
+            f"container {c.name!r}: {k.memory_percent}={memory_percent} without {k.cores} "
+            f"reserves nothing the scheduler can count; add {k.cores} (1-99) or give memory "
+            f"in MiB with {k.memory}"
         )
     return ContainerRequest(
         c.name,
         core_percent=cores or 0,
         memory_mib=memory or 0,
         memory_percent=0 if memory else (memory_percent or 100),
+        init=c.init,
+    )
+
+
+def _gpu_manager(c: _Container, _cfg: DialectConfig) -> ContainerRequest | None:
+    """tkestack gpu-manager semantics (pkg/services/allocator/nvidia/allocator.go allocateOne):
+    core and memory 0 = no GPU ("Zero request"); core > 100 must be a multiple of 100; core >= 100
+    is whole cards and the memory request is not looked at (the evaluators get memory 0); below
+    100 is a share, and "cores or memory is zero is not permitted in share mode"."""
+    core = c.integer(
+        VCUDA_CORE_KEY, low=0, high=MAX_CARDS * WHOLE_CARD_PERCENT,
+        valid="vcuda-core is a percent of one card: 1-99 for a share, 100·k for k whole cards",
+    ) or 0
+    blocks = c.integer(
+        VCUDA_MEMORY_KEY, low=0, high=MAX_MEMORY_MIB // VCUDA_MEMORY_BLOCK_MIB,
+        valid=f"vcuda-memory is a whole number of {VCUDA_MEMORY_BLOCK_MIB} MiB blocks >= 0",
+    ) or 0
+    if core == 0 and blocks == 0:
+        return None
+    if core >= WHOLE_CARD_PERCENT:
+        if core % WHOLE_CARD_PERCENT:
+            raise RequestError(
+                f"container {c.name!r}: {VCUDA_CORE_KEY}={core} is invalid; gpu-manager takes "
+                f"1-99 for a share of one card and 100·k for k whole cards (100, 200, ...)"
+            )
+        return ContainerRequest(c.name, cards=core // WHOLE_CARD_PERCENT, init=c.init)
+    if core == 0 or blocks == 0:
+        missing, given = (
+            (VCUDA_CORE_KEY, f"{VCUDA_MEMORY_KEY}={blocks}") if core == 0
+            else (VCUDA_MEMORY_KEY, f"{VCUDA_CORE_KEY}={core}")
+        )
+        raise RequestError(
+            f"container {c.name!r}: {given} without {missing} is not a share gpu-manager "
+            f"accepts; a share needs both (compute 1-99 and memory in "
+            f"{VCUDA_MEMORY_BLOCK_MIB} MiB blocks)"
+        )
+    return ContainerRequest(
+        c.name, core_percent=core, memory_mib=blocks * VCUDA_MEMORY_BLOCK_MIB, init=c.init
+    )
+
+
+#: The key sets Koordinator accepts for a GPU: pkg/scheduler/plugins/deviceshare/utils.go
+#: ValidDeviceResourceCombinations (its NVIDIA-card entries; the others are Huawei NPU keys).
+_KOORD_COMBINATIONS: Final = frozenset(frozenset(keys) for keys in (
+    (KOORD_GPU_KEY,),
+    (KOORD_MEMORY_KEY,),
+    (KOORD_RATIO_KEY,),
+    (KOORD_CORE_KEY, KOORD_MEMORY_KEY),
+    (KOORD_CORE_KEY, KOORD_RATIO_KEY),
+    (KOORD_SHARED_KEY, KOORD_MEMORY_KEY),
+    (KOORD_SHARED_KEY, KOORD_RATIO_KEY),
+    (KOORD_SHARED_KEY, KOORD_CORE_KEY, KOORD_MEMORY_KEY),
+    (KOORD_SHARED_KEY, KOORD_CORE_KEY, KOORD_RATIO_KEY),
+))
+
+
+def _koordinator(c: _Container, _cfg: DialectConfig) -> ContainerRequest | None:
+    """Koordinator semantics, read per container (pkg/scheduler/plugins/deviceshare: utils.go
+    ValidateDeviceRequest and ResourceCombinationsMapper, devicehandler_gpu.go
+    calcDesiredRequestsAndCountForGPU). Zero values are dropped first (quotav1.RemoveZeros).
+
+    ``gpu`` g is core g and memory ratio g. Without ``gpu.shared`` a core or ratio above 100
+    must be a multiple of 100 and the ratio sets the number of cards (ratio/100); with
+    ``gpu.shared`` s the request is split over s cards, so core and ratio must be multiples of
+    s and at most 100 per card. A ratio without a core is read as the percent form (the same
+    share of compute): upstream reserves no compute for it, but a share with only a percent of
+    memory has no canonical resource kube-scheduler could route to the allocator.
+    """
+    percent = "a percent of one card: 1-100, or 100·k for k cards"
+    gpu, core, ratio = (
+        c.integer(key, low=0, high=MAX_CARDS * WHOLE_CARD_PERCENT, valid=percent) or 0
+        for key in (KOORD_GPU_KEY, KOORD_CORE_KEY, KOORD_RATIO_KEY)
+    )
+    shared = c.integer(
+        KOORD_SHARED_KEY, low=0, high=MAX_CARDS,
+        valid="the number of cards the request is split over, a whole number >= 1",
+    ) or 0
+    memory = c.mebibytes(KOORD_MEMORY_KEY) or 0
+    values = {KOORD_GPU_KEY: gpu, KOORD_SHARED_KEY: shared, KOORD_CORE_KEY: core,
+              KOORD_MEMORY_KEY: memory, KOORD_RATIO_KEY: ratio}
+    given = [key for key in KOORD_KEYS if values[key]]
+    if not given:
+        return None
+    where = f"container {c.name!r}"
+    written = " + ".join(given)
+    if c.has(NVIDIA_GPU_KEY) or frozenset(given) not in _KOORD_COMBINATIONS:
+        also = f"{NVIDIA_GPU_KEY} + " if c.has(NVIDIA_GPU_KEY) else ""
+        raise RequestError(
+            f"{where}: {also}{written} is not a combination Koordinator accepts; write "
+            f"{KOORD_GPU_KEY} alone, {KOORD_MEMORY_KEY} or {KOORD_RATIO_KEY} alone, or "
+            f"{KOORD_CORE_KEY} with one of those two (each optionally with {KOORD_SHARED_KEY})"
+        )
+    if gpu:
+        core = ratio = gpu
+    if shared:
+        for key, value in ((KOORD_CORE_KEY, core), (KOORD_RATIO_KEY, ratio)):
+            if value and (value % shared or value // shared > WHOLE_CARD_PERCENT):
+                raise RequestError(
+                    f"{where}: {key}={value} with {KOORD_SHARED_KEY}={shared} is invalid; it is "
+                    f"split evenly over {shared} card(s), so it must be a multiple of {shared} "
+                    f"and at most {shared * WHOLE_CARD_PERCENT}"
+                )
+        count = shared
+    else:
+        for key in (KOORD_GPU_KEY, KOORD_CORE_KEY, KOORD_RATIO_KEY):
+            value = values[key]
+            if value > WHOLE_CARD_PERCENT and value % WHOLE_CARD_PERCENT:
+                raise RequestError(
+                    f"{where}: {key}={value} is invalid; 1-100 is a share of one card, above 100 "
+                    f"only multiples of 100 (k cards)"
+                )
+        count = ratio // WHOLE_CARD_PERCENT if ratio > WHOLE_CARD_PERCENT else 1
+    card_ratio = ratio // count
+    card_core = core // count if core else card_ratio
+    if card_core == card_ratio == WHOLE_CARD_PERCENT and not memory:
+        return ContainerRequest(c.name, cards=count, init=c.init)
+    if count > 1:
+        raise RequestError(
+            f"{where}: {written} asks for a share on each of {count} cards; Tessera places a "
+            f"share on exactly one card: ask for a share of one card, or for whole cards "
+            f"({KOORD_GPU_KEY}={count * WHOLE_CARD_PERCENT})"
+        )
+    if card_core >= WHOLE_CARD_PERCENT:
+        memory_key = KOORD_MEMORY_KEY if memory else KOORD_RATIO_KEY
+        how_much = (
+            "all of one card's compute but only part of its memory"
+            if card_core == WHOLE_CARD_PERCENT
+            # Koordinator takes the number of cards from the memory key: the core lands on one.
+            else f"more compute than one card has, on the one card {memory_key} describes"
+        )
+        raise RequestError(
+            f"{where}: {KOORD_CORE_KEY}={core} with {memory_key} asks for {how_much}; a share "
+            f"takes 1-99% of one card's compute: lower {KOORD_CORE_KEY}, or ask for whole cards "
+            f"with {KOORD_GPU_KEY}=100·k"
+        )
+    return ContainerRequest(
+        c.name,
+        core_percent=card_core,
+        memory_mib=memory,
+        memory_percent=0 if memory else card_ratio,
         init=c.init,
     )
 
@@ -456,6 +712,13 @@ def _fraction_parser(key: str) -> _Parser:
     return parse
 
 
+def _vgpu_parser(keys: _VgpuKeys) -> _Parser:
+    def parse(c: _Container, _cfg: DialectConfig) -> ContainerRequest | None:
+        return _vgpu(c, keys)
+
+    return parse
+
+
 def _nano_gpu(c: _Container, cfg: DialectConfig) -> ContainerRequest | None:
     unit = cfg.nano_gpu_memory_unit_mib
     return _core_memory(
@@ -477,11 +740,10 @@ def _sources(cfg: DialectConfig) -> list[_Source]:
         _Source(Dialect.PERCENT, (NANO_PERCENT_KEY,), _percent_parser(NANO_PERCENT_KEY)),
         _Source(Dialect.NANO_GPU, (NANO_CORE_KEY, NANO_MEMORY_KEY), _nano_gpu),
         _Source(Dialect.ALIYUN, (ALIYUN_MEMORY_KEY,), _aliyun),
-        _Source(
-            Dialect.HAMI,
-            (HAMI_COUNT_KEY, HAMI_MEMORY_KEY, HAMI_MEMORY_PERCENT_KEY, HAMI_CORES_KEY),
-            _hami,
-        ),
+        _Source(Dialect.VOLCANO, VOLCANO_KEYS.all, _vgpu_parser(VOLCANO_KEYS)),
+        _Source(Dialect.GPU_MANAGER, (VCUDA_CORE_KEY, VCUDA_MEMORY_KEY), _gpu_manager),
+        _Source(Dialect.KOORDINATOR, KOORD_KEYS, _koordinator),
+        _Source(Dialect.HAMI, HAMI_KEYS.all, _vgpu_parser(HAMI_KEYS)),
     ]
     return sources
 
@@ -615,8 +877,122 @@ def _policy(annotations: Mapping[str, Any], vocabulary: Vocabulary) -> str | Non
     return value
 
 
+#: What Go's strconv.ParseUint(s, 10, 64) accepts, kept to 18 digits (ASCII only: ``"²"`` is
+#: a digit to Python's ``isdigit`` but not to Go or ``int``).
+_GO_UINT: Final = re.compile(r"[0-9]{1,18}")
+#: The decimal forms of Go's strconv.ParseFloat (no hex, inf or NaN; exponent kept small).
+_GO_DECIMAL: Final = re.compile(
+    r"[+-]?(?:[0-9]{1,18}(?:\.[0-9]{0,18})?|\.[0-9]{1,18})(?:[eE][+-]?[0-9]{1,3})?"
+)
+
+
+def _kai_text(annotations: Mapping[str, Any], key: str) -> str | None:
+    if key not in annotations:
+        return None
+    raw = annotations[key]
+    if isinstance(raw, str):
+        return raw
+    raise RequestError(f"pod annotation {key}={raw!r} must be a string")
+
+
+def _kai_target(annotations: Mapping[str, Any], containers: Sequence[_Container]) -> _Container:
+    """The container a KAI share is for: the one ``gpu-fraction-container-name`` names (an init
+    or app container), else the first app container (pkg/binder/common/gpu_access.go
+    GetFractionContainerRef)."""
+    name = _kai_text(annotations, KAI_CONTAINER_ANNOTATION)
+    if name is None:
+        first = next((c for c in containers if not c.init), None)
+        if first is None:
+            raise RequestError("pod has no containers for its KAI GPU share")
+        return first
+    named = next((c for c in containers if c.name == name), None)
+    if named is None:
+        raise RequestError(
+            f"pod annotation {KAI_CONTAINER_ANNOTATION}={name!r} names no container of this pod "
+            f"(it has {', '.join(repr(c.name) for c in containers)})"
+        )
+    return named
+
+
+def _kai(
+    annotations: Mapping[str, Any], containers: Sequence[_Container]
+) -> tuple[str, ContainerRequest] | None:
+    """KAI-Scheduler's share annotations as (label, request of the target container).
+
+    Refused as KAI refuses them (gpu_request_validator.go ValidateGpuRequests): a fraction
+    outside (0, 1), memory that is not a whole number of MiB > 0, both together, either next to
+    an ``nvidia.com/gpu`` limit, a device count without either. KAI's own unit for a fraction is
+    a share of the card (its docs/gpu-sharing: half of the card's memory for 0.5; the
+    scheduler counts it as 0.5 of the device), which Tessera reads as the percent form: the same
+    share of compute and memory.
+    """
+    if not any(k in annotations for k in KAI_ANNOTATIONS):
+        return None
+    fraction_text = _kai_text(annotations, KAI_FRACTION_ANNOTATION)
+    memory_text = _kai_text(annotations, KAI_MEMORY_ANNOTATION)
+    devices_text = _kai_text(annotations, KAI_DEVICES_ANNOTATION)
+    target = _kai_target(annotations, containers)
+    where = f"container {target.name!r}: pod annotation"
+    if fraction_text is None and memory_text is None:
+        raise RequestError(
+            f"{where} {KAI_DEVICES_ANNOTATION}={devices_text!r} needs {KAI_FRACTION_ANNOTATION} "
+            f"or {KAI_MEMORY_ANNOTATION} (the share to take on each card), as in KAI"
+        )
+    if fraction_text is not None and memory_text is not None:
+        raise RequestError(
+            f"{where}s {KAI_FRACTION_ANNOTATION} and {KAI_MEMORY_ANNOTATION} cannot be used "
+            f"together (KAI refuses both); keep one of them"
+        )
+    key = KAI_FRACTION_ANNOTATION if fraction_text is not None else KAI_MEMORY_ANNOTATION
+    whole = next((c for c in containers if NVIDIA_GPU_KEY in c.limits), None)
+    if whole is not None:
+        raise RequestError(
+            f"container {whole.name!r}: {NVIDIA_GPU_KEY} in limits together with pod annotation "
+            f"{key}; KAI refuses a share next to whole GPUs: remove one of them"
+        )
+    if devices_text is not None:
+        if not _GO_UINT.fullmatch(devices_text) or int(devices_text) == 0:
+            raise RequestError(
+                f"{where} {KAI_DEVICES_ANNOTATION}={devices_text!r} is invalid; it is a whole "
+                f"number of cards >= 1"
+            )
+        if int(devices_text) > 1:
+            raise RequestError(
+                f"{where} {KAI_DEVICES_ANNOTATION}={devices_text} asks for a share on each of "
+                f"{int(devices_text)} cards; Tessera places a share on exactly one card: remove "
+                f"{KAI_DEVICES_ANNOTATION} (or set it to 1)"
+            )
+    label = f"pod annotation {key}"
+    if memory_text is not None:
+        if not _GO_UINT.fullmatch(memory_text) or not 0 < int(memory_text) <= MAX_MEMORY_MIB:
+            raise RequestError(
+                f"{where} {KAI_MEMORY_ANNOTATION}={memory_text!r} is invalid; it is a whole "
+                f"number of MiB from 1 to {MAX_MEMORY_MIB}, e.g. \"2000\""
+            )
+        return label, ContainerRequest(target.name, memory_mib=int(memory_text), init=target.init)
+    assert fraction_text is not None  # one of the two is given (checked above)
+    valid = (
+        "it is a share of one card strictly between 0 and 1 (e.g. \"0.5\"), in hundredths "
+        "(Tessera counts shares in whole percents: 0.33, not 0.333)"
+    )
+    percent = (
+        Decimal(fraction_text) * WHOLE_CARD_PERCENT
+        if _GO_DECIMAL.fullmatch(fraction_text) else Decimal(-1)
+    )
+    if not 0 < percent < WHOLE_CARD_PERCENT or percent != percent.to_integral_value():
+        raise RequestError(
+            f"{where} {KAI_FRACTION_ANNOTATION}={fraction_text!r} is invalid; {valid}"
+        )
+    share = int(percent)
+    return label, ContainerRequest(
+        target.name, core_percent=share, memory_percent=share, init=target.init
+    )
+
+
 def asks_for_gpu(pod: Mapping[str, Any], config: DialectConfig) -> bool:
-    """Cheap test: does any container carry a key an enabled dialect reads, or a Genius label?"""
+    """Cheap test: does any container carry a key an enabled dialect reads, or the pod a label
+    or annotation one reads (Genius, KAI)? The webhook's matchConditions say the same in CEL
+    (webhook/registration.py builds them from the same key sets)."""
     keys = config.resource_keys
     try:
         containers = _containers(pod)
@@ -625,7 +1001,10 @@ def asks_for_gpu(pod: Mapping[str, Any], config: DialectConfig) -> bool:
     for c in containers:
         if not keys.isdisjoint(c.limits) or not keys.isdisjoint(c.requests):
             return True
-    return Dialect.GENIUS in config.enabled and any(k in _labels(pod) for k in GENIUS_LABELS)
+    return not (
+        config.label_keys.isdisjoint(_labels(pod))
+        and config.annotation_keys.isdisjoint(_annotations(pod))
+    )
 
 
 def parse_pod(pod: Mapping[str, Any], config: DialectConfig) -> PodRequest | None:
@@ -639,11 +1018,23 @@ def parse_pod(pod: Mapping[str, Any], config: DialectConfig) -> PodRequest | Non
     if not asks_for_gpu(pod, config):
         return None
     containers = _containers(pod)
-    genius = _genius(_labels(pod)) if Dialect.GENIUS in config.enabled else None
-    # Genius labels are pod-level; they apply to the pod's first app container.
-    genius_target = next((c.name for c in containers if not c.init), None)
+    annotations = _annotations(pod)
     requests: list[ContainerRequest] = []
     problems: list[str] = []
+    # Requests written on the pod rather than a container: (label, request of one container).
+    pod_level: list[tuple[str, ContainerRequest]] = []
+    genius = _genius(_labels(pod)) if Dialect.GENIUS in config.enabled else None
+    # Genius labels apply to the pod's first app container.
+    genius_target = next((c.name for c in containers if not c.init), None)
+    if genius is not None and genius_target is not None:
+        genius_request = ContainerRequest(genius_target, cards=genius.cards)
+        pod_level.append(("pod label " + GENIUS_NUMBER_LABEL, genius_request))
+    if Dialect.KAI in config.enabled:
+        try:
+            if (kai := _kai(annotations, containers)) is not None:
+                pod_level.append(kai)
+        except RequestError as exc:
+            problems.append(str(exc))
     for c in containers:
         try:
             found: list[tuple[str, ContainerRequest]] = []
@@ -651,15 +1042,12 @@ def parse_pod(pod: Mapping[str, Any], config: DialectConfig) -> PodRequest | Non
                 present = [k for k in source.keys if c.has(k)]
                 if present and (parsed := source.parse(c, config)) is not None:
                     found.append((" + ".join(present), parsed))
-            if genius is not None and c.name == genius_target:
-                genius_request = ContainerRequest(c.name, cards=genius.cards)
-                found.append(("pod label " + GENIUS_NUMBER_LABEL, genius_request))
+            found += [(label, r) for label, r in pod_level if r.name == c.name]
             merged = _merge(c.name, found)
             if merged is not None:
                 requests.append(merged)
         except RequestError as exc:
             problems.append(str(exc))
-    annotations = _annotations(pod)
     try:
         models = _models(annotations, genius, config.vocabulary)
         policy = _policy(annotations, config.vocabulary)

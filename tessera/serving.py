@@ -147,8 +147,9 @@ DIALECT_FLAGS: Final[EnvFlags] = {
 }
 DIALECT_ENV_HELP: Final[Mapping[str, str]] = {
     "TESSERA_DOMAIN": "vocabulary domain of canonical keys (default elasticgpu.io)",
-    "TESSERA_DIALECTS": "comma-separated dialects to normalise "
-    "(default elastic,percent,fraction,nano-gpu,aliyun,genius; add hami to opt in)",
+    "TESSERA_DIALECTS": "comma-separated dialects to normalise (default "
+    "elastic,percent,fraction,nano-gpu,aliyun,genius,volcano,gpu-manager,koordinator; "
+    "add hami or kai to opt in)",
     "TESSERA_ALIYUN_MEMORY_UNIT": "unit of aliyun.com/gpu-mem: GiB (default) or MiB",
     "TESSERA_NANO_GPU_MEMORY_UNIT": "unit of nano-gpu.io/gpu-memory: GiB (default) or MiB",
 }

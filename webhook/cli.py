@@ -10,11 +10,15 @@ from __future__ import annotations
 
 import argparse
 import logging
-from collections.abc import Mapping
+import sys
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from tessera import serving
+from tessera.dialects import DialectConfig
+from tessera.vocabulary import ConfigError
 from webhook.config import ENV_VARS, LISTENER, WebhookConfig
+from webhook.registration import match_conditions_yaml
 
 logger = logging.getLogger(__name__)
 
@@ -35,6 +39,27 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         default=None,
         help=f"{ENV_VARS['TESSERA_WEBHOOK_INSECURE_HTTP']} [TESSERA_WEBHOOK_INSECURE_HTTP]",
     )
+    parser.add_argument(
+        "--print-match-conditions",
+        action="store_true",
+        help="print the matchConditions that send this configuration's GPU pods (--dialects, "
+        "--domain) to the webhook, as YAML for the MutatingWebhookConfiguration, and exit",
+    )
+
+
+def parse_args(argv: Sequence[str]) -> argparse.Namespace:
+    """``tessera webhook`` arguments (for callers that hold the argv, like the dev cluster)."""
+    parser = argparse.ArgumentParser(prog="tessera webhook")
+    add_arguments(parser)
+    return parser.parse_args(list(argv))
+
+
+def dialects_from_args(
+    args: argparse.Namespace, environ: Mapping[str, str] | None = None
+) -> DialectConfig:
+    """The dialect configuration alone, flags over environment (no listener or TLS checks):
+    what the webhook's registration is built from. Raises :class:`ConfigError`."""
+    return DialectConfig.from_env(serving.env_with_flags(args, serving.DIALECT_FLAGS, environ))
 
 
 def config_from_args(
@@ -57,6 +82,14 @@ def gunicorn_options(config: WebhookConfig) -> dict[str, Any]:
 
 
 def run(args: argparse.Namespace) -> int:
+    if args.print_match_conditions:
+        try:
+            dialects = dialects_from_args(args)
+        except ConfigError as exc:
+            print(f"tessera webhook: {exc}", file=sys.stderr)
+            return 2
+        print(match_conditions_yaml(dialects), end="")
+        return 0
     config = serving.start("tessera webhook", lambda: config_from_args(args))
     if config is None:
         return 2

@@ -11,6 +11,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from tessera.devcluster.report import CardInfo, CardUsage
+from tessera.quantity import QuantityError, parse_quantity
 from tessera.vocabulary import (
     WHOLE_CARD_PERCENT,
     CodecError,
@@ -25,6 +26,13 @@ from tessera.vocabulary import (
 def _containers(pod: Mapping[str, Any]) -> list[Mapping[str, Any]]:
     spec = pod.get("spec") or {}
     return [*(spec.get("initContainers") or []), *(spec.get("containers") or [])]
+
+
+def _same_quantity(raw: object, expected: str) -> bool:
+    try:
+        return raw is not None and parse_quantity(raw).value == parse_quantity(expected).value
+    except QuantityError:
+        return False
 
 
 def admission_problems(pod: Mapping[str, Any], vocabulary: Vocabulary) -> list[str]:
@@ -57,7 +65,9 @@ def admission_problems(pod: Mapping[str, Any], vocabulary: Vocabulary) -> list[s
         if req.memory_mib:
             expected[vocabulary.memory_resource] = str(req.memory_mib)
         for key, value in expected.items():
-            if limits.get(key) != value or requests.get(key) != value:
+            # Compared as quantities: the API server stores its canonical form ("3000" -> "3k").
+            if not (_same_quantity(limits.get(key), value)
+                    and _same_quantity(requests.get(key), value)):
                 problems.append(
                     f"container {req.name}: {key} limit {limits.get(key)!r} / request "
                     f"{requests.get(key)!r}, want {value!r} for both"

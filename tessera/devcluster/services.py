@@ -4,9 +4,11 @@ Both run through the real ``tessera`` console script (the same command lines a c
 would run) on loopback ports. Wiring:
 
 * webhook: serves TLS with a certificate from the cluster CA (IP SAN 127.0.0.1) and is
-  registered by the MutatingWebhookConfiguration we ship (manifests/base), with only
+  registered by the MutatingWebhookConfiguration we ship (manifests/base), with
   ``clientConfig`` replaced by ``url: https://127.0.0.1:<port>/mutate`` + ``caBundle``, the way
-  envtest registers webhooks (no cluster DNS here).
+  envtest registers webhooks (no cluster DNS here), and ``matchConditions`` generated for the
+  webhook's own ``--dialects``/``--domain`` (webhook/registration.py; for the defaults they
+  equal the shipped ones, which tests/deploy checks).
 * allocator: runs as the ServiceAccount that manifests/base/allocator-rbac.yaml binds, with a
   token from the TokenRequest API, after those RBAC objects are applied unchanged. So it has
   exactly the permissions we ship, and a missing rule fails the e2e tests.
@@ -67,9 +69,11 @@ def service_account_subject(rbac: list[dict[str, Any]]) -> tuple[str, str]:
 
 
 def webhook_configuration(
-    shipped: dict[str, Any], url: str, ca_pem: bytes
+    shipped: dict[str, Any], url: str, ca_pem: bytes,
+    match_conditions: list[dict[str, Any]] | None = None,
 ) -> dict[str, Any]:
-    """The shipped MutatingWebhookConfiguration with each clientConfig pointed at ``url``."""
+    """The shipped MutatingWebhookConfiguration with each clientConfig pointed at ``url`` and,
+    when given, ``match_conditions`` in place of the shipped ones."""
     config = {**shipped, "metadata": {**shipped.get("metadata", {})}}
     webhooks = []
     for hook in shipped.get("webhooks") or []:
@@ -81,6 +85,8 @@ def webhook_configuration(
                     "url": url.rstrip("/") + path,
                     "caBundle": base64.b64encode(ca_pem).decode(),
                 },
+                **({"matchConditions": match_conditions} if match_conditions is not None
+                   else {}),
             }
         )
     config["webhooks"] = webhooks
@@ -150,16 +156,24 @@ class Services:
             f"--tls-key={key}",
             *self.cluster.options.webhook_args,
         ]
-        self.webhook = ManagedProcess("webhook", argv, cp.log_dir / "webhook.log", env=_env({}))
+        env = _env({})
+        self.webhook = ManagedProcess("webhook", argv, cp.log_dir / "webhook.log", env=env)
         self.webhook.start()
         self._wait_https("webhook /readyz", self.webhook_port, "/readyz", self.webhook)
         shipped = load_documents(manifests_dir() / "base" / "webhook-configuration.yaml")
         mwc = next(d for d in shipped if d.get("kind") == "MutatingWebhookConfiguration")
         from kubernetes import client
 
+        from webhook.cli import dialects_from_args, parse_args
+        from webhook.registration import match_conditions
+
+        # The webhook started above with these flags and this environment, so it reads the
+        # same dialects the conditions select.
+        dialects = dialects_from_args(parse_args(self.cluster.options.webhook_args), env)
         admission: Any = client.AdmissionregistrationV1Api(self.cluster.api_client)
         admission.create_mutating_webhook_configuration(
-            webhook_configuration(mwc, f"https://127.0.0.1:{self.webhook_port}", cp.ca.cert_pem)
+            webhook_configuration(mwc, f"https://127.0.0.1:{self.webhook_port}", cp.ca.cert_pem,
+                                  match_conditions(dialects))
         )
 
     # ------------------------------------------------------------------ allocator

@@ -294,7 +294,8 @@ RESTRICTED = {"allowPrivilegeEscalation": False, "capabilities": {"drop": ["ALL"
 
 
 def make_pod(name: str, limits: dict[str, str] | None = None, *, init: bool = False,
-             labels: dict[str, str] | None = None, requests_only: bool = False) -> Doc:
+             labels: dict[str, str] | None = None, requests_only: bool = False,
+             annotations: dict[str, str] | None = None) -> Doc:
     resources = {"requests" if requests_only else "limits": limits} if limits else {}
     # Hardened like our own pods, so the "restricted" policy of tessera-system admits it too.
     main = {"name": "main", "image": "busybox", "resources": resources,
@@ -305,7 +306,8 @@ def make_pod(name: str, limits: dict[str, str] | None = None, *, init: bool = Fa
                 "containers": [{"name": "after", "image": "busybox",
                                 "securityContext": RESTRICTED}]}
     return {"apiVersion": "v1", "kind": "Pod",
-            "metadata": {"name": name, "labels": labels or {}}, "spec": spec}
+            "metadata": {"name": name, "labels": labels or {}, "annotations": annotations or {}},
+            "spec": spec}
 
 
 REFUSED = [
@@ -317,15 +319,22 @@ REFUSED = [
     make_pod("nano-gpu-percent", {"nano-gpu/gpu-percent": "30"}),
     make_pod("aliyun", {"aliyun.com/gpu-mem": "5"}),
     make_pod("genius", labels={"genius/gpu-number": "1"}),
+    make_pod("volcano", {"volcano.sh/vgpu-number": "1", "volcano.sh/vgpu-memory": "3000"}),
+    make_pod("gpu-manager", {"tencent.com/vcuda-core": "50", "tencent.com/vcuda-memory": "30"}),
+    make_pod("koordinator", {"koordinator.sh/gpu-memory-ratio": "50"}),
+    make_pod("koordinator-bytes", {"koordinator.sh/gpu-memory": "4Gi"}, requests_only=True),
     make_pod("init-container", GPU, init=True),
     make_pod("requests-only", {"elasticgpu.io/gpu-core": "100"}, requests_only=True),
 ]
 ADMITTED = [
     make_pod("no-gpu"),
     make_pod("cpu-only", {"cpu": "1"}),
-    # Plain nvidia.com/gpu belongs to NVIDIA's device plugin unless HAMi is enabled.
+    # Plain nvidia.com/gpu belongs to NVIDIA's device plugin unless HAMi is enabled, and
+    # KAI's unprefixed annotations are read only when KAI is (both opt-in).
     make_pod("nvidia", {"nvidia.com/gpu": "1"}),
+    make_pod("kai", annotations={"gpu-fraction": "0.5"}),
     make_pod("other-label", labels={"app": "genius"}),
+    make_pod("other-volcano-key", {"volcano.sh/gpu-memory": "1024"}),
 ]
 
 

@@ -23,6 +23,7 @@ from tessera.devcluster.binaries import Binaries, ensure_binaries
 from tessera.devcluster.cluster import DevCluster, Options
 from tessera.devcluster.nodes import GpuNodeSpec, delete_nodes
 from tessera.devcluster.workloads import delete_pods, ensure_namespace, list_objects
+from tessera.dialects import Dialect
 
 POOL_LABEL = "tessera.e2e/pool"
 _counter = itertools.count()
@@ -33,11 +34,18 @@ def binaries() -> Binaries:
     return ensure_binaries()
 
 
+#: Every dialect, the opt-in ones too, so each has its end-to-end test on the one cluster (the
+#: webhook registers the matchConditions of these flags; the shipped defaults are proven against
+#: the real API server in tests/deploy).
+ALL_DIALECTS = f"--dialects={','.join(Dialect)}"
+
+
 @pytest.fixture(scope="session")
 def cluster(binaries: Binaries, request: pytest.FixtureRequest) -> Iterator[DevCluster]:
     base = os.environ.get("TESSERA_E2E_WORKDIR")
     workdir = Path(base) if base else None
-    dev = DevCluster(binaries, workdir, Options())
+    dev = DevCluster(binaries, workdir, Options(webhook_args=(ALL_DIALECTS,),
+                                                allocator_args=(ALL_DIALECTS,)))
     dev.start()
     try:
         yield dev

@@ -11,7 +11,7 @@ from cryptography import x509
 from cryptography.x509.oid import NameOID
 
 from tessera.devcluster import DevClusterError
-from tessera.devcluster.checks import allocation_problems, fits_now
+from tessera.devcluster.checks import admission_problems, allocation_problems, fits_now
 from tessera.devcluster.cluster import extender_spec
 from tessera.devcluster.controlplane import kubeconfig_document, scheduler_configuration
 from tessera.devcluster.nodes import Card, GpuNodeSpec, Inventory, node_object, node_status, uniform
@@ -28,6 +28,8 @@ from tessera.vocabulary import (
     encode_allocation,
     encode_request,
 )
+from webhook.cli import dialects_from_args, parse_args
+from webhook.registration import match_conditions
 
 VOCAB = Vocabulary()
 
@@ -164,7 +166,18 @@ def test_the_shipped_webhook_registration_is_pointed_at_loopback_and_keeps_its_r
     assert hook["clientConfig"] == {"url": "https://127.0.0.1:9443/mutate",
                                     "caBundle": base64.b64encode(b"PEM").decode()}
     assert hook["rules"] == [{"operations": ["CREATE"]}] and hook["failurePolicy"] == "Fail"
+    assert "matchConditions" not in hook
     assert "service" in shipped["webhooks"][0]["clientConfig"]  # the input is not modified
+
+
+def test_the_dev_cluster_registers_the_match_conditions_of_its_webhook_flags() -> None:
+    shipped = {"webhooks": [{"name": "pods.example", "matchConditions": [{"name": "old"}]}]}
+    conditions = match_conditions(dialects_from_args(parse_args(["--dialects=kai"]), {}))
+    (hook,) = webhook_configuration(shipped, "https://127.0.0.1:1", b"PEM", conditions)[
+        "webhooks"]
+    assert hook["matchConditions"] == conditions
+    assert "'gpu-fraction'" in conditions[0]["expression"]
+    assert shipped["webhooks"][0]["matchConditions"] == [{"name": "old"}]
 
 
 @pytest.mark.parametrize(
@@ -261,3 +274,28 @@ def test_the_fit_oracle_sees_what_is_left_on_each_card(request_: PodRequest, fit
     one_card = uniform("n1", 1, "Tesla-T4", 16000)
     usage = card_usage([make_node(one_card)], [make_pod("a", [("c", (0,), 40, 8000)])], VOCAB)
     assert (fits_now(request_, usage) is not None) is fits
+
+
+@pytest.mark.parametrize(
+    ("stored", "problems"),
+    [
+        ({"elasticgpu.io/gpu-core": "50", "elasticgpu.io/gpu-memory": "3k"}, 0),  # canonical form
+        ({"elasticgpu.io/gpu-core": "50", "elasticgpu.io/gpu-memory": "3000"}, 0),
+        ({"elasticgpu.io/gpu-core": "50", "elasticgpu.io/gpu-memory": "2k"}, 1),
+        ({"elasticgpu.io/gpu-core": "50"}, 1),
+        ({"elasticgpu.io/gpu-core": "fifty", "elasticgpu.io/gpu-memory": "3k"}, 1),
+    ],
+)
+def test_the_admission_oracle_compares_quantities_as_the_api_server_stores_them(
+    stored: dict[str, str], problems: int
+) -> None:
+    request = PodRequest((ContainerRequest("main", core_percent=50, memory_mib=3000),))
+    pod = {
+        "metadata": {
+            "labels": {VOCAB.gpu_pod_label: "true", VOCAB.mode_label: "shared"},
+            "annotations": {VOCAB.request_annotation: encode_request(request)},
+        },
+        "spec": {"containers": [{"name": "main",
+                                 "resources": {"limits": stored, "requests": stored}}]},
+    }
+    assert len(admission_problems(pod, VOCAB)) == problems

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 import pytest
@@ -26,6 +27,8 @@ from tessera.vocabulary import (
 
 DEFAULT = DialectConfig()
 WITH_HAMI = DialectConfig(enabled=DEFAULT_DIALECTS | {Dialect.HAMI})
+WITH_KAI = DialectConfig(enabled=DEFAULT_DIALECTS | {Dialect.KAI})
+EVERYTHING = DialectConfig(enabled=frozenset(Dialect))
 
 
 def make_pod(
@@ -151,6 +154,262 @@ def test_hami_keys_belong_to_nvidia_unless_opted_in() -> None:
 def test_a_disabled_dialect_is_left_alone(limits: dict[str, Any]) -> None:
     config = DialectConfig(enabled=frozenset({Dialect.ELASTIC}))
     assert parse_pod(make_pod(limits), config) is None
+
+
+def test_only_hami_and_kai_wait_to_be_opted_in() -> None:
+    # Their keys are not theirs alone: nvidia.com/gpu is NVIDIA's device plugin's, and KAI's
+    # annotations have no prefix. Every other dialect's keys live under its own system's name.
+    assert frozenset(Dialect) - DEFAULT_DIALECTS == {Dialect.HAMI, Dialect.KAI}
+
+
+@pytest.mark.parametrize(
+    ("limits", "expected"),
+    [
+        # Volcano vGPU: HAMi's model under volcano.sh names
+        ({"volcano.sh/vgpu-number": "1"}, whole(1)),
+        ({"volcano.sh/vgpu-number": "2"}, whole(2)),
+        ({"volcano.sh/vgpu-number": "1", "volcano.sh/vgpu-memory": "3000"},
+         share(memory_mib=3000)),
+        ({"volcano.sh/vgpu-number": "1", "volcano.sh/vgpu-memory": "3000",
+          "volcano.sh/vgpu-cores": "50"}, share(core=50, memory_mib=3000)),
+        ({"volcano.sh/vgpu-number": "1", "volcano.sh/vgpu-memory-percentage": "25",
+          "volcano.sh/vgpu-cores": "25"}, share(core=25, memory_percent=25)),
+        ({"volcano.sh/vgpu-number": "1", "volcano.sh/vgpu-cores": "30"},
+         share(core=30, memory_percent=100)),
+        ({"volcano.sh/vgpu-memory": "1024"}, share(memory_mib=1024)),  # a count of 1 implied
+        ({"volcano.sh/vgpu-number": "1", "volcano.sh/vgpu-cores": "100"}, whole(1)),
+        ({"volcano.sh/vgpu-number": "0"}, None),
+        # tkestack gpu-manager: core % (100 per card), memory in 256 MiB blocks
+        ({"tencent.com/vcuda-core": "50", "tencent.com/vcuda-memory": "30"},
+         share(core=50, memory_mib=7680)),  # the example of gpu-manager's README
+        ({"tencent.com/vcuda-core": "100"}, whole(1)),
+        ({"tencent.com/vcuda-core": "200", "tencent.com/vcuda-memory": "60"}, whole(2)),
+        ({"tencent.com/vcuda-core": "0", "tencent.com/vcuda-memory": "0"}, None),
+        # Koordinator: % of a card, memory in bytes, ratio in % of the card's memory
+        ({"koordinator.sh/gpu": "50"}, share(core=50, memory_percent=50)),
+        ({"koordinator.sh/gpu": "100"}, whole(1)),
+        ({"koordinator.sh/gpu": "200"}, whole(2)),
+        ({"koordinator.sh/gpu-memory": "4Gi"}, share(memory_mib=4096)),
+        ({"koordinator.sh/gpu-memory": "1G"}, share(memory_mib=954)),  # 953.67 MiB, rounded up
+        ({"koordinator.sh/gpu-memory-ratio": "30"}, share(core=30, memory_percent=30)),
+        ({"koordinator.sh/gpu-memory-ratio": "200"}, whole(2)),
+        ({"koordinator.sh/gpu-core": "60", "koordinator.sh/gpu-memory": "4Gi"},
+         share(core=60, memory_mib=4096)),
+        ({"koordinator.sh/gpu-core": "50", "koordinator.sh/gpu-memory-ratio": "60"},
+         share(core=50, memory_percent=60)),
+        ({"koordinator.sh/gpu-core": "50", "koordinator.sh/gpu-memory-ratio": "100"},
+         share(core=50, memory_percent=100)),
+        ({"koordinator.sh/gpu-core": "100", "koordinator.sh/gpu-memory-ratio": "100"}, whole(1)),
+        ({"koordinator.sh/gpu-core": "300", "koordinator.sh/gpu-memory-ratio": "300"}, whole(3)),
+        ({"koordinator.sh/gpu.shared": "1", "koordinator.sh/gpu-core": "40",
+          "koordinator.sh/gpu-memory": "2Gi"}, share(core=40, memory_mib=2048)),
+        ({"koordinator.sh/gpu.shared": "1", "koordinator.sh/gpu-memory-ratio": "25"},
+         share(core=25, memory_percent=25)),
+        ({"koordinator.sh/gpu.shared": "2", "koordinator.sh/gpu-core": "200",
+          "koordinator.sh/gpu-memory-ratio": "200"}, whole(2)),
+        ({"koordinator.sh/gpu-core": "0", "koordinator.sh/gpu-memory": "2Gi"},
+         share(memory_mib=2048)),  # zeros are dropped, as Koordinator's RemoveZeros
+        ({"koordinator.sh/gpu": "0"}, None),
+    ],
+)
+def test_volcano_gpu_manager_and_koordinator_keys_become_the_canonical_request(
+    limits: dict[str, Any], expected: PodRequest | None
+) -> None:
+    assert parse_pod(make_pod(limits), DEFAULT) == expected
+
+
+@pytest.mark.parametrize(
+    ("annotations", "containers", "expected"),
+    [
+        ({"gpu-fraction": "0.5"}, ["main"], share(core=50, memory_percent=50)),
+        ({"gpu-fraction": "0.25", "gpu-fraction-num-devices": "1"}, ["main"],
+         share(core=25, memory_percent=25)),
+        ({"gpu-fraction": ".5"}, ["main"], share(core=50, memory_percent=50)),
+        ({"gpu-fraction": "5e-1"}, ["main"], share(core=50, memory_percent=50)),
+        ({"gpu-memory": "2000"}, ["main"], share(memory_mib=2000)),
+        # the first container, unless gpu-fraction-container-name names another
+        ({"gpu-fraction": "0.5"}, ["main", "sidecar"], share(core=50, memory_percent=50)),
+        ({"gpu-fraction": "0.5", "gpu-fraction-container-name": "gpu-workload"},
+         ["sidecar", "gpu-workload"],
+         PodRequest((ContainerRequest("gpu-workload", core_percent=50, memory_percent=50),))),
+        # the container name alone asks for nothing (KAI reads fraction and memory only)
+        ({"gpu-fraction-container-name": "main"}, ["main"], None),
+    ],
+)
+def test_kai_annotations_give_one_container_a_share_when_opted_in(
+    annotations: dict[str, str], containers: list[str], expected: PodRequest | None
+) -> None:
+    pod = make_pod(containers=[make_container(n) for n in containers], annotations=annotations)
+    assert parse_pod(pod, WITH_KAI) == expected
+
+
+def test_a_kai_share_may_go_to_an_init_container() -> None:
+    pod = make_pod(
+        containers=[make_container("main")],
+        init_containers=[make_container("gpu-init")],
+        annotations={"gpu-fraction": "0.5", "gpu-fraction-container-name": "gpu-init"},
+    )
+    assert parse_pod(pod, WITH_KAI) == PodRequest(
+        (ContainerRequest("gpu-init", core_percent=50, memory_percent=50, init=True),)
+    )
+
+
+def test_a_kai_share_and_a_container_key_that_agree_are_one_request() -> None:
+    pod = make_pod({"elasticgpu.io/gpu-percent": "50"}, annotations={"gpu-fraction": "0.5"})
+    assert parse_pod(pod, WITH_KAI) == share(core=50, memory_percent=50)
+
+
+def test_kai_annotations_are_left_alone_unless_opted_in() -> None:
+    pod = make_pod(annotations={"gpu-fraction": "0.5", "gpu-memory": "nonsense"})
+    assert not asks_for_gpu(pod, DEFAULT)
+    assert parse_pod(pod, DEFAULT) is None
+
+
+@pytest.mark.parametrize(
+    ("limits", "fragments"),
+    [
+        # Volcano: HAMi's rules under Volcano's names
+        ({"volcano.sh/vgpu-number": "2", "volcano.sh/vgpu-memory": "1000"},
+         ["volcano.sh/vgpu-number=2", "exactly one card"]),
+        ({"volcano.sh/vgpu-memory": "1000", "volcano.sh/vgpu-memory-percentage": "50"},
+         ["volcano.sh/vgpu-memory", "volcano.sh/vgpu-memory-percentage", "together"]),
+        ({"volcano.sh/vgpu-number": "1", "volcano.sh/vgpu-memory-percentage": "50"},
+         ["add volcano.sh/vgpu-cores"]),
+        ({"volcano.sh/vgpu-number": "1", "volcano.sh/vgpu-cores": "100",
+          "volcano.sh/vgpu-memory": "10"}, ["volcano.sh/vgpu-cores=100"]),
+        ({"volcano.sh/vgpu-cores": "101"}, ["volcano.sh/vgpu-cores=101", "0-100"]),
+        ({"volcano.sh/vgpu-memory-percentage": "0"}, ["volcano.sh/vgpu-memory-percentage=0"]),
+        # gpu-manager: above 100 only multiples of 100; a share needs both
+        ({"tencent.com/vcuda-core": "150"}, ["tencent.com/vcuda-core=150", "100·k"]),
+        ({"tencent.com/vcuda-core": "50"},
+         ["tencent.com/vcuda-core=50 without tencent.com/vcuda-memory", "needs both"]),
+        ({"tencent.com/vcuda-memory": "8"},
+         ["tencent.com/vcuda-memory=8 without tencent.com/vcuda-core", "needs both"]),
+        ({"tencent.com/vcuda-memory": "1Gi", "tencent.com/vcuda-core": "10"},
+         ["tencent.com/vcuda-memory", "256 MiB blocks"]),
+        # Koordinator: only the combinations it accepts
+        ({"koordinator.sh/gpu-core": "50"},
+         ["koordinator.sh/gpu-core is not a combination Koordinator accepts"]),
+        ({"koordinator.sh/gpu.shared": "1"}, ["koordinator.sh/gpu.shared is not a combination"]),
+        ({"koordinator.sh/gpu": "50", "koordinator.sh/gpu-memory": "1Gi"},
+         ["koordinator.sh/gpu + koordinator.sh/gpu-memory is not a combination"]),
+        ({"koordinator.sh/gpu-core": "50", "koordinator.sh/gpu-memory": "1Gi",
+          "koordinator.sh/gpu-memory-ratio": "50"}, ["is not a combination"]),
+        ({"koordinator.sh/gpu-memory-ratio": "50", "nvidia.com/gpu": "1"},
+         ["nvidia.com/gpu + koordinator.sh/gpu-memory-ratio is not a combination"]),
+        ({"koordinator.sh/gpu": "150"}, ["koordinator.sh/gpu=150", "multiples of 100"]),
+        ({"koordinator.sh/gpu-core": "250", "koordinator.sh/gpu-memory-ratio": "300"},
+         ["koordinator.sh/gpu-core=250", "multiples of 100"]),
+        ({"koordinator.sh/gpu-core": "100", "koordinator.sh/gpu-memory-ratio": "200"},
+         ["share on each of 2 cards", "koordinator.sh/gpu=200"]),
+        ({"koordinator.sh/gpu.shared": "2", "koordinator.sh/gpu-memory": "8Gi"},
+         ["share on each of 2 cards"]),
+        ({"koordinator.sh/gpu.shared": "2", "koordinator.sh/gpu-core": "51",
+          "koordinator.sh/gpu-memory-ratio": "50"},
+         ["koordinator.sh/gpu-core=51 with koordinator.sh/gpu.shared=2", "multiple of 2"]),
+        ({"koordinator.sh/gpu.shared": "2", "koordinator.sh/gpu-core": "50",
+          "koordinator.sh/gpu-memory-ratio": "50"}, ["share on each of 2 cards"]),
+        ({"koordinator.sh/gpu.shared": "2", "koordinator.sh/gpu-core": "300",
+          "koordinator.sh/gpu-memory-ratio": "200"}, ["at most 200"]),
+        ({"koordinator.sh/gpu-core": "100", "koordinator.sh/gpu-memory": "4Gi"},
+         ["koordinator.sh/gpu-core=100 with koordinator.sh/gpu-memory", "all of one card's"]),
+        ({"koordinator.sh/gpu-core": "200", "koordinator.sh/gpu-memory": "4Gi"},
+         ["koordinator.sh/gpu-core=200", "more compute than one card has"]),
+        ({"koordinator.sh/gpu-memory": "-1Gi"}, ["koordinator.sh/gpu-memory", "bytes >= 0"]),
+        ({"koordinator.sh/gpu-memory": "4GB"}, ["koordinator.sh/gpu-memory", "'4GB'"]),
+    ],
+)
+def test_impossible_volcano_gpu_manager_and_koordinator_requests_are_refused(
+    limits: dict[str, Any], fragments: list[str]
+) -> None:
+    with pytest.raises(RequestError, match="container 'main'") as caught:
+        parse_pod(make_pod(limits), DEFAULT)
+    for fragment in fragments:
+        assert fragment in str(caught.value)
+
+
+@pytest.mark.parametrize(
+    ("annotations", "fragments"),
+    [
+        ({"gpu-fraction": "1"}, ["container 'main'", "gpu-fraction='1'", "between 0 and 1"]),
+        ({"gpu-fraction": "0"}, ["gpu-fraction='0'"]),
+        ({"gpu-fraction": "-0.5"}, ["gpu-fraction='-0.5'"]),
+        ({"gpu-fraction": "0.333"}, ["gpu-fraction='0.333'", "hundredths"]),
+        ({"gpu-fraction": "half"}, ["gpu-fraction='half'"]),
+        ({"gpu-fraction": "0.5", "gpu-memory": "2000"},
+         ["container 'main'", "gpu-fraction and gpu-memory", "together"]),
+        ({"gpu-memory": "0"}, ["container 'main'", "gpu-memory='0'", "whole number of MiB"]),
+        ({"gpu-memory": "2Gi"}, ["gpu-memory='2Gi'"]),
+        ({"gpu-fraction-num-devices": "2"}, ["gpu-fraction-num-devices='2'", "needs gpu-fraction"]),
+        ({"gpu-fraction": "0.5", "gpu-fraction-num-devices": "2"},
+         ["container 'main'", "share on each of 2 cards"]),
+        ({"gpu-memory": "1000", "gpu-fraction-num-devices": "0"},
+         ["gpu-fraction-num-devices='0'", ">= 1"]),
+        ({"gpu-fraction": "0.5", "gpu-fraction-container-name": "nope"},
+         ["gpu-fraction-container-name='nope'", "'main'"]),
+    ],
+)
+def test_impossible_kai_requests_are_refused_as_kai_refuses_them(
+    annotations: dict[str, str], fragments: list[str]
+) -> None:
+    with pytest.raises(RequestError) as caught:
+        parse_pod(make_pod(annotations=annotations), WITH_KAI)
+    for fragment in fragments:
+        assert fragment in str(caught.value)
+
+
+def test_a_kai_share_next_to_whole_nvidia_gpus_is_refused_naming_their_container() -> None:
+    pod = make_pod(
+        containers=[make_container("main"), make_container("trainer", {"nvidia.com/gpu": "1"})],
+        annotations={"gpu-fraction": "0.5"},
+    )
+    with pytest.raises(RequestError, match=r"container 'trainer': nvidia\.com/gpu") as caught:
+        parse_pod(pod, WITH_KAI)
+    assert "gpu-fraction" in str(caught.value)
+
+
+HOSTILE = ["NaN", "nan", "inf", "1e999999", "²", "٣", "0x10", "9" * 70, "", " ", "1_000", None,
+           True, [1], {"a": 1}]
+
+
+@pytest.mark.parametrize("value", HOSTILE, ids=repr)
+@pytest.mark.parametrize(
+    "key",
+    ["volcano.sh/vgpu-number", "volcano.sh/vgpu-memory", "volcano.sh/vgpu-memory-percentage",
+     "volcano.sh/vgpu-cores", "tencent.com/vcuda-core", "tencent.com/vcuda-memory",
+     "koordinator.sh/gpu", "koordinator.sh/gpu.shared", "koordinator.sh/gpu-core",
+     "koordinator.sh/gpu-memory", "koordinator.sh/gpu-memory-ratio"],
+)
+def test_hostile_resource_values_are_refused_never_raised(key: str, value: Any) -> None:
+    with pytest.raises(RequestError, match=re.escape(f"container 'main': {key}")):
+        parse_pod(make_pod({key: value}), DEFAULT)
+
+
+@pytest.mark.parametrize("value", HOSTILE, ids=repr)
+@pytest.mark.parametrize(
+    "key", ["gpu-fraction", "gpu-memory", "gpu-fraction-num-devices", "gpu-fraction-container-name"]
+)
+def test_hostile_kai_annotation_values_are_refused_never_raised(key: str, value: Any) -> None:
+    share_key = "gpu-memory" if key == "gpu-fraction" else "gpu-fraction"
+    annotations = {key: value} if key in ("gpu-fraction", "gpu-memory") else {
+        key: value, share_key: "0.5"}
+    with pytest.raises(RequestError, match=key):
+        parse_pod(make_pod(annotations=annotations), WITH_KAI)
+
+
+@pytest.mark.parametrize(
+    ("limits", "expected"),
+    [
+        ({"volcano.sh/vgpu-memory": "1e8"}, "at most 16777216"),
+        ({"tencent.com/vcuda-core": "1e9"}, "at most 102400"),
+        ({"koordinator.sh/gpu-memory": "100Ei"}, "at most 16384 GiB"),
+        ({"koordinator.sh/gpu.shared": "1M", "koordinator.sh/gpu-memory": "1"}, "at most 1024"),
+    ],
+)
+def test_huge_values_are_refused_with_their_bound(limits: dict[str, Any], expected: str) -> None:
+    with pytest.raises(RequestError, match="container 'main'") as caught:
+        parse_pod(make_pod(limits), DEFAULT)
+    assert expected in str(caught.value)
 
 
 @pytest.mark.parametrize(
@@ -385,11 +644,11 @@ def test_dialect_config_is_read_from_the_environment(
 def test_bad_dialect_config_names_every_problem() -> None:
     with pytest.raises(ConfigError) as caught:
         DialectConfig.from_env({
-            "TESSERA_DIALECTS": "elastic,volcano",
+            "TESSERA_DIALECTS": "elastic,kueue",
             "TESSERA_ALIYUN_MEMORY_UNIT": "GB",
             "TESSERA_DOMAIN": "Not A Domain",
         })
-    for fragment in ("volcano", "TESSERA_ALIYUN_MEMORY_UNIT='GB'", "TESSERA_DOMAIN"):
+    for fragment in ("kueue", "TESSERA_ALIYUN_MEMORY_UNIT='GB'", "TESSERA_DOMAIN"):
         assert fragment in str(caught.value)
 
 
@@ -403,11 +662,23 @@ def test_the_allocator_reads_the_canonical_annotation_first() -> None:
     assert read_pod_request(pod, DEFAULT) == recorded
 
 
-def test_the_allocator_parses_pods_that_came_without_the_webhook() -> None:
-    assert read_pod_request(make_pod({"aliyun.com/gpu-mem": "2"}), DEFAULT) == share(
-        memory_mib=2048
-    )
-    assert read_pod_request(make_pod(), DEFAULT) is None
+@pytest.mark.parametrize(
+    ("pod", "config", "expected"),
+    [
+        (make_pod({"aliyun.com/gpu-mem": "2"}), DEFAULT, share(memory_mib=2048)),
+        (make_pod({"volcano.sh/vgpu-memory": "2048"}), DEFAULT, share(memory_mib=2048)),
+        (make_pod({"tencent.com/vcuda-core": "10", "tencent.com/vcuda-memory": "8"}), DEFAULT,
+         share(core=10, memory_mib=2048)),
+        (make_pod({"koordinator.sh/gpu-memory": "2Gi"}), DEFAULT, share(memory_mib=2048)),
+        (make_pod(annotations={"gpu-memory": "2048"}), WITH_KAI, share(memory_mib=2048)),
+        (make_pod(annotations={"gpu-memory": "2048"}), DEFAULT, None),
+        (make_pod(), DEFAULT, None),
+    ],
+)
+def test_the_allocator_parses_pods_that_came_without_the_webhook(
+    pod: dict[str, Any], config: DialectConfig, expected: PodRequest | None
+) -> None:
+    assert read_pod_request(pod, config) == expected
 
 
 @pytest.mark.parametrize(

@@ -153,12 +153,12 @@ def test_the_log_level_is_read_in_any_case(raw: str | None, expected: str) -> No
 
 def test_a_nested_readers_error_joins_the_others() -> None:
     def nested(env: object) -> str:
-        raise ConfigError("TESSERA_DIALECTS: 'volcano' is not a dialect")
+        raise ConfigError("TESSERA_DIALECTS: 'kueue' is not a dialect")
 
     reader = EnvReader({"TESSERA_X_PORT": "x"})
     assert reader.collect(nested, "fallback") == "fallback"
     reader.listener(Listener("TESSERA_X", port=1, threads=1))
-    with pytest.raises(ConfigError, match=r"volcano.*TESSERA_X_PORT"):
+    with pytest.raises(ConfigError, match=r"kueue.*TESSERA_X_PORT"):
         reader.check("invalid")
 
 

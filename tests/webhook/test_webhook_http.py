@@ -175,6 +175,12 @@ def assert_echoes(review: dict[str, Any], answer: dict[str, Any]) -> None:
         ("fraction-share.yaml",
          {"warmup": {"elasticgpu.io/gpu-core": "10"}, "cuda": {"elasticgpu.io/gpu-core": "25"}},
          "shared"),
+        ("volcano-vgpu-share.yaml",
+         {"cuda": {"elasticgpu.io/gpu-core": "50", "elasticgpu.io/gpu-memory": "3000"}}, "shared"),
+        ("gpu-manager-vcuda-share.yaml",
+         {"cuda": {"elasticgpu.io/gpu-core": "50", "elasticgpu.io/gpu-memory": "7680"}}, "shared"),
+        ("koordinator-share.yaml",
+         {"cuda": {"elasticgpu.io/gpu-core": "60", "elasticgpu.io/gpu-memory": "4096"}}, "shared"),
     ],
 )
 def test_every_seed_pod_comes_out_canonical(
@@ -245,6 +251,41 @@ def test_hami_pods_are_rewritten_only_when_opted_in() -> None:
         assert limits_of(result, "main") == {
             "elasticgpu.io/gpu-core": "30", "elasticgpu.io/gpu-memory": "3000"
         }
+
+
+@pytest.mark.parametrize(
+    ("limits", "annotations", "expected_limits"),
+    [
+        ({"volcano.sh/vgpu-number": "1", "volcano.sh/vgpu-memory": "3000",
+          "volcano.sh/vgpu-cores": "50"}, {},
+         {"elasticgpu.io/gpu-core": "50", "elasticgpu.io/gpu-memory": "3000"}),
+        ({"tencent.com/vcuda-core": "50", "tencent.com/vcuda-memory": "30"}, {},
+         {"elasticgpu.io/gpu-core": "50", "elasticgpu.io/gpu-memory": "7680"}),
+        ({"tencent.com/vcuda-core": "200", "tencent.com/vcuda-memory": "60"}, {},
+         {"elasticgpu.io/gpu-core": "200"}),
+        ({"koordinator.sh/gpu-core": "60", "koordinator.sh/gpu-memory": "4Gi"}, {},
+         {"elasticgpu.io/gpu-core": "60", "elasticgpu.io/gpu-memory": "4096"}),
+        ({"koordinator.sh/gpu": "50", "cpu": "1"}, {},
+         {"elasticgpu.io/gpu-core": "50", "cpu": "1"}),
+        (None, {"gpu-fraction": "0.5"}, {"elasticgpu.io/gpu-core": "50"}),
+        (None, {"gpu-memory": "2000"}, {"elasticgpu.io/gpu-memory": "2000"}),
+    ],
+)
+def test_pods_of_the_newer_front_doors_come_out_canonical(
+    limits: dict[str, str] | None, annotations: dict[str, str],
+    expected_limits: dict[str, str],
+) -> None:
+    # KAI is opt-in; with every dialect on, each pod is read by exactly one of them.
+    config = WebhookConfig(dialects=DialectConfig(enabled=frozenset(Dialect)))
+    pod = make_pod(limits, annotations=annotations)
+    with create_app(config).test_client() as client:
+        _, answer = post(client, make_review(pod))
+    result = patched(pod, answer)
+    assert_valid_as_kubernetes(result, config)
+    assert limits_of(result, "main") == expected_limits
+    assert result["metadata"]["labels"][VOCABULARY.gpu_pod_label] == "true"
+    # KAI's annotations stay: they are not resources and nothing schedules by them any more.
+    assert {k: result["metadata"]["annotations"][k] for k in annotations} == annotations
 
 
 def test_a_custom_domain_writes_its_own_keys() -> None:
@@ -321,6 +362,11 @@ def test_forged_tessera_annotations_are_removed_from_pods_without_gpu(client: Fl
         ({"elasticgpu.io/gpu-memory": "5GB"}, None, ["'main'", "'5GB'", "quantity"]),
         ({"aliyun.com/gpu-mem": "2Gi"}, None, ["'main'", "aliyun.com/gpu-mem", "binary"]),
         (None, {"genius/gpu-number": "many"}, ["genius/gpu-number", "'many'"]),
+        ({"volcano.sh/vgpu-number": "2", "volcano.sh/vgpu-cores": "30"}, None,
+         ["'main'", "volcano.sh/vgpu-number=2", "exactly one card"]),
+        ({"tencent.com/vcuda-core": "150"}, None, ["'main'", "tencent.com/vcuda-core=150"]),
+        ({"koordinator.sh/gpu-core": "50"}, None,
+         ["'main'", "koordinator.sh/gpu-core", "not a combination Koordinator accepts"]),
     ],
 )
 def test_impossible_requests_are_refused_with_200_and_a_clear_message(
@@ -451,10 +497,10 @@ def test_a_bad_environment_fails_at_start_naming_each_variable(
 ) -> None:
     monkeypatch.setenv("TESSERA_WEBHOOK_PORT", "eighty")
     monkeypatch.setenv("TESSERA_SCHEDULER_NAME", "Not_Valid")
-    monkeypatch.setenv("TESSERA_DIALECTS", "elastic,volcano")
+    monkeypatch.setenv("TESSERA_DIALECTS", "elastic,kueue")
     with pytest.raises(ConfigError) as caught:
         create_app()
-    for name in ("TESSERA_WEBHOOK_PORT", "TESSERA_SCHEDULER_NAME", "volcano"):
+    for name in ("TESSERA_WEBHOOK_PORT", "TESSERA_SCHEDULER_NAME", "kueue"):
         assert name in str(caught.value)
 
 
