@@ -2,9 +2,13 @@
 
 KWOK (sigs.k8s.io/kwok) watches the nodes it manages and the pods bound to them, and applies
 *Stages*: a selector over the object and the status it moves to. Its built-in node stages keep
-our fake GPU nodes Ready with Lease heartbeats, so kube-controller-manager's node lifecycle
-controller treats them as healthy nodes (and would taint them if KWOK stopped). The pod stages
-are ours, so that the dev cluster behaves like a cluster whose pods run and end:
+our fake GPU nodes Ready, renewing the Ready condition's heartbeat every 20-45 s, so
+kube-controller-manager's node lifecycle controller treats them as healthy nodes (and would
+taint them if KWOK stopped). KWOK's Lease mode (``--node-lease-duration-seconds``) managed no
+node at all in v0.7.0 out of cluster, so the heartbeat is the status one, which the node
+lifecycle controller reads as well (``pkg/controller/nodelifecycle``, tryUpdateNodeHealth).
+The pod stages are ours, so that the dev cluster behaves like a cluster whose pods run and
+end:
 
 * a bound pod becomes Running (podIP, conditions, container states), as a kubelet reports it;
 * a pod owned by a Job, or any pod annotated with :data:`RUN_FOR_ANNOTATION`, turns Succeeded

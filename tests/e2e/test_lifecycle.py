@@ -159,28 +159,48 @@ def test_deleting_a_namespace_deletes_its_workloads_and_releases_their_cards(
              timeout=60)
 
 
-def test_fake_nodes_are_ready_and_renew_their_lease_like_kubelets(
+def test_fake_nodes_are_ready_and_keep_sending_heartbeats_like_kubelets(
     cluster: DevCluster, core_v1: Any, pool: NodePool, namespace: str
 ) -> None:
-    from kubernetes import client
-
     pool([uniform(f"{namespace}-n", 1, "Tesla-T4", 15360)])
     name = f"{namespace}-n"
 
-    def ready() -> dict[str, Any] | None:
+    def heartbeat() -> str | None:
         node = get_object(core_v1.read_node, name)
         conditions = {c["type"]: c for c in node["status"].get("conditions") or []}
-        return node if conditions.get("Ready", {}).get("status") == "True" else None
-
-    node = wait_for("the node to be Ready", ready, timeout=60)
-    assert node["status"]["allocatable"]["elasticgpu.io/gpu-core"] == "100"
-    assert not node["spec"].get("taints")
-    leases = client.CoordinationV1Api(cluster.api_client)
-
-    def renew_time() -> str | None:
-        lease = get_object(leases.read_namespaced_lease, name, "kube-node-lease")
-        value: str | None = lease["spec"].get("renewTime")
+        ready = conditions.get("Ready") or {}
+        value: str | None = ready.get("lastHeartbeatTime") if ready.get("status") == "True" \
+            else None
         return value
 
-    first = wait_for("the node's Lease", renew_time, timeout=60)
-    wait_for("a renewed Lease", lambda: renew_time() != first, timeout=60)
+    first = wait_for("the node to be Ready", heartbeat, timeout=60)
+    node = get_object(core_v1.read_node, name)
+    assert node["status"]["allocatable"]["elasticgpu.io/gpu-core"] == "100"
+    assert not node["spec"].get("taints")
+    wait_for("a later heartbeat", lambda: heartbeat() not in (None, first), timeout=90)
+    assert not get_object(core_v1.read_node, name)["spec"].get("taints")
+
+
+def test_a_deployment_created_while_the_webhook_is_down_gets_its_pods_once_it_is_back(
+    cluster: DevCluster, core_v1: Any, namespace: str, pool: NodePool
+) -> None:
+    """docs/deploy.md, "When the webhook is down": GPU pods are refused meanwhile, and the
+    ReplicaSet controller retries until the webhook answers again; nothing runs un-normalised."""
+    pool([uniform(f"{namespace}-a10", 1, "NVIDIA-A10", 24576)])
+    cluster.services.stop_webhook()
+    try:
+        kubectl(cluster, "apply", "-n", namespace, "-f", str(DEPLOYMENTS / "cuda-gpu-test.yaml"))
+
+        def refused() -> str | None:
+            events = list_objects(core_v1.list_namespaced_event, namespace)
+            return next((e["message"] for e in events if e.get("reason") == "FailedCreate"),
+                        None)
+
+        message = wait_for("the ReplicaSet's FailedCreate event", refused, timeout=60)
+        assert "pods.tessera" in message and "webhook" in message, message
+        assert list_objects(core_v1.list_namespaced_pod, namespace) == []
+    finally:
+        cluster.services.restart_webhook()
+    (pod,) = wait_for("the pod once the webhook is back",
+                      lambda: running(core_v1, namespace, 1), timeout=90)
+    assert admission_problems(pod, cluster.vocabulary) == []
