@@ -32,6 +32,7 @@ from allocator.config import Settings
 from allocator.core import Allocator
 from allocator.leader import LeaderElector
 from allocator.metrics import Metrics
+from allocator.nodelookup import NodeLookup
 from allocator.ports import KubeApi
 from allocator.resync import PodResync
 from allocator.state import ClusterState
@@ -133,7 +134,8 @@ def create_app(
     selector = state.vocabulary.gpu_pod_selector
     resync = PodResync(lambda: api.list_pods(selector)[0], state)
     allocator = Allocator(state, api, settings.core, clock=clock,
-                          is_leader=lambda: runtime_box[0].is_leader(), resync=resync)
+                          is_leader=lambda: runtime_box[0].is_leader(), resync=resync,
+                          node_lookup=NodeLookup(api.get_node, state))
     runtime = Runtime(settings, api, state, allocator, Metrics(state), elector, sleep)
     runtime_box.append(runtime)
 

@@ -23,6 +23,7 @@ from typing import Any
 from allocator import agents
 from allocator.errors import ApiError, BindError, Conflict, NotFound, NotReady
 from allocator.fit import NodeState, Placement, Unfit, place, unfit_reason
+from allocator.nodelookup import NodeLookup
 from allocator.policies import (
     DEFAULT_POLICY,
     MAX_SCORE,
@@ -105,6 +106,7 @@ class Allocator:
         clock: Callable[[], float] = time.time,
         is_leader: Callable[[], bool] = lambda: True,
         resync: PodResync | None = None,
+        node_lookup: NodeLookup | None = None,
     ) -> None:
         self.state = state
         self.api = api
@@ -113,6 +115,8 @@ class Allocator:
         self.is_leader = is_leader
         #: Consistent re-reads of the GPU pods before a pod is left with no node (None: off).
         self.resync = resync
+        #: Reads of nodes the scheduler names before our node watch has them (None: off).
+        self.node_lookup = node_lookup
         get_policy(config.default_policy)  # validate at start
         # Pods kube-scheduler just sent to filter/prioritize, by UID: bind uses the copy
         # instead of reading the pod again (one API round trip of three).
@@ -197,6 +201,10 @@ class Allocator:
     def _filter(self, request: PodRequest, names: Sequence[str]) -> tuple[FilterOutcome, bool]:
         """(the outcome, whether some node was rejected only for lack of free room)."""
         contents = self.state.contents(names)
+        if self.node_lookup is not None and None in contents:
+            self.node_lookup.ensure([n for n, c in zip(names, contents, strict=True)
+                                     if c is None])
+            contents = self.state.contents(names)
         fit = self._fit_by_content(request, names, contents)
         if all(result is _FITS for result in fit.values()):
             return FilterOutcome(list(names), {}, {}), False  # the common case: one pass less
@@ -209,7 +217,8 @@ class Allocator:
             if result is _FITS:
                 ok.append(name)
             elif result is None:
-                failed[name] = "node unknown to the GPU allocator (not seen by its node watch)"
+                failed[name] = "node unknown to the GPU allocator (not in its node watch, " \
+                               "and not found when read by name)"
             elif result.resolvable:
                 failed[name] = result.reason
             else:

@@ -151,6 +151,13 @@ class KubeClient:
     def watch_nodes(self, resource_version: str, timeout_seconds: int) -> Iterator[WatchEvent]:
         return self._watch("/api/v1/nodes", [], resource_version, timeout_seconds)
 
+    def get_node(self, name: str) -> Obj | None:
+        # A GET without resourceVersion is served from etcd, never from the watch cache.
+        try:
+            return self._json("GET", "/api/v1/nodes/" + quote(name, safe=""))
+        except NotFound:
+            return None
+
     def list_pods(self, label_selector: str) -> tuple[list[Obj], str]:
         return self._list("/api/v1/pods", [("labelSelector", label_selector)])
 

@@ -24,6 +24,10 @@ class KubeApi(Protocol):
         """Node events after ``resource_version``; raises :class:`Gone` when too old."""
         ...
 
+    def get_node(self, name: str) -> Obj | None:
+        """The node as etcd has it now (a consistent read), None when there is none."""
+        ...
+
     def list_pods(self, label_selector: str) -> tuple[list[Obj], str]:
         ...
 

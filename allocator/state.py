@@ -27,7 +27,7 @@ from enum import StrEnum
 from typing import Any
 
 from allocator.fit import Card, NodeState, build_node_state
-from allocator.inventory import read_inventory
+from allocator.inventory import Inventory, read_inventory
 from tessera.logs import pod_context
 from tessera.vocabulary import Allocation, CodecError, Vocabulary, decode_allocation
 
@@ -80,6 +80,13 @@ class NodeView:
     content: int = -1
 
 
+def _resource_version(obj: Mapping[str, Any]) -> int | None:
+    version = (obj.get("metadata") or {}).get("resourceVersion")
+    if isinstance(version, str) and version.isascii() and version.isdigit():
+        return int(version)
+    return None
+
+
 def content_key(state: NodeState) -> ContentKey:
     return tuple(sorted(
         (c.card.model, c.card.memory_mib, c.core_used, c.memory_used_mib, c.whole,
@@ -103,6 +110,8 @@ class ClusterState:
         self.vocabulary = vocabulary
         self._lock = threading.RLock()
         self._nodes: dict[str, _Node] = {}
+        #: Nodes read by name ahead of the watch: name -> the resourceVersion read.
+        self._looked_up: dict[str, int] = {}
         self._pods: dict[str, PodRecord] = {}
         self._by_node: dict[str, set[str]] = {}
         self._bad: dict[str, str] = {}  # pod uid -> why its allocation record was ignored
@@ -188,29 +197,61 @@ class ClusterState:
 
     # ------------------------------------------------------------------ nodes
     def apply_node(self, node: Mapping[str, Any]) -> None:
+        """A node from the watch or a list (newer than anything applied before it, except a
+        node read by :meth:`apply_looked_up_node`: see there)."""
         name = (node.get("metadata") or {}).get("name")
         if not name:
             return
         inv = read_inventory(node, self.vocabulary)
         with self._lock:
-            entry = self._nodes.get(name)
-            if entry is not None and entry.cards == inv.cards:
-                entry.source, entry.problem = inv.source, inv.problem
-                return
-            if inv.problem:
-                logger.warning("node %s: %s", name, inv.problem, extra={"node": name})
-            elif not inv.cards:
-                logger.debug("node %s has no GPU cards", name, extra={"node": name})
-            version = entry.view.version + 1 if entry is not None else 1
-            lock = entry.lock if entry is not None else threading.Lock()
-            self._nodes[name] = _Node(
-                inv.cards, inv.source, inv.problem,
-                NodeView(NodeState(name, ()), version), lock=lock,
-            )
-            self._recompute(name)
+            looked_up = self._looked_up.get(name)
+            if looked_up is not None:
+                version = _resource_version(node)
+                if version is not None and version < looked_up:
+                    return  # the watch catching up with a read we already applied
+                del self._looked_up[name]
+            self._apply_inventory(name, inv)
+
+    def apply_looked_up_node(self, node: Mapping[str, Any]) -> bool:
+        """A node read by name because the watch had not delivered it yet
+        (:mod:`allocator.nodelookup`). Applied only while the name is still unknown; until the
+        watch reaches the same resourceVersion, its older events for the node are skipped
+        (ordering the read against the watch needs comparing resourceVersions, which etcd's
+        revisions allow; a non-numeric version is simply never skipped)."""
+        name = (node.get("metadata") or {}).get("name")
+        if not name:
+            return False
+        inv = read_inventory(node, self.vocabulary)
+        with self._lock:
+            if name in self._nodes:
+                return False
+            version = _resource_version(node)
+            if version is not None:
+                self._looked_up[name] = version
+            self._apply_inventory(name, inv)
+            return True
+
+    def _apply_inventory(self, name: str, inv: Inventory) -> None:
+        """(Under the lock.) The node's cards as read; usage recomputed when they changed."""
+        entry = self._nodes.get(name)
+        if entry is not None and entry.cards == inv.cards:
+            entry.source, entry.problem = inv.source, inv.problem
+            return
+        if inv.problem:
+            logger.warning("node %s: %s", name, inv.problem, extra={"node": name})
+        elif not inv.cards:
+            logger.debug("node %s has no GPU cards", name, extra={"node": name})
+        version = entry.view.version + 1 if entry is not None else 1
+        lock = entry.lock if entry is not None else threading.Lock()
+        self._nodes[name] = _Node(
+            inv.cards, inv.source, inv.problem,
+            NodeView(NodeState(name, ()), version), lock=lock,
+        )
+        self._recompute(name)
 
     def remove_node(self, name: str) -> None:
         with self._lock:
+            self._looked_up.pop(name, None)
             self._nodes.pop(name, None)
             self._views.pop(name, None)
             self._content_of.pop(name, None)
@@ -226,6 +267,7 @@ class ClusterState:
         with self._lock:
             for name in list(self._nodes):
                 if name not in seen:
+                    self._looked_up.pop(name, None)
                     del self._nodes[name]
                     self._views.pop(name, None)
                     self._content_of.pop(name, None)

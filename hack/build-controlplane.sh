@@ -15,23 +15,43 @@
 # v1.34.4: the newest 1.34 patch whose every staging module (v0.34.4) the module proxy we
 # can reach serves; v1.34.7 lacks k8s.io/endpointslice and others at v0.34.7 there.
 #
+# KWOK (sigs.k8s.io/kwok) plays the kubelets: it keeps the fake nodes Ready with lease
+# heartbeats and moves bound pods through their phases. It is a plain Go module (no replace
+# directives), so `go install module@version` builds it.
+#
 # Prints the directory holding the binaries on its last line of stdout.
 set -euo pipefail
 
 KUBE_VERSION="${TESSERA_KUBE_VERSION:-v1.34.4}"
+KWOK_VERSION="${TESSERA_KWOK_VERSION:-v0.7.0}"
 CACHE_ROOT="${TESSERA_CACHE_DIR:-${XDG_CACHE_HOME:-$HOME/.cache}/tessera}"
 OUT="$CACHE_ROOT/controlplane/$KUBE_VERSION"
 BINARIES=(etcd kube-apiserver kube-scheduler kube-controller-manager kubectl)
 
-have_all() {
+have_kube() {
   for b in "${BINARIES[@]}"; do [ -x "$OUT/bin/$b" ] || return 1; done
 }
-if have_all; then
+have_kwok() {
+  [ -x "$OUT/bin/kwok" ] && [ "$(cat "$OUT/KWOK_VERSION" 2>/dev/null)" = "$KWOK_VERSION" ]
+}
+if have_kube && have_kwok; then
   echo "$OUT/bin"
   exit 0
 fi
 
 command -v go >/dev/null || { echo "build-controlplane: 'go' is not on PATH; install Go >= 1.24 (Debian: golang, or go.dev)" >&2; exit 2; }
+mkdir -p "$OUT/bin"
+
+if ! have_kwok; then
+  echo "build-controlplane: building kwok $KWOK_VERSION" >&2
+  GOFLAGS=-buildvcs=false CGO_ENABLED=0 GOBIN="$OUT/bin" \
+    go install -trimpath -ldflags "-s -w" "sigs.k8s.io/kwok/cmd/kwok@$KWOK_VERSION" >&2
+  echo "$KWOK_VERSION" > "$OUT/KWOK_VERSION"
+fi
+if have_kube; then
+  echo "$OUT/bin"
+  exit 0
+fi
 
 minor="${KUBE_VERSION#v1.}"; minor="${minor%%.*}"
 patch="${KUBE_VERSION##*.}"

@@ -16,7 +16,8 @@ fi
 
 # Go >= 1.24 builds the upstream control plane (once; the binaries are cached). Debian's
 # golang-go is too old, so a missing or old Go is replaced by the official toolchain zip from
-# the Go module proxy (the same artefact GOTOOLCHAIN=auto downloads), kept in the user cache.
+# the Go module proxy named first in GOPROXY (the same artefact GOTOOLCHAIN=auto downloads),
+# kept in the user cache.
 TESSERA_GO_VERSION="${TESSERA_GO_VERSION:-1.24.13}"
 go_ok() {
   command -v go >/dev/null 2>&1 || return 1
@@ -26,9 +27,17 @@ go_ok() {
 if ! go_ok; then
   go_root="${XDG_CACHE_HOME:-$HOME/.cache}/tessera/go$TESSERA_GO_VERSION"
   if [ ! -x "$go_root/bin/go" ]; then
+    # GOPROXY is a list separated by ',' or '|'; 'direct' and 'off' name no proxy.
+    proxy=$(printf '%s' "${GOPROXY:-}" | tr '|' ',' | cut -d, -f1)
+    case "$proxy" in
+      ""|direct|off)
+        echo "setup: Go >= 1.24 is needed and missing, and GOPROXY names no Go module proxy" \
+             "to fetch it from. Install Go >= 1.24, or set GOPROXY to your module proxy." >&2
+        exit 2 ;;
+    esac
     arch=$(dpkg --print-architecture 2>/dev/null || echo amd64)
-    url="${GOPROXY_URL:-https://proxy.golang.org}/golang.org/toolchain/@v/v0.0.1-go$TESSERA_GO_VERSION.linux-$arch.zip"
-    echo "setup: fetching Go $TESSERA_GO_VERSION from $url" >&2
+    url="${proxy%/}/golang.org/toolchain/@v/v0.0.1-go$TESSERA_GO_VERSION.linux-$arch.zip"
+    echo "setup: fetching Go $TESSERA_GO_VERSION from the module proxy in GOPROXY" >&2
     tmp=$(mktemp -d)
     .venv/bin/python - "$url" "$tmp" <<'PY'
 import io, sys, urllib.request, zipfile

@@ -18,7 +18,7 @@ from typing import IO
 
 from tessera.devcluster import DevClusterError
 
-NAMES = ("etcd", "kube-apiserver", "kube-scheduler", "kubectl")
+NAMES = ("etcd", "kube-apiserver", "kube-scheduler", "kube-controller-manager", "kubectl", "kwok")
 BIN_ENV = "TESSERA_CONTROLPLANE_BIN"
 
 
@@ -28,7 +28,10 @@ class Binaries:
     etcd: Path
     kube_apiserver: Path
     kube_scheduler: Path
+    kube_controller_manager: Path
     kubectl: Path
+    #: sigs.k8s.io/kwok: node heartbeats and pod phases in place of kubelets.
+    kwok: Path
     #: e.g. "v1.34.4 etcd=v3.6.4 go=go1.26.8" (the script's VERSIONS file), "" when unknown.
     versions: str = ""
 
@@ -47,7 +50,9 @@ class Binaries:
             etcd=directory / "etcd",
             kube_apiserver=directory / "kube-apiserver",
             kube_scheduler=directory / "kube-scheduler",
+            kube_controller_manager=directory / "kube-controller-manager",
             kubectl=directory / "kubectl",
+            kwok=directory / "kwok",
             versions=versions,
         )
 

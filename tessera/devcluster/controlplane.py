@@ -1,4 +1,5 @@
-"""etcd + kube-apiserver + kube-scheduler on loopback, each with its own identity.
+"""etcd, kube-apiserver, kube-controller-manager, KWOK and kube-scheduler on loopback, each
+with its own identity.
 
 Authentication: one cluster CA signs a client certificate per control-plane component and
 kube-apiserver trusts it with ``--client-ca-file`` (CN = user, O = groups). We chose client
@@ -12,7 +13,15 @@ control-plane component: it gets a ServiceAccount token (TokenRequest) so that t
 we ship bind to it unchanged (see services.py).
 
 Flags follow controller-runtime's envtest (pkg/internal/testing/controlplane/apiserver.go) with
-RBAC on instead of AlwaysAllow.
+RBAC on instead of AlwaysAllow, and the ServiceAccount admission plugin on: the controller-manager
+creates every namespace's default ServiceAccount, as in any cluster.
+
+kube-controller-manager runs as kubeadm runs it (CN ``system:kube-controller-manager``, bound by
+the bootstrap ClusterRoleBinding; ``--use-service-account-credentials`` so that each controller
+acts as its own ServiceAccount with its bootstrap ``system:controller:*`` role): Deployments,
+ReplicaSets, Jobs, namespace lifecycle, garbage collection, ServiceAccount tokens, and the node
+lifecycle that taints nodes whose heartbeats stop. KWOK (see kwok.py) gives the fake nodes
+those heartbeats and the pods their phases.
 """
 
 from __future__ import annotations
@@ -29,6 +38,7 @@ from typing import Any
 import yaml
 
 from certs.builder import KeyPair
+from tessera.devcluster import kwok
 from tessera.devcluster.binaries import Binaries
 from tessera.devcluster.pki import ClusterCA, service_account_keys, write_pair
 from tessera.devcluster.process import ManagedProcess, free_port, http_ok, wait_until
@@ -38,6 +48,7 @@ logger = logging.getLogger(__name__)
 #: User names of the component identities (CN of their client certificates).
 ADMIN_USER = "tessera-admin"
 SCHEDULER_USER = "system:kube-scheduler"  # matched by the bootstrap ClusterRoleBinding
+CONTROLLER_MANAGER_USER = "system:kube-controller-manager"  # likewise
 MASTERS_GROUP = "system:masters"  # superuser group, hard-wired in kube-apiserver
 
 START_TIMEOUT = 120.0
@@ -161,7 +172,11 @@ class ControlPlane:
     etcd_port: int = 0
     apiserver_port: int = 0
     scheduler_port: int = 0
+    controller_manager_port: int = 0
     scheduler: ManagedProcess | None = None
+    #: How long a Job's pod runs before KWOK marks it Succeeded (pods may say otherwise with
+    #: the kwok.RUN_FOR_ANNOTATION annotation).
+    job_run_seconds: float = 10.0
 
     # ------------------------------------------------------------------ paths
     @property
@@ -209,6 +224,8 @@ class ControlPlane:
         self._start_etcd()
         self._start_apiserver()
         self.write_kubeconfig("admin", ADMIN_USER, groups=(MASTERS_GROUP,))
+        self._start_controller_manager()
+        self._start_kwok()
 
     def _start_etcd(self) -> None:
         self.etcd_port, peer_port = free_port(), free_port()
@@ -265,9 +282,6 @@ class ControlPlane:
                 "--authorization-mode=RBAC",
                 "--service-cluster-ip-range=10.0.0.0/24",
                 "--allow-privileged=true",
-                # No controller-manager creates the default ServiceAccount, so the plugin that
-                # requires it would refuse every pod (envtest disables it for the same reason).
-                "--disable-admission-plugins=ServiceAccount",
                 "--service-account-issuer=https://kubernetes.default.svc",
                 f"--service-account-key-file={sa_pub}",
                 f"--service-account-signing-key-file={sa_key}",
@@ -288,6 +302,80 @@ class ControlPlane:
             return http_ok(f"{self.server}/readyz", context)
 
         wait_until("kube-apiserver /readyz", ready, START_TIMEOUT, interval=0.5, watch=[apiserver])
+
+    def _https_context(self) -> ssl.SSLContext:
+        return ssl.create_default_context(cafile=str(self.ca_file))
+
+    def _start_controller_manager(self) -> None:
+        kubeconfig = self.write_kubeconfig("kube-controller-manager", CONTROLLER_MANAGER_USER)
+        self.controller_manager_port = free_port()
+        cert, key = write_pair(self.ca.serving("kube-controller-manager"), self.pki_dir,
+                               "kube-controller-manager")
+        manager = ManagedProcess(
+            "kube-controller-manager",
+            [
+                str(self.binaries.kube_controller_manager),
+                f"--kubeconfig={kubeconfig}",
+                f"--authentication-kubeconfig={kubeconfig}",
+                f"--authorization-kubeconfig={kubeconfig}",
+                "--bind-address=127.0.0.1",
+                f"--secure-port={self.controller_manager_port}",
+                f"--tls-cert-file={cert}",
+                f"--tls-private-key-file={key}",
+                "--use-service-account-credentials=true",
+                f"--service-account-private-key-file={self.pki_dir / 'service-account.key'}",
+                f"--root-ca-file={self.ca_file}",
+                "--service-cluster-ip-range=10.0.0.0/24",
+                "--leader-elect=false",
+                "--v=1",
+            ],
+            self.log_dir / "kube-controller-manager.log",
+            env=_no_proxy_env(),
+        )
+        manager.start()
+        self.processes.append(manager)
+        context = self._https_context()
+
+        def healthy() -> bool:
+            return http_ok(f"https://127.0.0.1:{self.controller_manager_port}/healthz", context)
+
+        wait_until("kube-controller-manager /healthz", healthy, START_TIMEOUT, watch=[manager])
+
+    def _start_kwok(self) -> None:
+        """KWOK, managing only the nodes annotated as fake (a test may add real-looking ones)."""
+        from kubernetes import config, utils
+
+        api = config.new_client_from_config(  # type: ignore[no-untyped-call]
+            config_file=str(self.admin_kubeconfig)
+        )
+        create_from_dict: Any = utils.create_from_dict
+        try:
+            for doc in kwok.rbac_documents():
+                create_from_dict(api, doc)
+        finally:
+            api.close()
+        kubeconfig = self.write_kubeconfig("kwok", kwok.USER)
+        config_path = self.workdir / "kwok.yaml"
+        config_path.write_text(
+            yaml.safe_dump_all(kwok.pod_stages(self.job_run_seconds), sort_keys=False)
+        )
+        process = ManagedProcess(
+            "kwok",
+            [
+                str(self.binaries.kwok),
+                f"--kubeconfig={kubeconfig}",
+                f"--config={config_path}",
+                "--manage-all-nodes=false",
+                f"--manage-nodes-with-annotation-selector="
+                f"{kwok.MANAGED_ANNOTATION}={kwok.MANAGED_VALUE}",
+                # Room for every pod of the benchmarks (the default /24 holds 254 addresses).
+                "--cidr=10.64.0.0/10",
+            ],
+            self.log_dir / "kwok.log",
+            env=_no_proxy_env(),
+        )
+        process.start()
+        self.processes.append(process)
 
     def start_scheduler(self, extender: ExtenderSpec | None) -> None:
         """kube-scheduler with our configuration; returns when it reports healthy."""
@@ -331,6 +419,7 @@ class ControlPlane:
             self.scheduler = None
 
     def stop(self) -> None:
-        """Stop every process, newest first (scheduler, apiserver, etcd)."""
+        """Stop every process, newest first (scheduler, KWOK, controller-manager, apiserver,
+        etcd)."""
         while self.processes:
             self.processes.pop().stop()

@@ -1,9 +1,11 @@
 """``tessera demo``: Tessera on a real local control plane, with a table of who got which card.
 
-Builds (or reuses) etcd, kube-apiserver, kube-scheduler and kubectl; starts them on loopback
-with the webhook and the allocator wired in; creates fake GPU nodes (one with mixed cards);
-submits the example pods (every request form); prints a per-node, per-card table; then keeps
-the cluster up for kubectl until Ctrl-C and cleans up.
+Builds (or reuses) etcd, kube-apiserver, kube-controller-manager, kube-scheduler, kubectl and
+KWOK; starts them on loopback with the webhook and the allocator wired in; creates fake GPU
+nodes (one with mixed cards) that KWOK keeps Ready; submits the example pods (every request
+form) and applies the example Deployments and Job with kubectl, as a user would; prints a
+per-node, per-card table; then keeps the cluster up as a playground for kubectl until Ctrl-C
+and cleans up.
 """
 
 from __future__ import annotations
@@ -12,6 +14,7 @@ import argparse
 import contextlib
 import logging
 import signal
+import subprocess
 import sys
 import time
 from collections.abc import Iterable
@@ -28,9 +31,12 @@ from tessera.devcluster.workloads import (
     container,
     ensure_namespace,
     list_objects,
+    load_documents,
     load_manifests,
     make_pod,
+    wait_for,
     wait_settled,
+    workload_pods,
 )
 
 logger = logging.getLogger(__name__)
@@ -85,6 +91,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="directory of example pod manifests to submit (default: examples/pods)",
     )
     parser.add_argument(
+        "--apply", type=Path, action="append", default=None,
+        help="a manifest file or directory to `kubectl apply` (repeatable; default: "
+             "examples/deployments and examples/jobs)",
+    )
+    parser.add_argument(
         "--workdir", type=Path, default=None,
         help="keep certificates, kubeconfigs and logs here (default: a temporary directory, "
              "removed on exit)",
@@ -121,6 +132,40 @@ def _submit(core_v1: Any, pods: Iterable[dict[str, Any]], out: TextIO) -> list[s
         except ApiException as exc:
             print(f"  refused   {name}: {exc.reason}: {exc.body}", file=out)
     return names
+
+
+def _kubectl_apply(kubectl: Path, kubeconfig: Path, paths: Iterable[Path],
+                   out: TextIO) -> int:
+    """``kubectl apply -f`` each path into the demo namespace; returns the pods the applied
+    workloads should make (Deployment replicas, Job parallelism), for the wait."""
+    expected = 0
+    for path in paths:
+        if not path.exists():
+            print(f"  skipped   {path}: not found", file=out)
+            continue
+        result = subprocess.run(
+            [str(kubectl), "--kubeconfig", str(kubeconfig), "apply", "-n", NAMESPACE,
+             "-f", str(path)],
+            capture_output=True, text=True, check=False, timeout=60,
+        )
+        for line in (result.stdout + result.stderr).splitlines():
+            print(f"  kubectl   {line}", file=out)
+        if result.returncode == 0:
+            expected += sum(workload_pods(doc) for doc in load_documents(path))
+    return expected
+
+
+def _pods_made_by_controllers(core_v1: Any, want: int, timeout: float) -> list[str]:
+    """Names of the pods the Deployments' ReplicaSets and the Jobs created, once there are
+    ``want`` of them (the controllers create them a moment after the apply)."""
+
+    def owned() -> list[str] | None:
+        names = [p["metadata"]["name"] for p in list_objects(core_v1.list_namespaced_pod,
+                                                             NAMESPACE)
+                 if p["metadata"].get("ownerReferences")]
+        return names if len(names) >= want else None
+
+    return wait_for(f"{want} pods from the applied Deployments and Jobs", owned, timeout)
 
 
 def _say(stream: TextIO, text: str) -> None:
@@ -172,6 +217,11 @@ def run(args: argparse.Namespace) -> int:
         ensure_namespace(core_v1, NAMESPACE)
         print(f"tessera demo: submitting pods to namespace {NAMESPACE!r}:", file=out)
         names = _submit(core_v1, _pods_to_submit(args.examples), out)
+        applied = args.apply or [repo_root() / "examples" / "deployments",
+                                 repo_root() / "examples" / "jobs"]
+        print("tessera demo: applying Deployments and Jobs with kubectl:", file=out)
+        want = _kubectl_apply(binaries.kubectl, cluster.kubeconfig, applied, out)
+        names += _pods_made_by_controllers(core_v1, want, args.timeout) if want else []
         bound, pending = wait_settled(core_v1, NAMESPACE, names, timeout=args.timeout)
         usage = card_usage(
             list_objects(core_v1.list_node),
@@ -186,12 +236,18 @@ def run(args: argparse.Namespace) -> int:
             for name in sorted(pending):
                 print(f"  {name}: {pending[name]}", file=out)
             print("", file=out)
+        examples = repo_root() / "examples"
         print(
-            "Point kubectl at it (in another terminal):\n"
+            "A playground: point kubectl at it (in another terminal):\n"
             f"  export KUBECONFIG={cluster.kubeconfig}\n"
-            f"  {binaries.kubectl} get pods -n {NAMESPACE} -o wide\n"
-            f"  {binaries.kubectl} get pod -n {NAMESPACE} <name> -o yaml   "
-            "# annotations: the allocation\n"
+            f"  alias kubectl={binaries.kubectl}\n"
+            f"  kubectl get pods -n {NAMESPACE} -o wide\n"
+            f"  kubectl get pod -n {NAMESPACE} <name> -o yaml   # annotations: the allocation\n"
+            f"  kubectl apply -n {NAMESPACE} -f {examples / 'deployments' / 'cuda-10c.yaml'}\n"
+            f"  kubectl scale -n {NAMESPACE} deployment/cuda-10c --replicas=6\n"
+            f"  kubectl delete -n {NAMESPACE} job/quarter-card-job   # its cards come back\n"
+            f"  {Path(sys.executable).parent / 'tessera'} cards   "
+            "# this table again, as it is now\n"
             f"Logs of every component: {cluster.control_plane.log_dir}",
             file=out, flush=True,
         )

@@ -1,21 +1,23 @@
-"""Fake GPU nodes: Node objects whose status carries GPU capacity, without any kubelet.
+"""Fake GPU nodes: Node objects whose status carries GPU capacity, kept alive by KWOK.
 
 A device plugin would advertise ``gpu-core`` (100 per card) and ``gpu-memory`` (MiB) in
 ``status.capacity``/``status.allocatable``; here we create the Node and PATCH its ``/status``
-subresource with both (CONTRACTS.md §1, Node capacity). The per-card description comes in the
-three forms the allocator reads: totals only (even split, the upstream baseline), NVIDIA GPU
-Feature Discovery labels, and our per-card annotation (mixed cards).
+subresource with both (CONTRACTS.md §1, Node capacity). Then KWOK takes the node over (see
+kwok.py): it reports it Ready and renews its Lease, as a kubelet would. The per-card
+description comes in the three forms the allocator reads: totals only (even split, the
+upstream baseline), NVIDIA GPU Feature Discovery labels, and our per-card annotation (mixed
+cards).
 """
 
 from __future__ import annotations
 
-import datetime
 import json
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Any
 
+from tessera.devcluster import kwok
 from tessera.vocabulary import (
     GFD_COUNT_LABEL,
     GFD_MEMORY_LABEL,
@@ -92,11 +94,8 @@ def node_object(spec: GpuNodeSpec, vocabulary: Vocabulary) -> dict[str, Any]:
 
 
 def node_status(spec: GpuNodeSpec, vocabulary: Vocabulary) -> dict[str, Any]:
-    """The ``status`` patch: capacity == allocatable, and a Ready condition for kubectl's sake.
-
-    kube-scheduler does not read conditions (it filters on taints, which only the absent node
-    lifecycle controller would add), so Ready is cosmetic.
-    """
+    """The ``status`` patch: capacity == allocatable. Conditions are KWOK's to report (its
+    node-initialize stage keeps the capacity it finds)."""
     resources = {
         "cpu": spec.cpu,
         "memory": spec.memory,
@@ -105,37 +104,27 @@ def node_status(spec: GpuNodeSpec, vocabulary: Vocabulary) -> dict[str, Any]:
         vocabulary.memory_resource: str(spec.total_memory_mib),
         **spec.extra_resources,
     }
-    now = datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
-    return {
-        "status": {
-            "capacity": resources,
-            "allocatable": resources,
-            "conditions": [
-                {
-                    "type": "Ready",
-                    "status": "True",
-                    "reason": "TesseraFakeNode",
-                    "message": "fake GPU node of the Tessera dev cluster (no kubelet)",
-                    "lastHeartbeatTime": now,
-                    "lastTransitionTime": now,
-                }
-            ],
-        }
-    }
+    return {"status": {"capacity": resources, "allocatable": resources}}
+
+
+#: Hands the node to KWOK, and lifts the ``node.kubernetes.io/not-ready:NoSchedule`` taint the
+#: TaintNodesByCondition admission plugin puts on every new Node (plugin/pkg/admission/
+#: nodetaint). The node lifecycle controller would lift it too once KWOK reports Ready, a few
+#: seconds later (its monitor period); a kubelet-less test needs no such wait.
+_ADOPT = {
+    "metadata": {"annotations": {kwok.MANAGED_ANNOTATION: kwok.MANAGED_VALUE}},
+    "spec": {"taints": []},
+}
 
 
 def create_nodes(core_v1: Any, specs: Iterable[GpuNodeSpec], vocabulary: Vocabulary) -> None:
-    """Create each node, then PATCH its status (``core_v1``: kubernetes.client.CoreV1Api).
-
-    The TaintNodesByCondition admission plugin gives every new Node the
-    ``node.kubernetes.io/not-ready:NoSchedule`` taint (plugin/pkg/admission/nodetaint); the
-    node lifecycle controller would lift it once the kubelet reports Ready. Neither runs here,
-    so we do its part and clear the taints.
-    """
+    """Create each node, PATCH its status, then hand it to KWOK (``core_v1``:
+    kubernetes.client.CoreV1Api). KWOK comes last so that it never sees the node without its
+    capacity (its node-initialize stage would fill in defaults)."""
     for spec in specs:
         core_v1.create_node(node_object(spec, vocabulary))
-        core_v1.patch_node(spec.name, {"spec": {"taints": []}})
         core_v1.patch_node_status(spec.name, node_status(spec, vocabulary))
+        core_v1.patch_node(spec.name, _ADOPT)
 
 
 def delete_nodes(core_v1: Any, names: Iterable[str]) -> None:

@@ -118,6 +118,7 @@ class Services:
         self.webhook_port = 0
         self.allocator_port = 0
         self._allocator_argv: list[str] = []
+        self._webhook_argv: list[str] = []
         self._allocator_env: dict[str, str] = {}
         self.allocator_namespace = ""
         self.extender_client: KeyPair | None = None
@@ -157,9 +158,8 @@ class Services:
             *self.cluster.options.webhook_args,
         ]
         env = _env({})
-        self.webhook = ManagedProcess("webhook", argv, cp.log_dir / "webhook.log", env=env)
-        self.webhook.start()
-        self._wait_https("webhook /readyz", self.webhook_port, "/readyz", self.webhook)
+        self._webhook_argv = argv
+        self._run_webhook()
         shipped = load_documents(manifests_dir() / "base" / "webhook-configuration.yaml")
         mwc = next(d for d in shipped if d.get("kind") == "MutatingWebhookConfiguration")
         from kubernetes import client
@@ -175,6 +175,22 @@ class Services:
             webhook_configuration(mwc, f"https://127.0.0.1:{self.webhook_port}", cp.ca.cert_pem,
                                   match_conditions(dialects))
         )
+
+    def _run_webhook(self) -> None:
+        self.webhook = ManagedProcess("webhook", self._webhook_argv,
+                                      self._cp.log_dir / "webhook.log", env=_env({}))
+        self.webhook.start()
+        self._wait_https("webhook /readyz", self.webhook_port, "/readyz", self.webhook)
+
+    def stop_webhook(self) -> None:
+        """The webhook goes away (its registration stays): GPU pods are refused meanwhile."""
+        if self.webhook is not None and self.webhook.alive():
+            self.webhook.stop()
+
+    def restart_webhook(self) -> None:
+        """Start the webhook again on the same port with the same arguments."""
+        self.stop_webhook()
+        self._run_webhook()
 
     # ------------------------------------------------------------------ allocator
     def _allocator_identity(self) -> Path:

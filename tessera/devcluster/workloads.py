@@ -39,7 +39,7 @@ def make_pod(
 ) -> dict[str, Any]:
     spec: dict[str, Any] = {
         "containers": [dict(c) for c in (containers or [container()])],
-        # Without kubelets nothing would ever stop a pod gracefully; tests delete with 0 anyway.
+        # Nothing runs in it: no reason to wait the default 30 s on a delete.
         "terminationGracePeriodSeconds": 0,
     }
     inits = [dict(c) for c in init_containers]
@@ -73,14 +73,32 @@ def quantities_as_strings(pod: dict[str, Any]) -> dict[str, Any]:
     return pod
 
 
+def load_documents(path: Path) -> list[dict[str, Any]]:
+    """Every document of a manifest file, or of ``*.yaml``/``*.yml`` in a directory (sorted
+    by file name)."""
+    files = sorted([*path.glob("*.yaml"), *path.glob("*.yml")]) if path.is_dir() else [path]
+    return [doc for f in files for doc in yaml.safe_load_all(f.read_text())
+            if isinstance(doc, dict)]
+
+
 def load_manifests(directory: Path) -> list[dict[str, Any]]:
     """Every Pod document in ``*.yaml``/``*.yml`` under ``directory``, sorted by file name."""
-    pods: list[dict[str, Any]] = []
-    for path in sorted([*directory.glob("*.yaml"), *directory.glob("*.yml")]):
-        for doc in yaml.safe_load_all(path.read_text()):
-            if isinstance(doc, dict) and doc.get("kind") == "Pod":
-                pods.append(quantities_as_strings(doc))
-    return pods
+    return [quantities_as_strings(doc) for doc in load_documents(directory)
+            if doc.get("kind") == "Pod"]
+
+
+def workload_pods(doc: Mapping[str, Any]) -> int:
+    """How many pods a workload keeps at once: a Deployment's or ReplicaSet's replicas (default
+    1), a Job's parallelism capped by its completions (defaults 1); 0 for anything else."""
+    spec = doc.get("spec") or {}
+    kind = doc.get("kind")
+    if kind in ("Deployment", "ReplicaSet", "StatefulSet"):
+        return int(spec.get("replicas", 1))
+    if kind == "Job":
+        parallelism = int(spec.get("parallelism", 1))
+        completions = spec.get("completions")
+        return parallelism if completions is None else min(parallelism, int(completions))
+    return 0
 
 
 def list_objects(call: Callable[..., Any], *args: Any, **kwargs: Any) -> list[dict[str, Any]]:
@@ -140,7 +158,7 @@ def pending_reason(core_v1: Any, namespace: str, name: str) -> str | None:
 
 
 def delete_pods(core_v1: Any, namespace: str, names: Iterable[str]) -> None:
-    """Delete at once: with no kubelet a graceful delete of a bound pod would never finish."""
+    """Delete at once (KWOK would finish a graceful delete too, a moment later)."""
     from kubernetes.client.exceptions import ApiException
 
     for name in names:
@@ -151,7 +169,13 @@ def delete_pods(core_v1: Any, namespace: str, names: Iterable[str]) -> None:
                 raise
 
 
-def ensure_namespace(core_v1: Any, name: str) -> None:
+def ensure_namespace(core_v1: Any, name: str, timeout: float = 30.0) -> None:
+    """Create the namespace if missing and wait for its ``default`` ServiceAccount.
+
+    The ServiceAccount admission plugin refuses pods until the controller-manager has created
+    that account (a second or so after the namespace), as on any cluster; controllers retry,
+    but a test or demo that creates pods at once must wait.
+    """
     from kubernetes.client.exceptions import ApiException
 
     try:
@@ -159,6 +183,17 @@ def ensure_namespace(core_v1: Any, name: str) -> None:
     except ApiException as exc:
         if exc.status != 409:
             raise
+
+    def default_account() -> bool | None:
+        try:
+            core_v1.read_namespaced_service_account("default", name)
+        except ApiException as exc:
+            if exc.status != 404:
+                raise
+            return None
+        return True
+
+    wait_for(f"ServiceAccount {name}/default", default_account, timeout=timeout)
 
 
 def failed_scheduling_messages(core_v1: Any, namespace: str) -> dict[str, str]:

@@ -126,6 +126,13 @@ class FakeKube:
                    timeout_seconds: int) -> Iterator[Any]:
         return self._watch("pods", resource_version, label_selector)
 
+    def get_node(self, name: str) -> Obj | None:
+        self.calls.append(("get_node", name))
+        self._fault("get_node")
+        with self.lock:
+            node = self.nodes.get(name)
+            return None if node is None else copy.deepcopy(node)
+
     def get_pod(self, namespace: str, name: str) -> Obj:
         self.calls.append(("get_pod", name))
         self._fault("get_pod")

@@ -63,12 +63,17 @@ def core_v1(cluster: DevCluster) -> Any:
 
 @pytest.fixture
 def namespace(cluster: DevCluster, core_v1: Any, request: pytest.FixtureRequest) -> Iterator[str]:
-    """A fresh namespace; its pods are deleted afterwards (the namespace itself stays: with no
-    kube-controller-manager a deleted namespace would stay Terminating forever)."""
+    """A fresh namespace, deleted afterwards with everything in it.
+
+    The namespace goes first: once it is Terminating nothing new may be created in it, so a
+    test's Deployment or Job cannot replace the pods deleted next (at once, so that the next
+    test's nodes never see them); the namespace controller finishes the rest.
+    """
     slug = re.sub(r"[^a-z0-9]+", "-", request.node.name.lower())[:40]
     name = f"e2e-{next(_counter)}-{slug}".rstrip("-")
     ensure_namespace(core_v1, name)
     yield name
+    core_v1.delete_namespace(name)
     pods = list_objects(core_v1.list_namespaced_pod, name)
     delete_pods(core_v1, name, [p["metadata"]["name"] for p in pods])
 

@@ -11,6 +11,7 @@ from typing import Any
 
 import pytest
 
+from tessera.devcluster import kwok
 from tessera.devcluster.binaries import repo_root
 from tessera.devcluster.checks import admission_problems, allocation_problems, fits_now
 from tessera.devcluster.cluster import DevCluster
@@ -213,7 +214,8 @@ def test_killing_and_restarting_the_allocator_mid_stream_allocates_no_card_twice
 def test_completed_and_deleted_pods_free_their_cards_for_the_next_pods(
     cluster: DevCluster, core_v1: Any, namespace: str, pool: NodePool
 ) -> None:
-    """No kubelet runs here: the test plays it, PATCHing pod status to Succeeded."""
+    """KWOK plays the kubelet: the first pod's workload ends (the annotation says it runs
+    for 0 s more) and KWOK reports it Succeeded."""
     selector = pool([uniform(f"{namespace}-n", 2, "Tesla-T4", 15360)])
 
     def whole(name: str, cards: int) -> dict[str, Any]:
@@ -231,7 +233,8 @@ def test_completed_and_deleted_pods_free_their_cards_for_the_next_pods(
     wait_for("second to be refused", lambda: pending_reason(core_v1, namespace, "second"),
              timeout=60)
 
-    core_v1.patch_namespaced_pod_status("first", namespace, {"status": {"phase": "Succeeded"}})
+    core_v1.patch_namespaced_pod(
+        "first", namespace, {"metadata": {"annotations": {kwok.RUN_FOR_ANNOTATION: "0s"}}})
     wait_for("second to get a freed card", lambda: node_of("second"), timeout=120)
 
     core_v1.create_namespaced_pod(namespace, whole("third", 2))

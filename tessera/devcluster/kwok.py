@@ -1,0 +1,159 @@
+"""Node and pod lifecycle without kubelets: KWOK's configuration for the dev cluster (pure).
+
+KWOK (sigs.k8s.io/kwok) watches the nodes it manages and the pods bound to them, and applies
+*Stages*: a selector over the object and the status it moves to. Its built-in node stages keep
+our fake GPU nodes Ready, renewing the Ready condition's heartbeat every 20-45 s, so
+kube-controller-manager's node lifecycle controller treats them as healthy nodes (and would
+taint them if KWOK stopped). KWOK's Lease mode (``--node-lease-duration-seconds``) managed no
+node at all in v0.7.0 out of cluster, so the heartbeat is the status one, which the node
+lifecycle controller reads as well (``pkg/controller/nodelifecycle``, tryUpdateNodeHealth).
+The pod stages are ours, so that the dev cluster behaves like a cluster whose pods run and
+end:
+
+* a bound pod becomes Running (podIP, conditions, container states), as a kubelet reports it;
+* a pod owned by a Job, or any pod annotated with :data:`RUN_FOR_ANNOTATION`, turns Succeeded
+  after the annotation's duration (Job pods without it: the cluster's default run time);
+* a pod being deleted is removed (a kubelet confirms a graceful deletion the same way).
+
+Stage schema: kwok.x-k8s.io/v1alpha1 ``Stage`` (pkg/apis/v1alpha1/stage_types.go, v0.7.0);
+template functions (``Now``, ``NodeIPWith``, ``PodIPWith``, ``Quote``) from
+pkg/utils/gotpl/funcs.go and pkg/kwok/controllers; the delay annotation key is the one
+KWOK's own "general" pod stages read (kustomize/stage/pod/general/pod-complete.yaml).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+#: Nodes with this annotation are managed by KWOK (``--manage-nodes-with-annotation-selector``).
+MANAGED_ANNOTATION = "kwok.x-k8s.io/node"
+MANAGED_VALUE = "fake"
+#: A Go duration ("30s", "2m"): the pod runs this long, then Succeeds.
+RUN_FOR_ANNOTATION = "pod-complete.stage.kwok.x-k8s.io/delay"
+#: The user KWOK authenticates as (client certificate CN); bound by :func:`rbac_documents`.
+USER = "tessera-devcluster:kwok"
+
+_NOT_DELETED = {"key": ".metadata.deletionTimestamp", "operator": "DoesNotExist"}
+_RUNNING = {"key": ".status.phase", "operator": "In", "values": ["Running"]}
+
+_READY_STATUS = """\
+{{ $now := Now }}
+conditions:
+- type: Initialized
+  status: "True"
+  lastTransitionTime: {{ $now | Quote }}
+- type: Ready
+  status: "True"
+  lastTransitionTime: {{ $now | Quote }}
+- type: ContainersReady
+  status: "True"
+  lastTransitionTime: {{ $now | Quote }}
+containerStatuses:
+{{ range .spec.containers }}
+- name: {{ .name | Quote }}
+  image: {{ .image | Quote }}
+  ready: true
+  started: true
+  restartCount: 0
+  state:
+    running:
+      startedAt: {{ $now | Quote }}
+{{ end }}
+hostIP: {{ NodeIPWith .spec.nodeName | Quote }}
+podIP: {{ PodIPWith .spec.nodeName ( or .spec.hostNetwork false ) ( or .metadata.uid "" ) \
+( or .metadata.name "" ) ( or .metadata.namespace "" ) | Quote }}
+phase: Running
+startTime: {{ $now | Quote }}
+"""
+
+_SUCCEEDED_STATUS = """\
+{{ $now := Now }}
+conditions:
+- type: Ready
+  status: "False"
+  reason: PodCompleted
+  lastTransitionTime: {{ $now | Quote }}
+- type: ContainersReady
+  status: "False"
+  reason: PodCompleted
+  lastTransitionTime: {{ $now | Quote }}
+containerStatuses:
+{{ range .spec.containers }}
+- name: {{ .name | Quote }}
+  image: {{ .image | Quote }}
+  ready: false
+  started: false
+  restartCount: 0
+  state:
+    terminated:
+      exitCode: 0
+      reason: Completed
+      finishedAt: {{ $now | Quote }}
+{{ end }}
+phase: Succeeded
+"""
+
+
+def _stage(name: str, selector: list[dict[str, Any]], next_: dict[str, Any],
+           delay: dict[str, Any] | None = None) -> dict[str, Any]:
+    spec: dict[str, Any] = {
+        "resourceRef": {"apiGroup": "v1", "kind": "Pod"},
+        "selector": {"matchExpressions": selector},
+        "next": next_,
+    }
+    if delay is not None:
+        spec["delay"] = delay
+    return {"apiVersion": "kwok.x-k8s.io/v1alpha1", "kind": "Stage", "metadata": {"name": name},
+            "spec": spec}
+
+
+def pod_stages(job_run_seconds: float) -> list[dict[str, Any]]:
+    """Running on bind; Succeeded after the run time (Job pods, annotated pods); deleted."""
+    run_for = {
+        "durationMilliseconds": int(job_run_seconds * 1000),
+        "durationFrom": {"expressionFrom": f'.metadata.annotations["{RUN_FOR_ANNOTATION}"]'},
+    }
+    succeed = {"statusTemplate": _SUCCEEDED_STATUS}
+    return [
+        _stage("pod-ready", [_NOT_DELETED, {"key": ".status.podIP", "operator": "DoesNotExist"}],
+               {"statusTemplate": _READY_STATUS}),
+        _stage("pod-complete-job",
+               [_NOT_DELETED, _RUNNING,
+                {"key": ".metadata.ownerReferences.[].kind", "operator": "In",
+                 "values": ["Job"]}],
+               succeed, run_for),
+        _stage("pod-complete-annotated",
+               [_NOT_DELETED, _RUNNING,
+                {"key": f'.metadata.annotations["{RUN_FOR_ANNOTATION}"]',
+                 "operator": "Exists"}],
+               succeed, run_for),
+        _stage("pod-delete", [{"key": ".metadata.deletionTimestamp", "operator": "Exists"}],
+               {"finalizers": {"empty": True}, "delete": True}),
+    ]
+
+
+def rbac_documents(user: str = USER) -> list[dict[str, Any]]:
+    """What KWOK writes as the kubelets' stand-in: node status and leases, pod status,
+    and the final delete of a terminating pod."""
+    rules = [
+        {"apiGroups": [""], "resources": ["nodes"],
+         "verbs": ["get", "list", "watch", "patch", "update"]},
+        {"apiGroups": [""], "resources": ["nodes/status"], "verbs": ["patch", "update"]},
+        {"apiGroups": [""], "resources": ["pods"],
+         "verbs": ["get", "list", "watch", "patch", "update", "delete"]},
+        {"apiGroups": [""], "resources": ["pods/status"], "verbs": ["patch", "update"]},
+        {"apiGroups": ["coordination.k8s.io"], "resources": ["leases"],
+         "verbs": ["get", "list", "watch", "create", "update", "patch"]},
+        {"apiGroups": ["", "events.k8s.io"], "resources": ["events"],
+         "verbs": ["create", "patch", "update"]},
+    ]
+    name = "tessera-devcluster-kwok"
+    return [
+        {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRole",
+         "metadata": {"name": name}, "rules": rules},
+        {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRoleBinding",
+         "metadata": {"name": name},
+         "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole",
+                     "name": name},
+         "subjects": [{"apiGroup": "rbac.authorization.k8s.io", "kind": "User", "name": user}]},
+    ]
