@@ -198,7 +198,8 @@ def run(args: argparse.Namespace) -> int:
     if args.workdir is not None:
         args.workdir.mkdir(parents=True, exist_ok=True)
     cluster = DevCluster(binaries, args.workdir, Options())
-    print(f"tessera demo: starting etcd, kube-apiserver, webhook, allocator, kube-scheduler "
+    print(f"tessera demo: starting etcd, kube-apiserver, kube-controller-manager, KWOK, "
+          f"webhook, allocator, kube-scheduler "
           f"({binaries.versions or binaries.directory})", file=out, flush=True)
     try:
         cluster.start()
