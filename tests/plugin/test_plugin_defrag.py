@@ -1,0 +1,74 @@
+"""``defrag-plan``: the fewest moves, against plans worked out by hand."""
+
+from __future__ import annotations
+
+import pytest
+from plugin_builders import gpu_node, gpu_pod, picture_of, scenario, shares, wholes
+
+from tessera.plugin import defrag
+
+
+def test_one_card_is_freed_by_moving_one_half_onto_its_neighbour() -> None:
+    plan = defrag.plan(picture_of(*scenario()), 1, "binpack")
+    assert plan.feasible and plan.exact
+    assert plan.freed == (("n1", 0),)
+    assert [(m.pod, m.from_node, m.from_cards, m.to_node, m.to_cards) for m in plan.moves] == [
+        ("default/a", "n1", (0,), "n1", (1,))]
+    assert (plan.idle_before, plan.idle_after) == (0, 1)
+
+
+def test_two_cards_cannot_be_freed_when_the_halves_have_nowhere_to_go() -> None:
+    plan = defrag.plan(picture_of(*scenario()), 2, "binpack")
+    assert not plan.feasible and plan.moves == ()
+    assert "no way to empty 2 more card(s)" in plan.note
+
+
+def test_the_pod_that_fits_elsewhere_moves_not_the_first_cheap_one() -> None:
+    # #0: one 70% pod (fits nowhere else), #1: two 20% pods, #2: one 50% pod (fits on #1).
+    nodes = [gpu_node("n1", count=3)]
+    pods = [gpu_pod("big", shares(70), node="n1", cards=[0]),
+            gpu_pod("s1", shares(20), node="n1", cards=[1]),
+            gpu_pod("s2", shares(20), node="n1", cards=[1]),
+            gpu_pod("half", shares(50), node="n1", cards=[2])]
+    plan = defrag.plan(picture_of(nodes, pods), 1, "binpack")
+    assert [(m.pod, m.to_cards) for m in plan.moves] == [("default/half", (1,))]
+    assert plan.freed == (("n1", 2),)
+
+
+def test_whole_card_pods_are_never_moved_and_idle_cards_already_count() -> None:
+    nodes = [gpu_node("n1")]
+    pods = [gpu_pod("w", wholes(1), node="n1", cards=[0])]
+    plan = defrag.plan(picture_of(nodes, pods), 1, "binpack")
+    assert plan.feasible and plan.moves == () and plan.idle_before == 1
+    plan = defrag.plan(picture_of(nodes, pods), 2, "binpack")
+    assert not plan.feasible
+
+
+def test_only_cards_of_the_model_asked_count() -> None:
+    nodes = [gpu_node("t4", count=1, model="T4"), gpu_node("a10", count=2, model="A10")]
+    pods = [gpu_pod("x", shares(30), node="a10", cards=[0]),
+            gpu_pod("y", shares(30), node="a10", cards=[1])]
+    assert defrag.plan(picture_of(nodes, pods), 1, "binpack").moves == ()  # the T4 is idle
+    plan = defrag.plan(picture_of(nodes, pods), 1, "binpack", model="A10")
+    assert len(plan.moves) == 1 and plan.moves[0].to_node == "a10"
+
+
+def test_a_move_never_lands_on_a_card_it_frees_or_another_idle_card_when_it_counts() -> None:
+    nodes = [gpu_node("n1", count=2), gpu_node("n2", count=1)]
+    pods = [gpu_pod("p", shares(40), node="n1", cards=[0])]
+    plan = defrag.plan(picture_of(nodes, pods), 3, "binpack")
+    # Three idle cards means p must leave, and there is nowhere it does not take one.
+    assert not plan.feasible
+
+
+def test_a_search_cut_short_by_its_budget_says_it_is_not_exact(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(defrag, "SEARCH_BUDGET", 1)
+    nodes = [gpu_node("n1", count=3)]
+    pods = [gpu_pod("big", shares(70), node="n1", cards=[0]),
+            gpu_pod("half", shares(50), node="n1", cards=[2]),
+            gpu_pod("s1", shares(40), node="n1", cards=[1])]
+    plan = defrag.plan(picture_of(nodes, pods), 1, "binpack")
+    # The one re-placement allowed tries to empty #0 (big fits nowhere): no plan, not exact.
+    assert not plan.feasible and not plan.exact
+    assert "budget" in plan.note

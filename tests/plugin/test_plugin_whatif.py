@@ -1,0 +1,55 @@
+"""``what-if``: today's pods replayed per policy, against placements worked out by hand."""
+
+from __future__ import annotations
+
+from plugin_builders import gpu_node, gpu_pod, picture_of, scenario, shares, wholes
+
+from tessera.plugin import whatif
+
+
+def outcomes(policies: list[str], **kwargs: bool) -> whatif.WhatIf:
+    return whatif.what_if(picture_of(*scenario()), policies, "binpack", **kwargs)
+
+
+def test_now_is_the_cluster_as_it_is() -> None:
+    now = outcomes([]).now
+    assert (now.placed, now.pods, now.idle_cards, now.cards) == (4, 6, 0, 4)
+    assert now.unplaced == ("default/e", "default/f")
+
+
+def test_binpack_packs_the_halves_and_leaves_a_card_idle_where_spread_leaves_none() -> None:
+    # binpack: a -> n1#0, b -> n1#0 (fullest card), c -> n1#1 (fullest node), d -> n2
+    # whole; n2 keeps one idle card. spread: a -> n1, b -> n2, c -> n1#1, d -> n2#1.
+    result = outcomes(["binpack", "spread"], include_pending=False)
+    binpack, spread = result.outcomes
+    assert (binpack.placed, binpack.idle_cards, binpack.shared_cards) == (4, 1, 2)
+    assert (spread.placed, spread.idle_cards, spread.shared_cards) == (4, 0, 3)
+
+
+def test_pending_pods_are_replayed_after_the_bound_ones() -> None:
+    (binpack,) = outcomes(["binpack"]).outcomes
+    # e wants two whole cards; binpack leaves one idle: it still does not fit.
+    assert binpack.unplaced == ("default/e", "default/f")
+
+
+def test_a_pending_pod_binpack_would_have_room_for() -> None:
+    nodes = [gpu_node("n1"), gpu_node("n2")]
+    pods = [gpu_pod("a", shares(50), node="n1", cards=[0], at=1.0),
+            gpu_pod("b", shares(50), node="n2", cards=[0], at=2.0),
+            gpu_pod("big", wholes(2))]
+    result = whatif.what_if(picture_of(nodes, pods), ["binpack", "spread"], "binpack")
+    binpack, spread = result.outcomes
+    assert result.now.unplaced == ("default/big",)
+    assert binpack.unplaced == () and binpack.idle_cards == 1
+    assert spread.unplaced == ("default/big",)
+
+
+def test_the_replay_keeps_pods_to_their_node_selector() -> None:
+    nodes = [gpu_node("n1", labels={"pool": "a"}), gpu_node("n2", labels={"pool": "b"})]
+    pods = [gpu_pod(f"p{i}", wholes(1), node="n2", cards=[i], at=float(i),
+                    node_selector={"pool": "b"}) for i in range(2)]
+    (binpack,) = whatif.what_if(picture_of(nodes, pods), ["binpack"], "binpack").outcomes
+    assert binpack.placed == 2 and binpack.idle_nodes == 1
+    pods.append(gpu_pod("p2", wholes(1), node_selector={"pool": "b"}))
+    (binpack,) = whatif.what_if(picture_of(nodes, pods), ["binpack"], "binpack").outcomes
+    assert binpack.unplaced == ("default/p2",)  # n1 is idle but not in its pool
