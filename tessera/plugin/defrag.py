@@ -37,8 +37,6 @@ from tessera.plugin.placing import ScoreMemo, place_best
 SEARCH_BUDGET = 400
 #: Card sets looked at (most are pruned without a re-placement) before the search stops.
 VISIT_BUDGET = 200_000
-#: Holder that blocks a card a plan empties, so that no moved pod lands on it.
-_RESERVED = ("tessera-defrag-plan", "")
 
 CardRef = tuple[str, int]  # (node name, card index)
 
@@ -125,13 +123,12 @@ class _Search:
                   if p is not None]
         # Largest first, as fit orders containers: whole cards, then the biggest shares.
         movers.sort(key=_size_order)
-        states: list[NodeState] = []
-        for n in self.nodes:
-            state = n.state_without(movers_uids)
-            for pos, c in enumerate(state.cards):
-                if (n.name, c.card.index) in cards:
-                    state = state.replace_card(pos, c.with_whole(_RESERVED))
-            states.append(state)
+        # The cards being emptied are taken out of their nodes while the movers are placed:
+        # no mover may land there, and a card shown as full would skew the policy's score
+        # of its node (binpack would take the node for fuller than it is).
+        states = [NodeState(n.name, tuple(c for c in n.state_without(movers_uids).cards
+                                          if (n.name, c.card.index) not in cards))
+                  for n in self.nodes]
         moves: list[Move] = []
         result: tuple[Move, ...] | None = None
         for pod in movers:

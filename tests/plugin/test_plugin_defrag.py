@@ -8,12 +8,13 @@ from plugin_builders import gpu_node, gpu_pod, picture_of, scenario, shares, who
 from tessera.plugin import defrag
 
 
-def test_one_card_is_freed_by_moving_one_half_onto_its_neighbour() -> None:
+def test_one_card_is_freed_by_moving_one_half_onto_another_half() -> None:
     plan = defrag.plan(picture_of(*scenario()), 1, "binpack")
     assert plan.feasible and plan.exact
     assert plan.freed == (("n1", 0),)
+    # binpack sends a to the fuller node: n2, onto c's half card (n2 #1 is d's, whole).
     assert [(m.pod, m.from_node, m.from_cards, m.to_node, m.to_cards) for m in plan.moves] == [
-        ("default/a", "n1", (0,), "n1", (1,))]
+        ("default/a", "n1", (0,), "n2", (0,))]
     assert (plan.idle_before, plan.idle_after) == (0, 1)
 
 
@@ -72,3 +73,14 @@ def test_a_search_cut_short_by_its_budget_says_it_is_not_exact(
     # The one re-placement allowed tries to empty #0 (big fits nowhere): no plan, not exact.
     assert not plan.feasible and not plan.exact
     assert "budget" in plan.note
+
+
+def test_the_card_being_emptied_does_not_make_its_node_look_full_to_the_policy() -> None:
+    # One half on each node, one idle card each. Were x #0 counted as full while a moves,
+    # binpack would take x for the fuller node and put a on x #1, the idle card.
+    nodes = [gpu_node("x"), gpu_node("y")]
+    pods = [gpu_pod("a", shares(50), node="x", cards=[0]),
+            gpu_pod("b", shares(50), node="y", cards=[0])]
+    plan = defrag.plan(picture_of(nodes, pods), 3, "binpack")
+    assert [(m.pod, m.to_node, m.to_cards) for m in plan.moves] == [("default/a", "y", (0,))]
+    assert plan.idle_after == 3
