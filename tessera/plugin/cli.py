@@ -231,3 +231,7 @@ def main(argv: Sequence[str] | None = None, *, reader: ReaderFactory = _kube_rea
         err.write(f"error: {exc}\n")
         return EXIT_API
 
+
+
+if __name__ == "__main__":  # python -m tessera.plugin.cli: the krew launcher's entry
+    sys.exit(main())
