@@ -202,6 +202,8 @@ def render(e: Explanation) -> str:
         lines.append(f"  kube-scheduler: {e.scheduler_message}")
     if e.verdicts:
         lines.append("")
+        if e.cards:
+            lines.append("  each node as it is without this pod, as if it arrived now:")
         lines.append(f"  {'node':<28}{'verdict':<10}{'score':>5}  {'idle':>4}  "
                      f"{'core free':>9}  {'memory free':>12}  reason")
         for v in e.verdicts:
@@ -209,5 +211,5 @@ def render(e: Explanation) -> str:
             mark = "*" if v.node == e.node else " "
             lines.append(
                 f" {mark}{v.node[:27]:<28}{v.outcome:<10}{score:>5}  {v.idle_cards:>4}  "
-                f"{v.free_core_percent:>8}%  {v.free_memory_mib:>8} MiB  {v.reason}")
+                f"{v.free_core_percent:>8}%  {v.free_memory_mib:>8} MiB  {v.reason}".rstrip())
     return "\n".join(lines) + "\n"
