@@ -153,19 +153,38 @@ class _Search:
         self.tried[cards] = result
         return result
 
+    def _single_card_holders(self) -> bool:
+        """True when no movable pod holds more than one candidate card: then every further
+        card brings holders of its own, which gives the search its lower bound."""
+        seen: set[str] = set()
+        for _, uids in self.candidates:
+            if seen & uids:
+                return False
+            seen |= uids
+        return True
+
     def run(self, need: int) -> tuple[frozenset[CardRef], tuple[Move, ...]] | None:
         best: tuple[frozenset[CardRef], tuple[Move, ...]] | None = None
         best_cost = len(self.picture.pods) + 1
+        sizes = [len(uids) for _, uids in self.candidates]
+        disjoint = self._single_card_holders()
+        # floor[i][r]: fewest holders r more cards from candidates[i:] can bring (sizes are
+        # sorted, so the next r); 0 when a pod may hold several cards (no such bound).
+        def floor(i: int, r: int) -> int:
+            return sum(sizes[i:i + r]) if disjoint else 0
+
+        proven = False
 
         def dfs(start: int, chosen: list[CardRef], holders: frozenset[str]) -> None:
-            nonlocal best, best_cost
+            nonlocal best, best_cost, proven
             self.visits -= 1
             if self.visits <= 0:
                 self.exhausted = True
                 return
-            if len(holders) >= best_cost:
+            left = need - len(chosen)
+            if len(holders) + floor(start, left) >= best_cost:
                 return  # cannot beat the best plan
-            if len(chosen) == need:
+            if left == 0:
                 if self.budget <= 0:
                     self.exhausted = True
                     return
@@ -173,11 +192,11 @@ class _Search:
                 moves = self.evaluate(key)
                 if moves is not None:
                     best, best_cost = (key, moves), len(holders)
+                    # Nothing can cost less than the cheapest cards: the search is done.
+                    proven = disjoint and best_cost == floor(0, need)
                 return
-            for i in range(start, len(self.candidates)):
-                if self.exhausted:
-                    return
-                if len(self.candidates) - i < need - len(chosen):
+            for i in range(start, len(self.candidates) - left + 1):
+                if self.exhausted or proven:
                     return
                 ref, uids = self.candidates[i]
                 dfs(i + 1, [*chosen, ref], holders | uids)

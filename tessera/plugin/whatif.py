@@ -22,7 +22,7 @@ from dataclasses import dataclass
 from allocator.fit import NodeState, apply_placement, empty_node
 from allocator.policies import PolicyContext, get_policy
 from tessera.plugin.picture import GpuNode, GpuPod, Picture, selector_excludes
-from tessera.plugin.placing import ScoreMemo, place_best
+from tessera.plugin.placing import ContentIds, ScoreMemo, place_best
 from tessera.vocabulary import PodRequest
 
 
@@ -77,7 +77,12 @@ def replay(picture: Picture, pods: Sequence[GpuPod], policy_name: str,
     only when ``policy_name`` is "as-is" (the cluster as configured, ``default_policy``).
     """
     nodes: list[GpuNode] = list(picture.nodes)
+    position = {n.name: i for i, n in enumerate(nodes)}
+    # Nodes open to a pod depend on its nodeSelector only (and cordons, fixed here).
+    open_for: dict[tuple[tuple[str, str], ...], list[int]] = {}
     states = [empty_node(n.name, n.cards) for n in nodes]
+    ids = ContentIds()
+    contents = [ids.of(s) for s in states]
     workload = workload_mix(pods)
     memo: ScoreMemo = {}
     unplaced: list[str] = []
@@ -92,14 +97,19 @@ def replay(picture: Picture, pods: Sequence[GpuPod], policy_name: str,
         policy = get_policy(name)
         ctx = PolicyContext(request, pod_key=f"{pod.namespace}/{pod.name}/{pod.uid}",
                             seed=seed, workload=workload)
-        open_idx = [i for i, n in enumerate(nodes) if not selector_excludes(pod, n)]
+        selector = tuple(sorted(pod.node_selector.items()))
+        open_idx = open_for.get(selector)
+        if open_idx is None:
+            open_idx = open_for[selector] = [i for i, n in enumerate(nodes)
+                                             if not selector_excludes(pod, n)]
         placed = place_best(request, policy, ctx, [states[i] for i in open_idx], pod.uid,
-                            memo)
+                            memo, [contents[i] for i in open_idx])
         if placed is None:
             unplaced.append(pod.key)
             continue
-        target = next(i for i in open_idx if nodes[i].name == placed.node)
+        target = position[placed.node]
         states[target] = apply_placement(states[target], placed.containers, pod.uid)
+        contents[target] = ids.of(states[target])
     return _outcome(policy_name, states, len(pods), unplaced)
 
 

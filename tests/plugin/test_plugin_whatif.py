@@ -2,9 +2,15 @@
 
 from __future__ import annotations
 
-from plugin_builders import gpu_node, gpu_pod, picture_of, scenario, shares, wholes
+import random
 
+import pytest
+from plugin_builders import MIB, gpu_node, gpu_pod, picture_of, scenario, shares, wholes
+
+from allocator.fit import Card, Unfit, empty_node, place
+from allocator.policies import REGISTRY, PolicyContext, chooser, get_policy
 from tessera.plugin import whatif
+from tessera.plugin.placing import ContentIds, ScoreMemo, place_best
 
 
 def outcomes(policies: list[str], **kwargs: bool) -> whatif.WhatIf:
@@ -53,3 +59,30 @@ def test_the_replay_keeps_pods_to_their_node_selector() -> None:
     pods.append(gpu_pod("p2", wholes(1), node_selector={"pool": "b"}))
     (binpack,) = whatif.what_if(picture_of(nodes, pods), ["binpack"], "binpack").outcomes
     assert binpack.unplaced == ("default/p2",)  # n1 is idle but not in its pool
+
+
+@pytest.mark.parametrize("policy", sorted(REGISTRY))
+def test_the_memoised_choice_is_the_plain_choice(policy: str) -> None:
+    """place_best with the replay's memo by content chooses what the per-node path chooses."""
+    rng = random.Random(7)
+    cards = tuple(Card(i, "T4", MIB) for i in range(4))
+    states = []
+    for n in range(12):
+        state = empty_node(f"n{n:02d}", cards)
+        for k in range(rng.randrange(0, 6)):
+            req = shares(rng.choice([10, 25, 50]), rng.choice([1000, 4000]))
+            placed = place(req, state, chooser(get_policy("random"),
+                                               PolicyContext(req, pod_key=f"{n}-{k}")))
+            if not isinstance(placed, Unfit):
+                state = placed.after
+        states.append(state)
+    ids = ContentIds()
+    contents = [ids.of(s) for s in states]
+    assert len(set(contents)) < len(states)  # some nodes alike, so the memo is exercised
+    memo: ScoreMemo = {}
+    for i, req in enumerate([shares(25), shares(50, 4000), wholes(1), wholes(2), shares(10)] * 2):
+        ctx = PolicyContext(req, pod_key=f"pod-{i}")
+        fast = place_best(req, get_policy(policy), ctx, states, "u", memo, contents)
+        plain = place_best(req, get_policy(policy), ctx, states, "u")
+        assert (fast and (fast.node, fast.containers)) == (plain and (plain.node,
+                                                                      plain.containers))
