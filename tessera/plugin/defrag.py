@@ -13,7 +13,9 @@ What is searched, and what is guaranteed:
 - The moved pods are re-placed one at a time, largest first, on every card except S, with the
   policy; the plan holds when the cluster then has at least N idle cards (of the model asked).
 - Which cards to empty is searched exhaustively (depth-first, cheapest cards first, pruned by
-  the best plan found so far) within budgets of :data:`SEARCH_BUDGET` re-placements and
+  the best plan found so far and, when no movable pod holds two candidate cards, by the fewest
+  holders the remaining cards can bring; a plan that costs no more than the cheapest cards
+  ends the search) within budgets of :data:`SEARCH_BUDGET` re-placements and
   :data:`VISIT_BUDGET` card sets; within
   it the plan has the fewest moves **among plans that empty exactly the missing number of
   cards with this re-placement order**. Where the moved pods go is greedy (the policy's

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
+from functools import cached_property
 from typing import Any
 
 from allocator.fit import Card, NodeState, build_node_state
@@ -115,7 +116,12 @@ class Picture:
                     None)
 
     def pod_by_uid(self, uid: str) -> GpuPod | None:
-        return next((p for p in self.pods if p.uid == uid), None)
+        return self._by_uid.get(uid)
+
+    @cached_property
+    def _by_uid(self) -> dict[str, GpuPod]:
+        # Looked up per card holder by defrag-plan: a dict, not a scan of every pod.
+        return {p.uid: p for p in self.pods}
 
     @property
     def holders(self) -> tuple[GpuPod, ...]:

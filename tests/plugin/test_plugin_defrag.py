@@ -6,6 +6,13 @@ import pytest
 from plugin_builders import gpu_node, gpu_pod, picture_of, scenario, shares, wholes
 
 from tessera.plugin import defrag
+from tessera.vocabulary import (
+    Allocation,
+    ContainerAllocation,
+    ContainerRequest,
+    PodRequest,
+    encode_allocation,
+)
 
 
 def test_one_card_is_freed_by_moving_one_half_onto_another_half() -> None:
@@ -84,3 +91,19 @@ def test_the_card_being_emptied_does_not_make_its_node_look_full_to_the_policy()
     plan = defrag.plan(picture_of(nodes, pods), 3, "binpack")
     assert [(m.pod, m.to_node, m.to_cards) for m in plan.moves] == [("default/a", "y", (0,))]
     assert plan.idle_after == 3
+
+
+def test_a_pod_spread_over_two_cards_frees_both_with_one_move() -> None:
+    two = PodRequest((ContainerRequest("x", core_percent=30, memory_mib=1000),
+                      ContainerRequest("y", core_percent=30, memory_mib=1000)))
+    record = Allocation("n1", (ContainerAllocation("x", (0,), 30, 1000),
+                               ContainerAllocation("y", (1,), 30, 1000)), 0.0, "uid-m")
+    nodes = [gpu_node("n1", count=4)]
+    pods = [gpu_pod("m", two, node="n1", allocation_text=encode_allocation(record)),
+            gpu_pod("p", shares(40), node="n1", cards=[2]),
+            gpu_pod("q", shares(40), node="n1", cards=[3])]
+    plan = defrag.plan(picture_of(nodes, pods), 2, "binpack")
+    assert plan.exact and [m.pod for m in plan.moves] == ["default/m"]
+    assert plan.freed == (("n1", 0), ("n1", 1))
+    # binpack stacks both its containers on the fullest card, p's: 40 + 30 + 30 = 100%.
+    assert plan.moves[0].to_cards == (2,)
