@@ -16,7 +16,7 @@ import time
 from typing import Any
 
 from tessera.dialects import DialectConfig
-from tessera.plugin import defrag, inspect, whatif, why
+from tessera.plugin import defrag, inspection, whatif, why
 from tessera.plugin.picture import build_picture
 from tessera.vocabulary import (
     Allocation,
@@ -81,7 +81,7 @@ def run(n: int, seed: int, policies: list[str]) -> None:
     nodes, pods = cluster(n, seed)
     print(f"{n} nodes x {CARDS} cards, {len(pods)} pods")
     picture = timed("picture", lambda: build_picture(nodes, pods, DialectConfig()))
-    timed("inspect (table)", lambda: inspect.render(picture, list(picture.nodes)))
+    timed("inspect (table)", lambda: inspection.render(picture, list(picture.nodes)))
     timed("why (one pod)", lambda: why.explain(picture, picture.pods[0], "binpack"))
     for policy in policies:
         timed(f"what-if --policy {policy}",

@@ -23,7 +23,7 @@ from allocator.errors import ApiError, NotFound
 from allocator.policies import DEFAULT_POLICY, REGISTRY, get_policy
 from tessera import __version__
 from tessera.dialects import DialectConfig
-from tessera.plugin import defrag, inspect, whatif, why
+from tessera.plugin import defrag, inspection, whatif, why
 from tessera.plugin.picture import (
     Picture,
     build_picture,
@@ -146,14 +146,14 @@ def _colour(args: argparse.Namespace, out: TextIO) -> bool:
 def cmd_inspect(args: argparse.Namespace, api: Reader, out: TextIO) -> int:
     config = _config(args)
     picture = _picture(read_cluster(api, config.vocabulary), args, config)
-    nodes = inspect.select_nodes(picture, args.node)
+    nodes = inspection.select_nodes(picture, args.node)
     if args.node and not nodes:
         raise UsageError(f"node {args.node} not found, or it has no GPU cards")
     if not nodes and args.output in ("table", "wide"):
         out.write("no node with GPU cards\n")
         return 0
-    _emit(out, args.output, inspect.document(picture, nodes),
-          lambda: inspect.render(picture, nodes, wide=args.output == "wide",
+    _emit(out, args.output, inspection.document(picture, nodes),
+          lambda: inspection.render(picture, nodes, wide=args.output == "wide",
                                  colour=_colour(args, out)))
     return 0
 
@@ -221,6 +221,14 @@ def main(argv: Sequence[str] | None = None, *, reader: ReaderFactory = _kube_rea
     args = build_parser().parse_args(list(sys.argv[1:] if argv is None else argv))
     try:
         return COMMANDS[args.command](args, reader(args), out)
+    except BrokenPipeError:
+        # The reader (head, less) went away: not an error worth a traceback. Python would
+        # complain again flushing stdout at exit, so stdout is pointed at nothing first.
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        return 0
+    except KeyboardInterrupt:
+        return 130
     except UsageError as exc:
         err.write(f"error: {exc}\n")
         return EXIT_USAGE

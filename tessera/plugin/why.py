@@ -136,7 +136,8 @@ def _summary(pod: GpuPod, found: Sequence[Verdict]) -> str:
     if pod.allocation is not None:
         mine = next((v for v in found if v.node == pod.node), None)
         if mine is None:
-            return f"bound to {pod.node}, a node without readable GPU cards"
+            return (f"bound to {pod.node}, which is not among the nodes looked at "
+                    f"(outside -l, or without readable GPU cards)")
         if mine.outcome != "fits":
             return (f"bound to {pod.node}; arriving now it would not fit there: {mine.reason}")
         top = max(v.score or 0 for v in fitting)

@@ -13,7 +13,7 @@ from plugin_builders import (
     wholes,
 )
 
-from tessera.plugin import inspect
+from tessera.plugin import inspection
 from tessera.plugin.picture import parse_selector, selector_matches
 
 
@@ -43,7 +43,7 @@ def test_a_record_that_does_not_count_is_reported_not_applied(pod: dict[str, obj
     pic = picture_of([gpu_node("n1")], [pod])
     assert pic.nodes[0].state.core_used == 0
     assert problem in pic.pods[0].allocation_problem
-    assert any(problem in line for line in inspect.notes(pic, list(pic.nodes)))
+    assert any(problem in line for line in inspection.notes(pic, list(pic.nodes)))
 
 
 def test_a_succeeded_pod_holds_no_card() -> None:
@@ -57,7 +57,7 @@ def test_an_unreadable_card_annotation_falls_back_to_totals_and_says_so() -> Non
     node = pic.nodes[0]
     assert node.source == "allocatable" and len(node.cards) == 2
     assert "ignored" in node.problem
-    assert f"node n1: {node.problem}" in inspect.notes(pic, [node])
+    assert f"node n1: {node.problem}" in inspection.notes(pic, [node])
 
 
 def test_nodes_without_gpus_are_left_out() -> None:
@@ -67,25 +67,25 @@ def test_nodes_without_gpus_are_left_out() -> None:
 
 def test_the_table_shows_each_card_with_its_holders_and_the_wide_form_its_free_room() -> None:
     pic = picture_of(*scenario())
-    text = inspect.render(pic, list(pic.nodes))
+    text = inspection.render(pic, list(pic.nodes))
     assert "default/d [main] whole card" in text
     assert "default/a [main] 50% core, 1000 MiB" in text
-    wide = inspect.render(pic, list(pic.nodes), wide=True)
+    wide = inspection.render(pic, list(pic.nodes), wide=True)
     assert "core free" in wide and "15384 MiB" in wide
-    coloured = inspect.render(pic, list(pic.nodes), colour=True)
+    coloured = inspection.render(pic, list(pic.nodes), colour=True)
     assert "\033[31m" in coloured and "\033[33m" in coloured  # a full and a shared card
 
 
 def test_the_document_lists_every_card_and_what_each_pod_holds() -> None:
     pic = picture_of(*scenario())
-    doc = inspect.document(pic, inspect.select_nodes(pic, "n2"))
+    doc = inspection.document(pic, inspection.select_nodes(pic, "n2"))
     (node,) = doc["nodes"]
     assert node["name"] == "n2" and node["coreUsed"] == 150 and node["idleCards"] == 0
     assert node["cards"][1]["whole"] is True
     assert node["cards"][1]["pods"] == [{"namespace": "default", "name": "d",
                                          "containers": ["main"], "whole": True,
                                          "corePercent": 100, "memoryMiB": 16384}]
-    assert inspect.select_nodes(pic, "nope") == []
+    assert inspection.select_nodes(pic, "nope") == []
 
 
 @pytest.mark.parametrize(("selector", "labels", "matches"), [
