@@ -87,7 +87,8 @@ def build_parser() -> argparse.ArgumentParser:
                        help="replay today's GPU pods under each policy: cards left free")
     p.add_argument("--policy", action="append", default=[], dest="policies",
                    help=f"a policy to replay (repeatable; default all: "
-                        f"{', '.join(sorted(REGISTRY))})")
+                        f"{', '.join(sorted(REGISTRY))}); '{whatif.AS_IS}' keeps each "
+                        f"pod's own policy and the default for the rest")
     p.add_argument("--no-pending", action="store_true",
                    help="replay only bound pods, not the Pending ones after them")
 
@@ -179,7 +180,7 @@ def cmd_why(args: argparse.Namespace, api: Reader, out: TextIO) -> int:
 
 def cmd_what_if(args: argparse.Namespace, api: Reader, out: TextIO) -> int:
     config = _config(args)
-    policies = [_policy(p) for p in args.policies] or sorted(REGISTRY)
+    policies = [p if p == whatif.AS_IS else _policy(p) for p in args.policies] or sorted(REGISTRY)
     picture = _picture(read_cluster(api, config.vocabulary), args, config)
     result = whatif.what_if(picture, policies, _policy(args.default_policy),
                             include_pending=not args.no_pending, seed=args.seed)

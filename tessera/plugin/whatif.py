@@ -25,6 +25,9 @@ from tessera.plugin.picture import GpuNode, GpuPod, Picture, selector_excludes
 from tessera.plugin.placing import ContentIds, ScoreMemo, place_best
 from tessera.vocabulary import PodRequest
 
+#: The replay "policy" that keeps each pod's own policy, and the default for the others.
+AS_IS = "as-is"
+
 
 @dataclass(frozen=True)
 class Outcome:
@@ -73,8 +76,8 @@ def replay(picture: Picture, pods: Sequence[GpuPod], policy_name: str,
            default_policy: str, seed: int = 0) -> Outcome:
     """Place ``pods`` in order on the picture's nodes, emptied, under one policy.
 
-    ``policy_name`` replaces the cluster default; a pod that names its own policy keeps it
-    only when ``policy_name`` is "as-is" (the cluster as configured, ``default_policy``).
+    ``policy_name`` is used for every pod, or with :data:`AS_IS` each pod's own policy and
+    ``default_policy`` for pods without one (the cluster as configured).
     """
     nodes: list[GpuNode] = list(picture.nodes)
     position = {n.name: i for i, n in enumerate(nodes)}
@@ -92,7 +95,7 @@ def replay(picture: Picture, pods: Sequence[GpuPod], policy_name: str,
             unplaced.append(pod.key)
             continue
         name = policy_name
-        if policy_name == "as-is":
+        if policy_name == AS_IS:
             name = request.policy or default_policy
         policy = get_policy(name)
         ctx = PolicyContext(request, pod_key=f"{pod.namespace}/{pod.name}/{pod.uid}",

@@ -86,3 +86,15 @@ def test_the_memoised_choice_is_the_plain_choice(policy: str) -> None:
         plain = place_best(req, get_policy(policy), ctx, states, "u")
         assert (fast and (fast.node, fast.containers)) == (plain and (plain.node,
                                                                       plain.containers))
+
+
+def test_as_is_keeps_each_pods_own_policy() -> None:
+    nodes = [gpu_node("n1"), gpu_node("n2")]
+    half = shares(50)
+    spread = type(half)(half.containers, policy="spread")
+    pods = [gpu_pod("a", spread, node="n1", cards=[0], at=1.0),
+            gpu_pod("b", spread, node="n2", cards=[0], at=2.0)]
+    as_is, binpack = whatif.what_if(picture_of(nodes, pods), [whatif.AS_IS, "binpack"],
+                                    "binpack").outcomes
+    assert (as_is.policy, as_is.idle_cards) == ("as-is", 2)  # spread: one half per node
+    assert binpack.idle_cards == 3  # binpack: both halves on one card
