@@ -81,3 +81,13 @@ def test_the_pods_own_policy_wins_over_the_default() -> None:
     e = verdicts_of("new", nodes, pods)
     assert e.policy == "spread"
     assert [(v.node, v.score) for v in e.verdicts] == [("n1", 0), ("n2", 10)]
+
+
+def test_a_pod_whose_request_cannot_be_read_is_told_so_without_verdicts() -> None:
+    pod = gpu_pod("bad", shares(10))
+    pod["metadata"]["annotations"]["elasticgpu.io/gpu-request"] = '{"v":1,"containers":[]}'
+    e = verdicts_of("bad", [gpu_node("n1")], [pod])
+    assert e.verdicts == ()
+    assert e.summary.startswith("its GPU request cannot be read: pod annotation "
+                                "elasticgpu.io/gpu-request")
+    assert "request problem:" in why.render(e)
