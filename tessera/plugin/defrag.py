@@ -32,7 +32,7 @@ from dataclasses import dataclass
 from allocator.fit import CardState, NodeState
 from allocator.policies import PolicyContext, get_policy
 from tessera.plugin.picture import GpuNode, GpuPod, Picture, selector_excludes
-from tessera.plugin.placing import ScoreMemo, place_best
+from tessera.plugin.placing import ContentIds, ScoreMemo, place_best
 
 #: Re-placement attempts (each one places every pod of a candidate plan) before the search
 #: stops and returns its best plan so far.
@@ -98,6 +98,7 @@ class _Search:
         self.policy = get_policy(policy)
         self.seed = seed
         self.memo: ScoreMemo = {}
+        self.ids = ContentIds()
         self.tried: dict[frozenset[CardRef], tuple[Move, ...] | None] = {}
         self.budget = SEARCH_BUDGET
         self.visits = VISIT_BUDGET
@@ -111,7 +112,7 @@ class _Search:
                 uids = frozenset(uid for uid, _ in c.holders)
                 if all(_movable(picture.pod_by_uid(uid)) for uid in uids):
                     self.candidates.append(((n.name, c.card.index), uids))
-        # Cheapest first: fewest holders, then least used.
+        # Cheapest first: fewest holders, then by node and card (a stable order).
         self.candidates.sort(key=lambda item: (len(item[1]), item[0]))
 
     def evaluate(self, cards: frozenset[CardRef]) -> tuple[Move, ...] | None:
@@ -131,6 +132,7 @@ class _Search:
         states = [NodeState(n.name, tuple(c for c in n.state_without(movers_uids).cards
                                           if (n.name, c.card.index) not in cards))
                   for n in self.nodes]
+        contents = [self.ids.of(s) for s in states]
         moves: list[Move] = []
         result: tuple[Move, ...] | None = None
         for pod in movers:
@@ -139,17 +141,18 @@ class _Search:
                                 seed=self.seed)
             open_idx = [i for i, n in enumerate(self.nodes) if not selector_excludes(pod, n)]
             placed = place_best(pod.request, self.policy, ctx, [states[i] for i in open_idx],
-                                pod.uid, self.memo)
+                                pod.uid, self.memo, [contents[i] for i in open_idx])
             if placed is None:
                 break
             target = next(i for i in open_idx if self.nodes[i].name == placed.node)
             states[target] = placed.after
+            contents[target] = self.ids.of(placed.after)
             moves.append(Move(pod.key, pod.owner, pod.node, pod.allocation.card_indices(),
                               placed.node, tuple(sorted({i for c in placed.containers
                                                          for i in c.card_indices}))))
         else:
             # The emptied cards count as idle again once the plan is done.
-            idle = _idle(states, self.model) + sum(1 for ref in cards)
+            idle = _idle(states, self.model) + len(cards)
             if idle >= self.wanted:
                 result = tuple(moves)
         self.tried[cards] = result
