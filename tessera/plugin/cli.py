@@ -96,6 +96,9 @@ def build_parser() -> argparse.ArgumentParser:
                        help="dry run: the fewest pod moves that leave N whole cards idle")
     p.add_argument("--cards", type=int, default=1, help="idle cards wanted (default 1)")
     p.add_argument("--model", default="", help="count only cards of this model")
+    p.add_argument("--on-one-node", action="store_true",
+                   help="the N cards must be idle on one node (room for one pod that needs "
+                        "them together)")
     p.add_argument("--policy", default=DEFAULT_POLICY,
                    help=f"policy that re-places the moved pods (default {DEFAULT_POLICY})")
     return parser
@@ -194,7 +197,7 @@ def cmd_defrag(args: argparse.Namespace, api: Reader, out: TextIO) -> int:
         raise UsageError("--cards must be at least 1")
     picture = _picture(read_cluster(api, config.vocabulary), args, config)
     result = defrag.plan(picture, args.cards, _policy(args.policy), model=args.model,
-                         seed=args.seed)
+                         seed=args.seed, on_one_node=args.on_one_node)
     _emit(out, args.output, result, lambda: defrag.render(result))
     return 0 if result.feasible else 3
 

@@ -5,6 +5,11 @@ placement (:func:`tessera.plugin.placing.place_best`, the chosen policy) would p
 arrived after the plan's earlier moves. Nothing is evicted: the plan is a list to act on, and
 the scheduler will make its own choice when a moved pod comes back.
 
+With ``on_one_node`` the N cards must be idle on one node (the room one pod needs together):
+each node is searched in turn, its own cards only, whole-card pods may move too (they free a
+card here by taking an idle one elsewhere), the moved pods leave the node, and the first node
+by name among the cheapest plans wins.
+
 What is searched, and what is guaranteed:
 
 - A plan empties a set S of busy cards; the pods to move are every holder of those cards.
@@ -26,6 +31,7 @@ What is searched, and what is guaranteed:
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -67,6 +73,8 @@ class Plan:
     #: True when the search finished within its budget (see the module docstring).
     exact: bool
     note: str = ""
+    #: With ``--on-one-node``: the node where the cards are freed (idle counts are its own).
+    node: str = ""
 
 
 def _counts(card: CardState, model: str) -> bool:
@@ -77,9 +85,18 @@ def _idle(states: Sequence[NodeState], model: str) -> int:
     return sum(1 for s in states for c in s.cards if c.idle and _counts(c, model))
 
 
-def _movable(pod: GpuPod | None) -> bool:
+def _movable(pod: GpuPod | None, whole_ok: bool) -> bool:
     return (pod is not None and pod.request is not None and pod.allocation is not None
-            and not any(c.is_whole for c in pod.allocation.containers))
+            and (whole_ok or not any(c.is_whole for c in pod.allocation.containers)))
+
+
+@dataclass
+class _Budget:
+    """What is left of the search's budgets, shared by the per-node searches of one plan."""
+
+    placements: int
+    visits: int
+    exhausted: bool = False
 
 
 def _size_order(pod: GpuPod) -> tuple[int, int, int, str]:
@@ -90,7 +107,7 @@ def _size_order(pod: GpuPod) -> tuple[int, int, int, str]:
 
 class _Search:
     def __init__(self, picture: Picture, wanted: int, model: str, policy: str,
-                 seed: int) -> None:
+                 seed: int, budget: _Budget, node: str = "") -> None:
         self.picture = picture
         self.nodes: list[GpuNode] = list(picture.nodes)
         self.wanted = wanted
@@ -100,17 +117,21 @@ class _Search:
         self.memo: ScoreMemo = {}
         self.ids = ContentIds()
         self.tried: dict[frozenset[CardRef], tuple[Move, ...] | None] = {}
-        self.budget = SEARCH_BUDGET
-        self.visits = VISIT_BUDGET
-        self.exhausted = False
+        self.budget = budget
+        #: "" = idle cards anywhere count; else only this node's (then whole-card pods may
+        #: move too: they free this node's card by taking an idle one elsewhere).
+        self.node = node
+        self.target = next((i for i, n in enumerate(self.nodes) if n.name == node), -1)
         # Candidate cards: busy, of the model, every holder movable; with their holders.
         self.candidates: list[tuple[CardRef, frozenset[str]]] = []
         for n in self.nodes:
+            if node and n.name != node:
+                continue
             for c in n.state.cards:
                 if c.idle or not _counts(c, model):
                     continue
                 uids = frozenset(uid for uid, _ in c.holders)
-                if all(_movable(picture.pod_by_uid(uid)) for uid in uids):
+                if all(_movable(picture.pod_by_uid(uid), bool(node)) for uid in uids):
                     self.candidates.append(((n.name, c.card.index), uids))
         # Cheapest first: fewest holders, then by node and card (a stable order).
         self.candidates.sort(key=lambda item: (len(item[1]), item[0]))
@@ -120,7 +141,7 @@ class _Search:
         elsewhere or the cluster would still lack idle cards."""
         if cards in self.tried:
             return self.tried[cards]
-        self.budget -= 1
+        self.budget.placements -= 1
         movers_uids = {uid for ref, uids in self.candidates if ref in cards for uid in uids}
         movers = [p for p in (self.picture.pod_by_uid(u) for u in sorted(movers_uids))
                   if p is not None]
@@ -139,7 +160,9 @@ class _Search:
             assert pod.request is not None and pod.allocation is not None
             ctx = PolicyContext(pod.request, pod_key=f"{pod.namespace}/{pod.name}/{pod.uid}",
                                 seed=self.seed)
-            open_idx = [i for i, n in enumerate(self.nodes) if not selector_excludes(pod, n)]
+            # On one node, the moved pods leave it: its idle cards are what the plan is for.
+            open_idx = [i for i, n in enumerate(self.nodes)
+                        if i != self.target and not selector_excludes(pod, n)]
             placed = place_best(pod.request, self.policy, ctx, [states[i] for i in open_idx],
                                 pod.uid, self.memo, [contents[i] for i in open_idx])
             if placed is None:
@@ -152,7 +175,8 @@ class _Search:
                                                          for i in c.card_indices}))))
         else:
             # The emptied cards count as idle again once the plan is done.
-            idle = _idle(states, self.model) + len(cards)
+            counted = [states[self.target]] if self.node else states
+            idle = _idle(counted, self.model) + len(cards)
             if idle >= self.wanted:
                 result = tuple(moves)
         self.tried[cards] = result
@@ -168,9 +192,11 @@ class _Search:
             seen |= uids
         return True
 
-    def run(self, need: int) -> tuple[frozenset[CardRef], tuple[Move, ...]] | None:
+    def run(self, need: int, bound: int) -> tuple[frozenset[CardRef], tuple[Move, ...]] | None:
+        """The cheapest plan emptying ``need`` candidate cards, if it moves fewer than
+        ``bound`` pods."""
         best: tuple[frozenset[CardRef], tuple[Move, ...]] | None = None
-        best_cost = len(self.picture.pods) + 1
+        best_cost = bound
         sizes = [len(uids) for _, uids in self.candidates]
         disjoint = self._single_card_holders()
         # floor[i][r]: fewest holders r more cards from candidates[i:] can bring (sizes are
@@ -182,16 +208,16 @@ class _Search:
 
         def dfs(start: int, chosen: list[CardRef], holders: frozenset[str]) -> None:
             nonlocal best, best_cost, proven
-            self.visits -= 1
-            if self.visits <= 0:
-                self.exhausted = True
+            self.budget.visits -= 1
+            if self.budget.visits <= 0:
+                self.budget.exhausted = True
                 return
             left = need - len(chosen)
             if len(holders) + floor(start, left) >= best_cost:
                 return  # cannot beat the best plan
             if left == 0:
-                if self.budget <= 0:
-                    self.exhausted = True
+                if self.budget.placements <= 0:
+                    self.budget.exhausted = True
                     return
                 key = frozenset(chosen)
                 moves = self.evaluate(key)
@@ -201,7 +227,7 @@ class _Search:
                     proven = disjoint and best_cost == floor(0, need)
                 return
             for i in range(start, len(self.candidates) - left + 1):
-                if self.exhausted or proven:
+                if self.budget.exhausted or proven:
                     return
                 ref, uids = self.candidates[i]
                 dfs(i + 1, [*chosen, ref], holders | uids)
@@ -211,28 +237,60 @@ class _Search:
 
 
 def plan(picture: Picture, wanted: int, policy: str, *, model: str = "",
-         seed: int = 0) -> Plan:
-    """The fewest moves after which ``wanted`` cards (of ``model``, if given) are idle."""
-    states = [n.state for n in picture.nodes]
-    before = _idle(states, model)
-    if before >= wanted:
-        return Plan(wanted, model, before, before, (), (), True, True,
-                    f"{before} card(s) already idle: nothing to move")
-    search = _Search(picture, wanted, model, policy, seed)
+         seed: int = 0, on_one_node: bool = False) -> Plan:
+    """The fewest moves after which ``wanted`` cards (of ``model``, if given) are idle: in
+    the whole picture, or with ``on_one_node`` all on one node (room for one pod that needs
+    them together); there, the first node by name among the cheapest plans."""
+    budget = _Budget(SEARCH_BUDGET, VISIT_BUDGET)
+    if not on_one_node:
+        before = _idle([n.state for n in picture.nodes], model)
+        if before >= wanted:
+            return Plan(wanted, model, before, before, (), (), True, True,
+                        f"{before} card(s) already idle: nothing to move")
+        search = _Search(picture, wanted, model, policy, seed, budget)
+        found = search.run(wanted - before, len(picture.pods) + 1)
+        return _result(wanted, model, before, found, budget, "")
+    best: Plan | None = None
+    for node in picture.nodes:
+        if sum(1 for c in node.state.cards if _counts(c, model)) < wanted:
+            continue
+        before = _idle([node.state], model)
+        if before >= wanted:
+            return Plan(wanted, model, before, before, (), (), True, True,
+                        f"node {node.name} has {before} idle card(s): nothing to move",
+                        node.name)
+        bound = len(best.moves) if best is not None else len(picture.pods) + 1
+        search = _Search(picture, wanted, model, policy, seed, budget, node.name)
+        found = search.run(wanted - before, bound)
+        if found is not None:
+            best = _result(wanted, model, before, found, budget, node.name)
+        if budget.exhausted:
+            break
+    if best is not None:
+        return dataclasses.replace(best, exact=not budget.exhausted)
+    why = ("search budget ran out before a plan was found" if budget.exhausted else
+           f"no node can get {wanted} idle card(s) by moving pods")
+    return Plan(wanted, model, 0, 0, (), (), False, not budget.exhausted, why)
+
+
+def _result(wanted: int, model: str, before: int,
+            found: tuple[frozenset[CardRef], tuple[Move, ...]] | None, budget: _Budget,
+            node: str) -> Plan:
+    exact = not budget.exhausted
     need = wanted - before
-    found = search.run(need)
-    exact = not search.exhausted
     if found is None:
-        why = ("search budget ran out before a plan was found" if search.exhausted else
+        why = ("search budget ran out before a plan was found" if budget.exhausted else
                f"no way to empty {need} more card(s) by moving shared pods")
-        return Plan(wanted, model, before, before, (), (), False, exact, why)
+        return Plan(wanted, model, before, before, (), (), False, exact, why, node)
     cards, moves = found
-    return Plan(wanted, model, before, before + need, tuple(sorted(cards)), moves, True, exact)
+    return Plan(wanted, model, before, before + need, tuple(sorted(cards)), moves, True, exact,
+                "", node)
 
 
 def render(p: Plan) -> str:
     what = f"{p.wanted} idle card(s)" + (f" of model {p.model}" if p.model else "")
-    lines = [f"goal: {what}; idle now: {p.idle_before}"]
+    where = f" on node {p.node}" if p.node else ""
+    lines = [f"goal: {what}{where}; idle now: {p.idle_before}"]
     if not p.feasible:
         lines.append(f"no plan: {p.note}")
         return "\n".join(lines) + "\n"

@@ -124,6 +124,13 @@ def test_kubectl_tessera_inspects_explains_replays_and_plans_on_known_placements
     other = "b" if moved == "a" else "a"
     assert (move["from_node"], move["to_node"], move["to_cards"]) == (
         node_of[moved], node_of[other], [0])
+    # --on-one-node: the room big needs, two idle cards together, is also one move away.
+    plan = tessera(cluster, "defrag-plan", "--cards", "2", "--on-one-node", *only_pool)
+    (move,) = plan["moves"]
+    on_x = "a" if node_of["a"] == specs[0].name else "b"
+    assert plan["node"] == specs[0].name  # both nodes need one move: the first by name
+    assert (move["pod"], move["to_node"], move["to_cards"]) == (
+        f"{namespace}/{on_x}", specs[1].name, [0])
     assert bound("a") and bound("b")  # a dry run: nothing was evicted
 
     # Bad input through kubectl: one line, a non-zero exit.

@@ -107,3 +107,33 @@ def test_a_pod_spread_over_two_cards_frees_both_with_one_move() -> None:
     assert plan.freed == (("n1", 0), ("n1", 1))
     # binpack stacks both its containers on the fullest card, p's: 40 + 30 + 30 = 100%.
     assert plan.moves[0].to_cards == (2,)
+
+
+def test_on_one_node_frees_the_cards_a_two_card_pod_needs_together() -> None:
+    # One half on each node: three idle cards in all, but no node with two.
+    nodes = [gpu_node("x"), gpu_node("y")]
+    pods = [gpu_pod("a", shares(50), node="x", cards=[0]),
+            gpu_pod("b", shares(50), node="y", cards=[0])]
+    assert defrag.plan(picture_of(nodes, pods), 2, "binpack").moves == ()
+    plan = defrag.plan(picture_of(nodes, pods), 2, "binpack", on_one_node=True)
+    assert plan.feasible and plan.exact and plan.node == "x"
+    assert [(m.pod, m.to_node, m.to_cards) for m in plan.moves] == [("default/a", "y", (0,))]
+    assert (plan.idle_before, plan.idle_after) == (1, 2)
+
+
+def test_on_one_node_moves_a_whole_card_pod_to_an_idle_card_elsewhere() -> None:
+    nodes = [gpu_node("x"), gpu_node("y", count=1)]
+    pods = [gpu_pod("w", wholes(1), node="x", cards=[1])]
+    plan = defrag.plan(picture_of(nodes, pods), 2, "binpack", on_one_node=True)
+    assert [(m.pod, m.to_node) for m in plan.moves] == [("default/w", "y")]
+    # Nowhere to go once y is taken too.
+    pods.append(gpu_pod("v", wholes(1), node="y", cards=[0]))
+    plan = defrag.plan(picture_of(nodes, pods), 2, "binpack", on_one_node=True)
+    assert not plan.feasible and "no node can get 2 idle card(s)" in plan.note
+
+
+def test_on_one_node_with_a_node_already_free_moves_nothing() -> None:
+    nodes = [gpu_node("x"), gpu_node("y")]
+    pods = [gpu_pod("a", shares(50), node="x", cards=[0])]
+    plan = defrag.plan(picture_of(nodes, pods), 2, "binpack", on_one_node=True)
+    assert plan.feasible and plan.moves == () and plan.node == "y"
