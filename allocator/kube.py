@@ -56,13 +56,16 @@ class KubeClient:
         self._api = api_client
 
     @classmethod
-    def from_config(cls, kubeconfig: str | None = None) -> KubeClient:
+    def from_config(cls, kubeconfig: str | None = None,
+                    context: str | None = None) -> KubeClient:
         """A kubeconfig file when given, else the in-cluster service account, else the
-        default kubeconfig (``KUBECONFIG`` / ``~/.kube/config``)."""
+        default kubeconfig (``KUBECONFIG`` / ``~/.kube/config``). A ``context`` names one of
+        the kubeconfig's contexts (and so always reads a kubeconfig)."""
         cfg = client.Configuration()
         try:
-            if kubeconfig:
-                config.load_kube_config(config_file=kubeconfig, client_configuration=cfg)  # type: ignore[no-untyped-call]
+            if kubeconfig or context:
+                config.load_kube_config(config_file=kubeconfig, context=context,  # type: ignore[no-untyped-call]
+                                        client_configuration=cfg)
             else:
                 try:
                     config.load_incluster_config(client_configuration=cfg)  # type: ignore[no-untyped-call]

@@ -249,6 +249,12 @@ def run(args: argparse.Namespace) -> int:
             f"  kubectl delete -n {NAMESPACE} job/quarter-card-job   # its cards come back\n"
             f"  {Path(sys.executable).parent / 'tessera'} cards   "
             "# this table again, as it is now\n"
+            "The kubectl plugin (docs/operators.md) is on PATH once the venv is:\n"
+            f"  export PATH={Path(sys.executable).parent}:$PATH\n"
+            "  kubectl tessera inspect -o wide\n"
+            f"  kubectl tessera why -n {NAMESPACE} <pod>   # every node's verdict in words\n"
+            "  kubectl tessera what-if                 # the same pods under each policy\n"
+            "  kubectl tessera defrag-plan --cards 2   # fewest moves to free cards (dry run)\n"
             f"Logs of every component: {cluster.control_plane.log_dir}",
             file=out, flush=True,
         )

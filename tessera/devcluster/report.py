@@ -175,23 +175,54 @@ def describe_holding(h: Holding) -> str:
     return f"{h.pod} [{','.join(h.containers)}] {share}"
 
 
-def render_table(usage: Mapping[str, list[CardUsage]]) -> str:
-    """A per-node, per-card table of who got what."""
+#: ANSI colours of the core-used cell: idle, partly used, full (SGR codes).
+_GREEN, _YELLOW, _RED, _RESET = "\033[32m", "\033[33m", "\033[31m", "\033[0m"
+
+
+def _paint(text: str, u: CardUsage) -> str:
+    if not u.holdings:
+        colour = _GREEN
+    elif u.core_used >= WHOLE_CARD_PERCENT or u.memory_used >= u.card.memory_mib:
+        colour = _RED
+    else:
+        colour = _YELLOW
+    return f"{colour}{text}{_RESET}"
+
+
+def render_table(usage: Mapping[str, list[CardUsage]], *, wide: bool = False,
+                 colour: bool = False) -> str:
+    """A per-node, per-card table of who got what.
+
+    ``wide`` adds the free core and memory of each card; ``colour`` paints the core-used cell
+    (green idle, yellow partly used, red full) for a terminal. Cells are padded before they are
+    painted, so the columns stay aligned.
+    """
     lines: list[str] = []
+    free_head = f"{'core free':>10}  {'memory free':>14}  " if wide else ""
     for node in sorted(usage):
         cards = usage[node]
         lines.append(f"{node}  ({len(cards)} card{'s' if len(cards) != 1 else ''})")
         lines.append(
-            f"  {'card':<5}{'model':<20}{'core used':>10}  {'memory used / total':>22}  pods"
+            f"  {'card':<5}{'model':<20}{'core used':>10}  {'memory used / total':>22}  "
+            f"{free_head}pods"
         )
+        blank = f"{'':>10}  {'':>14}  " if wide else ""
         for u in sorted(cards, key=lambda u: u.card.index):
             mem = f"{u.memory_used} / {u.card.memory_mib} MiB"
+            core = f"{u.core_used:>9}%"
+            if colour:
+                core = _paint(core, u)
+            free = ""
+            if wide:
+                free_mem = f"{u.card.memory_mib - u.memory_used} MiB"
+                free = f"{WHOLE_CARD_PERCENT - u.core_used:>9}%  {free_mem:>14}  "
             first = describe_holding(u.holdings[0]) if u.holdings else "-"
             lines.append(
-                f"  #{u.card.index:<4}{u.card.model[:19]:<20}{u.core_used:>9}%  {mem:>22}  {first}"
+                f"  #{u.card.index:<4}{u.card.model[:19]:<20}{core}  {mem:>22}  {free}{first}"
             )
             for h in u.holdings[1:]:
-                lines.append(f"  {'':<5}{'':<20}{'':>10}  {'':>22}  {describe_holding(h)}")
+                lines.append(f"  {'':<5}{'':<20}{'':>10}  {'':>22}  {blank}"
+                             f"{describe_holding(h)}")
         lines.append("")
     return "\n".join(lines).rstrip() + "\n"
 

@@ -1,0 +1,128 @@
+"""``inspect``: nodes x cards, model, core and memory used/total, who holds what (pure).
+
+The table is the demo's (:func:`tessera.devcluster.report.render_table`), filled from the
+picture, i.e. from the allocator's reading of nodes and records: a card's use is the sum of
+every container the records put on it, init containers included, as the allocator reserves
+them. The JSON/YAML document keeps the key names of the allocator's ``/status`` where they
+mean the same thing, and adds per pod what it holds.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+from tessera.devcluster.report import CardInfo, CardUsage, Holding, render_table
+from tessera.plugin.picture import GpuNode, GpuPod, Picture
+from tessera.vocabulary import WHOLE_CARD_PERCENT
+
+
+def _holdings(pod: GpuPod) -> dict[int, Holding]:
+    """Per card index, what the pod holds there (its containers on that card combined)."""
+    assert pod.allocation is not None
+    names: dict[int, list[str]] = {}
+    whole: dict[int, bool] = {}
+    core: dict[int, int] = {}
+    memory: dict[int, int] = {}
+    for c in pod.allocation.containers:
+        for index in c.card_indices:
+            names.setdefault(index, []).append(c.name)
+            whole[index] = whole.get(index, False) or c.is_whole
+            core[index] = core.get(index, 0) + c.core_percent
+            memory[index] = memory.get(index, 0) + c.memory_mib
+    return {i: Holding(pod.key, tuple(names[i]), whole[i], core[i], memory[i])
+            for i in sorted(names)}
+
+
+def card_usage(picture: Picture, nodes: Sequence[GpuNode]) -> dict[str, list[CardUsage]]:
+    """The report's per-card usage of these nodes, from the picture's records."""
+    usage = {n.name: [CardUsage(CardInfo(c.index, c.model, c.memory_mib)) for c in n.cards]
+             for n in nodes}
+    for pod in picture.holders:
+        cards = usage.get(pod.node)
+        if cards is None:
+            continue
+        for index, holding in _holdings(pod).items():
+            match = next((u for u in cards if u.card.index == index), None)
+            if match is None:
+                # A record naming a card the node does not have: shown, never dropped.
+                match = CardUsage(CardInfo(index, "<no such card>", 0))
+                cards.append(match)
+            match.holdings.append(holding)
+    return usage
+
+
+def select_nodes(picture: Picture, name: str | None) -> list[GpuNode]:
+    """Every GPU node, or the one named (an empty list when it has no GPU cards)."""
+    if name is None:
+        return list(picture.nodes)
+    node = picture.node(name)
+    return [node] if node is not None else []
+
+
+def notes(picture: Picture, nodes: Sequence[GpuNode]) -> list[str]:
+    """Problems worth a line under the table: unreadable inventories, over-commitment,
+    records that do not count."""
+    names = {n.name for n in nodes}
+    out: list[str] = []
+    for n in nodes:
+        if n.problem:
+            out.append(f"node {n.name}: {n.problem}")
+        out.extend(f"node {n.name}: {p}" for p in n.overcommitted)
+        if n.unschedulable:
+            out.append(f"node {n.name}: cordoned")
+    for p in picture.pods:
+        if p.allocation_problem and (not p.node or p.node in names):
+            out.append(f"pod {p.key}: allocation record ignored: {p.allocation_problem}")
+    return out
+
+
+def render(picture: Picture, nodes: Sequence[GpuNode], *, wide: bool = False,
+           colour: bool = False) -> str:
+    text = render_table(card_usage(picture, nodes), wide=wide, colour=colour)
+    extra = notes(picture, nodes)
+    if extra:
+        text += "\n" + "\n".join(f"! {line}" for line in extra) + "\n"
+    return text
+
+
+def document(picture: Picture, nodes: Sequence[GpuNode]) -> dict[str, Any]:
+    """The JSON/YAML form: per node and card what is used and by which pod containers."""
+    usage = card_usage(picture, nodes)
+    out_nodes: list[dict[str, Any]] = []
+    for n in nodes:
+        cards = []
+        for u in sorted(usage[n.name], key=lambda u: u.card.index):
+            cards.append({
+                "index": u.card.index,
+                "model": u.card.model,
+                "memoryMiB": u.card.memory_mib,
+                "coreUsedPercent": u.core_used,
+                "memoryUsedMiB": u.memory_used,
+                "whole": any(h.whole for h in u.holdings),
+                "pods": [{
+                    "namespace": h.pod.split("/", 1)[0],
+                    "name": h.pod.split("/", 1)[1],
+                    "containers": list(h.containers),
+                    "whole": h.whole,
+                    "corePercent": WHOLE_CARD_PERCENT if h.whole else h.core_percent,
+                    "memoryMiB": u.card.memory_mib if h.whole else h.memory_mib,
+                } for h in u.holdings],
+            })
+        out_nodes.append({
+            "name": n.name,
+            "source": n.source,
+            "problem": n.problem or None,
+            "overCommitted": list(n.overcommitted),
+            "unschedulable": n.unschedulable,
+            "coreTotal": n.state.core_total,
+            "coreUsed": n.state.core_used,
+            "memoryTotalMiB": n.state.memory_total_mib,
+            "memoryUsedMiB": n.state.memory_used_mib,
+            "idleCards": n.state.idle_cards,
+            "cards": cards,
+        })
+    names = {n.name for n in nodes}
+    ignored = {p.key: p.allocation_problem for p in picture.pods
+               if p.allocation_problem and (not p.node or p.node in names)}
+    return {"nodes": out_nodes, "ignoredRecords": ignored}

@@ -1,0 +1,216 @@
+"""``why POD``: every node's verdict on a GPU pod, in words (pure).
+
+A Pending pod gets, per node, the allocator's own filter answer
+(:func:`allocator.fit.unfit_reason`, the text kube-scheduler relays in its events), whether
+evicting other pods could ever help (``Unfit.resolvable``, what the extender reports as
+unresolvable), and for the nodes where it fits now, the policy's 0-10 score as prioritize
+would give it (:func:`allocator.core.scale` over :func:`tessera.plugin.placing.raw_scores`).
+
+A bound pod gets its cards from its allocation record, and the same ranking computed on
+today's cards with the pod taken out: where the policy would put it if it arrived now. That is
+an explanation, not a replay of its bind: the cluster may have changed since.
+
+Scores use the context the extender gives policies (the pod's identity and the seed, no
+workload mix), so they are the extender's.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from allocator.core import scale
+from allocator.fit import NodeState, unfit_reason
+from allocator.policies import PolicyContext, get_policy
+from tessera.plugin.picture import GpuNode, GpuPod, Picture, selector_excludes
+from tessera.plugin.placing import raw_scores
+from tessera.vocabulary import PodRequest
+
+
+@dataclass(frozen=True)
+class Verdict:
+    node: str
+    #: "fits", "no-room" (others' pods are in the way), "never" (no eviction helps) or
+    #: "excluded" (the scheduler does not consider the node for this pod).
+    outcome: str
+    #: The reason in words ("" when it fits).
+    reason: str
+    #: Prioritize's 0-10 score among the nodes that fit (None when it does not fit).
+    score: int | None = None
+    #: Idle cards and free core/memory, to read the reason against.
+    idle_cards: int = 0
+    free_core_percent: int = 0
+    free_memory_mib: int = 0
+
+
+@dataclass(frozen=True)
+class CardShare:
+    container: str
+    cards: tuple[int, ...]
+    #: "whole" or e.g. "25% core, 4096 MiB"
+    share: str
+    init: bool
+
+
+@dataclass(frozen=True)
+class Explanation:
+    pod: str
+    phase: str
+    policy: str
+    #: The pod's GPU request in words ("" when it cannot be read).
+    request: str
+    #: Why its request cannot be read ("" when it can).
+    request_problem: str
+    node: str
+    cards: tuple[CardShare, ...]
+    verdicts: tuple[Verdict, ...]
+    scheduler_message: str
+    summary: str
+
+
+def describe_request(request: PodRequest) -> str:
+    parts = []
+    for c in request.containers:
+        if c.cards:
+            what = f"{c.cards} whole card{'s' if c.cards > 1 else ''}"
+        else:
+            bits = [f"{c.core_percent}% core"] if c.core_percent else []
+            bits += [f"{c.memory_mib} MiB"] if c.memory_mib else []
+            bits += [f"{c.memory_percent}% of a card's memory"] if c.memory_percent else []
+            what = ", ".join(bits) + " of one card"
+        parts.append(f"{'init ' if c.init else ''}{c.name}: {what}")
+    if request.models:
+        parts.append(f"models {' or '.join(request.models)}")
+    if request.min_card_memory_mib:
+        parts.append(f"cards of at least {request.min_card_memory_mib} MiB")
+    return "; ".join(parts)
+
+
+def _free(state: NodeState) -> tuple[int, int, int]:
+    return (state.idle_cards, state.core_total - state.core_used,
+            state.memory_total_mib - state.memory_used_mib)
+
+
+def verdicts(pod: GpuPod, request: PodRequest, nodes: Sequence[GpuNode],
+             states: Sequence[NodeState], policy_name: str, seed: int = 0,
+             ) -> tuple[Verdict, ...]:
+    """One verdict per node, for ``request`` on these node states."""
+    policy = get_policy(policy_name)
+    ctx = PolicyContext(request, pod_key=f"{pod.namespace}/{pod.name}/{pod.uid}", seed=seed)
+    open_states = [s for n, s in zip(nodes, states, strict=True) if not selector_excludes(pod, n)]
+    scores = iter(scale(raw_scores(request, policy, ctx, open_states)))
+    out: list[Verdict] = []
+    for node, state in zip(nodes, states, strict=True):
+        free = _free(state)
+        excluded = selector_excludes(pod, node)
+        if excluded:
+            out.append(Verdict(node.name, "excluded", excluded, None, *free))
+            continue
+        score = next(scores)
+        unfit = unfit_reason(request, state)
+        if unfit is None:
+            out.append(Verdict(node.name, "fits", "", score, *free))
+        else:
+            out.append(Verdict(node.name, "no-room" if unfit.resolvable else "never",
+                               unfit.reason, None, *free))
+    return tuple(out)
+
+
+def _shares(pod: GpuPod) -> tuple[CardShare, ...]:
+    if pod.allocation is None:
+        return ()
+    out = []
+    for c in pod.allocation.containers:
+        if c.is_whole:
+            share = "whole"
+        else:
+            bits = [f"{c.core_percent}% core"] if c.core_percent else []
+            bits += [f"{c.memory_mib} MiB"] if c.memory_mib else []
+            share = ", ".join(bits)
+        out.append(CardShare(c.name, c.card_indices, share, c.init))
+    return tuple(out)
+
+
+def _summary(pod: GpuPod, found: Sequence[Verdict]) -> str:
+    fitting = [v for v in found if v.outcome == "fits"]
+    if pod.allocation is not None:
+        mine = next((v for v in found if v.node == pod.node), None)
+        if mine is None:
+            return (f"bound to {pod.node}, which is not among the nodes looked at "
+                    f"(outside -l, or without readable GPU cards)")
+        if mine.outcome != "fits":
+            return (f"bound to {pod.node}; arriving now it would not fit there: {mine.reason}")
+        top = max(v.score or 0 for v in fitting)
+        leaders = [v.node for v in fitting if v.score == top]
+        if mine.score == top:
+            others = len(leaders) - 1
+            tie = f", tied with {others} other node{'s' if others != 1 else ''}" if others else ""
+            return (f"bound to {pod.node}: the best node for its policy on today's cards "
+                    f"(score {mine.score}/10{tie})")
+        return (f"bound to {pod.node} (score {mine.score}/10 today); today the policy would "
+                f"prefer {', '.join(leaders)} ({top}/10): the cluster changed since its bind")
+    if not pod.pending:
+        return f"pod is {pod.phase or 'not pending'} and holds no cards"
+    if fitting:
+        names = ", ".join(v.node for v in fitting)
+        return (f"its GPU request fits now on {names}: kube-scheduler has not retried yet, "
+                f"or another scheduler plugin refuses those nodes (see its message)")
+    if any(v.outcome == "no-room" for v in found):
+        names = ", ".join(v.node for v in found if v.outcome == "no-room")
+        return f"no node has room now; it would fit on {names} if other pods released cards"
+    if any(v.outcome == "never" for v in found):
+        return "no node can ever hold it: no node has the cards it asks for"
+    return "no GPU node is open to it"
+
+
+def explain(picture: Picture, pod: GpuPod, default_policy: str, seed: int = 0) -> Explanation:
+    """Why the pod is where it is (or nowhere). ``default_policy``: the allocator's."""
+    nodes = list(picture.nodes)
+    policy = (pod.request.policy if pod.request and pod.request.policy else default_policy)
+    get_policy(policy)  # an unknown name is the caller's error, reported as such
+    found: tuple[Verdict, ...] = ()
+    if pod.request is not None:
+        states = [n.state_without([pod.uid]) for n in nodes]
+        found = verdicts(pod, pod.request, nodes, states, policy, seed)
+    if pod.request is None:
+        summary = (f"its GPU request cannot be read: {pod.request_problem}"
+                   if pod.request_problem else "it asks for no GPU")
+        if pod.allocation is not None:
+            summary = f"bound to {pod.node}; " + summary
+    else:
+        summary = _summary(pod, found)
+    return Explanation(
+        pod=pod.key, phase=pod.phase, policy=policy,
+        request=describe_request(pod.request) if pod.request else "",
+        request_problem=pod.request_problem, node=pod.node, cards=_shares(pod),
+        verdicts=found, scheduler_message=pod.scheduler_message, summary=summary,
+    )
+
+
+def render(e: Explanation) -> str:
+    lines = [f"pod {e.pod} ({e.phase or 'unknown phase'}), policy {e.policy}"]
+    if e.request:
+        lines.append(f"  asks for: {e.request}")
+    if e.request_problem:
+        lines.append(f"  request problem: {e.request_problem}")
+    if e.cards:
+        lines.append(f"  holds on {e.node}:")
+        for c in e.cards:
+            cards = ",".join(f"#{i}" for i in c.cards)
+            lines.append(f"    {'init ' if c.init else ''}{c.container}: card {cards} ({c.share})")
+    lines.append(f"  => {e.summary}")
+    if e.scheduler_message:
+        lines.append(f"  kube-scheduler: {e.scheduler_message}")
+    if e.verdicts:
+        lines.append("")
+        if e.cards:
+            lines.append("  each node as it is without this pod, as if it arrived now:")
+        lines.append(f"  {'node':<28}{'verdict':<10}{'score':>5}  {'idle':>4}  "
+                     f"{'core free':>9}  {'memory free':>12}  reason")
+        for v in e.verdicts:
+            score = "-" if v.score is None else str(v.score)
+            mark = "*" if v.node == e.node else " "
+            lines.append(
+                f" {mark}{v.node[:27]:<28}{v.outcome:<10}{score:>5}  {v.idle_cards:>4}  "
+                f"{v.free_core_percent:>8}%  {v.free_memory_mib:>8} MiB  {v.reason}".rstrip())
+    return "\n".join(lines) + "\n"

@@ -1,0 +1,100 @@
+"""``what-if``: today's pods replayed per policy, against placements worked out by hand."""
+
+from __future__ import annotations
+
+import random
+
+import pytest
+from plugin_builders import MIB, gpu_node, gpu_pod, picture_of, scenario, shares, wholes
+
+from allocator.fit import Card, Unfit, empty_node, place
+from allocator.policies import REGISTRY, PolicyContext, chooser, get_policy
+from tessera.plugin import whatif
+from tessera.plugin.placing import ContentIds, ScoreMemo, place_best
+
+
+def outcomes(policies: list[str], **kwargs: bool) -> whatif.WhatIf:
+    return whatif.what_if(picture_of(*scenario()), policies, "binpack", **kwargs)
+
+
+def test_now_is_the_cluster_as_it_is() -> None:
+    now = outcomes([]).now
+    assert (now.placed, now.pods, now.idle_cards, now.cards) == (4, 6, 0, 4)
+    assert now.unplaced == ("default/e", "default/f")
+
+
+def test_binpack_packs_the_halves_and_leaves_a_card_idle_where_spread_leaves_none() -> None:
+    # binpack: a -> n1#0, b -> n1#0 (fullest card), c -> n1#1 (fullest node), d -> n2
+    # whole; n2 keeps one idle card. spread: a -> n1, b -> n2, c -> n1#1, d -> n2#1.
+    result = outcomes(["binpack", "spread"], include_pending=False)
+    binpack, spread = result.outcomes
+    assert (binpack.placed, binpack.idle_cards, binpack.shared_cards) == (4, 1, 2)
+    assert (spread.placed, spread.idle_cards, spread.shared_cards) == (4, 0, 3)
+
+
+def test_pending_pods_are_replayed_after_the_bound_ones() -> None:
+    (binpack,) = outcomes(["binpack"]).outcomes
+    # e wants two whole cards; binpack leaves one idle: it still does not fit.
+    assert binpack.unplaced == ("default/e", "default/f")
+
+
+def test_a_pending_pod_binpack_would_have_room_for() -> None:
+    nodes = [gpu_node("n1"), gpu_node("n2")]
+    pods = [gpu_pod("a", shares(50), node="n1", cards=[0], at=1.0),
+            gpu_pod("b", shares(50), node="n2", cards=[0], at=2.0),
+            gpu_pod("big", wholes(2))]
+    result = whatif.what_if(picture_of(nodes, pods), ["binpack", "spread"], "binpack")
+    binpack, spread = result.outcomes
+    assert result.now.unplaced == ("default/big",)
+    assert binpack.unplaced == () and binpack.idle_cards == 1
+    assert spread.unplaced == ("default/big",)
+
+
+def test_the_replay_keeps_pods_to_their_node_selector() -> None:
+    nodes = [gpu_node("n1", labels={"pool": "a"}), gpu_node("n2", labels={"pool": "b"})]
+    pods = [gpu_pod(f"p{i}", wholes(1), node="n2", cards=[i], at=float(i),
+                    node_selector={"pool": "b"}) for i in range(2)]
+    (binpack,) = whatif.what_if(picture_of(nodes, pods), ["binpack"], "binpack").outcomes
+    assert binpack.placed == 2 and binpack.idle_nodes == 1
+    pods.append(gpu_pod("p2", wholes(1), node_selector={"pool": "b"}))
+    (binpack,) = whatif.what_if(picture_of(nodes, pods), ["binpack"], "binpack").outcomes
+    assert binpack.unplaced == ("default/p2",)  # n1 is idle but not in its pool
+
+
+@pytest.mark.parametrize("policy", sorted(REGISTRY))
+def test_the_memoised_choice_is_the_plain_choice(policy: str) -> None:
+    """place_best with the replay's memo by content chooses what the per-node path chooses."""
+    rng = random.Random(7)
+    cards = tuple(Card(i, "T4", MIB) for i in range(4))
+    states = []
+    for n in range(12):
+        state = empty_node(f"n{n:02d}", cards)
+        for k in range(rng.randrange(0, 6)):
+            req = shares(rng.choice([10, 25, 50]), rng.choice([1000, 4000]))
+            placed = place(req, state, chooser(get_policy("random"),
+                                               PolicyContext(req, pod_key=f"{n}-{k}")))
+            if not isinstance(placed, Unfit):
+                state = placed.after
+        states.append(state)
+    ids = ContentIds()
+    contents = [ids.of(s) for s in states]
+    assert len(set(contents)) < len(states)  # some nodes alike, so the memo is exercised
+    memo: ScoreMemo = {}
+    for i, req in enumerate([shares(25), shares(50, 4000), wholes(1), wholes(2), shares(10)] * 2):
+        ctx = PolicyContext(req, pod_key=f"pod-{i}")
+        fast = place_best(req, get_policy(policy), ctx, states, "u", memo, contents)
+        plain = place_best(req, get_policy(policy), ctx, states, "u")
+        assert (fast and (fast.node, fast.containers)) == (plain and (plain.node,
+                                                                      plain.containers))
+
+
+def test_as_is_keeps_each_pods_own_policy() -> None:
+    nodes = [gpu_node("n1"), gpu_node("n2")]
+    half = shares(50)
+    spread = type(half)(half.containers, policy="spread")
+    pods = [gpu_pod("a", spread, node="n1", cards=[0], at=1.0),
+            gpu_pod("b", spread, node="n2", cards=[0], at=2.0)]
+    as_is, binpack = whatif.what_if(picture_of(nodes, pods), [whatif.AS_IS, "binpack"],
+                                    "binpack").outcomes
+    assert (as_is.policy, as_is.idle_cards) == ("as-is", 2)  # spread: one half per node
+    assert binpack.idle_cards == 3  # binpack: both halves on one card
