@@ -20,6 +20,7 @@ COPY tessera ./tessera
 COPY webhook ./webhook
 COPY allocator ./allocator
 COPY certs ./certs
+COPY kubectl_tessera ./kubectl_tessera
 # `.` is this checkout; its dependencies are the [project] dependencies of pyproject.toml.
 RUN /opt/tessera/bin/pip install --no-compile . \
     && /opt/tessera/bin/python -m compileall -q /opt/tessera/lib

@@ -15,9 +15,9 @@ import random
 import time
 from typing import Any
 
+from kubectl_tessera import defrag, inspection, whatif, why
+from kubectl_tessera.picture import build_picture
 from tessera.dialects import DialectConfig
-from tessera.plugin import defrag, inspection, whatif, why
-from tessera.plugin.picture import build_picture
 from tessera.vocabulary import (
     Allocation,
     ContainerAllocation,

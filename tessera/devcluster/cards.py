@@ -11,7 +11,7 @@ import argparse
 import os
 import sys
 
-from tessera.devcluster.report import card_usage, render_table
+from kubectl_tessera.report import card_usage, render_table
 from tessera.devcluster.workloads import list_objects
 from tessera.vocabulary import Vocabulary
 

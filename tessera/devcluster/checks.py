@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from tessera.devcluster.report import CardInfo, CardUsage
+from kubectl_tessera.report import CardInfo, CardUsage
 from tessera.quantity import QuantityError, parse_quantity
 from tessera.vocabulary import (
     WHOLE_CARD_PERCENT,

@@ -22,11 +22,11 @@ from pathlib import Path
 from types import FrameType
 from typing import Any, TextIO
 
+from kubectl_tessera.report import card_usage, render_table
 from tessera.devcluster import DevClusterError
 from tessera.devcluster.binaries import ensure_binaries, repo_root
 from tessera.devcluster.cluster import DevCluster, Options
 from tessera.devcluster.nodes import Card, GpuNodeSpec, Inventory, uniform
-from tessera.devcluster.report import card_usage, render_table
 from tessera.devcluster.workloads import (
     container,
     ensure_namespace,

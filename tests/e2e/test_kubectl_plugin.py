@@ -12,9 +12,9 @@ from typing import Any
 
 import pytest
 
+from kubectl_tessera.report import card_usage
 from tessera.devcluster.cluster import DevCluster
 from tessera.devcluster.nodes import GpuNodeSpec, uniform
-from tessera.devcluster.report import card_usage
 from tessera.devcluster.workloads import (
     container,
     get_object,

@@ -10,12 +10,12 @@ from typing import Any
 
 import pytest
 
+from kubectl_tessera.report import card_usage, overcommitments
 from tessera.devcluster import kwok
 from tessera.devcluster.binaries import repo_root
 from tessera.devcluster.checks import admission_problems
 from tessera.devcluster.cluster import DevCluster
 from tessera.devcluster.nodes import GpuNodeSpec, uniform
-from tessera.devcluster.report import card_usage, overcommitments
 from tessera.devcluster.workloads import (
     container,
     ensure_namespace,

@@ -11,12 +11,12 @@ from typing import Any
 
 import pytest
 
+from kubectl_tessera.report import card_usage, node_cards, overcommitments
 from tessera.devcluster import kwok
 from tessera.devcluster.binaries import repo_root
 from tessera.devcluster.checks import admission_problems, allocation_problems, fits_now
 from tessera.devcluster.cluster import DevCluster
 from tessera.devcluster.nodes import Card, GpuNodeSpec, Inventory, uniform
-from tessera.devcluster.report import card_usage, node_cards, overcommitments
 from tessera.devcluster.workloads import (
     container,
     delete_pods,

@@ -6,8 +6,8 @@ import json
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from kubectl_tessera.picture import Picture, build_picture
 from tessera.dialects import DialectConfig
-from tessera.plugin.picture import Picture, build_picture
 from tessera.vocabulary import (
     Allocation,
     ContainerAllocation,

@@ -11,8 +11,8 @@ import yaml
 from plugin_builders import gpu_node, gpu_pod, scenario, shares
 
 from allocator.errors import ApiError, NotFound
-from tessera.plugin import cli
-from tessera.plugin.source import Reader
+from kubectl_tessera import cli
+from kubectl_tessera.source import Reader
 
 Obj = dict[str, Any]
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 from plugin_builders import gpu_node, gpu_pod, picture_of, scenario, shares, wholes
 
-from tessera.plugin import defrag
+from kubectl_tessera import defrag
 from tessera.vocabulary import (
     Allocation,
     ContainerAllocation,

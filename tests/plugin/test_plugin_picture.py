@@ -13,8 +13,8 @@ from plugin_builders import (
     wholes,
 )
 
-from tessera.plugin import inspection
-from tessera.plugin.picture import parse_selector, selector_matches
+from kubectl_tessera import inspection
+from kubectl_tessera.picture import parse_selector, selector_matches
 
 
 def test_card_usage_comes_from_the_bound_pods_records() -> None:

@@ -9,8 +9,8 @@ from plugin_builders import MIB, gpu_node, gpu_pod, picture_of, scenario, shares
 
 from allocator.fit import Card, Unfit, empty_node, place
 from allocator.policies import REGISTRY, PolicyContext, chooser, get_policy
-from tessera.plugin import whatif
-from tessera.plugin.placing import ContentIds, ScoreMemo, place_best
+from kubectl_tessera import whatif
+from kubectl_tessera.placing import ContentIds, ScoreMemo, place_best
 
 
 def outcomes(policies: list[str], **kwargs: bool) -> whatif.WhatIf:

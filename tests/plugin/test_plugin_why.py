@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from plugin_builders import gpu_node, gpu_pod, picture_of, scenario, shares, wholes
 
-from tessera.plugin import why
+from kubectl_tessera import why
 
 
 def verdicts_of(name: str, nodes: list[dict[str, object]] | None = None,

@@ -1,7 +1,7 @@
 """``defrag-plan``: the fewest pod moves that would leave N whole cards idle (pure, dry run).
 
 A *move* takes one pod off all its cards and puts it elsewhere, where the allocator's own
-placement (:func:`tessera.plugin.placing.place_best`, the chosen policy) would put it if it
+placement (:func:`kubectl_tessera.placing.place_best`, the chosen policy) would put it if it
 arrived after the plan's earlier moves. Nothing is evicted: the plan is a list to act on, and
 the scheduler will make its own choice when a moved pod comes back.
 
@@ -37,8 +37,8 @@ from dataclasses import dataclass
 
 from allocator.fit import CardState, NodeState
 from allocator.policies import PolicyContext, get_policy
-from tessera.plugin.picture import GpuNode, GpuPod, Picture, selector_excludes
-from tessera.plugin.placing import ContentIds, ScoreMemo, place_best
+from kubectl_tessera.picture import GpuNode, GpuPod, Picture, selector_excludes
+from kubectl_tessera.placing import ContentIds, ScoreMemo, place_best
 
 #: Re-placement attempts (each one places every pod of a candidate plan) before the search
 #: stops and returns its best plan so far.

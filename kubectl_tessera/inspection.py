@@ -1,6 +1,6 @@
 """``inspect``: nodes x cards, model, core and memory used/total, who holds what (pure).
 
-The table is the demo's (:func:`tessera.devcluster.report.render_table`), filled from the
+The table is the demo's (:func:`kubectl_tessera.report.render_table`), filled from the
 picture, i.e. from the allocator's reading of nodes and records: a card's use is the sum of
 every container the records put on it, init containers included, as the allocator reserves
 them. The JSON/YAML document keeps the key names of the allocator's ``/status`` where they
@@ -12,8 +12,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from tessera.devcluster.report import CardInfo, CardUsage, Holding, render_table
-from tessera.plugin.picture import GpuNode, GpuPod, Picture
+from kubectl_tessera.picture import GpuNode, GpuPod, Picture
+from kubectl_tessera.report import CardInfo, CardUsage, Holding, render_table
 from tessera.vocabulary import WHOLE_CARD_PERCENT
 
 

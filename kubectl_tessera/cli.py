@@ -21,17 +21,17 @@ import yaml
 
 from allocator.errors import ApiError, NotFound
 from allocator.policies import DEFAULT_POLICY, REGISTRY, get_policy
-from tessera import __version__
-from tessera.dialects import DialectConfig
-from tessera.plugin import defrag, inspection, whatif, why
-from tessera.plugin.picture import (
+from kubectl_tessera import defrag, inspection, whatif, why
+from kubectl_tessera.picture import (
     Picture,
     build_picture,
     parse_selector,
     read_pod,
     selector_matches,
 )
-from tessera.plugin.source import Objects, Reader, read_cluster, read_with_pod
+from kubectl_tessera.source import Objects, Reader, read_cluster, read_with_pod
+from tessera import __version__
+from tessera.dialects import DialectConfig
 from tessera.vocabulary import ConfigError, TesseraError
 
 PROG = "kubectl tessera"
@@ -245,5 +245,5 @@ def main(argv: Sequence[str] | None = None, *, reader: ReaderFactory = _kube_rea
 
 
 
-if __name__ == "__main__":  # python -m tessera.plugin.cli: the krew launcher's entry
+if __name__ == "__main__":  # python -m kubectl_tessera.cli: the krew launcher's entry
     sys.exit(main())

@@ -2,7 +2,7 @@
 
 The openb replay's engine (bench/openb/replay.py) on live data: the nodes start empty, the pods
 arrive one at a time in the order they were allocated (then the Pending ones, oldest first),
-and each goes where :func:`tessera.plugin.placing.place_best` puts it, i.e. the policy's score
+and each goes where :func:`kubectl_tessera.placing.place_best` puts it, i.e. the policy's score
 of the placement :func:`allocator.fit.place` makes, applied with
 :func:`allocator.fit.apply_placement`. No pod leaves. kube-scheduler's part is reduced to what
 the picture knows: a pod only goes to nodes its ``nodeSelector`` matches and that are not
@@ -21,8 +21,8 @@ from dataclasses import dataclass
 
 from allocator.fit import NodeState, apply_placement, empty_node
 from allocator.policies import PolicyContext, get_policy
-from tessera.plugin.picture import GpuNode, GpuPod, Picture, selector_excludes
-from tessera.plugin.placing import ContentIds, ScoreMemo, place_best
+from kubectl_tessera.picture import GpuNode, GpuPod, Picture, selector_excludes
+from kubectl_tessera.placing import ContentIds, ScoreMemo, place_best
 from tessera.vocabulary import PodRequest
 
 #: The replay "policy" that keeps each pod's own policy, and the default for the others.
