@@ -20,7 +20,6 @@ SUBCOMMANDS: dict[str, tuple[str, str]] = {
     "allocator": ("allocator.cli", "serve the kube-scheduler extender (gunicorn)"),
     "certs": ("certs.cli", "create, install and rotate TLS material"),
     "demo": ("tessera.devcluster.demo", "run Tessera on a local real control plane"),
-    "cards": ("tessera.devcluster.cards", "print who holds which GPU card (the demo's table)"),
 }
 
 
