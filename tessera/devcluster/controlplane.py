@@ -357,7 +357,8 @@ class ControlPlane:
         kubeconfig = self.write_kubeconfig("kwok", kwok.USER)
         config_path = self.workdir / "kwok.yaml"
         config_path.write_text(
-            yaml.safe_dump_all(kwok.pod_stages(self.job_run_seconds), sort_keys=False)
+            yaml.safe_dump_all(kwok.node_stages() + kwok.pod_stages(self.job_run_seconds),
+                              sort_keys=False)
         )
         process = ManagedProcess(
             "kwok",

@@ -1,14 +1,16 @@
 """Node and pod lifecycle without kubelets: KWOK's configuration for the dev cluster (pure).
 
 KWOK (sigs.k8s.io/kwok) watches the nodes it manages and the pods bound to them, and applies
-*Stages*: a selector over the object and the status it moves to. Its built-in node stages keep
-our fake GPU nodes Ready, renewing the Ready condition's heartbeat every 20-45 s, so
-kube-controller-manager's node lifecycle controller treats them as healthy nodes (and would
-taint them if KWOK stopped). KWOK's Lease mode (``--node-lease-duration-seconds``) managed no
-node at all in v0.7.0 out of cluster, so the heartbeat is the status one, which the node
-lifecycle controller reads as well (``pkg/controller/nodelifecycle``, tryUpdateNodeHealth).
-The pod stages are ours, so that the dev cluster behaves like a cluster whose pods run and
-end:
+*Stages*: a selector over the object and the status it moves to. Our node stages keep the
+fake GPU nodes Ready, renewing the Ready condition's heartbeat every 10-12 s as a kubelet does
+(its ``nodeStatusUpdateFrequency``), so kube-controller-manager's node lifecycle controller
+treats them as healthy (and taints them, as it would a dead kubelet's node, if KWOK stopped).
+KWOK's built-in heartbeat stage waits 20-45 s, which on a loaded machine crossed the lifecycle
+controller's 50 s grace period and got live nodes tainted ``unreachable``; its Lease mode
+(``--node-lease-duration-seconds``) managed no node at all in v0.7.0 out of cluster. The node
+lifecycle controller reads the status heartbeat as well (``pkg/controller/nodelifecycle``,
+tryUpdateNodeHealth). The pod stages make the dev cluster behave like a cluster whose pods
+run and end:
 
 * a bound pod becomes Running (podIP, conditions, container states), as a kubelet reports it;
 * a pod owned by a Job, or any pod annotated with :data:`RUN_FOR_ANNOTATION`, turns Succeeded
@@ -34,6 +36,29 @@ RUN_FOR_ANNOTATION = "pod-complete.stage.kwok.x-k8s.io/delay"
 USER = "tessera-devcluster:kwok"
 
 _NOT_DELETED = {"key": ".metadata.deletionTimestamp", "operator": "DoesNotExist"}
+_READY = '.status.conditions.[] | select( .type == "Ready" ) | .status'
+#: Every heartbeat rewrites the conditions KWOK reports (``NodeConditions``: Ready and the
+#: pressure conditions), keeping their transition times.
+_CONDITIONS = """\
+{{ $now := Now }}
+{{ $since := or .metadata.creationTimestamp $now }}
+conditions:
+{{ range NodeConditions }}
+- type: {{ .type | Quote }}
+  status: {{ .status | Quote }}
+  reason: {{ .reason | Quote }}
+  message: {{ .message | Quote }}
+  lastHeartbeatTime: {{ $now | Quote }}
+  lastTransitionTime: {{ $since | Quote }}
+{{ end }}
+"""
+#: The node comes up: conditions, its address, and phase Running; the capacity we set stays.
+_INITIALIZED = _CONDITIONS + """\
+addresses:
+- type: InternalIP
+  address: {{ NodeIP | Quote }}
+phase: Running
+"""
 _RUNNING = {"key": ".status.phase", "operator": "In", "values": ["Running"]}
 
 _READY_STATUS = """\
@@ -105,6 +130,26 @@ def _stage(name: str, selector: list[dict[str, Any]], next_: dict[str, Any],
         spec["delay"] = delay
     return {"apiVersion": "kwok.x-k8s.io/v1alpha1", "kind": "Stage", "metadata": {"name": name},
             "spec": spec}
+
+
+def node_stages(heartbeat_seconds: float = 10.0) -> list[dict[str, Any]]:
+    """Ready once handed to KWOK, then a heartbeat every ``heartbeat_seconds`` (+ up to 2 s)."""
+    def stage(name: str, selector: list[dict[str, Any]], template: str,
+              delay: dict[str, Any] | None = None) -> dict[str, Any]:
+        doc = _stage(name, selector, {"statusTemplate": template}, delay)
+        doc["spec"]["resourceRef"]["kind"] = "Node"
+        return doc
+
+    every = int(heartbeat_seconds * 1000)
+    return [
+        stage("node-initialize", [{"key": _READY, "operator": "NotIn", "values": ["True"]}],
+              _INITIALIZED),
+        stage("node-heartbeat",
+              [{"key": ".status.phase", "operator": "In", "values": ["Running"]},
+               {"key": _READY, "operator": "In", "values": ["True"]}],
+              _CONDITIONS,
+              {"durationMilliseconds": every, "jitterDurationMilliseconds": every + 2000}),
+    ]
 
 
 def pod_stages(job_run_seconds: float) -> list[dict[str, Any]]:
