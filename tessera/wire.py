@@ -120,6 +120,10 @@ def check_object_meta(obj: Any, what: str) -> Mapping[str, Any]:
     Absent or null fields are fine."""
     if not isinstance(obj, Mapping):
         raise WireError(f"{what} must be a JSON object")
+    for key in ("spec", "status"):
+        value = obj.get(key)
+        if value is not None and not isinstance(value, Mapping):
+            raise WireError(f"{what}.{key} must be an object")
     meta = obj.get("metadata")
     if meta is None:
         return obj
@@ -137,8 +141,4 @@ def check_object_meta(obj: Any, what: str) -> Mapping[str, Any]:
             isinstance(v, str) for v in value.values()
         ):
             raise WireError(f"{what}.metadata.{key} must map strings to strings")
-    for key in ("spec", "status"):
-        value = obj.get(key)
-        if value is not None and not isinstance(value, Mapping):
-            raise WireError(f"{what}.{key} must be an object")
     return obj

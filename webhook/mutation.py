@@ -11,11 +11,11 @@ from __future__ import annotations
 
 import copy
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
-from tessera.dialects import parse_pod
-from tessera.vocabulary import PodRequest, encode_request
+from tessera.dialects import Dialect, parse_pod
+from tessera.vocabulary import CodecError, PodRequest, decode_request, encode_request
 from webhook.config import WebhookConfig
 
 
@@ -43,6 +43,12 @@ def _strip_owned(pod: dict[str, Any], config: WebhookConfig) -> None:
         if isinstance(mapping, dict):
             for key in keys:
                 mapping.pop(key, None)
+
+
+def _annotations(pod: Mapping[str, Any]) -> Mapping[str, Any]:
+    meta = pod.get("metadata")
+    annotations = meta.get("annotations") if isinstance(meta, Mapping) else None
+    return annotations if isinstance(annotations, Mapping) else {}
 
 
 def _carries_owned(pod: Mapping[str, Any], config: WebhookConfig) -> bool:
@@ -76,9 +82,64 @@ def _set_resources(
             resources.pop(part, None)
 
 
+def _recorded(pod: Mapping[str, Any], config: WebhookConfig) -> PodRequest | None:
+    """The request annotation the pod arrived with, if it decodes (else None: it is ours to
+    write, and is stripped and rewritten anyway)."""
+    text = _annotations(pod).get(config.dialects.vocabulary.request_annotation)
+    if not isinstance(text, str):
+        return None
+    try:
+        return decode_request(text)
+    except CodecError:
+        return None
+
+
+def _memory_percent_allowed(core_percent: int, memory_percent: int,
+                            config: WebhookConfig) -> bool:
+    """Whether an enabled dialect lets a user ask for this share: percent and fraction give
+    equal compute and memory (``gpu-percent: 25``), HAMi any pair (``gpucores`` with
+    ``gpumem-percentage``)."""
+    enabled = config.dialects.enabled
+    if Dialect.HAMI in enabled:
+        return True
+    return memory_percent == core_percent and bool(
+        {Dialect.PERCENT, Dialect.FRACTION} & enabled)
+
+
+def _restore_memory_percent(parsed: PodRequest, recorded: PodRequest | None,
+                            config: WebhookConfig) -> PodRequest:
+    """``parsed`` with the memory percent of shares the canonical resources cannot carry.
+
+    A share in percent (``gpu: "0.25"``: 25% compute and 25% of the chosen card's memory)
+    becomes ``gpu-core: 25`` and the request annotation; MiB of an unknown card cannot be a
+    resource. A pod admitted again from its own mutated manifest (re-created, restored from
+    a backup, ``kubectl debug --copy-to``) would read as compute only. So its recorded
+    request is taken back, container by container, where it is exactly ``parsed`` plus a
+    memory percent that the enabled dialects would have let the user ask for: a forged
+    annotation can claim nothing a user could not write in a dialect.
+    """
+    if recorded is None or (recorded.models, recorded.min_card_memory_mib, recorded.policy) != (
+            parsed.models, parsed.min_card_memory_mib, parsed.policy):
+        return parsed
+    wanted = {c.name: c for c in recorded.containers}
+    containers = []
+    for c in parsed.containers:
+        before = wanted.get(c.name)
+        if (before is not None and not c.is_whole and not c.memory_mib
+                and not c.memory_percent and before.memory_percent
+                and before == replace(c, memory_percent=before.memory_percent)
+                and _memory_percent_allowed(c.core_percent, before.memory_percent, config)):
+            c = before
+        containers.append(c)
+    return replace(parsed, containers=tuple(containers))
+
+
 def mutate_pod(pod: Mapping[str, Any], config: WebhookConfig) -> Mutation:
-    """Normalise ``pod``; raises :class:`tessera.vocabulary.RequestError` for a bad request."""
+    """Normalise ``pod``; raises :class:`tessera.vocabulary.RequestError` for a bad request.
+    Idempotent: a mutated pod, mutated again, is the same pod."""
     request = parse_pod(pod, config.dialects)
+    if request is not None:
+        request = _restore_memory_percent(request, _recorded(pod, config), config)
     if request is None:
         if not _carries_owned(pod, config):
             return Mutation(pod, None, changed=False)  # the fast path: nothing to do
