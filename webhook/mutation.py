@@ -15,7 +15,13 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from tessera.dialects import Dialect, parse_pod
-from tessera.vocabulary import CodecError, PodRequest, decode_request, encode_request
+from tessera.vocabulary import (
+    CodecError,
+    PodRequest,
+    RequestError,
+    decode_request,
+    encode_request,
+)
 from webhook.config import WebhookConfig
 
 
@@ -134,6 +140,17 @@ def _restore_memory_percent(parsed: PodRequest, recorded: PodRequest | None,
     return replace(parsed, containers=tuple(containers))
 
 
+def _check_unique_names(pod: Mapping[str, Any]) -> None:
+    """Resources are written by container name: two containers of one name would both get
+    the request. Pod validation, which runs after us, refuses such a pod anyway."""
+    spec = pod["spec"]  # parse_pod found containers, so there is a spec
+    names = [c.get("name") for field_name in ("initContainers", "containers")
+             for c in spec.get(field_name) or []]
+    repeated = sorted({n for n in names if names.count(n) > 1})
+    if repeated:
+        raise RequestError(f"container names repeat: {', '.join(map(str, repeated))}")
+
+
 def mutate_pod(pod: Mapping[str, Any], config: WebhookConfig) -> Mutation:
     """Normalise ``pod``; raises :class:`tessera.vocabulary.RequestError` for a bad request.
     Idempotent: a mutated pod, mutated again, is the same pod."""
@@ -149,6 +166,7 @@ def mutate_pod(pod: Mapping[str, Any], config: WebhookConfig) -> Mutation:
 
     vocabulary = config.dialects.vocabulary
     remove = config.dialects.resource_keys
+    _check_unique_names(pod)
     new = copy.deepcopy(dict(pod))
     _strip_owned(new, config)
     by_name = {c.name: c for c in request.containers}
