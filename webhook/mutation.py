@@ -100,16 +100,21 @@ def _recorded(pod: Mapping[str, Any], config: WebhookConfig) -> PodRequest | Non
         return None
 
 
+#: Dialects in which a user writes compute and a memory percent independently (HAMi
+#: ``gpucores`` + ``gpumem-percentage``, Volcano ``vgpu-cores`` + ``vgpu-memory-percentage``,
+#: Koordinator ``gpu-core`` + ``gpu-memory-ratio``), and those that give both the same percent
+#: (``gpu-percent: 25``, ``gpu: "0.25"``, KAI ``gpu-fraction``).
+_ANY_MEMORY_PERCENT = frozenset({Dialect.HAMI, Dialect.VOLCANO, Dialect.KOORDINATOR})
+_EQUAL_MEMORY_PERCENT = frozenset({Dialect.PERCENT, Dialect.FRACTION, Dialect.KAI})
+
+
 def _memory_percent_allowed(core_percent: int, memory_percent: int,
                             config: WebhookConfig) -> bool:
-    """Whether an enabled dialect lets a user ask for this share: percent and fraction give
-    equal compute and memory (``gpu-percent: 25``), HAMi any pair (``gpucores`` with
-    ``gpumem-percentage``)."""
+    """Whether an enabled dialect lets a user ask for this share."""
     enabled = config.dialects.enabled
-    if Dialect.HAMI in enabled:
+    if _ANY_MEMORY_PERCENT & enabled:
         return True
-    return memory_percent == core_percent and bool(
-        {Dialect.PERCENT, Dialect.FRACTION} & enabled)
+    return memory_percent == core_percent and bool(_EQUAL_MEMORY_PERCENT & enabled)
 
 
 def _restore_memory_percent(parsed: PodRequest, recorded: PodRequest | None,

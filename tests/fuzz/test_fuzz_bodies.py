@@ -36,7 +36,7 @@ import pytest
 from hypothesis import HealthCheck, event, given, seed, settings
 from hypothesis import strategies as st
 
-from tessera.dialects import GENIUS_LABELS, DialectConfig
+from tessera.dialects import GENIUS_LABELS, KAI_ANNOTATIONS, Dialect, DialectConfig
 from tessera.vocabulary import Vocabulary
 from webhook.app import create_app as create_webhook
 from webhook.config import WebhookConfig
@@ -57,11 +57,11 @@ FUZZ = settings(
 
 # ----------------------------------------------------------------------------- strategies
 
-ALL_DIALECTS = DialectConfig.from_env(
-    {"TESSERA_DIALECTS": "elastic,percent,fraction,nano-gpu,aliyun,genius,hami"})
+ALL_DIALECTS = DialectConfig.from_env({"TESSERA_DIALECTS": ",".join(Dialect)})
 RESOURCE_KEYS = [*sorted(ALL_DIALECTS.resource_keys), "cpu", "memory"]
 ANNOTATION_KEYS = [VOCAB.request_annotation, VOCAB.allocation_annotation,
-                   VOCAB.model_annotation, VOCAB.policy_annotation, "other/x"]
+                   VOCAB.model_annotation, VOCAB.policy_annotation, *KAI_ANNOTATIONS,
+                   "other/x"]
 LABEL_KEYS = [*GENIUS_LABELS, VOCAB.gpu_pod_label, VOCAB.mode_label, "app"]
 
 hostile_text = st.sampled_from([
@@ -159,6 +159,10 @@ VALID_LIMITS = [
     {"aliyun.com/gpu-mem": "3"},
     {"nvidia.com/gpu": "1", "nvidia.com/gpucores": "20", "nvidia.com/gpumem-percentage": "50"},
     {"nvidia.com/gpu": "1", "nvidia.com/gpumem": "4096"},
+    {"volcano.sh/vgpu-number": "1", "volcano.sh/vgpu-cores": "50",
+     "volcano.sh/vgpu-memory-percentage": "30"},
+    {"tencent.com/vcuda-core": "50", "tencent.com/vcuda-memory": "30"},
+    {"koordinator.sh/gpu-core": "50", "koordinator.sh/gpu-memory-ratio": "30"},
 ]
 gpu_container = st.fixed_dictionaries({
     "name": st.sampled_from(["main", "side"]),
@@ -259,7 +263,7 @@ def no_errors(errors: Errors) -> None:
 
 WEBHOOK_CONFIGS = {
     "default": WebhookConfig(max_body_bytes=MAX_BODY),
-    "hami": WebhookConfig(max_body_bytes=MAX_BODY, dialects=ALL_DIALECTS),
+    "all-dialects": WebhookConfig(max_body_bytes=MAX_BODY, dialects=ALL_DIALECTS),
 }
 
 

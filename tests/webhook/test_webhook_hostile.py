@@ -143,8 +143,11 @@ def test_mutating_a_mutated_seed_pod_gives_the_same_pod(client: FlaskClient,
     ("limits", "config"),
     [({"elasticgpu.io/gpu": "0.25"}, CONFIG), ({"elasticgpu.io/gpu-percent": "30"}, CONFIG),
      ({"nvidia.com/gpu": "1", "nvidia.com/gpumem-percentage": "50",
-       "nvidia.com/gpucores": "20"}, HAMI)],
-    ids=["fraction", "percent", "hami"],
+       "nvidia.com/gpucores": "20"}, HAMI),
+     ({"volcano.sh/vgpu-number": "1", "volcano.sh/vgpu-cores": "50",
+       "volcano.sh/vgpu-memory-percentage": "30"}, CONFIG),
+     ({"koordinator.sh/gpu-core": "50", "koordinator.sh/gpu-memory-ratio": "30"}, CONFIG)],
+    ids=["fraction", "percent", "hami", "volcano", "koordinator"],
 )
 def test_a_memory_percent_share_keeps_its_memory_when_admitted_again(
     limits: dict[str, str], config: WebhookConfig,
@@ -161,10 +164,11 @@ def test_a_memory_percent_share_keeps_its_memory_when_admitted_again(
 
 @pytest.mark.parametrize(
     ("recorded", "config"),
-    [(ContainerRequest("main", core_percent=10, memory_percent=100), CONFIG),  # 10 != 100
+    [(ContainerRequest("main", core_percent=10, memory_percent=100), WebhookConfig(
+        dialects=DialectConfig.from_env({"TESSERA_DIALECTS": "elastic,percent,fraction"}))),
      (ContainerRequest("main", core_percent=10, memory_percent=10), WebhookConfig(
          dialects=DialectConfig.from_env({"TESSERA_DIALECTS": "elastic"})))],
-    ids=["unequal-without-hami", "percent-dialects-off"],
+    ids=["unequal-with-equal-dialects-only", "percent-dialects-off"],
 )
 def test_a_forged_memory_percent_no_enabled_dialect_could_ask_for_is_not_restored(
     recorded: ContainerRequest, config: WebhookConfig,
