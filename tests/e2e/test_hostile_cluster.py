@@ -78,6 +78,19 @@ def forge(core_v1: Any, api: KubeClient, cluster: DevCluster, namespace: str, na
 
 
 @pytest.fixture
+def allocator_api(cluster: DevCluster) -> Iterator[KubeClient]:
+    """The allocator's own identity (its shipped RBAC), closed after the test."""
+    from kubernetes import client, config
+
+    cfg = client.Configuration()
+    config.load_kube_config(
+        config_file=str(cluster.control_plane.kubeconfig_path("tessera-allocator")),
+        client_configuration=cfg)
+    with client.ApiClient(cfg) as api_client:
+        yield KubeClient(api_client)
+
+
+@pytest.fixture
 def hostile_nodes(cluster: DevCluster, core_v1: Any, namespace: str) -> Iterator[list[str]]:
     """Nodes outside every test's pool: cards annotation of brackets; a billion GPUs."""
     vocab = cluster.vocabulary
@@ -97,12 +110,11 @@ def hostile_nodes(cluster: DevCluster, core_v1: Any, namespace: str) -> Iterator
 
 def test_hostile_pods_and_nodes_neither_wedge_a_restarted_allocator_nor_its_watch(
     cluster: DevCluster, core_v1: Any, namespace: str, pool: NodePool,
-    hostile_nodes: list[str],
+    hostile_nodes: list[str], allocator_api: KubeClient,
 ) -> None:
     node = f"{namespace}-n"
     selector = pool([uniform(node, 1, "Tesla-T4", 15360)])
-    api = KubeClient.from_config(
-        str(cluster.control_plane.kubeconfig_path("tessera-allocator")))
+    api = allocator_api
     forged = {forge(core_v1, api, cluster, namespace, f"forged-{key}", node, record): key
               for key, record in HOSTILE_RECORDS.items()}
 

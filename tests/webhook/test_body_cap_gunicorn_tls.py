@@ -115,8 +115,8 @@ def post_reading_early(port: int, ca_file: Path, path: str, head: bytes, total: 
     request = (f"POST {path} HTTP/1.1\r\nHost: {HOST}\r\nContent-Type: application/json"
                f"\r\n{length}\r\n\r\n").encode() + framed
     context = ssl.create_default_context(cafile=str(ca_file))
-    raw = socket.create_connection((HOST, port), timeout=30)
-    with context.wrap_socket(raw, server_hostname=HOST) as tls:
+    with socket.create_connection((HOST, port), timeout=30) as raw, \
+            context.wrap_socket(raw, server_hostname=HOST) as tls:
         tls.setblocking(False)
         sent, received, sending = 0, b"", True
         deadline = time.monotonic() + 60
