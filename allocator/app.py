@@ -8,8 +8,10 @@ Routes (verbs under the URL prefix, ``/scheduler`` by default):
 
 Malformed verb bodies get **HTTP 200 with ``Error`` set**: kube-scheduler treats any other
 status as an error too (``pkg/scheduler/framework/extender.go``, ``send``), but then shows only
-the status code, whereas ``Error`` reaches the pod's events verbatim. Oversized bodies are
-refused with 413 before they are read. Nothing answers 500: handlers catch everything.
+the status code, whereas ``Error`` reaches the pod's events verbatim. Bodies over the cap are
+refused with 413, chunked or not (:func:`tessera.wire.read_body`). Every other error (unknown
+route, wrong method, a bug) goes through one app-wide handler and is JSON ``{"Error": ...}``
+too; input never gets a 500.
 """
 
 from __future__ import annotations
@@ -26,10 +28,11 @@ from typing import Any
 
 from flask import Flask, Response, jsonify, request
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
+from werkzeug.exceptions import HTTPException
 
 from allocator import extender
 from allocator.config import Settings
-from allocator.core import Allocator
+from allocator.core import Allocator, describe_error, event_safe
 from allocator.leader import LeaderElector
 from allocator.metrics import Metrics
 from allocator.nodelookup import NodeLookup
@@ -37,6 +40,7 @@ from allocator.ports import KubeApi
 from allocator.resync import PodResync
 from allocator.state import ClusterState
 from allocator.watch import initial_sync, reflectors
+from tessera.wire import BodyTooLarge, WireError, read_body
 
 logger = logging.getLogger(__name__)
 
@@ -148,11 +152,6 @@ def create_app(
     return app
 
 
-def _body() -> Any:
-    """The JSON body, or None when it is not JSON (the handlers turn that into Error)."""
-    return request.get_json(force=True, silent=True)
-
-
 def _json(doc: Any) -> Response:
     """A JSON reply without Flask's key sorting: the verb replies carry one entry per node,
     and sorting 5,000 ``FailedNodes`` keys is time on the scheduler's critical path."""
@@ -165,6 +164,11 @@ def _json_text(text: str) -> Response:
 
 def _routes(app: Flask, rt: Runtime, prefix: str) -> None:
     timer = rt.metrics.verb_seconds
+    cap = rt.settings.max_body_bytes
+
+    def _body() -> bytes:
+        """The raw body (the verb handlers decode it); over the cap: 413, below."""
+        return read_body(request.environ, cap)
 
     @app.post(f"{prefix}/filter")
     def filter_verb() -> Response:
@@ -209,7 +213,17 @@ def _routes(app: Flask, rt: Runtime, prefix: str) -> None:
     def metrics() -> Response:
         return Response(generate_latest(rt.metrics.registry), mimetype=CONTENT_TYPE_LATEST)
 
-    @app.errorhandler(413)
-    def too_large(_exc: Exception) -> tuple[Response, int]:
-        return jsonify({"Error": f"request body larger than {rt.settings.max_body_bytes} "
-                                 f"bytes"}), 413
+    # One handler for every error that leaves a view, JSON in the extender's own shape.
+    @app.errorhandler(Exception)
+    def any_error(exc: Exception) -> tuple[Response, int]:
+        if isinstance(exc, WireError):
+            return jsonify({"Error": event_safe(str(exc))}), exc.status
+        if isinstance(exc, HTTPException):
+            code = exc.code or 400
+            message = str(BodyTooLarge(cap)) if code == 413 else exc.description or exc.name
+            return jsonify({"Error": event_safe(message)}), code
+        # A bug (the verbs catch their own). On a verb, 200 with Error: the scheduler shows
+        # Error in the pod's events, a status only as a bare code (module doc).
+        logger.exception("unexpected error serving %s %s", request.method, request.path)
+        verb = request.path.startswith(f"{prefix}/")
+        return jsonify({"Error": describe_error(exc)}), 200 if verb else 500

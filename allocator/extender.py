@@ -7,8 +7,11 @@ carry **no JSON tags**, so keys are the Go field names (``Pod``, ``NodeNames``,
 ``urlPrefix/verb``, treats any status but 200 as an error, and for ``nodeCacheCapable``
 extenders reads ``NodeNames`` from the filter reply, refusing names it did not send.
 
-Handlers take the decoded JSON body and return the reply document; they never raise, so the
+Handlers take the raw request body and return the reply document; they never raise, so the
 HTTP layer can always answer 200 with ``Error`` set (the scheduler reports it on the pod).
+Bodies are decoded and type-checked here, once (:func:`decode_args`, :func:`decode_binding`):
+anyone who reaches the port can send one, so past this point a pod is a JSON object whose
+metadata has the types the API server gives it.
 """
 
 from __future__ import annotations
@@ -25,6 +28,7 @@ from allocator.errors import NotReady
 from allocator.policies import MAX_SCORE
 from tessera.logs import pod_context, pod_ids_context
 from tessera.vocabulary import TesseraError
+from tessera.wire import WireError, check_object_meta, load_json
 
 logger = logging.getLogger(__name__)
 
@@ -44,10 +48,6 @@ class HostPriority(TypedDict):
 
 class ExtenderBindingResult(TypedDict):
     Error: str
-
-
-class WireError(ValueError):
-    """A request body that is not what kube-scheduler sends."""
 
 
 @dataclass(frozen=True)
@@ -70,19 +70,29 @@ class ExtenderBindingArgs:
     node: str
 
 
-def decode_args(body: Any) -> ExtenderArgs:
-    if not isinstance(body, Mapping):
+def _load(body: bytes, what: str) -> Any:
+    try:
+        return load_json(body)
+    except ValueError as exc:
+        raise WireError(f"body is not JSON ({what}): {exc}") from exc
+
+
+def decode_args(body: bytes) -> ExtenderArgs:
+    doc = _load(body, "ExtenderArgs")
+    if not isinstance(doc, Mapping):
         raise WireError("body must be a JSON object (ExtenderArgs)")
-    pod = body.get("Pod")
+    pod = doc.get("Pod")
     if not isinstance(pod, dict):
         raise WireError("ExtenderArgs.Pod must be a Pod object")
-    names = body.get("NodeNames")
+    check_object_meta(pod, "ExtenderArgs.Pod")
+    names = doc.get("NodeNames")
     if names is None:
-        nodes = body.get("Nodes")
+        nodes = doc.get("Nodes")
         items = (nodes or {}).get("items") if isinstance(nodes, Mapping) else None
         if not isinstance(items, list):
             raise WireError("ExtenderArgs needs NodeNames (nodeCacheCapable) or Nodes")
-        names = [((i or {}).get("metadata") or {}).get("name") for i in items]
+        names = [(check_object_meta(i, "ExtenderArgs.Nodes.items[]").get("metadata") or {})
+                 .get("name") for i in items]
     # C-level checks (a generator over 5,000 names cost ~2 ms on the benchmark machine):
     # every element exactly a str (what json.loads makes), none empty.
     if not isinstance(names, list) or (names and (set(map(type, names)) != {str}
@@ -91,12 +101,13 @@ def decode_args(body: Any) -> ExtenderArgs:
     return ExtenderArgs(pod, names)
 
 
-def decode_binding(body: Any) -> ExtenderBindingArgs:
-    if not isinstance(body, Mapping):
+def decode_binding(body: bytes) -> ExtenderBindingArgs:
+    doc = _load(body, "ExtenderBindingArgs")
+    if not isinstance(doc, Mapping):
         raise WireError("body must be a JSON object (ExtenderBindingArgs)")
     values = {}
     for key in ("PodName", "PodNamespace", "PodUID", "Node"):
-        value = body.get(key, "")
+        value = doc.get(key, "")
         if not isinstance(value, str):
             raise WireError(f"ExtenderBindingArgs.{key} must be a string")
         values[key] = value
@@ -106,7 +117,7 @@ def decode_binding(body: Any) -> ExtenderBindingArgs:
                                values["PodUID"], values["Node"])
 
 
-def filter_reply(allocator: Allocator, body: Any) -> ExtenderFilterResult:
+def filter_reply(allocator: Allocator, body: bytes) -> ExtenderFilterResult:
     try:
         args = decode_args(body)
         out = allocator.filter(args.pod, args.node_names)
@@ -130,14 +141,14 @@ def _filter_error(message: str) -> ExtenderFilterResult:
             "FailedAndUnresolvableNodes": {}, "Error": message}
 
 
-def prioritize_reply(allocator: Allocator, body: Any) -> list[HostPriority]:
+def prioritize_reply(allocator: Allocator, body: bytes) -> list[HostPriority]:
     """``HostPriorityList``. This type has no error field: on failure every node scores 0
     (the scheduler ignores prioritize errors anyway, so neutral scores are the same)."""
     names, scores = prioritize_scores(allocator, body)
     return [{"Host": n, "Score": s} for n, s in zip(names, scores, strict=True)]
 
 
-def prioritize_scores(allocator: Allocator, body: Any) -> tuple[list[str], list[int]]:
+def prioritize_scores(allocator: Allocator, body: bytes) -> tuple[list[str], list[int]]:
     """(hosts, their scores) of :func:`prioritize_reply`, before they become JSON."""
     try:
         args = decode_args(body)
@@ -179,7 +190,7 @@ def encode_priorities(names: list[str], scores: list[int]) -> str:
     return '[{"Host":' + text[: -len(_NEXT_HOST)] + "]"
 
 
-def bind_reply(allocator: Allocator, body: Any) -> tuple[ExtenderBindingResult, str]:
+def bind_reply(allocator: Allocator, body: bytes) -> tuple[ExtenderBindingResult, str]:
     """(reply, outcome label for metrics)."""
     try:
         args = decode_binding(body)

@@ -17,7 +17,7 @@ from __future__ import annotations
 import json
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Final
 
 from allocator.fit import Card
 from tessera.vocabulary import (
@@ -27,6 +27,14 @@ from tessera.vocabulary import (
     WHOLE_CARD_PERCENT,
     Vocabulary,
 )
+
+# Bounds on what a node object may claim. Anyone who can label or annotate a node (or a
+# broken device plugin) writes these numbers, and the allocator builds one object per card:
+# a count of 1,000,000,000 must be a reported problem, not a billion cards.
+#: Cards one node may have (index 0 to MAX_NODE_CARDS - 1); real nodes have 1-16.
+MAX_NODE_CARDS: Final = 1024
+#: Memory of one card (16 TiB); the largest cards today have under 0.2 TiB.
+MAX_CARD_MEMORY_MIB: Final = 16 * 1024 * 1024
 
 
 @dataclass(frozen=True)
@@ -43,24 +51,45 @@ def _int_quantity(value: object) -> int | None:
     (the API server refuses fractional ones), so anything else is a bad node object."""
     if isinstance(value, int) and not isinstance(value, bool):
         return value
-    if isinstance(value, str) and value.strip().isdigit():
-        return int(value.strip())
+    if isinstance(value, str):
+        text = value.strip()
+        # isascii: "²".isdigit() is True but int() refuses it; 30 digits: no huge parses.
+        if text.isascii() and text.isdigit() and len(text) <= 30:
+            return int(text)
     return None
 
 
+def _check_cards(count: int, memory_mib: int, what: str) -> str:
+    """The problem with ``count`` cards of ``memory_mib`` each, or ``""``."""
+    if count > MAX_NODE_CARDS:
+        return f"{what}: {count} cards is more than the {MAX_NODE_CARDS} a node may have"
+    if memory_mib > MAX_CARD_MEMORY_MIB:
+        return (f"{what}: {memory_mib} MiB per card is more than the {MAX_CARD_MEMORY_MIB} "
+                f"a card may have")
+    return ""
+
+
 def _cards_from_annotation(text: str) -> tuple[Card, ...]:
-    raw = json.loads(text)
+    try:
+        raw = json.loads(text)
+    except RecursionError:  # "[[[…": json.loads recurses per level
+        raise ValueError("JSON nested too deeply") from None
     if not isinstance(raw, list) or not raw:
         raise ValueError("must be a non-empty JSON list")
+    if len(raw) > MAX_NODE_CARDS:
+        raise ValueError(f"{len(raw)} cards is more than the {MAX_NODE_CARDS} a node may have")
     cards: list[Card] = []
     for item in raw:
         if not isinstance(item, dict):
             raise ValueError("each card must be a JSON object")
         index, memory, model = item.get("index"), item.get("memoryMiB"), item.get("model", "")
-        if isinstance(index, bool) or not isinstance(index, int) or index < 0:
-            raise ValueError(f"card index {index!r} must be an integer >= 0")
-        if isinstance(memory, bool) or not isinstance(memory, int) or memory <= 0:
-            raise ValueError(f"card {index}: memoryMiB {memory!r} must be an integer > 0")
+        if (isinstance(index, bool) or not isinstance(index, int)
+                or not 0 <= index < MAX_NODE_CARDS):
+            raise ValueError(f"card index {index!r} must be an integer 0-{MAX_NODE_CARDS - 1}")
+        if (isinstance(memory, bool) or not isinstance(memory, int)
+                or not 0 < memory <= MAX_CARD_MEMORY_MIB):
+            raise ValueError(f"card {index}: memoryMiB {memory!r} must be an integer "
+                             f"1-{MAX_CARD_MEMORY_MIB}")
         if not isinstance(model, str):
             raise ValueError(f"card {index}: model must be a string")
         cards.append(Card(index=index, model=model, memory_mib=memory))
@@ -90,8 +119,11 @@ def read_inventory(node: Mapping[str, Any], vocabulary: Vocabulary) -> Inventory
     gfd_count = _int_quantity(labels.get(GFD_COUNT_LABEL))
     gfd_memory = _int_quantity(labels.get(GFD_MEMORY_LABEL))
     if gfd_count and gfd_memory:
-        cards = tuple(Card(i, model, gfd_memory) for i in range(gfd_count))
-        return Inventory(cards, "gfd", problem)
+        wrong = _check_cards(gfd_count, gfd_memory, "GFD labels ignored")
+        if not wrong:
+            cards = tuple(Card(i, model, gfd_memory) for i in range(gfd_count))
+            return Inventory(cards, "gfd", problem)
+        problem = problem or wrong
 
     raw_core = allocatable.get(vocabulary.core_resource)
     core = _int_quantity(raw_core)
@@ -107,6 +139,9 @@ def read_inventory(node: Mapping[str, Any], vocabulary: Vocabulary) -> Inventory
                                   f"({WHOLE_CARD_PERCENT})")
         return Inventory((), "none", problem)
     per_card = (memory or 0) // count
+    wrong = _check_cards(count, per_card, f"{vocabulary.core_resource} ignored")
+    if wrong:
+        return Inventory((), "none", problem or wrong)
     if per_card <= 0:
         problem = problem or f"{vocabulary.memory_resource} missing: cards have 0 MiB"
     cards = tuple(Card(i, model, per_card) for i in range(count))

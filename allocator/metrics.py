@@ -16,7 +16,8 @@ LATENCY_BUCKETS = (0.0005, 0.001, 0.002, 0.005, 0.01, 0.02, 0.05, 0.1, 0.25, 0.5
 
 
 class _NodeCollector(Collector):
-    """Allocated vs total GPU core and memory per node, read from the state at scrape time."""
+    """Allocated vs total GPU core and memory per node, and the objects the state could not
+    read, from the state at scrape time."""
 
     def __init__(self, state: ClusterState) -> None:
         self._state = state
@@ -34,6 +35,13 @@ class _NodeCollector(Collector):
             memory.add_metric([node, "total"], mem_total)
         yield core
         yield memory
+        records, nodes = self._state.problem_counts()
+        yield GaugeMetricFamily("tessera_allocator_ignored_pod_records",
+                                "GPU pods whose allocation record cannot be read (see /status "
+                                "ignoredRecords)", value=records)
+        yield GaugeMetricFamily("tessera_allocator_nodes_with_problems",
+                                "Nodes whose GPU inventory cannot be read as given (see /status "
+                                "nodes[].problem)", value=nodes)
 
 
 class Metrics:

@@ -199,10 +199,10 @@ class ClusterState:
     def apply_node(self, node: Mapping[str, Any]) -> None:
         """A node from the watch or a list (newer than anything applied before it, except a
         node read by :meth:`apply_looked_up_node`: see there)."""
-        name = (node.get("metadata") or {}).get("name")
+        name = _name(node)
         if not name:
             return
-        inv = read_inventory(node, self.vocabulary)
+        inv = self._inventory(node, name)
         with self._lock:
             looked_up = self._looked_up.get(name)
             if looked_up is not None:
@@ -218,10 +218,10 @@ class ClusterState:
         watch reaches the same resourceVersion, its older events for the node are skipped
         (ordering the read against the watch needs comparing resourceVersions, which etcd's
         revisions allow; a non-numeric version is simply never skipped)."""
-        name = (node.get("metadata") or {}).get("name")
+        name = _name(node)
         if not name:
             return False
-        inv = read_inventory(node, self.vocabulary)
+        inv = self._inventory(node, name)
         with self._lock:
             if name in self._nodes:
                 return False
@@ -230,6 +230,16 @@ class ClusterState:
                 self._looked_up[name] = version
             self._apply_inventory(name, inv)
             return True
+
+    def _inventory(self, node: Mapping[str, Any], name: str) -> Inventory:
+        """The node's cards. Never raises: read_inventory reports what it cannot read as a
+        problem; anything else is a bug, and one node must still not stop the node list or
+        watch (no cards, the reason in ``/status``)."""
+        try:
+            return read_inventory(node, self.vocabulary)
+        except Exception as exc:
+            logger.exception("node %s: inventory unreadable", name, extra={"node": name})
+            return Inventory((), "none", f"inventory unreadable: {type(exc).__name__}: {exc}")
 
     def _apply_inventory(self, name: str, inv: Inventory) -> None:
         """(Under the lock.) The node's cards as read; usage recomputed when they changed."""
@@ -260,7 +270,7 @@ class ClusterState:
         """A fresh list: apply every node, forget nodes that are gone."""
         seen = set()
         for node in nodes:
-            name = (node.get("metadata") or {}).get("name")
+            name = _name(node)
             if name:
                 seen.add(name)
                 self.apply_node(node)
@@ -274,11 +284,21 @@ class ClusterState:
 
     # ------------------------------------------------------------------ pods
     def apply_pod(self, pod: Mapping[str, Any]) -> None:
-        """An added/modified pod (watch event or list item)."""
-        meta = pod.get("metadata") or {}
-        uid = meta.get("uid")
+        """An added/modified pod (watch event or list item). Never raises: one pod that
+        cannot be read is noted (``/status`` ``ignoredRecords``, a metric) and skipped, so the
+        list and the watch go on."""
+        uid = _uid(pod)
         if not uid:
             return
+        try:
+            self._apply_pod(pod, uid)
+        except Exception as exc:
+            # The record decoder raises CodecError only; this is a bug, seen in the log.
+            logger.exception("pod unreadable", extra=pod_context(pod))
+            self._note_bad(uid, f"pod unreadable: {type(exc).__name__}: {exc}", pod)
+
+    def _apply_pod(self, pod: Mapping[str, Any], uid: str) -> None:
+        meta = pod["metadata"]
         phase = (pod.get("status") or {}).get("phase")
         if phase in TERMINAL_PHASES:
             self._drop(uid)
@@ -286,15 +306,16 @@ class ClusterState:
         node = (pod.get("spec") or {}).get("nodeName") or ""
         text = (meta.get("annotations") or {}).get(self.vocabulary.allocation_annotation)
         allocation: Allocation | None = None
+        bad = ""
         if node and text:
             try:
                 allocation = decode_allocation(text)
             except CodecError as exc:
-                self._note_bad(uid, str(exc), pod)
+                bad = str(exc)
             else:
                 if allocation.pod_uid and allocation.pod_uid != uid:
                     # Copied from another pod (e.g. a template): not this pod's cards.
-                    self._note_bad(uid, f"allocation belongs to pod {allocation.pod_uid}", pod)
+                    bad = f"allocation belongs to pod {allocation.pod_uid}"
                     allocation = None
                 elif allocation.node != node:
                     # The node agent on spec.nodeName reads these indices: count them there.
@@ -307,6 +328,8 @@ class ClusterState:
                 # stay: this event may predate our patch and binding.
                 if current is not None and current.stage is Stage.CONFIRMED:
                     self._drop(uid)
+                if bad:
+                    self._note_bad(uid, bad, pod)  # after _drop, which forgets notes
                 return
             self._bad.pop(uid, None)
             record = PodRecord(uid, meta.get("namespace", ""), meta.get("name", ""), node,
@@ -316,7 +339,7 @@ class ClusterState:
             self._set(record)
 
     def remove_pod(self, pod: Mapping[str, Any]) -> None:
-        uid = (pod.get("metadata") or {}).get("uid")
+        uid = _uid(pod)
         if uid:
             self._drop(uid)
 
@@ -337,7 +360,7 @@ class ClusterState:
 
         seen = set()
         for pod in pods:
-            uid = (pod.get("metadata") or {}).get("uid")
+            uid = _uid(pod)
             if uid:
                 seen.add(uid)
                 with self._lock:
@@ -367,8 +390,10 @@ class ClusterState:
         """
         alive: set[str] = set()
         for pod in pods:
-            uid = (pod.get("metadata") or {}).get("uid")
-            if uid and (pod.get("status") or {}).get("phase") not in TERMINAL_PHASES:
+            uid = _uid(pod)
+            status = pod.get("status")
+            if uid and (status.get("phase") if isinstance(status, Mapping) else None
+                        ) not in TERMINAL_PHASES:
                 alive.add(uid)
         released: list[str] = []
         with self._lock:
@@ -518,6 +543,11 @@ class ClusterState:
             "stage": rec.stage.value if rec else "",
         }
 
+    def problem_counts(self) -> tuple[int, int]:
+        """(pods whose allocation record is ignored, nodes whose inventory has a problem)."""
+        with self._lock:
+            return len(self._bad), sum(1 for e in self._nodes.values() if e.problem)
+
     def totals(self) -> list[tuple[str, int, int, int, int]]:
         """(node, core used, core total, memory used, memory total) for metrics."""
         out = []
@@ -534,3 +564,19 @@ class ClusterState:
                 "nodes": {n: e.view.state for n, e in self._nodes.items()},
                 "pods": {u: (r.node, r.allocation.containers) for u, r in self._pods.items()},
             }
+
+
+def _meta_str(obj: Mapping[str, Any], key: str) -> str:
+    """``metadata.<key>`` when it is a non-empty string, else ``""``: list and watch items
+    are API objects, but one malformed item must be skipped, not raise."""
+    meta = obj.get("metadata") if isinstance(obj, Mapping) else None
+    value = meta.get(key) if isinstance(meta, Mapping) else None
+    return value if isinstance(value, str) else ""
+
+
+def _uid(pod: Mapping[str, Any]) -> str:
+    return _meta_str(pod, "uid")
+
+
+def _name(node: Mapping[str, Any]) -> str:
+    return _meta_str(node, "name")

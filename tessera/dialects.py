@@ -796,7 +796,7 @@ def _label_int(labels: Mapping[str, Any], key: str, valid: str) -> int | None:
     if raw is None:
         return None
     text = str(raw).strip()
-    if not text.isdigit() or len(text) > 9:
+    if not (text.isascii() and text.isdigit()) or len(text) > 9:  # "²".isdigit() is True
         raise RequestError(f"pod label {key}={raw!r} is invalid; {valid}")
     return int(text)
 

@@ -45,12 +45,23 @@ def configure(level: str = "INFO") -> None:
 
 
 def pod_context(pod: Mapping[str, Any] | None, **more: Any) -> dict[str, Any]:
-    """``extra=`` for a log call about a pod: namespace, pod (its name), uid."""
-    meta = (pod or {}).get("metadata") or {}
+    """``extra=`` for a log call about a pod: namespace, pod (its name), uid.
+
+    Only string values are taken: this runs in error paths too, on objects that may be forged
+    (a ``metadata`` that is a string must not raise a second error while the first is logged).
+    """
+    meta = pod.get("metadata") if isinstance(pod, Mapping) else None
+    if not isinstance(meta, Mapping):
+        meta = {}
+
+    def text(key: str) -> str | None:
+        value = meta.get(key)
+        return value if isinstance(value, str) and value else None
+
     return {
-        "namespace": meta.get("namespace"),
-        "pod": meta.get("name") or meta.get("generateName"),
-        "uid": meta.get("uid"),
+        "namespace": text("namespace"),
+        "pod": text("name") or text("generateName"),
+        "uid": text("uid"),
         **more,
     }
 

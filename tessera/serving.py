@@ -174,7 +174,8 @@ class EnvReader:
         raw = self.text(name)
         if raw is None:
             return default
-        if not raw.isdigit() or not low <= int(raw) <= high:
+        # isascii: "²".isdigit() is True but int() refuses it (a traceback, not a problem).
+        if not (raw.isascii() and raw.isdigit()) or not low <= int(raw) <= high:
             self.problem(f"{name}={raw!r} must be a whole number {low}-{high}")
             return default
         return int(raw)

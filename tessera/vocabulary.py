@@ -22,6 +22,9 @@ DEFAULT_DOMAIN: Final = "elasticgpu.io"
 #: core percent of one whole card; ``gpu-core: 200`` means two whole cards.
 WHOLE_CARD_PERCENT: Final = 100
 
+#: Largest Unix time a record may carry (year 5138): bounds a field anyone can write.
+MAX_TIMESTAMP: Final = 10**11
+
 #: Version of the JSON records below; decoders refuse versions they do not know.
 CODEC_VERSION: Final = 1
 
@@ -265,6 +268,9 @@ def _load_object(text: str, what: str) -> Mapping[str, Any]:
         raw = json.loads(text)
     except (TypeError, ValueError) as exc:
         raise CodecError(f"{what} is not JSON: {exc}") from exc
+    except RecursionError:
+        # json.loads recurses per nesting level; "[[[…" in an annotation is hostile input.
+        raise CodecError(f"{what} is not JSON: nested too deeply") from None
     if not isinstance(raw, dict):
         raise CodecError(f"{what} must be a JSON object")
     version = raw.get("v")
@@ -379,6 +385,9 @@ def decode_allocation(text: str) -> Allocation:
     at = raw.get("at", 0.0)
     if isinstance(at, bool) or not isinstance(at, int | float):
         raise CodecError("field 'at' must be a number")
+    # JSON integers are unbounded (float() of 400 digits overflows) and 1e999 reads as inf.
+    if not 0 <= at <= MAX_TIMESTAMP:
+        raise CodecError(f"field 'at' must be a Unix time in seconds (0-{MAX_TIMESTAMP})")
     pod_uid = raw.get("podUID", "")
     if not isinstance(pod_uid, str):
         raise CodecError("field 'podUID' must be a string")

@@ -22,6 +22,7 @@ import jsonpatch
 
 from tessera.logs import pod_context
 from tessera.vocabulary import RequestError, TesseraError
+from tessera.wire import WireError, check_object_meta, load_json
 from webhook.config import WebhookConfig
 from webhook.mutation import mutate_pod
 
@@ -84,6 +85,13 @@ def validate_review(raw: Any) -> Mapping[str, Any]:
         )
     if operation in ("CREATE", "UPDATE") and not isinstance(request.get("object"), Mapping):
         raise MalformedReview(f"{operation} request has no object")
+    if _is_pod(request) and operation == "CREATE":
+        # Typed as the API server sends a Pod: past this point metadata is an object of
+        # strings (log context, dialect parsing and mutation rely on it).
+        try:
+            check_object_meta(request["object"], "request.object")
+        except WireError as exc:
+            raise MalformedReview(str(exc)) from exc
     return raw
 
 
@@ -152,10 +160,11 @@ def admit(raw: Any, config: WebhookConfig) -> tuple[int, dict[str, Any]]:
 
 
 def admit_body(body: bytes, config: WebhookConfig) -> tuple[int, dict[str, Any]]:
-    """Answer one raw HTTP body."""
+    """Answer one raw HTTP body. The nesting bound of :func:`load_json` also keeps mutation's
+    deep copy and diff clear of Python's recursion limit."""
     try:
-        raw = json.loads(body)
-    except (ValueError, RecursionError) as exc:  # UnicodeDecodeError is a ValueError
+        raw = load_json(body)
+    except ValueError as exc:  # UnicodeDecodeError is a ValueError
         logger.info("non-JSON admission body: %s", exc, extra={"outcome": "malformed"})
         return 400, {"code": 400, "message": f"body is not JSON: {exc}"}
     return admit(raw, config)

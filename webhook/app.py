@@ -1,5 +1,10 @@
 """The Flask shell around :mod:`webhook.admission`: routes, body cap, error mapping.
 
+Every error that leaves a view goes through one app-wide handler and is JSON
+``{"code", "message"}``: a body over the cap is 413 (chunked or not, :func:`read_body`), a
+wrong route or method its 4xx, and a bug 400 with its name (input never gets a 500; the API
+server treats any non-200 as a failed call and applies the failurePolicy).
+
 gunicorn target: ``webhook.app:create_app()`` (configuration from ``TESSERA_*`` variables).
 Nothing is built at import time.
 """
@@ -14,6 +19,7 @@ from flask import Flask, Response, jsonify, request
 from werkzeug.exceptions import HTTPException
 
 from tessera import logs
+from tessera.wire import WireError, read_body
 from webhook.admission import admit_body
 from webhook.config import WebhookConfig
 
@@ -35,13 +41,14 @@ def create_app(config: WebhookConfig | None = None) -> Flask:
         config = WebhookConfig.from_env(os.environ)
         logs.configure(config.serving.log_level)
     app = Flask("webhook")
-    # Werkzeug refuses larger bodies with 413 before we read them.
+    # Werkzeug's own cap, for anything it reads itself; /mutate reads through read_body,
+    # which also refuses chunked bodies over the cap (Werkzeug truncates those).
     app.config["MAX_CONTENT_LENGTH"] = config.max_body_bytes
     app.extensions[EXTENSION] = config
 
     @app.post("/mutate")
     def mutate() -> Response:
-        body = request.get_data(cache=False)
+        body = read_body(request.environ, config.max_body_bytes)
         status, answer = admit_body(body, config)
         return _json(status, answer)
 
@@ -59,17 +66,16 @@ def create_app(config: WebhookConfig | None = None) -> Flask:
             return _json(503, {"status": "not ready", "missing": missing})
         return _json(200, {"status": "ready"})
 
-    @app.errorhandler(HTTPException)
-    def http_error(exc: HTTPException) -> Response:
-        code = exc.code or 400
-        message = exc.description or exc.name
-        if code == 413:
-            message = f"request body is larger than the {config.max_body_bytes}-byte limit"
-        return _json(code, {"code": code, "message": message})
-
     @app.errorhandler(Exception)
-    def unexpected(exc: Exception) -> Response:  # pragma: no cover - admit() never raises
+    def any_error(exc: Exception) -> Response:
+        if isinstance(exc, WireError):
+            return _json(exc.status, {"code": exc.status, "message": str(exc)})
+        if isinstance(exc, HTTPException):
+            code = exc.code or 400
+            return _json(code, {"code": code, "message": exc.description or exc.name})
+        # A bug: admit() answers every review itself.
         logger.exception("unexpected error serving %s %s", request.method, request.path)
-        return _json(400, {"code": 400, "message": f"could not process request: {exc}"})
+        return _json(400, {"code": 400, "message": "could not process request: "
+                                                   f"{type(exc).__name__}: {exc}"})
 
     return app

@@ -11,11 +11,17 @@ from __future__ import annotations
 
 import copy
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
-from tessera.dialects import parse_pod
-from tessera.vocabulary import PodRequest, encode_request
+from tessera.dialects import Dialect, parse_pod
+from tessera.vocabulary import (
+    CodecError,
+    PodRequest,
+    RequestError,
+    decode_request,
+    encode_request,
+)
 from webhook.config import WebhookConfig
 
 
@@ -43,6 +49,12 @@ def _strip_owned(pod: dict[str, Any], config: WebhookConfig) -> None:
         if isinstance(mapping, dict):
             for key in keys:
                 mapping.pop(key, None)
+
+
+def _annotations(pod: Mapping[str, Any]) -> Mapping[str, Any]:
+    meta = pod.get("metadata")
+    annotations = meta.get("annotations") if isinstance(meta, Mapping) else None
+    return annotations if isinstance(annotations, Mapping) else {}
 
 
 def _carries_owned(pod: Mapping[str, Any], config: WebhookConfig) -> bool:
@@ -76,9 +88,80 @@ def _set_resources(
             resources.pop(part, None)
 
 
+def _recorded(pod: Mapping[str, Any], config: WebhookConfig) -> PodRequest | None:
+    """The request annotation the pod arrived with, if it decodes (else None: it is ours to
+    write, and is stripped and rewritten anyway)."""
+    text = _annotations(pod).get(config.dialects.vocabulary.request_annotation)
+    if not isinstance(text, str):
+        return None
+    try:
+        return decode_request(text)
+    except CodecError:
+        return None
+
+
+#: Dialects in which a user writes compute and a memory percent independently (HAMi
+#: ``gpucores`` + ``gpumem-percentage``, Volcano ``vgpu-cores`` + ``vgpu-memory-percentage``,
+#: Koordinator ``gpu-core`` + ``gpu-memory-ratio``), and those that give both the same percent
+#: (``gpu-percent: 25``, ``gpu: "0.25"``, KAI ``gpu-fraction``).
+_ANY_MEMORY_PERCENT = frozenset({Dialect.HAMI, Dialect.VOLCANO, Dialect.KOORDINATOR})
+_EQUAL_MEMORY_PERCENT = frozenset({Dialect.PERCENT, Dialect.FRACTION, Dialect.KAI})
+
+
+def _memory_percent_allowed(core_percent: int, memory_percent: int,
+                            config: WebhookConfig) -> bool:
+    """Whether an enabled dialect lets a user ask for this share."""
+    enabled = config.dialects.enabled
+    if _ANY_MEMORY_PERCENT & enabled:
+        return True
+    return memory_percent == core_percent and bool(_EQUAL_MEMORY_PERCENT & enabled)
+
+
+def _restore_memory_percent(parsed: PodRequest, recorded: PodRequest | None,
+                            config: WebhookConfig) -> PodRequest:
+    """``parsed`` with the memory percent of shares the canonical resources cannot carry.
+
+    A share in percent (``gpu: "0.25"``: 25% compute and 25% of the chosen card's memory)
+    becomes ``gpu-core: 25`` and the request annotation; MiB of an unknown card cannot be a
+    resource. A pod admitted again from its own mutated manifest (re-created, restored from
+    a backup, ``kubectl debug --copy-to``) would read as compute only. So its recorded
+    request is taken back, container by container, where it is exactly ``parsed`` plus a
+    memory percent that the enabled dialects would have let the user ask for: a forged
+    annotation can claim nothing a user could not write in a dialect.
+    """
+    if recorded is None or (recorded.models, recorded.min_card_memory_mib, recorded.policy) != (
+            parsed.models, parsed.min_card_memory_mib, parsed.policy):
+        return parsed
+    wanted = {c.name: c for c in recorded.containers}
+    containers = []
+    for c in parsed.containers:
+        before = wanted.get(c.name)
+        if (before is not None and not c.is_whole and not c.memory_mib
+                and not c.memory_percent and before.memory_percent
+                and before == replace(c, memory_percent=before.memory_percent)
+                and _memory_percent_allowed(c.core_percent, before.memory_percent, config)):
+            c = before
+        containers.append(c)
+    return replace(parsed, containers=tuple(containers))
+
+
+def _check_unique_names(pod: Mapping[str, Any]) -> None:
+    """Resources are written by container name: two containers of one name would both get
+    the request. Pod validation, which runs after us, refuses such a pod anyway."""
+    spec = pod["spec"]  # parse_pod found containers, so there is a spec
+    names = [c.get("name") for field_name in ("initContainers", "containers")
+             for c in spec.get(field_name) or []]
+    repeated = sorted({n for n in names if names.count(n) > 1})
+    if repeated:
+        raise RequestError(f"container names repeat: {', '.join(map(str, repeated))}")
+
+
 def mutate_pod(pod: Mapping[str, Any], config: WebhookConfig) -> Mutation:
-    """Normalise ``pod``; raises :class:`tessera.vocabulary.RequestError` for a bad request."""
+    """Normalise ``pod``; raises :class:`tessera.vocabulary.RequestError` for a bad request.
+    Idempotent: a mutated pod, mutated again, is the same pod."""
     request = parse_pod(pod, config.dialects)
+    if request is not None:
+        request = _restore_memory_percent(request, _recorded(pod, config), config)
     if request is None:
         if not _carries_owned(pod, config):
             return Mutation(pod, None, changed=False)  # the fast path: nothing to do
@@ -88,6 +171,7 @@ def mutate_pod(pod: Mapping[str, Any], config: WebhookConfig) -> Mutation:
 
     vocabulary = config.dialects.vocabulary
     remove = config.dialects.resource_keys
+    _check_unique_names(pod)
     new = copy.deepcopy(dict(pod))
     _strip_owned(new, config)
     by_name = {c.name: c for c in request.containers}

@@ -61,6 +61,7 @@ def test_config_error_is_one_of_tesseras_own_errors() -> None:
     ("env", "named"),
     [
         ({"TESSERA_X_PORT": "eighty"}, ["TESSERA_X_PORT='eighty' must be a whole number 1-65535"]),
+        ({"TESSERA_X_PORT": "\u00b2"}, ["TESSERA_X_PORT='\u00b2' must be a whole number 1-65535"]),
         (
             {"TESSERA_X_PORT": "0", "TESSERA_X_THREADS": "999", "TESSERA_LOG_LEVEL": "loud"},
             [

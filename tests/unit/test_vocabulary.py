@@ -138,3 +138,29 @@ def test_the_mode_says_how_a_pod_uses_cards(
 def test_a_share_and_whole_cards_cannot_be_mixed_in_one_container() -> None:
     with pytest.raises(RequestError):
         ContainerRequest("a", cards=1, memory_mib=10)
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "[" * 3000,
+        '{"v":1,"node":"n","at":' + "9" * 400 + ',"containers":[]}',
+        '{"v":1,"node":"n","at":1e999,"containers":[]}',
+        '{"v":1,"node":"n","at":NaN,"containers":[]}',
+        '{"v":1,"node":"n","at":-5,"containers":[]}',
+        '{"v":1,"node":"n","at":' + "9" * 5000 + ',"containers":[]}',
+        '{"v":1,"containers":' + "[" * 5000 + "]" * 5000 + "}",
+    ],
+    ids=["brackets", "at-400-digits", "at-inf", "at-nan", "at-negative", "at-5000-digits",
+         "deep-containers"],
+)
+def test_a_hostile_allocation_record_is_a_codec_error_and_nothing_else(text: str) -> None:
+    # Anyone who can create a pod can write this annotation (issue 9, item 1).
+    with pytest.raises(CodecError):
+        decode_allocation(text)
+
+
+@pytest.mark.parametrize("text", ["[" * 3000, '{"v":1,"containers":' + "[" * 5000 + "}"])
+def test_a_hostile_request_record_is_a_codec_error_and_nothing_else(text: str) -> None:
+    with pytest.raises(CodecError):
+        decode_request(text)
