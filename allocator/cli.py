@@ -76,5 +76,6 @@ def run(args: argparse.Namespace) -> int:
     from allocator.app import create_app
 
     # create_app runs in the worker after fork: its threads and API connections belong to it.
-    serving.serve(lambda: create_app(settings), gunicorn_options(settings))
+    serving.serve(lambda: create_app(settings), gunicorn_options(settings),
+                  threads=settings.serving.threads, max_body_bytes=settings.max_body_bytes)
     return 0

@@ -101,5 +101,6 @@ def run(args: argparse.Namespace) -> int:
     )
     from webhook.app import create_app
 
-    serving.serve(lambda: create_app(config), gunicorn_options(config))
+    serving.serve(lambda: create_app(config), gunicorn_options(config),
+                  threads=config.serving.threads, max_body_bytes=config.max_body_bytes)
     return 0
