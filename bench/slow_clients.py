@@ -240,7 +240,7 @@ class Pressure:
                 await asyncio.sleep(0.5)
             finally:
                 if writer is not None:
-                    writer.close()
+                    writer.transport.abort()  # at once: no TLS goodbye to wait for
 
     async def _main(self) -> None:
         hello = client_hello()
@@ -251,6 +251,7 @@ class Pressure:
         for task in tasks:
             task.cancel()
         await asyncio.gather(*tasks, return_exceptions=True)
+        await asyncio.sleep(0.1)  # let the aborted transports finish closing
 
     def start(self) -> None:
         def run() -> None:
