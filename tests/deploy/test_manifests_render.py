@@ -108,6 +108,24 @@ def test_both_services_run_two_hardened_replicas_with_probes_and_limits(
 
 
 @pytest.mark.parametrize("overlay", ALL)
+def test_every_overlay_serves_the_extender_to_client_certificates_of_our_ca_only(
+    rendered: dict[str, list[Doc]], overlay: str
+) -> None:
+    deployment = one(rendered[overlay], "Deployment", "tessera-allocator")
+    main = container(deployment)
+    args = main["args"]
+    assert "--tls-client-ca=/etc/tessera/tls/ca.crt" in args
+    assert "--allow-unauthenticated" not in args
+    assert not any(e["name"] == "TESSERA_ALLOCATOR_ALLOW_UNAUTHENTICATED"
+                   for e in main.get("env") or [])
+    # The probes present the scheduler's client certificate (an HTTPS probe has none).
+    volumes = {v["name"]: v for v in pod_spec(deployment)["volumes"]}
+    assert volumes["probe-tls"]["secret"]["secretName"] == "tessera-scheduler-client-tls"
+    for probe in (main["readinessProbe"], main["livenessProbe"]):
+        assert "/etc/tessera/probe-tls/tls.crt" in probe["exec"]["command"][2]
+
+
+@pytest.mark.parametrize("overlay", ALL)
 def test_the_webhook_has_a_disruption_budget_and_the_allocator_none(
     rendered: dict[str, list[Doc]], overlay: str
 ) -> None:
