@@ -29,7 +29,8 @@ from tessera.dialects import DialectConfig
 from webhook.registration import match_conditions
 
 CLUSTER_SCOPED = {"Namespace", "ClusterRole", "ClusterRoleBinding",
-                  "MutatingWebhookConfiguration"}
+                  "MutatingWebhookConfiguration", "ValidatingAdmissionPolicy",
+                  "ValidatingAdmissionPolicyBinding"}
 
 
 @pytest.fixture(scope="module")
@@ -283,3 +284,22 @@ def test_the_certs_job_may_touch_exactly_the_secrets_and_webhook_it_maintains(
     (rule,) = one(docs, "ClusterRole", "tessera-certs")["rules"]
     assert rule["resourceNames"] == ["tessera"]
     assert set(rule["verbs"]) == {"get", "patch"}
+
+
+def test_the_pod_keys_policy_names_every_key_the_code_writes_and_the_allocators_identity(
+) -> None:
+    from allocator import agents
+    from tessera.vocabulary import Vocabulary
+
+    text = (MANIFESTS / "base" / "pod-keys-policy.yaml").read_text()
+    v = Vocabulary()
+    prefix, assumed = agents.elastic_keys(v)
+    keys = [v.request_annotation, v.allocation_annotation, v.gpu_pod_label, v.mode_label,
+            prefix, assumed, agents.NANO_CONTAINER.format(""), agents.NANO_ASSUME,
+            *(k.rsplit("_", 1)[0] + "_" for k in (agents.ALIYUN_IDX, agents.ALIYUN_DEV,
+                                                 agents.ALIYUN_POD, agents.ALIYUN_ASSIGNED))]
+    assert [k for k in keys if f"'{k}" not in text] == []
+    rbac = list(yaml.safe_load_all((MANIFESTS / "base" / "allocator-rbac.yaml").read_text()))
+    (namespace, account), = {(s["namespace"], s["name"]) for d in rbac if d
+                             for s in d.get("subjects") or [] if s["kind"] == "ServiceAccount"}
+    assert f"'system:serviceaccount:{namespace}:{account}'" in text
