@@ -44,6 +44,12 @@ logger = logging.getLogger(__name__)
 
 #: gunicorn's worker class: its asyncio worker, stopping promptly (tessera/worker.py).
 WORKER_CLASS: Final = "tessera.worker.Worker"
+#: How long a client may take to complete its TLS handshake.
+HANDSHAKE_SECONDS: Final = 10.0
+#: How long a new connection may take to send the headers of its first request (later ones
+#: are bounded by gunicorn's keepalive timer). The API server's webhook timeout is at most
+#: 30 s and 10 s by default, kube-scheduler's extender timeout 5 s by default.
+FIRST_REQUEST_SECONDS: Final = 10.0
 #: How long a client may take to send a request body once its headers are in.
 BODY_SECONDS: Final = 10.0
 #: How often a run of failed TLS handshakes is reported (one line per interval at most).
