@@ -65,9 +65,11 @@ WsgiApp = Callable[[dict[str, Any], Callable[..., Any]], Iterable[bytes]]
 class WsgiBridge:
     """An ASGI app that runs a WSGI app on complete requests only (module doc).
 
-    A body longer than ``max_body_bytes`` is refused with 413 without being read (declared
-    length) or as soon as it grows past the limit (chunked); one not complete within
-    ``body_seconds`` gets 408. Both answers are JSON ``{"code", "message"}``.
+    At most ``max_body_bytes`` + 1 bytes of a body are ever held: a declared length over the
+    cap reaches the app with no body read, a chunked body that grows past it with the first
+    ``max_body_bytes`` + 1 bytes, so the app's own cap (``tessera.wire.read_body``) answers
+    413 in the app's own words, without reading. A body not complete within
+    ``body_seconds`` gets 408 JSON ``{"code", "message"}`` from here.
     """
 
     def __init__(self, app: WsgiApp, *, threads: int, max_body_bytes: int,
@@ -94,20 +96,23 @@ class WsgiBridge:
             await send({"type": "websocket.close", "code": 1003})
 
     async def _http(self, scope: Scope, receive: Receive, send: Send) -> None:
-        body = await self._read_body(scope, receive, send)
-        if body is None:
-            return
+        declared = _header(scope, b"content-length")
+        if (declared is not None and declared.isascii() and declared.isdigit()
+                and int(declared) > self.max_body_bytes):
+            environ = wsgi_environ(scope, b"", content_length=declared)  # nothing read
+        else:
+            body = await self._read_body(receive, send)
+            if body is None:
+                return
+            environ = wsgi_environ(scope, body)
         loop = asyncio.get_running_loop()
         status, headers, content = await loop.run_in_executor(
-            self.pool, call_wsgi, self.app, wsgi_environ(scope, body))
+            self.pool, call_wsgi, self.app, environ)
         await _respond(send, status, headers, content)
 
-    async def _read_body(self, scope: Scope, receive: Receive, send: Send) -> bytes | None:
-        """The whole body, or None after an error answer (or a client that left)."""
-        declared = _header(scope, b"content-length")
-        if declared is not None and declared.isdigit() and int(declared) > self.max_body_bytes:
-            await _refuse(send, 413, self._too_large())
-            return None
+    async def _read_body(self, receive: Receive, send: Send) -> bytes | None:
+        """The whole body (or its first ``max_body_bytes`` + 1 bytes), or None after an
+        error answer (or a client that left)."""
         chunks: list[bytes] = []
         size = 0
         deadline = asyncio.get_running_loop().time() + self.body_seconds
@@ -122,16 +127,13 @@ class WsgiBridge:
             if message["type"] == "http.disconnect":
                 return None
             chunk = message.get("body", b"")
+            chunks.append(chunk)
             size += len(chunk)
             if size > self.max_body_bytes:
-                await _refuse(send, 413, self._too_large())
-                return None
-            chunks.append(chunk)
+                # Enough to know it is too large; the app says so (class doc).
+                return b"".join(chunks)[: self.max_body_bytes + 1]
             if not message.get("more_body", False):
                 return b"".join(chunks)
-
-    def _too_large(self) -> str:
-        return f"request body is larger than the {self.max_body_bytes}-byte limit"
 
 
 async def _lifespan(receive: Receive, send: Send) -> None:
@@ -167,8 +169,10 @@ async def _respond(send: Send, status: int, headers: list[tuple[str, str]],
     await send({"type": "http.response.body", "body": body, "more_body": False})
 
 
-def wsgi_environ(scope: Scope, body: bytes) -> dict[str, Any]:
-    """PEP 3333 environ for a complete request (pure)."""
+def wsgi_environ(scope: Scope, body: bytes, content_length: str | None = None
+                 ) -> dict[str, Any]:
+    """PEP 3333 environ for a complete request (pure); ``content_length`` defaults to the
+    body's length."""
     server = scope.get("server") or ("localhost", 80)
     client = scope.get("client")
     root = scope.get("root_path", "")
@@ -181,7 +185,7 @@ def wsgi_environ(scope: Scope, body: bytes) -> dict[str, Any]:
         "SERVER_NAME": str(server[0]),
         "SERVER_PORT": str(server[1] or 0),
         "SERVER_PROTOCOL": f"HTTP/{scope.get('http_version', '1.1')}",
-        "CONTENT_LENGTH": str(len(body)),
+        "CONTENT_LENGTH": str(len(body)) if content_length is None else content_length,
         "wsgi.version": (1, 0),
         "wsgi.url_scheme": scope.get("scheme", "http"),
         "wsgi.input": io.BytesIO(body),
@@ -198,7 +202,7 @@ def wsgi_environ(scope: Scope, body: bytes) -> dict[str, Any]:
         name = raw_name.decode("latin-1").upper().replace("-", "_")
         value = raw_value.decode("latin-1")
         if name == "CONTENT_LENGTH":
-            continue  # the body is complete: its real length was set above
+            continue  # set above: the length of the body the app gets
         key = "CONTENT_TYPE" if name == "CONTENT_TYPE" else f"HTTP_{name}"
         environ[key] = f"{environ[key]},{value}" if key in environ else value
     return environ
