@@ -127,7 +127,8 @@ def create_app(
     if api is None:
         from allocator.kube import KubeClient  # only here: tests never import kubernetes
 
-        api = KubeClient.from_config(settings.kubeconfig)
+        api = KubeClient.from_config(settings.kubeconfig,
+                                     request_threads=settings.serving.threads)
     state = ClusterState(settings.core.vocabulary)
     elector = (
         LeaderElector(api, settings.lease_namespace, settings.lease_name, settings.identity,

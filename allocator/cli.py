@@ -1,12 +1,13 @@
 """``tessera allocator``: validate configuration, then serve the extender with gunicorn.
 
 Flags override the ``TESSERA_*`` environment variables of the same meaning (see
-:mod:`allocator.config`). gunicorn runs with **one worker process** and gthread threads: the
+:mod:`allocator.config`). gunicorn runs with **one worker process** and request threads: the
 cluster picture (card reservations) lives in that process's memory, and two worker processes
 would each hold their own copy and hand the same card out twice. Threads give concurrency
-(kube-scheduler binds many pods at once) while the state's locks keep one truth. With TLS
-files, the gthread worker loads them for every new connection (see :mod:`tessera.serving` for
-the gunicorn source reference), so rotated certificates are picked up without a restart.
+(kube-scheduler binds many pods at once) while the state's locks keep one truth; connections
+wait in the worker's event loop, so slow clients hold no thread, and rotated certificate files
+are picked up without a restart (:mod:`tessera.transport`). Serving without client
+certificates (mutual TLS) is refused unless ``--allow-unauthenticated`` says so.
 """
 
 from __future__ import annotations
@@ -40,13 +41,25 @@ _FLAGS: serving.EnvFlags = {
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     serving.add_env_flags(parser, _FLAGS, ENV_VARS)
+    parser.add_argument(
+        "--allow-unauthenticated",
+        action="store_true",
+        default=None,
+        help=f"{ENV_VARS['TESSERA_ALLOCATOR_ALLOW_UNAUTHENTICATED']} "
+        "[TESSERA_ALLOCATOR_ALLOW_UNAUTHENTICATED]",
+    )
 
 
 def settings_from_args(
     args: argparse.Namespace, environ: Mapping[str, str] | None = None
 ) -> Settings:
-    """Flags over environment, validated; raises :class:`ConfigError`."""
-    return Settings.from_env(serving.env_with_flags(args, _FLAGS, environ))
+    """Flags over environment, validated (serving included); raises :class:`ConfigError`."""
+    env = serving.env_with_flags(args, _FLAGS, environ)
+    if getattr(args, "allow_unauthenticated", None):
+        env["TESSERA_ALLOCATOR_ALLOW_UNAUTHENTICATED"] = "true"
+    settings = Settings.from_env(env)
+    settings.check_serving()
+    return settings
 
 
 def gunicorn_options(settings: Settings) -> dict[str, Any]:
@@ -69,12 +82,15 @@ def run(args: argparse.Namespace) -> int:
         "serving the scheduler extender on %s%s (%s), policy %s, agent dialects %s, "
         "leader election %s",
         settings.serving.bind, settings.url_prefix,
-        "TLS" if settings.serving.tls_cert else "plain HTTP",
+        ("mutual TLS" if settings.serving.tls_client_ca
+         else "TLS, NO client authentication" if settings.serving.tls_cert
+         else "plain HTTP, NO client authentication"),
         settings.core.default_policy, ",".join(settings.core.agent_dialects),
         "on" if settings.leader_election else "off",
     )
     from allocator.app import create_app
 
     # create_app runs in the worker after fork: its threads and API connections belong to it.
-    serving.serve(lambda: create_app(settings), gunicorn_options(settings))
+    serving.serve(lambda: create_app(settings), gunicorn_options(settings),
+                  threads=settings.serving.threads, max_body_bytes=settings.max_body_bytes)
     return 0

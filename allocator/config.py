@@ -18,6 +18,7 @@ from allocator.core import AllocatorConfig
 from allocator.policies import DEFAULT_POLICY, REGISTRY
 from tessera.dialects import DialectConfig
 from tessera.serving import DIALECT_ENV_HELP, OBJECT_NAME, EnvReader, Listener, ServingConfig
+from tessera.vocabulary import ConfigError
 
 #: ExtenderArgs with NodeNames for 5,000 nodes is ~100 KiB plus the pod; 8 MiB is far above
 #: anything kube-scheduler sends (even without nodeCacheCapable) and bounds a hostile body.
@@ -48,6 +49,8 @@ ENV_VARS: Final = {
     "TESSERA_LEASE_NAME": "Lease name (default tessera-allocator)",
     "TESSERA_LEASE_NAMESPACE": "Lease namespace (default: POD_NAMESPACE, else tessera-system)",
     "TESSERA_IDENTITY": "this replica's identity in the Lease (default: hostname)",
+    "TESSERA_ALLOCATOR_ALLOW_UNAUTHENTICATED": "'true' to serve without client certificates "
+    "(plain HTTP, or TLS without a client CA): anyone who reaches the port may bind pods",
     **LISTENER.env_help(),
 }
 
@@ -63,6 +66,8 @@ class Settings:
     lease_name: str = "tessera-allocator"
     lease_namespace: str = "tessera-system"
     identity: str = "tessera-allocator"
+    #: Serve without client authentication (an explicit choice; see :meth:`check_serving`).
+    allow_unauthenticated: bool = False
 
     @classmethod
     def from_env(cls, env: Mapping[str, str] | None = None) -> Settings:
@@ -117,6 +122,19 @@ class Settings:
             lease_name=lease_name,
             lease_namespace=lease_ns,
             identity=read.text("TESSERA_IDENTITY") or socket.gethostname(),
+            allow_unauthenticated=read.flag("TESSERA_ALLOCATOR_ALLOW_UNAUTHENTICATED", False),
         )
         read.check("invalid allocator configuration")
         return settings
+
+    def check_serving(self) -> None:
+        """What serving needs beyond a valid config: client authentication, unless turned off
+        explicitly. Whoever can call ``bind`` places pods on cards (docs/security.md)."""
+        if not self.serving.tls_client_ca and not self.allow_unauthenticated:
+            raise ConfigError(
+                "cannot serve the allocator: its extender verbs (bind) need client "
+                "authentication: set --tls-cert, --tls-key and --tls-client-ca "
+                "(TESSERA_ALLOCATOR_TLS_CERT/_KEY/_CLIENT_CA), or --allow-unauthenticated "
+                "(TESSERA_ALLOCATOR_ALLOW_UNAUTHENTICATED=true) to let anyone who reaches "
+                "the port bind pods"
+            )

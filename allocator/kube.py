@@ -28,6 +28,9 @@ from allocator.ports import Obj, WatchEvent
 #: httpTimeout (5 s by default), and a leader must finish a bind before its lease can expire.
 REQUEST_TIMEOUT = (2.0, 4.0)
 LIST_PAGE = 500
+#: Connections the allocator holds open besides those of its request threads: the node and
+#: pod watches, leader election, the pod resync, and slack.
+BACKGROUND_CONNECTIONS = 8
 LEASES = "/apis/coordination.k8s.io/v1/namespaces/{ns}/leases"
 
 
@@ -56,11 +59,16 @@ class KubeClient:
         self._api = api_client
 
     @classmethod
-    def from_config(cls, kubeconfig: str | None = None,
-                    context: str | None = None) -> KubeClient:
+    def from_config(cls, kubeconfig: str | None = None, context: str | None = None, *,
+                    request_threads: int = 16) -> KubeClient:
         """A kubeconfig file when given, else the in-cluster service account, else the
         default kubeconfig (``KUBECONFIG`` / ``~/.kube/config``). A ``context`` names one of
-        the kubeconfig's contexts (and so always reads a kubeconfig)."""
+        the kubeconfig's contexts (and so always reads a kubeconfig).
+
+        The connection pool holds one connection per request thread plus the background
+        ones: the client's default (5 per CPU) is smaller than a burst of binds on a small
+        machine, and urllib3 then opens extra connections and throws them away ("Connection
+        pool is full"), a TLS handshake to the API server each."""
         cfg = client.Configuration()
         try:
             if kubeconfig or context:
@@ -73,6 +81,7 @@ class KubeClient:
                     config.load_kube_config(client_configuration=cfg)  # type: ignore[no-untyped-call]
         except (ConfigException, OSError) as exc:
             raise ApiError(f"cannot load Kubernetes client configuration: {exc}") from exc
+        cfg.connection_pool_maxsize = request_threads + BACKGROUND_CONNECTIONS
         return cls(client.ApiClient(cfg))
 
     # ------------------------------------------------------------------ transport

@@ -15,14 +15,9 @@ Pieces:
 - :func:`add_env_flags` / :func:`env_with_flags`: flags over environment; the dialect
   variables both services accept (:data:`DIALECT_FLAGS`, :data:`DIALECT_ENV_HELP`).
 - :func:`start`: configuration read at start (a problem is printed, exit status 2), logging set.
-- :func:`gunicorn_options` and :func:`serve`: gunicorn's gthread worker, run programmatically.
-
-gunicorn's gthread worker builds a fresh SSL context for every accepted connection, so rotated
-certificate files are served to new connections without a restart. Verified in gunicorn 27.0.1:
-``gunicorn/workers/gthread.py`` ``TConn.init()`` calls ``sock.ssl_wrap_socket(self.sock,
-self.cfg)`` for each new connection, and ``gunicorn/sock.py`` ``ssl_wrap_socket()`` ->
-``ssl_context(conf)`` creates a new ``SSLContext`` and calls ``load_cert_chain(certfile,
-keyfile)`` every time. A kept-alive connection keeps the certificate it was opened with.
+- :func:`gunicorn_options` and :func:`serve`: gunicorn's asyncio worker with our WSGI bridge
+  and certificate files, run programmatically (why, and how rotated certificates reach new
+  connections: :mod:`tessera.transport`).
 """
 
 from __future__ import annotations
@@ -30,13 +25,12 @@ from __future__ import annotations
 import argparse
 import os
 import re
-import ssl
 import sys
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any, Final, Protocol, TypeVar
 
-from tessera import logs
+from tessera import logs, transport
 from tessera.vocabulary import ConfigError
 
 #: A Kubernetes object name (Lease, scheduler): lowercase, digits, '-' and '.', at most 253.
@@ -279,37 +273,44 @@ def gunicorn_options(
     graceful_timeout: int = 10,
     workers: int | None = None,
 ) -> dict[str, Any]:
-    """gunicorn settings for the gthread worker; ``workers`` overrides ``serving.workers``.
-    With a certificate, HTTPS; with a client CA too, a client certificate is required."""
+    """gunicorn settings for the asyncio worker (:mod:`tessera.transport`); ``workers``
+    overrides ``serving.workers``. With a certificate, HTTPS; with a client CA too, a client
+    certificate is required. Request threads are the bridge's (:func:`serve`), not gunicorn's.
+    """
     options: dict[str, Any] = {
         "bind": [serving.bind],
         "workers": serving.workers if workers is None else workers,
-        # gthread: threads for concurrency, and TLS files re-read per connection (module doc).
-        "worker_class": "gthread",
-        "threads": serving.threads,
+        "worker_class": transport.WORKER_CLASS,
+        "threads": 1,
         "proc_name": proc_name,
         "loglevel": serving.log_level.lower(),
+        "logger_class": "tessera.logs.GunicornLogger",
         "accesslog": None,
         "errorlog": "-",
         "timeout": timeout,
         "graceful_timeout": graceful_timeout,
         "keepalive": keepalive,
+        # gunicorn's control socket defaults to one path per user ($HOME/.gunicorn), shared by
+        # every instance on the host; nothing of ours uses it.
+        "control_socket_disable": True,
     }
-    if serving.tls_cert:
+    if serving.tls_cert and serving.tls_key:
         options["certfile"] = serving.tls_cert
         options["keyfile"] = serving.tls_key
-        if serving.tls_client_ca:
-            options["ca_certs"] = serving.tls_client_ca
-            options["cert_reqs"] = ssl.CERT_REQUIRED
+        options["ssl_context"] = transport.CertificateFiles(
+            serving.tls_cert, serving.tls_key, serving.tls_client_ca)
     return options
 
 
-def serve(app_factory: Callable[[], Any], options: Mapping[str, Any]) -> None:
+def serve(app_factory: Callable[[], Any], options: Mapping[str, Any], *, threads: int,
+          max_body_bytes: int) -> None:
     """Run gunicorn's arbiter in this process with ``options`` (it ends the process with
     ``sys.exit`` when it halts: gunicorn/arbiter.py ``Arbiter.halt()``).
 
-    ``app_factory`` is called by ``load()`` in each worker after fork, so threads and API
-    connections the app starts belong to the worker, not to the arbiter."""
+    ``app_factory`` (a WSGI app) is called by ``load()`` in each worker after fork, so threads
+    and API connections the app starts belong to the worker, not to the arbiter; it is served
+    through :class:`~tessera.transport.WsgiBridge` with ``threads`` request threads and bodies
+    of at most ``max_body_bytes``."""
     from gunicorn.app.base import BaseApplication
 
     class Server(BaseApplication):  # type: ignore[misc]  # gunicorn ships no types
@@ -318,6 +319,7 @@ def serve(app_factory: Callable[[], Any], options: Mapping[str, Any]) -> None:
                 self.cfg.set(key, value)
 
         def load(self) -> Any:
-            return app_factory()
+            return transport.WsgiBridge(app_factory(), threads=threads,
+                                        max_body_bytes=max_body_bytes)
 
     Server().run()

@@ -1,9 +1,8 @@
 """``tessera webhook``: validate configuration, then serve the app with gunicorn over TLS.
 
 Flags override the ``TESSERA_*`` environment variables of the same meaning. gunicorn runs in
-this process with the gthread worker, which re-reads the certificate files for every new
-connection, so rotated certificates are served without a restart (the gunicorn source reference
-is in :mod:`tessera.serving`).
+this process with its asyncio worker (:mod:`tessera.transport`: slow clients hold no request
+thread, rotated certificate files are served to new connections without a restart).
 """
 
 from __future__ import annotations
@@ -101,5 +100,6 @@ def run(args: argparse.Namespace) -> int:
     )
     from webhook.app import create_app
 
-    serving.serve(lambda: create_app(config), gunicorn_options(config))
+    serving.serve(lambda: create_app(config), gunicorn_options(config),
+                  threads=config.serving.threads, max_body_bytes=config.max_body_bytes)
     return 0

@@ -133,6 +133,7 @@ class Services:
 
     # ------------------------------------------------------------------ lifecycle
     def start(self) -> None:
+        self.install_pod_keys_policy()
         if self.cluster.options.webhook:
             self.start_webhook()
         if self.cluster.options.allocator:
@@ -142,6 +143,38 @@ class Services:
         for proc in (self.allocator, self.webhook):
             if proc is not None:
                 proc.stop()
+
+    # ------------------------------------------------------------------ pod keys policy
+    def install_pod_keys_policy(self) -> None:
+        """The shipped ValidatingAdmissionPolicy (and binding) that keeps Tessera's pod keys to
+        the allocator, unchanged; returns once the API server enforces it (policies load
+        asynchronously), proven by a dry-run forgery it refuses."""
+        from kubernetes import client
+        from kubernetes.client.exceptions import ApiException
+
+        docs = load_documents(manifests_dir() / "base" / "pod-keys-policy.yaml")
+        admission: Any = client.AdmissionregistrationV1Api(self.cluster.api_client)
+        for doc in docs:
+            if doc["kind"] == "ValidatingAdmissionPolicy":
+                admission.create_validating_admission_policy(doc)
+            elif doc["kind"] == "ValidatingAdmissionPolicyBinding":
+                admission.create_validating_admission_policy_binding(doc)
+        core: Any = client.CoreV1Api(self.cluster.api_client)
+        forged = {
+            "apiVersion": "v1", "kind": "Pod",
+            "metadata": {"generateName": "forged-",
+                         "annotations": {self.cluster.vocabulary.allocation_annotation: "{}"}},
+            "spec": {"containers": [{"name": "c", "image": "busybox"}]},
+        }
+
+        def enforced() -> bool:
+            try:
+                core.create_namespaced_pod("default", forged, dry_run="All")
+            except ApiException as exc:
+                return exc.status in (400, 403, 422)
+            return False
+
+        wait_until("pod keys policy enforced", enforced, START_TIMEOUT)
 
     # ------------------------------------------------------------------ webhook
     def start_webhook(self) -> None:

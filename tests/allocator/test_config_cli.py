@@ -22,7 +22,7 @@ def test_defaults_are_valid_and_single_process() -> None:
     assert settings.core.agent_dialects == ("elastic",)
     assert settings.leader_election is True
     options = cli.gunicorn_options(settings)
-    assert options["workers"] == 1 and options["worker_class"] == "gthread"
+    assert options["workers"] == 1 and options["worker_class"] == "tessera.worker.Worker"
     assert "certfile" not in options
 
 
@@ -63,7 +63,33 @@ def test_flags_override_environment_and_tls_enables_mutual_auth(
     assert settings.url_prefix == "/gpu"
     assert settings.serving.port == 8443 and not settings.leader_election
     options = cli.gunicorn_options(settings)
-    assert options["ca_certs"] == str(tmp_path / "ca.crt") and options["cert_reqs"] == 2
+    assert options["ssl_context"].client_ca == str(tmp_path / "ca.crt")
+
+
+@pytest.mark.parametrize(
+    ("argv", "env", "refused"),
+    [
+        ([], {}, True),  # plain HTTP by default: refused
+        (["--tls-cert", "{d}/tls.crt", "--tls-key", "{d}/tls.key"], {}, True),
+        (["--allow-unauthenticated"], {}, False),
+        ([], {"TESSERA_ALLOCATOR_ALLOW_UNAUTHENTICATED": "true"}, False),
+        (["--tls-cert", "{d}/tls.crt", "--tls-key", "{d}/tls.key",
+          "--tls-client-ca", "{d}/ca.crt"], {}, False),
+    ],
+)
+def test_serving_without_client_certificates_is_an_explicit_choice(
+    tmp_path: pathlib.Path, argv: list[str], env: dict[str, str], refused: bool,
+) -> None:
+    for name in ("tls.crt", "tls.key", "ca.crt"):
+        (tmp_path / name).write_text("x")
+    full = ["allocator", *(a.format(d=tmp_path) for a in argv)]
+    args = build_parser(full).parse_args(full)
+    if refused:
+        with pytest.raises(ConfigError, match="--allow-unauthenticated"):
+            cli.settings_from_args(args, env)
+    else:
+        settings = cli.settings_from_args(args, env)
+        assert settings.allow_unauthenticated is (not settings.serving.tls_client_ca)
 
 
 def test_run_reports_bad_configuration_and_exits_2(capsys: pytest.CaptureFixture[str]) -> None:

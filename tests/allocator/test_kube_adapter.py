@@ -4,9 +4,13 @@ paths, content types, JSON null in merge patches, watch lines, and error wrappin
 from __future__ import annotations
 
 import json
+import logging
 import threading
+import time
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -132,3 +136,47 @@ def test_an_unreachable_api_server_is_an_api_error() -> None:
     with pytest.raises(ApiError, match="GET /api/v1/namespaces/a/pods/b"):
         KubeClient(api_client).get_pod("a", "b")
     api_client.close()
+
+
+class _SlowHandler(BaseHTTPRequestHandler):
+    """Answers every GET after a pause, so that a burst of requests is in flight at once."""
+
+    protocol_version = "HTTP/1.1"  # kept-alive connections, as the API server's
+
+    def log_message(self, *args: Any) -> None:
+        pass
+
+    def do_GET(self) -> None:
+        time.sleep(0.3)
+        data = json.dumps({"metadata": {"name": "p"}}).encode()
+        self.send_response(200)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(data)))
+        self.end_headers()
+        self.wfile.write(data)
+
+
+def test_a_burst_as_wide_as_the_request_threads_reuses_pooled_connections(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    server = ThreadingHTTPServer(("127.0.0.1", 0), _SlowHandler)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    kubeconfig = tmp_path / "kubeconfig"
+    kubeconfig.write_text(json.dumps({
+        "apiVersion": "v1", "kind": "Config", "current-context": "c",
+        "clusters": [{"name": "c", "cluster": {"server": f"http://127.0.0.1:{server.server_port}"}}],
+        "users": [{"name": "u", "user": {"token": "t"}}],
+        "contexts": [{"name": "c", "context": {"cluster": "c", "user": "u"}}],
+    }))
+    threads = 16  # the allocator's default request threads (allocator/config.py)
+    kube = KubeClient.from_config(str(kubeconfig), request_threads=threads)
+    try:
+        with caplog.at_level(logging.WARNING, logger="urllib3"):
+            for _ in range(2):  # the second burst finds every connection in the pool
+                with ThreadPoolExecutor(threads) as pool:
+                    pods = list(pool.map(lambda i: kube.get_pod("ns", f"p{i}"), range(threads)))
+                assert len(pods) == threads
+    finally:
+        server.shutdown()
+        server.server_close()
+    assert [r.getMessage() for r in caplog.records if "pool is full" in r.getMessage()] == []

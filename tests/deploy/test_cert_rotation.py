@@ -38,6 +38,7 @@ from deploy_helpers import (
     tessera_command,
 )
 
+from certs.builder import CertificateAuthority, build_leaf
 from tessera.devcluster.controlplane import ControlPlane
 from tessera.devcluster.process import ManagedProcess, free_port, wait_until
 
@@ -85,22 +86,32 @@ def serial_of(path: Path) -> int:
     return x509.load_pem_x509_certificate(path.read_bytes()).serial_number
 
 
-def served_serial(port: int, ca_file: Path) -> int:
-    """The serial of the certificate a brand-new TLS connection is given."""
+def client_context(ca_file: Path) -> ssl.SSLContext:
+    """Trusts our CA and presents a client certificate it signed (the allocator requires one,
+    as the scheduler presents; the webhook asks for none). The CA's key is next to its cert."""
+    ca = CertificateAuthority(ca_file.read_bytes(), (ca_file.parent / "ca.key").read_bytes())
+    client = build_leaf(ca, "kube-scheduler", server=False, client=True)
+    cert, key = ca_file.parent / "client.crt", ca_file.parent / "client.key"
+    cert.write_bytes(client.cert_pem)
+    key.write_bytes(client.key_pem)
     context = ssl.create_default_context(cafile=str(ca_file))
     context.check_hostname = False
+    context.load_cert_chain(str(cert), str(key))
+    return context
+
+
+def served_serial(port: int, ca_file: Path) -> int:
+    """The serial of the certificate a brand-new TLS connection is given."""
     with socket.create_connection(("127.0.0.1", port), timeout=5) as raw, \
-            context.wrap_socket(raw) as tls:
+            client_context(ca_file).wrap_socket(raw) as tls:
         der = tls.getpeercert(binary_form=True)
     assert der is not None
     return x509.load_der_x509_certificate(der).serial_number
 
 
 def healthz(port: int, ca_file: Path) -> int:
-    context = ssl.create_default_context(cafile=str(ca_file))
-    context.check_hostname = False
-    with urllib.request.urlopen(f"https://127.0.0.1:{port}/healthz", context=context,
-                                timeout=5) as resp:
+    with urllib.request.urlopen(f"https://127.0.0.1:{port}/healthz",
+                                context=client_context(ca_file), timeout=5) as resp:
         return int(resp.status)
 
 

@@ -29,7 +29,8 @@ from tessera.dialects import DialectConfig
 from webhook.registration import match_conditions
 
 CLUSTER_SCOPED = {"Namespace", "ClusterRole", "ClusterRoleBinding",
-                  "MutatingWebhookConfiguration"}
+                  "MutatingWebhookConfiguration", "ValidatingAdmissionPolicy",
+                  "ValidatingAdmissionPolicyBinding"}
 
 
 @pytest.fixture(scope="module")
@@ -105,6 +106,24 @@ def test_both_services_run_two_hardened_replicas_with_probes_and_limits(
     assert main["readinessProbe"] and main["livenessProbe"]
     mounts = {m["mountPath"] for m in main["volumeMounts"]}
     assert {"/etc/tessera/tls", "/tmp"} <= mounts
+
+
+@pytest.mark.parametrize("overlay", ALL)
+def test_every_overlay_serves_the_extender_to_client_certificates_of_our_ca_only(
+    rendered: dict[str, list[Doc]], overlay: str
+) -> None:
+    deployment = one(rendered[overlay], "Deployment", "tessera-allocator")
+    main = container(deployment)
+    args = main["args"]
+    assert "--tls-client-ca=/etc/tessera/tls/ca.crt" in args
+    assert "--allow-unauthenticated" not in args
+    assert not any(e["name"] == "TESSERA_ALLOCATOR_ALLOW_UNAUTHENTICATED"
+                   for e in main.get("env") or [])
+    # The probes present the scheduler's client certificate (an HTTPS probe has none).
+    volumes = {v["name"]: v for v in pod_spec(deployment)["volumes"]}
+    assert volumes["probe-tls"]["secret"]["secretName"] == "tessera-scheduler-client-tls"
+    for probe in (main["readinessProbe"], main["livenessProbe"]):
+        assert "/etc/tessera/probe-tls/tls.crt" in probe["exec"]["command"][2]
 
 
 @pytest.mark.parametrize("overlay", ALL)
@@ -265,3 +284,22 @@ def test_the_certs_job_may_touch_exactly_the_secrets_and_webhook_it_maintains(
     (rule,) = one(docs, "ClusterRole", "tessera-certs")["rules"]
     assert rule["resourceNames"] == ["tessera"]
     assert set(rule["verbs"]) == {"get", "patch"}
+
+
+def test_the_pod_keys_policy_names_every_key_the_code_writes_and_the_allocators_identity(
+) -> None:
+    from allocator import agents
+    from tessera.vocabulary import Vocabulary
+
+    text = (MANIFESTS / "base" / "pod-keys-policy.yaml").read_text()
+    v = Vocabulary()
+    prefix, assumed = agents.elastic_keys(v)
+    keys = [v.request_annotation, v.allocation_annotation, v.gpu_pod_label, v.mode_label,
+            prefix, assumed, agents.NANO_CONTAINER.format(""), agents.NANO_ASSUME,
+            *(k.rsplit("_", 1)[0] + "_" for k in (agents.ALIYUN_IDX, agents.ALIYUN_DEV,
+                                                 agents.ALIYUN_POD, agents.ALIYUN_ASSIGNED))]
+    assert [k for k in keys if f"'{k}" not in text] == []
+    rbac = list(yaml.safe_load_all((MANIFESTS / "base" / "allocator-rbac.yaml").read_text()))
+    (namespace, account), = {(s["namespace"], s["name"]) for d in rbac if d
+                             for s in d.get("subjects") or [] if s["kind"] == "ServiceAccount"}
+    assert f"'system:serviceaccount:{namespace}:{account}'" in text

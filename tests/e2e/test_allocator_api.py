@@ -12,7 +12,7 @@ from allocator.kube import KubeClient
 from allocator.ports import Obj
 from tessera.devcluster.cluster import DevCluster
 from tessera.devcluster.nodes import uniform
-from tessera.devcluster.workloads import get_object, make_pod
+from tessera.devcluster.workloads import container, get_object, make_pod
 
 pytestmark = pytest.mark.e2e
 
@@ -25,7 +25,10 @@ def test_a_binding_puts_the_allocation_record_on_the_pod_in_the_same_update_as_i
     vocab = cluster.vocabulary
     selector = pool([uniform(f"{namespace}-n", 1, "Tesla-T4", 15360)])
     node = f"{namespace}-n"
-    pod = make_pod("direct", labels={vocab.gpu_pod_label: "true"}, node_selector=selector)
+    # A real GPU pod (the webhook labels it): a label alone on a pod that asks for no GPU is
+    # refused by the pod keys policy.
+    pod = make_pod("direct", [container("main", limits={vocab.core_resource: "100"})],
+                   node_selector=selector)
     pod["spec"]["schedulerName"] = "nobody"  # kube-scheduler leaves it to us
     created = core_v1.create_namespaced_pod(namespace, pod)
     uid, rv = created.metadata.uid, created.metadata.resource_version

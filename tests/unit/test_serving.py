@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import argparse
 import importlib
-import ssl
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -22,6 +21,7 @@ from tessera.serving import (
     serve,
     start,
 )
+from tessera.transport import CertificateFiles, WsgiBridge
 from tessera.vocabulary import ConfigError, TesseraError
 
 FLAGS = {
@@ -306,24 +306,26 @@ def test_each_flag_is_documented_with_its_variable() -> None:
 
 
 @pytest.mark.parametrize(
-    ("serving", "tls"),
+    ("serving", "files"),
     [
-        (ServingConfig(), {}),
-        (ServingConfig(tls_client_ca="ca"), {}),
-        (ServingConfig(tls_cert="c", tls_key="k"), {"certfile": "c", "keyfile": "k"}),
-        (
-            ServingConfig(tls_cert="c", tls_key="k", tls_client_ca="ca"),
-            {"certfile": "c", "keyfile": "k", "ca_certs": "ca", "cert_reqs": ssl.CERT_REQUIRED},
-        ),
+        (ServingConfig(), None),
+        (ServingConfig(tls_client_ca="ca"), None),
+        (ServingConfig(tls_cert="c", tls_key="k"), ("c", "k", None)),
+        (ServingConfig(tls_cert="c", tls_key="k", tls_client_ca="ca"), ("c", "k", "ca")),
     ],
 )
 def test_gunicorn_serves_https_with_a_certificate_and_requires_clients_with_a_ca(
-    serving: ServingConfig, tls: dict[str, Any]
+    serving: ServingConfig, files: tuple[str, str, str | None] | None
 ) -> None:
     options = gunicorn_options(serving, proc_name="p", keepalive=5)
-    assert {k: options[k] for k in ("certfile", "keyfile", "ca_certs", "cert_reqs")
-            if k in options} == tls
-    assert options["worker_class"] == "gthread"
+    hook = options.get("ssl_context")
+    if files is None:
+        assert hook is None and "certfile" not in options
+    else:
+        assert isinstance(hook, CertificateFiles)
+        assert (hook.cert, hook.key, hook.client_ca) == files
+        assert (options["certfile"], options["keyfile"]) == files[:2]
+    assert options["worker_class"] == "tessera.worker.Worker"
 
 
 @pytest.mark.parametrize(("workers", "expected"), [(None, 3), (1, 1)])
@@ -332,9 +334,10 @@ def test_the_worker_count_can_be_forced(workers: int | None, expected: int) -> N
     options = gunicorn_options(serving, proc_name="tessera-x", keepalive=30, timeout=20,
                                workers=workers)
     assert options == {
-        "bind": ["[::]:9"], "workers": expected, "worker_class": "gthread", "threads": 7,
-        "proc_name": "tessera-x", "loglevel": "warning", "accesslog": None, "errorlog": "-",
-        "timeout": 20, "graceful_timeout": 10, "keepalive": 30,
+        "bind": ["[::]:9"], "workers": expected, "worker_class": "tessera.worker.Worker",
+        "threads": 1, "proc_name": "tessera-x", "loglevel": "warning",
+        "logger_class": "tessera.logs.GunicornLogger", "accesslog": None, "errorlog": "-",
+        "timeout": 20, "graceful_timeout": 10, "keepalive": 30, "control_socket_disable": True,
     }
 
 
@@ -352,12 +355,15 @@ def test_serve_hands_gunicorn_the_options_and_builds_the_app_in_load(
         return "the app"
 
     serve(factory, gunicorn_options(ServingConfig(port=9, threads=3, workers=2),
-                                    proc_name="tessera-x", keepalive=5))
+                                    proc_name="tessera-x", keepalive=5),
+          threads=3, max_body_bytes=1024)
     (server,) = ran
     assert built == []  # nothing built until a worker loads it
-    assert (server.cfg.workers, server.cfg.threads, server.cfg.proc_name) == (2, 3, "tessera-x")
+    assert (server.cfg.workers, server.cfg.proc_name) == (2, "tessera-x")
     assert server.cfg.bind == ["0.0.0.0:9"]
-    assert server.load() == "the app" and built == ["app"]
+    bridge = server.load()
+    assert isinstance(bridge, WsgiBridge) and built == ["app"]
+    assert (bridge.app, bridge.threads, bridge.max_body_bytes) == ("the app", 3, 1024)
 
 
 @dataclass(frozen=True)

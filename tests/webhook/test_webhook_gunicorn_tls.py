@@ -1,9 +1,8 @@
-"""The real server: ``tessera webhook`` (gunicorn, gthread worker) over TLS on loopback.
+"""The real server: ``tessera webhook`` (gunicorn, our asyncio worker) over TLS on loopback.
 
-Rotation: gunicorn's gthread worker builds a new SSL context, loading the cert files, for every
-accepted connection (gunicorn 27.0.1 ``workers/gthread.py`` ``TConn.init`` ->
-``sock.ssl_wrap_socket`` -> ``sock.ssl_context``, which calls ``load_cert_chain``). So after the
-files are replaced, a NEW connection must be served the NEW certificate, without a restart.
+Rotation: the service loads the certificate files again at the first handshake after they
+changed (tessera/transport.py). So after the files are replaced, a NEW connection must be
+served the NEW certificate, without a restart.
 """
 
 from __future__ import annotations

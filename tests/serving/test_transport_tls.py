@@ -1,0 +1,182 @@
+"""Both services as shipped (``tessera webhook``, ``tessera allocator``: real gunicorn, real TLS,
+mutual TLS for the allocator) against hostile and impolite clients on loopback.
+
+The slow clients are the benchmark's (bench/slow_clients.py), in smaller numbers: enough to
+outnumber every request thread of the old gthread worker (webhook 2 workers x 4 threads,
+allocator 16 threads). Bounds are generous (an answer within 5 s, a stop within 10 s):
+starved or stuck servers miss them by far, and the figures themselves are the benchmark's.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import socket
+import ssl
+import subprocess
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+import pytest
+
+from bench.slow_clients import Pki, Pressure, Service, free_port, request, services, start, stop
+from tessera.transport import FIRST_REQUEST_SECONDS
+
+SERVICES = ["webhook", "allocator"]
+#: More slow connections than the old worker had request threads (module doc).
+SLOW = 40
+ANSWER_S = 5.0
+STOP_S = 10.0
+
+
+@pytest.fixture(scope="module")
+def pki(tmp_path_factory: pytest.TempPathFactory) -> Pki:
+    return Pki(tmp_path_factory.mktemp("pki"))
+
+
+@contextmanager
+def served(name: str, pki: Pki, work: Path) -> Iterator[tuple[Service, subprocess.Popen[bytes]]]:
+    (service,) = [s for s in services(pki, work, free_port(), None) if s.name == name]
+    process = start(service, service.port, pki.client_context(), work / f"{name}.log")
+    try:
+        yield service, process
+    finally:
+        stop(process)
+
+
+def log_lines(work: Path, name: str) -> list[str]:
+    return (work / f"{name}.log").read_text(errors="replace").splitlines()
+
+
+@pytest.mark.parametrize("name", SERVICES)
+def test_slow_clients_do_not_starve_normal_requests(name: str, pki: Pki, tmp_path: Path) -> None:
+    with served(name, pki, tmp_path) as (service, _):
+        pressure = Pressure(service.port, pki.client_context(), SLOW, drip=2.0)
+        pressure.start()
+        try:
+            pressure.wait_open(15)
+            answers, open_during = [], []
+            for _ in range(5):
+                open_during.append(pressure.open_now)
+                answers.append(request(service.port, pki.client_context(), "POST",
+                                       service.path, service.body, ANSWER_S))
+        finally:
+            pressure.stop()
+    assert [status for status, _ in answers] == [200] * 5, answers
+    assert all(seconds < ANSWER_S for _, seconds in answers)
+    # The attack was really on: slow connections were held open meanwhile (the server closes
+    # each after its deadline and the client opens it again, so a few may be reconnecting).
+    assert min(open_during) >= SLOW // 2, open_during
+
+
+def test_a_client_that_never_finishes_its_first_headers_is_cut_off(
+    pki: Pki, tmp_path: Path
+) -> None:
+    with served("webhook", pki, tmp_path) as (service, _):
+        context = pki.client_context()
+        with socket.create_connection(("127.0.0.1", service.port), timeout=10) as raw, \
+                context.wrap_socket(raw, server_hostname="127.0.0.1") as slow:
+            slow.settimeout(1)
+            t0 = time.monotonic()
+            closed_after = None
+            for byte in b"POST /mutate HTTP/1.1\r\nHost: tessera\r\n" * 10:
+                if time.monotonic() - t0 > 3 * FIRST_REQUEST_SECONDS:
+                    break
+                try:
+                    slow.sendall(bytes([byte]))
+                    if slow.recv(1) == b"":
+                        closed_after = time.monotonic() - t0
+                        break
+                except TimeoutError:
+                    continue  # nothing from the server yet: go on dripping
+                except OSError:
+                    closed_after = time.monotonic() - t0
+                    break
+    assert closed_after is not None, "the server kept a dripping connection open"
+    assert FIRST_REQUEST_SECONDS - 1 <= closed_after <= 3 * FIRST_REQUEST_SECONDS
+
+
+@pytest.mark.parametrize("name", SERVICES)
+def test_garbage_connections_leave_json_lines_and_one_report_per_worker(
+    name: str, pki: Pki, tmp_path: Path
+) -> None:
+    with served(name, pki, tmp_path) as (service, _):
+        for i in range(30):
+            with socket.create_connection(("127.0.0.1", service.port), timeout=5) as sock:
+                sock.sendall(b"GET / HTTP/1.1\r\nHost: x\r\n\r\n" if i % 2 else os.urandom(64))
+                sock.settimeout(5)
+                try:
+                    while sock.recv(4096):
+                        pass
+                except OSError:
+                    pass  # a reset is a fine answer to garbage
+        # and the service still answers
+        assert request(service.port, pki.client_context(), "GET", "/healthz", None, 5)[0] == 200
+    lines = log_lines(tmp_path, name)
+    not_json = [line for line in lines if not _is_json(line)]
+    assert not_json == []
+    reports = [line for line in lines if "TLS handshake" in line]
+    workers = 2 if name == "webhook" else 1
+    assert 1 <= len(reports) <= workers, reports
+
+
+def _is_json(line: str) -> bool:
+    try:
+        return isinstance(json.loads(line), dict)
+    except ValueError:
+        return False
+
+
+@pytest.mark.parametrize("asked", [True, False], ids=["after-a-request", "before-any-request"])
+@pytest.mark.parametrize("name", SERVICES)
+def test_sigterm_stops_the_service_while_a_client_keeps_its_connection_open(
+    name: str, asked: bool, pki: Pki, tmp_path: Path
+) -> None:
+    """The API server and kube-scheduler (Go's HTTP client) keep idle connections open, also
+    ones they dialled but never used (a dial that lost the race to a connection freed
+    meanwhile). Neither may hold a stopping service until it is killed."""
+    with served(name, pki, tmp_path) as (service, process):
+        context = pki.client_context()
+        with socket.create_connection(("127.0.0.1", service.port)) as raw, \
+                context.wrap_socket(raw, server_hostname="127.0.0.1") as kept:
+            if asked:
+                kept.sendall(b"GET /healthz HTTP/1.1\r\nHost: tessera\r\n\r\n")
+                assert kept.recv(4096).startswith(b"HTTP/1.1 200")
+            time.sleep(1)
+            t0 = time.monotonic()
+            process.send_signal(signal.SIGTERM)
+            try:
+                process.wait(timeout=STOP_S)
+            except subprocess.TimeoutExpired:
+                pytest.fail(f"{name} still running {STOP_S:g} s after SIGTERM")
+            stopped_after = time.monotonic() - t0
+    assert process.returncode == 0
+    # gunicorn's graceful_timeout is 10 s: a worker that waited for the idle connection
+    # would be stopped by it, not by itself.
+    assert stopped_after < STOP_S
+
+
+def test_two_services_on_one_host_create_no_shared_control_socket(
+    pki: Pki, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    home = tmp_path / "home"
+    home.mkdir()
+    monkeypatch.setenv("HOME", str(home))  # gunicorn's default: $HOME/.gunicorn/gunicorn.ctl
+    monkeypatch.delenv("XDG_RUNTIME_DIR", raising=False)
+    with served("webhook", pki, tmp_path), served("allocator", pki, tmp_path):
+        created = sorted(str(p.relative_to(home)) for p in home.rglob("*"))
+    assert created == []
+    for name in SERVICES:
+        assert not [line for line in log_lines(tmp_path, name) if "Control socket" in line]
+
+
+def test_the_allocator_refuses_a_client_without_a_certificate(pki: Pki, tmp_path: Path) -> None:
+    with served("allocator", pki, tmp_path) as (service, _):
+        anonymous = ssl.create_default_context(cafile=str(pki.ca))
+        status, _ = request(service.port, anonymous, "POST", service.path, service.body, 5)
+        assert status == 0  # no HTTP answer at all: the handshake (or first read) failed
+        assert request(service.port, pki.client_context(), "POST", service.path, service.body,
+                       5)[0] == 200

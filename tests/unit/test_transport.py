@@ -1,0 +1,234 @@
+"""The transport pieces on their own: the WSGI bridge, handshake reports, certificate files.
+
+The same pieces behind real gunicorn and real TLS: tests/serving/test_transport_tls.py.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import logging
+import os
+import ssl
+from collections.abc import Iterable
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from certs.builder import build_ca, build_leaf
+from tessera.transport import CertificateFiles, HandshakeFailures, WsgiBridge, wsgi_environ
+
+Message = dict[str, Any]
+
+
+def scope(method: str = "POST", path: str = "/mutate", headers: Iterable[tuple[bytes, bytes]] = (),
+          **more: Any) -> dict[str, Any]:
+    return {"type": "http", "method": method, "path": path, "query_string": b"a=1",
+            "headers": list(headers), "http_version": "1.1", "scheme": "https",
+            "server": ("127.0.0.1", 8443), "client": ("10.0.0.9", 40000), **more}
+
+
+class Echo:
+    """A WSGI app that records what it was given and answers with the body it read."""
+
+    def __init__(self) -> None:
+        self.environs: list[dict[str, Any]] = []
+
+    def __call__(self, environ: dict[str, Any], start_response: Any) -> list[bytes]:
+        self.environs.append(environ)
+        body = environ["wsgi.input"].read()
+        start_response("201 Created", [("Content-Type", "text/plain"), ("X-Len", str(len(body)))])
+        return [b"got:", body]
+
+
+def run(bridge: WsgiBridge, sc: dict[str, Any], messages: list[Message],
+        stall: bool = False) -> list[Message]:
+    """Drive one ASGI call; ``stall``: after ``messages``, receive() never returns."""
+    sent: list[Message] = []
+
+    async def main() -> None:
+        queue = list(messages)
+
+        async def receive() -> Message:
+            if queue:
+                return queue.pop(0)
+            if stall:
+                await asyncio.sleep(3600)
+            return {"type": "http.disconnect"}
+
+        async def send(message: Message) -> None:
+            sent.append(message)
+
+        await bridge(sc, receive, send)
+
+    asyncio.run(main())
+    return sent
+
+
+def body(sent: list[Message]) -> tuple[int, dict[str, str], bytes]:
+    start, *rest = sent
+    headers = {k.decode(): v.decode() for k, v in start["headers"]}
+    return start["status"], headers, b"".join(m.get("body", b"") for m in rest)
+
+
+def chunk(data: bytes, more: bool) -> Message:
+    return {"type": "http.request", "body": data, "more_body": more}
+
+
+def test_the_app_runs_once_on_the_whole_body_and_its_answer_is_sent() -> None:
+    app = Echo()
+    bridge = WsgiBridge(app, threads=2, max_body_bytes=100)
+    sent = run(bridge, scope(headers=[(b"content-type", b"application/json"),
+                                      (b"x-a", b"1"), (b"x-a", b"2")]),
+               [chunk(b'{"a"', True), chunk(b":1}", False)])
+    assert body(sent) == (201, {"content-type": "text/plain", "x-len": "7"}, b'got:{"a":1}')
+    (environ,) = app.environs
+    assert {k: environ[k] for k in ("REQUEST_METHOD", "PATH_INFO", "QUERY_STRING",
+                                     "CONTENT_LENGTH", "CONTENT_TYPE", "HTTP_X_A",
+                                     "REMOTE_ADDR", "wsgi.url_scheme")} == {
+        "REQUEST_METHOD": "POST", "PATH_INFO": "/mutate", "QUERY_STRING": "a=1",
+        "CONTENT_LENGTH": "7", "CONTENT_TYPE": "application/json", "HTTP_X_A": "1,2",
+        "REMOTE_ADDR": "10.0.0.9", "wsgi.url_scheme": "https"}
+
+
+def test_a_declared_body_over_the_limit_reaches_the_app_unread() -> None:
+    app = Echo()
+    sent = run(WsgiBridge(app, threads=1, max_body_bytes=10),
+               scope(headers=[(b"content-length", b"11")]), [chunk(b"x" * 11, False)])
+    (environ,) = app.environs
+    # The app's own cap refuses by the declared length; the bridge read nothing.
+    assert environ["CONTENT_LENGTH"] == "11"
+    assert body(sent)[2] == b"got:"
+
+
+def test_a_chunked_body_stops_being_read_one_byte_past_the_limit() -> None:
+    app = Echo()
+    # The third chunk would be read if the bridge did not stop at the second.
+    sent = run(WsgiBridge(app, threads=1, max_body_bytes=10), scope(),
+               [chunk(b"123456", True), chunk(b"789012", True), chunk(b"x", False)])
+    (environ,) = app.environs
+    assert environ["CONTENT_LENGTH"] == "11"
+    assert body(sent)[2] == b"got:12345678901"
+
+
+def test_a_body_that_does_not_arrive_in_time_gets_408_and_holds_no_thread() -> None:
+    app = Echo()
+    sent = run(WsgiBridge(app, threads=1, max_body_bytes=10, body_seconds=0.2), scope(),
+               [chunk(b"12", True)], stall=True)
+    status, _, content = body(sent)
+    assert status == 408 and "not received within 0.2 s" in json.loads(content)["message"]
+    assert app.environs == []
+
+
+def test_a_client_that_leaves_mid_body_gets_nothing_and_the_app_is_not_called() -> None:
+    app = Echo()
+    assert run(WsgiBridge(app, threads=1, max_body_bytes=10), scope(), [chunk(b"1", True)]) == []
+    assert app.environs == []
+
+
+def test_an_app_that_raises_is_a_logged_500(caplog: pytest.LogCaptureFixture) -> None:
+    def broken(environ: dict[str, Any], start_response: Any) -> list[bytes]:
+        raise RuntimeError("bug")
+
+    sent = run(WsgiBridge(broken, threads=1, max_body_bytes=10), scope(),
+               [chunk(b"", False)])
+    assert body(sent)[0] == 500
+    assert "unexpected error serving POST /mutate" in caplog.text
+
+
+def test_lifespan_startup_and_shutdown_complete() -> None:
+    sent = run(WsgiBridge(Echo(), threads=1, max_body_bytes=1), {"type": "lifespan"},
+               [{"type": "lifespan.startup"}, {"type": "lifespan.shutdown"}])
+    assert [m["type"] for m in sent] == ["lifespan.startup.complete",
+                                         "lifespan.shutdown.complete"]
+
+
+def test_a_root_path_moves_into_script_name() -> None:
+    environ = wsgi_environ(scope(path="/api/scheduler/filter", root_path="/api"), b"")
+    assert (environ["SCRIPT_NAME"], environ["PATH_INFO"]) == ("/api", "/scheduler/filter")
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = 0.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def test_failed_handshakes_are_reported_at_most_once_per_interval(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    clock = Clock()
+    failures = HandshakeFailures(interval=60, clock=clock)
+    with caplog.at_level(logging.WARNING, logger="tessera.transport"):
+        for second in range(120):
+            clock.now = float(second)
+            failures.note(f"WRONG_VERSION_NUMBER #{second}")
+    lines = [r.getMessage() for r in caplog.records]
+    assert failures.total == 120
+    assert lines == [
+        "refused 1 TLS handshake(s) since the last report (at most one report per 60s); "
+        "last: WRONG_VERSION_NUMBER #0",
+        "refused 60 TLS handshake(s) since the last report (at most one report per 60s); "
+        "last: WRONG_VERSION_NUMBER #60",
+    ]
+
+
+def write_pair(directory: Path, name: str) -> tuple[Path, Path, bytes]:
+    ca = build_ca(f"ca-{name}")
+    leaf = build_leaf(ca, name, ["localhost"], ["127.0.0.1"])
+    cert, key = directory / "tls.crt", directory / "tls.key"
+    for path, data in ((cert, leaf.cert_pem), (key, leaf.key_pem)):
+        tmp = path.with_suffix(".tmp")
+        tmp.write_bytes(data)
+        os.replace(tmp, path)
+    return cert, key, leaf.cert_pem
+
+
+def served_pem(context: ssl.SSLContext) -> bytes:
+    """The certificate a context serves, read back through an in-memory handshake."""
+    client = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)
+    client.check_hostname = False
+    client.verify_mode = ssl.CERT_NONE
+    c_in, c_out, s_in, s_out = (ssl.MemoryBIO() for _ in range(4))
+    cli = client.wrap_bio(c_in, c_out)
+    srv = context.wrap_bio(s_in, s_out, server_side=True)
+    for _ in range(10):
+        for side in (cli, srv):
+            with contextlib.suppress(ssl.SSLWantReadError):
+                side.do_handshake()
+        s_in.write(c_out.read())
+        c_in.write(s_out.read())
+    der = cli.getpeercert(binary_form=True)
+    assert der is not None
+    return ssl.DER_cert_to_PEM_cert(der).encode()
+
+
+def test_changed_files_are_served_from_the_next_handshake_and_bad_ones_keep_the_last(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture,
+) -> None:
+    cert, key, first = write_pair(tmp_path, "first")
+    files = CertificateFiles(str(cert), str(key))
+    listener = files(None, None)
+    assert served_pem(listener).strip() == first.strip()
+    *_, second = write_pair(tmp_path, "second")
+    assert served_pem(listener).strip() == second.strip()
+    cert.write_text("not a certificate")
+    with caplog.at_level(logging.WARNING, logger="tessera.transport"):
+        assert served_pem(listener).strip() == second.strip()
+    assert "do not load" in caplog.text and "serving the previous certificate" in caplog.text
+
+
+def test_a_garbage_handshake_is_counted(tmp_path: Path) -> None:
+    cert, key, _ = write_pair(tmp_path, "garbage")
+    files = CertificateFiles(str(cert), str(key))
+    listener = files(None, None)
+    incoming, outgoing = ssl.MemoryBIO(), ssl.MemoryBIO()
+    server = listener.wrap_bio(incoming, outgoing, server_side=True)
+    incoming.write(b"GET / HTTP/1.1\r\nHost: x\r\n\r\n")
+    with pytest.raises(ssl.SSLError):
+        server.do_handshake()
+    assert files.failures.total == 1
