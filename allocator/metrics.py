@@ -54,4 +54,9 @@ class Metrics:
         self.binds = Counter(
             "tessera_allocator_binds", "Bind outcomes", ["outcome"], registry=self.registry,
         )
+        self.events = Counter(
+            "tessera_allocator_events", "Kubernetes Events about pods: created, updated (a "
+            "series' count), dropped (a rate limit or a full queue), failed (the API refused)",
+            ["outcome"], registry=self.registry,
+        )
         self.registry.register(_NodeCollector(state))
