@@ -24,6 +24,10 @@ from allocator.pending import Refusal
 #: No script, no fetch, no frame, no form; only the page's own inline CSS.
 CONTENT_SECURITY_POLICY: Final = ("default-src 'none'; style-src 'unsafe-inline'; "
                                   "base-uri 'none'; form-action 'none'; frame-ancestors 'none'")
+#: The same in the document itself, for a saved copy (a ``<meta>`` policy cannot hold
+#: ``frame-ancestors``).
+META_POLICY: Final = ("default-src 'none'; style-src 'unsafe-inline'; base-uri 'none'; "
+                      "form-action 'none'")
 #: Nodes drawn (a 5,000-node cluster would make a page of many megabytes); /status has all.
 MAX_NODES: Final = 300
 REFRESH_SECONDS: Final = 10
@@ -53,6 +57,8 @@ class NodeView:
     name: str
     source: str
     problem: str
+    #: What the node's pod records claim beyond its cards (the state's ``overCommitted``).
+    over_committed: tuple[str, ...]
     cards: tuple[CardView, ...]
 
 
@@ -94,8 +100,9 @@ def _holder(pod: Mapping[str, Any]) -> str:
     if name == "/":
         name = f"pod {_text(pod.get('uid'))}"
     container = _text(pod.get("container"))
-    stage = _text(pod.get("stage"))
-    extra = ", ".join(x for x in (container, stage if stage != "bound" else "") if x)
+    # "bound" and "confirmed" both mean bound; only a bind still writing is worth a word.
+    binding = "binding" if pod.get("stage") == "inflight" else ""
+    extra = ", ".join(x for x in (container, binding) if x)
     return f"{name} ({extra})" if extra else name
 
 
@@ -115,7 +122,8 @@ def node_views(nodes: Sequence[Mapping[str, Any]]) -> list[NodeView]:
             for c in node.get("cards") or []
         )
         out.append(NodeView(_text(node.get("name")), _text(node.get("source")),
-                            _text(node.get("problem")), cards))
+                            _text(node.get("problem")),
+                            tuple(_text(p) for p in node.get("overCommitted") or []), cards))
     return out
 
 
@@ -136,6 +144,7 @@ def render(status: Mapping[str, Any], refusals: Sequence[Refusal], now: float) -
         refusals=refusal_views(refusals, now),
         as_of=datetime.fromtimestamp(now, UTC).strftime("%Y-%m-%d %H:%M:%S UTC"),
         refresh=REFRESH_SECONDS,
+        policy=META_POLICY,
     )
 
 
