@@ -149,6 +149,7 @@ def create_app(
     recorder = EventRecorder(api, settings.identity, clock=clock,
                              on_outcome=lambda outcome: metrics.events.labels(outcome).inc())
     refusals = RecentRefusals(clock)
+    metrics.refused_pods.set_function(lambda: len(refusals.recent()))
     allocator = Allocator(state, api, settings.core, clock=clock,
                           is_leader=lambda: runtime_box[0].is_leader(), resync=resync,
                           node_lookup=NodeLookup(api.get_node, state),
