@@ -145,7 +145,7 @@ def create_app(
     runtime_box: list[Runtime] = []
     selector = state.vocabulary.gpu_pod_selector
     resync = PodResync(lambda: api.list_pods(selector)[0], state)
-    metrics = Metrics(state)
+    metrics = Metrics(state, is_leader=lambda: runtime_box[0].is_leader())
     recorder = EventRecorder(api, settings.identity, clock=clock,
                              on_outcome=lambda outcome: metrics.events.labels(outcome).inc())
     refusals = RecentRefusals(clock)

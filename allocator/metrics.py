@@ -10,7 +10,7 @@ on ``gpu``, ``modelName`` and, for pods, ``namespace``/``pod``. The node is ``no
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 from prometheus_client.core import GaugeMetricFamily
@@ -53,10 +53,15 @@ class _NodeCollector(Collector):
 
 
 class _CardCollector(Collector):
-    """Per card: compute and memory allocated, memory total; per pod and card: its share."""
+    """Per card: compute and memory allocated, memory total; per pod and card: its share.
 
-    def __init__(self, state: ClusterState) -> None:
+    The leader's only: the follower keeps the same picture, and both replicas are scraped
+    (the follower is not Ready, but Prometheus scrapes it), so the follower's copy would
+    double every sum over the cluster."""
+
+    def __init__(self, state: ClusterState, is_leader: Callable[[], bool]) -> None:
         self._state = state
+        self._is_leader = is_leader
 
     def collect(self) -> Iterator[GaugeMetricFamily]:
         card_labels = ["node", "gpu", "modelName"]
@@ -75,7 +80,8 @@ class _CardCollector(Collector):
         pod_memory = GaugeMetricFamily("tessera_allocator_pod_gpu_memory_mib",
                                        "Memory of the card held by the pod (all its containers), "
                                        "in MiB", labels=pod_labels)
-        for node in self._state.snapshot()["nodes"]:
+        nodes = self._state.snapshot()["nodes"] if self._is_leader() else []
+        for node in nodes:
             name = node["name"]
             for card in node["cards"]:
                 labels = [name, str(card["index"]), card["model"]]
@@ -105,7 +111,8 @@ class _CardCollector(Collector):
 
 
 class Metrics:
-    def __init__(self, state: ClusterState) -> None:
+    def __init__(self, state: ClusterState,
+                 is_leader: Callable[[], bool] = lambda: True) -> None:
         self.registry = CollectorRegistry()
         self.verb_seconds = Histogram(
             "tessera_allocator_verb_seconds", "Extender verb latency", ["verb"],
@@ -125,4 +132,8 @@ class Metrics:
             "(the page's pending list)", registry=self.registry,
         )
         self.registry.register(_NodeCollector(state))
-        self.registry.register(_CardCollector(state))
+        self.registry.register(_CardCollector(state, is_leader))
+        self.leader = Gauge("tessera_allocator_leader",
+                            "1 on the replica that holds the Lease (answers the verbs)",
+                            registry=self.registry)
+        self.leader.set_function(lambda: 1.0 if is_leader() else 0.0)

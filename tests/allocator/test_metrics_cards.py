@@ -67,3 +67,19 @@ def test_refused_pods_are_counted() -> None:
     client.post("/scheduler/filter", json={"Pod": big, "Nodes": None, "NodeNames": ["n1"]})
     text = client.get("/metrics").get_data(as_text=True)
     assert _samples(text, "tessera_allocator_refused_pods") == {(): 1.0}
+
+
+def test_a_follower_exports_no_card_series_so_sums_over_both_replicas_stay_right() -> None:
+    fake = FakeKube()
+    fake.add_node(make_node("n1", count=2, memory_mib=16000))
+    app, rt = make_app(fake)
+    leading = [True]
+    rt.is_leader = lambda: leading[0]  # type: ignore[method-assign]
+    client = app.test_client()
+    text = client.get("/metrics").get_data(as_text=True)
+    assert len(_samples(text, "tessera_allocator_gpu_memory_total_mib")) == 2
+    assert _samples(text, "tessera_allocator_leader") == {(): 1.0}
+    leading[0] = False
+    text = client.get("/metrics").get_data(as_text=True)
+    assert _samples(text, "tessera_allocator_gpu_memory_total_mib") == {}
+    assert _samples(text, "tessera_allocator_leader") == {(): 0.0}

@@ -63,17 +63,23 @@ def helm_template(helm: Path, *values: str, namespace: str = NAMESPACE) -> list[
     return [d for d in yaml.safe_load_all(result.stdout) if isinstance(d, dict)]
 
 
-def mutual_tls_overlay(directory: Path) -> Path:
-    """The self-signed overlay with the extender-mutual-tls component alone."""
-    directory.mkdir(parents=True, exist_ok=True)
-    (directory / "kustomization.yaml").write_text(yaml.safe_dump({
-        "apiVersion": "kustomize.config.k8s.io/v1beta1",
-        "kind": "Kustomization",
-        "resources": [os.path.relpath(MANIFESTS / "overlays" / "self-signed", directory)],
-        "components": [os.path.relpath(MANIFESTS / "components" / "extender-mutual-tls",
-                                       directory)],
-    }))
-    return directory
+def composed(overlay: str, *components: str) -> Callable[[Path], Path]:
+    """An overlay with components added, as docs/deploy.md shows users composing them."""
+
+    def make(tmp: Path) -> Path:
+        directory = tmp / "composed"
+        directory.mkdir(parents=True, exist_ok=True)
+        (directory / "kustomization.yaml").write_text(yaml.safe_dump({
+            "apiVersion": "kustomize.config.k8s.io/v1beta1",
+            "kind": "Kustomization",
+            # kustomize accepts only relative paths to other kustomizations.
+            "resources": [os.path.relpath(MANIFESTS / "overlays" / overlay, directory)],
+            "components": [os.path.relpath(MANIFESTS / "components" / c, directory)
+                           for c in components],
+        }))
+        return directory
+
+    return make
 
 
 def _overlay(name: str) -> Callable[[Path], Path]:
@@ -89,7 +95,12 @@ VARIANTS: list[tuple[str, tuple[str, ...], Callable[[Path], Path]]] = [
      ("tls.provider=cert-manager", "secondScheduler.enabled=true"),
      lambda tmp: combined_overlay(tmp / "combo")),
     ("self-signed+mutual-tls", ("extender.mutualTLS=true",),
-     lambda tmp: mutual_tls_overlay(tmp / "mtls")),
+     composed("self-signed", "extender-mutual-tls")),
+    ("self-signed+monitoring", ("monitoring.enabled=true",),
+     composed("self-signed", "monitoring")),
+    ("cert-manager+second-scheduler+monitoring",
+     ("tls.provider=cert-manager", "secondScheduler.enabled=true", "monitoring.enabled=true"),
+     composed("cert-manager", "second-scheduler", "monitoring")),
 ]
 IDS = [v[0] for v in VARIANTS]
 
@@ -219,3 +230,18 @@ def test_pod_templates_carry_no_release_labels_so_an_upgrade_keeps_the_selectors
                 "template"])["metadata"]["labels"]
             assert not HELM_LABELS & set(labels), doc["metadata"]["name"]
             assert pod_spec(doc)["securityContext"]["runAsNonRoot"] is True
+
+
+def test_the_dry_run_refuses_a_misspelt_service_monitor_field(
+    prepared: None, helm: Path, kubectl: Path, admin_kubeconfig: Path
+) -> None:
+    """The ServiceMonitor's dry run bites (tests/deploy/crds: a structural schema)."""
+    monitor = one(helm_template(helm, "monitoring.enabled=true"), "ServiceMonitor",
+                  "tessera-allocator")
+    tls = monitor["spec"]["endpoints"][0]["tlsConfig"]
+    tls["serverNam"] = tls.pop("serverName")
+    result = run_kubectl(kubectl, admin_kubeconfig, "apply", "--server-side",
+                         "--dry-run=server", "--filename=-",
+                         stdin=yaml.safe_dump(monitor), check=False)
+    assert result.returncode != 0
+    assert "serverNam" in result.stderr
