@@ -226,12 +226,7 @@ def _routes(app: Flask, rt: Runtime, prefix: str) -> None:
     @app.get("/status")
     def status() -> Response:
         doc = status_doc()
-        doc["refused"] = [
-            {"namespace": r.pod.namespace, "name": r.pod.name, "uid": r.pod.uid,
-             "attempts": r.attempts, "nodes": r.nodes, "first": r.first, "last": r.last,
-             "reasons": [{"reason": reason, "nodes": n} for reason, n in r.reasons]}
-            for r in rt.refusals.recent()
-        ]
+        doc["refused"] = [r.as_json() for r in rt.refusals.recent()]
         return jsonify(doc)
 
     @app.get("/")

@@ -32,6 +32,13 @@ class Refusal:
     last: float
     attempts: int
 
+    def as_json(self) -> dict[str, object]:
+        """The entry of ``/status`` ``refused``."""
+        return {"namespace": self.pod.namespace, "name": self.pod.name, "uid": self.pod.uid,
+                "attempts": self.attempts, "nodes": self.nodes, "first": self.first,
+                "last": self.last,
+                "reasons": [{"reason": reason, "nodes": n} for reason, n in self.reasons]}
+
 
 class RecentRefusals(DecisionHooks):
     def __init__(self, clock: Callable[[], float] = time.time, limit: int = LIMIT,
