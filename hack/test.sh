@@ -7,7 +7,7 @@ cd "$(dirname "$0")/.."
 source hack/setup.sh
 
 # Debian's chromium and its chromedriver: the allocator page's browser tests (tests/page,
-# tests/e2e/test_page.py). Installed only when missing, as root.
+# tests/e2e/test_page_demo.py). Installed only when missing, as root.
 if ! command -v chromium >/dev/null || ! command -v chromedriver >/dev/null; then
   if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null; then
     apt-get update -qq
