@@ -21,11 +21,11 @@ from typing import Any
 import pytest
 from selenium.webdriver.common.by import By
 
+from kubectl_tessera.report import card_usage
 from tessera.devcluster.binaries import repo_root
 from tessera.devcluster.browser import colour_pixels, full_page_png, headless_chromium, relay
 from tessera.devcluster.cluster import DevCluster
 from tessera.devcluster.demo import NAMESPACE, demo_nodes, extra_pods
-from tessera.devcluster.report import card_usage
 from tessera.devcluster.workloads import (
     delete_pods,
     ensure_namespace,
