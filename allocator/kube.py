@@ -29,8 +29,8 @@ from allocator.ports import Obj, WatchEvent
 REQUEST_TIMEOUT = (2.0, 4.0)
 LIST_PAGE = 500
 #: Connections the allocator holds open besides those of its request threads: the node and
-#: pod watches, leader election, the pod resync, and slack.
-BACKGROUND_CONNECTIONS = 8
+#: pod watches, leader election, the pod resync, the Events thread, and slack.
+BACKGROUND_CONNECTIONS = 9
 LEASES = "/apis/coordination.k8s.io/v1/namespaces/{ns}/leases"
 EVENTS = "/apis/events.k8s.io/v1/namespaces/{ns}/events"
 

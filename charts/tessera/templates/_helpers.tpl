@@ -17,12 +17,6 @@ helm.sh/chart: {{ printf "%s-%s" $root.Chart.Name $root.Chart.Version }}
 {{- printf "%s:%s" .Values.image.repository (.Values.image.tag | default .Chart.AppVersion) -}}
 {{- end -}}
 
-{{/* Mutual TLS between kube-scheduler and the allocator: asked for, or implied by the second
-scheduler (as the second-scheduler component includes extender-mutual-tls). */}}
-{{- define "tessera.mutualTLS" -}}
-{{- if or .Values.extender.mutualTLS .Values.secondScheduler.enabled }}true{{ end -}}
-{{- end -}}
-
 {{- define "tessera.validate" -}}
 {{- if not (has .Values.tls.provider (list "self-signed" "cert-manager")) -}}
 {{- fail (printf "tls.provider must be self-signed or cert-manager, not %q" .Values.tls.provider) -}}
