@@ -4,7 +4,8 @@ Routes (verbs under the URL prefix, ``/scheduler`` by default):
 
 - ``POST <prefix>/filter``, ``<prefix>/prioritize``, ``<prefix>/bind`` — the extender verbs;
 - ``GET /healthz`` (the process answers), ``/readyz`` (synced and leader), ``/status`` (every
-  node, card and holder, JSON), ``/metrics`` (Prometheus).
+  node, card and holder, and the pods recently refused, JSON), ``/metrics`` (Prometheus);
+- ``GET /`` the same picture as a read-only HTML page (:mod:`allocator.page`).
 
 Malformed verb bodies get **HTTP 200 with ``Error`` set**: kube-scheduler treats any other
 status as an error too (``pkg/scheduler/framework/extender.go``, ``send``), but then shows only
@@ -30,13 +31,16 @@ from flask import Flask, Response, jsonify, request
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from werkzeug.exceptions import HTTPException
 
-from allocator import extender
+from allocator import extender, page
 from allocator.config import Settings
 from allocator.core import Allocator, describe_error, event_safe
+from allocator.decisions import Fanout
 from allocator.leader import LeaderElector
 from allocator.metrics import Metrics
 from allocator.nodelookup import NodeLookup
+from allocator.pending import RecentRefusals
 from allocator.ports import KubeApi
+from allocator.recorder import EventRecorder
 from allocator.resync import PodResync
 from allocator.state import ClusterState
 from allocator.watch import initial_sync, reflectors
@@ -60,6 +64,8 @@ class Runtime:
     allocator: Allocator
     metrics: Metrics
     elector: LeaderElector | None
+    recorder: EventRecorder
+    refusals: RecentRefusals
     sleep: Callable[[float], None] = time.sleep
     stop: threading.Event = field(default_factory=threading.Event)
     threads: list[threading.Thread] = field(default_factory=list)
@@ -83,7 +89,8 @@ class Runtime:
             self.threads.append(watcher)
             pods.run()
 
-        targets: list[tuple[str, Callable[[], None]]] = [("sync-pods", sync_and_watch)]
+        targets: list[tuple[str, Callable[[], None]]] = [
+            ("sync-pods", sync_and_watch), ("events", lambda: self.recorder.run(self.stop))]
         if self.elector is not None:
             elector = self.elector
             targets.append(("leader-election", lambda: elector.run(self.stop)))
@@ -138,10 +145,17 @@ def create_app(
     runtime_box: list[Runtime] = []
     selector = state.vocabulary.gpu_pod_selector
     resync = PodResync(lambda: api.list_pods(selector)[0], state)
+    metrics = Metrics(state, is_leader=lambda: runtime_box[0].is_leader())
+    recorder = EventRecorder(api, settings.identity, clock=clock,
+                             on_outcome=lambda outcome: metrics.events.labels(outcome).inc())
+    refusals = RecentRefusals(clock)
+    metrics.refused_pods.set_function(lambda: len(refusals.recent()))
     allocator = Allocator(state, api, settings.core, clock=clock,
                           is_leader=lambda: runtime_box[0].is_leader(), resync=resync,
-                          node_lookup=NodeLookup(api.get_node, state))
-    runtime = Runtime(settings, api, state, allocator, Metrics(state), elector, sleep)
+                          node_lookup=NodeLookup(api.get_node, state),
+                          hooks=Fanout([recorder, refusals]))
+    runtime = Runtime(settings, api, state, allocator, metrics, elector, recorder, refusals,
+                      sleep)
     runtime_box.append(runtime)
 
     app = Flask("allocator")
@@ -201,14 +215,27 @@ def _routes(app: Flask, rt: Runtime, prefix: str) -> None:
             return "not the leader: standing by\n", 503
         return "ok\n", 200
 
-    @app.get("/status")
-    def status() -> Response:
+    def status_doc() -> dict[str, Any]:
         doc = rt.state.snapshot()
         doc["leader"] = rt.is_leader()
         doc["identity"] = rt.settings.identity
         doc["defaultPolicy"] = rt.settings.core.default_policy
         doc["agentDialects"] = list(rt.settings.core.agent_dialects)
+        return doc
+
+    @app.get("/status")
+    def status() -> Response:
+        doc = status_doc()
+        doc["refused"] = [r.as_json() for r in rt.refusals.recent()]
         return jsonify(doc)
+
+    @app.get("/")
+    def page_view() -> Response:
+        html = page.render(status_doc(), rt.refusals.recent(), rt.allocator.clock())
+        return Response(html, mimetype="text/html",
+                        headers={"Content-Security-Policy": page.CONTENT_SECURITY_POLICY,
+                                 "X-Content-Type-Options": "nosniff",
+                                 "Cache-Control": "no-store"})
 
     @app.get("/metrics")
     def metrics() -> Response:

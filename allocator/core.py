@@ -21,6 +21,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from allocator import agents
+from allocator.decisions import NO_HOOKS, DecisionHooks, PodRef
 from allocator.errors import ApiError, BindError, Conflict, NotFound, NotReady
 from allocator.fit import NodeState, Placement, Unfit, place, unfit_reason
 from allocator.nodelookup import NodeLookup
@@ -107,6 +108,7 @@ class Allocator:
         is_leader: Callable[[], bool] = lambda: True,
         resync: PodResync | None = None,
         node_lookup: NodeLookup | None = None,
+        hooks: DecisionHooks = NO_HOOKS,
     ) -> None:
         self.state = state
         self.api = api
@@ -117,6 +119,8 @@ class Allocator:
         self.resync = resync
         #: Reads of nodes the scheduler names before our node watch has them (None: off).
         self.node_lookup = node_lookup
+        #: Told of allocations, failed binds and refusals (Events, the page).
+        self.hooks = hooks
         get_policy(config.default_policy)  # validate at start
         # Pods kube-scheduler just sent to filter/prioritize, by UID: bind uses the copy
         # instead of reading the pod again (one API round trip of three).
@@ -173,6 +177,14 @@ class Allocator:
 
     # ------------------------------------------------------------------ filter
     def filter(self, pod: Mapping[str, Any], names: Sequence[str]) -> FilterOutcome:
+        out = self._filter_pod(pod, names)
+        if out.nodes:
+            self.hooks.fits(PodRef.of(pod))
+        elif names:
+            self.hooks.refused(PodRef.of(pod), {**out.failed, **out.unresolvable})
+        return out
+
+    def _filter_pod(self, pod: Mapping[str, Any], names: Sequence[str]) -> FilterOutcome:
         self.check_ready()
         try:
             request = self.pod_request(pod)
@@ -341,6 +353,13 @@ class Allocator:
     def bind(self, namespace: str, name: str, uid: str, node: str) -> BindOutcome:
         """Bind the pod to ``node`` with its cards; :class:`BindError` when it did not happen
         (and then nothing of it remains: cache and pod annotations are rolled back)."""
+        try:
+            return self._bind(namespace, name, uid, node)
+        except BindError as exc:
+            self.hooks.bind_failed(PodRef(namespace, name, uid), node, str(exc))
+            raise
+
+    def _bind(self, namespace: str, name: str, uid: str, node: str) -> BindOutcome:
         self.check_ready()
         who = f"{namespace}/{name}"
         pod = self._recall(namespace, name, uid)
@@ -423,6 +442,7 @@ class Allocator:
         cards = allocation.card_indices()
         logger.info("bound %s to %s cards %s", who, node, cards,
                     extra=pod_context(pod, node=node, policy=policy.name, outcome="bound"))
+        self.hooks.allocated(PodRef(namespace, name, uid), node, cards, policy.name)
         return BindOutcome("bound", cards)
 
     def _reserve(self, pod: Obj, request: PodRequest, policy: Policy, uid: str,

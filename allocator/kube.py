@@ -29,9 +29,10 @@ from allocator.ports import Obj, WatchEvent
 REQUEST_TIMEOUT = (2.0, 4.0)
 LIST_PAGE = 500
 #: Connections the allocator holds open besides those of its request threads: the node and
-#: pod watches, leader election, the pod resync, and slack.
-BACKGROUND_CONNECTIONS = 8
+#: pod watches, leader election, the pod resync, the Events thread, and slack.
+BACKGROUND_CONNECTIONS = 9
 LEASES = "/apis/coordination.k8s.io/v1/namespaces/{ns}/leases"
+EVENTS = "/apis/events.k8s.io/v1/namespaces/{ns}/events"
 
 
 def _error(status: int, body: bytes | str | None, what: str) -> ApiError:
@@ -221,3 +222,11 @@ class KubeClient:
     def replace_lease(self, namespace: str, name: str, lease: Obj) -> Obj:
         return self._json("PUT", LEASES.format(ns=quote(namespace, safe="")) + "/"
                           + quote(name, safe=""), body=lease)
+
+    def create_event(self, namespace: str, event: Obj) -> Obj:
+        return self._json("POST", EVENTS.format(ns=quote(namespace, safe="")), body=event)
+
+    def patch_event(self, namespace: str, name: str, patch: Obj) -> Obj:
+        return self._json("PATCH", EVENTS.format(ns=quote(namespace, safe="")) + "/"
+                          + quote(name, safe=""), body=patch,
+                          content_type="application/merge-patch+json")

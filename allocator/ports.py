@@ -52,6 +52,14 @@ class KubeApi(Protocol):
     def get_lease(self, namespace: str, name: str) -> Obj | None:
         ...
 
+    def create_event(self, namespace: str, event: Obj) -> Obj:
+        """Create an ``events.k8s.io/v1`` Event."""
+        ...
+
+    def patch_event(self, namespace: str, name: str, patch: Obj) -> Obj:
+        """JSON merge patch of an Event (its series); :class:`NotFound` once it expired."""
+        ...
+
     def create_lease(self, namespace: str, lease: Obj) -> Obj:
         ...
 

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Build etcd, kube-apiserver, kube-scheduler and kubectl from Go modules at one pinned
+# Build etcd, kube-apiserver, kube-scheduler, kubectl (and KWOK, Helm) from Go modules at one pinned
 # Kubernetes version, into a user-level cache keyed by version; reuse them when present.
 #
 # Why a wrapper module: `go install k8s.io/kubernetes/cmd/...@vX` is refused because
@@ -19,11 +19,17 @@
 # heartbeats and moves bound pods through their phases. It is a plain Go module (no replace
 # directives), so `go install module@version` builds it.
 #
+# Helm (helm.sh/helm/v3) renders charts/tessera for the chart tests; also a plain Go module.
+# Its Makefile stamps its version and the Kubernetes version it assumes for `helm template`
+# into the binary (-X ldflags); without them it reports v3.19 and renders for Kubernetes
+# 1.20, so the same flags are passed here, with the control plane's minor.
+#
 # Prints the directory holding the binaries on its last line of stdout.
 set -euo pipefail
 
 KUBE_VERSION="${TESSERA_KUBE_VERSION:-v1.34.4}"
 KWOK_VERSION="${TESSERA_KWOK_VERSION:-v0.7.0}"
+HELM_VERSION="${TESSERA_HELM_VERSION:-v3.19.5}"
 CACHE_ROOT="${TESSERA_CACHE_DIR:-${XDG_CACHE_HOME:-$HOME/.cache}/tessera}"
 OUT="$CACHE_ROOT/controlplane/$KUBE_VERSION"
 BINARIES=(etcd kube-apiserver kube-scheduler kube-controller-manager kubectl)
@@ -34,7 +40,10 @@ have_kube() {
 have_kwok() {
   [ -x "$OUT/bin/kwok" ] && [ "$(cat "$OUT/KWOK_VERSION" 2>/dev/null)" = "$KWOK_VERSION" ]
 }
-if have_kube && have_kwok; then
+have_helm() {
+  [ -x "$OUT/bin/helm" ] && [ "$(cat "$OUT/HELM_VERSION" 2>/dev/null)" = "$HELM_VERSION" ]
+}
+if have_kube && have_kwok && have_helm; then
   echo "$OUT/bin"
   exit 0
 fi
@@ -48,12 +57,23 @@ if ! have_kwok; then
     go install -trimpath -ldflags "-s -w" "sigs.k8s.io/kwok/cmd/kwok@$KWOK_VERSION" >&2
   echo "$KWOK_VERSION" > "$OUT/KWOK_VERSION"
 fi
+minor="${KUBE_VERSION#v1.}"; minor="${minor%%.*}"
+if ! have_helm; then
+  echo "build-controlplane: building helm $HELM_VERSION" >&2
+  helm_x="-X helm.sh/helm/v3/internal/version.version=$HELM_VERSION"
+  for pkg in pkg/chartutil pkg/lint/rules; do
+    helm_x="$helm_x -X helm.sh/helm/v3/$pkg.k8sVersionMajor=1"
+    helm_x="$helm_x -X helm.sh/helm/v3/$pkg.k8sVersionMinor=$minor"
+  done
+  GOFLAGS=-buildvcs=false CGO_ENABLED=0 GOBIN="$OUT/bin" \
+    go install -trimpath -ldflags "-s -w $helm_x" "helm.sh/helm/v3/cmd/helm@$HELM_VERSION" >&2
+  echo "$HELM_VERSION" > "$OUT/HELM_VERSION"
+fi
 if have_kube; then
   echo "$OUT/bin"
   exit 0
 fi
 
-minor="${KUBE_VERSION#v1.}"; minor="${minor%%.*}"
 patch="${KUBE_VERSION##*.}"
 staging_version="v0.${minor}.${patch}"
 

@@ -6,6 +6,18 @@ cd "$(dirname "$0")/.."
 
 source hack/setup.sh
 
+# Debian's chromium and its chromedriver: the allocator page's browser tests (tests/page,
+# tests/e2e/test_page_demo.py). Installed only when missing, as root.
+if ! command -v chromium >/dev/null || ! command -v chromedriver >/dev/null; then
+  if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null; then
+    apt-get update -qq
+    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium chromium-driver >/dev/null
+  else
+    echo "test: chromium and chromedriver are missing: sudo apt-get install -y chromium" \
+         "chromium-driver" >&2; exit 2
+  fi
+fi
+
 # etcd, kube-apiserver, kube-scheduler, kubectl: built once from Go modules, then cached.
 bash hack/build-controlplane.sh >/dev/null
 

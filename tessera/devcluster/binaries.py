@@ -18,7 +18,8 @@ from typing import IO
 
 from tessera.devcluster import DevClusterError
 
-NAMES = ("etcd", "kube-apiserver", "kube-scheduler", "kube-controller-manager", "kubectl", "kwok")
+NAMES = ("etcd", "kube-apiserver", "kube-scheduler", "kube-controller-manager", "kubectl", "kwok",
+         "helm")
 BIN_ENV = "TESSERA_CONTROLPLANE_BIN"
 
 
@@ -32,6 +33,8 @@ class Binaries:
     kubectl: Path
     #: sigs.k8s.io/kwok: node heartbeats and pod phases in place of kubelets.
     kwok: Path
+    #: helm.sh/helm/v3: renders charts/tessera for the chart tests.
+    helm: Path
     #: e.g. "v1.34.4 etcd=v3.6.4 go=go1.26.8" (the script's VERSIONS file), "" when unknown.
     versions: str = ""
 
@@ -53,6 +56,7 @@ class Binaries:
             kube_controller_manager=directory / "kube-controller-manager",
             kubectl=directory / "kubectl",
             kwok=directory / "kwok",
+            helm=directory / "helm",
             versions=versions,
         )
 

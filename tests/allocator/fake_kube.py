@@ -37,6 +37,8 @@ class FakeKube:
         self.nodes: dict[str, Obj] = {}
         self.pods: dict[tuple[str, str], Obj] = {}
         self.leases: dict[tuple[str, str], Obj] = {}
+        #: Kubernetes Events (events.k8s.io/v1) by (namespace, name); not the watch log.
+        self.api_events: dict[tuple[str, str], Obj] = {}
         self.events: list[tuple[int, str, str, Obj]] = []  # (rv, "nodes"|"pods", type, obj)
         self.calls: list[tuple[str, str]] = []
         self.patches: list[tuple[str, Obj]] = []  # (pod name, merge patch body)
@@ -208,6 +210,26 @@ class FakeKube:
             lease["metadata"]["resourceVersion"] = str(self.rv)
             self.leases[(namespace, name)] = lease
             return copy.deepcopy(lease)
+
+    def create_event(self, namespace: str, event: Obj) -> Obj:
+        self.calls.append(("create_event", event["metadata"]["name"]))
+        self._fault("create_event")
+        with self.lock:
+            key = (namespace, event["metadata"]["name"])
+            if key in self.api_events:
+                raise Conflict("already exists", 409)
+            self.api_events[key] = copy.deepcopy(event)
+            return copy.deepcopy(event)
+
+    def patch_event(self, namespace: str, name: str, patch: Obj) -> Obj:
+        self.calls.append(("patch_event", name))
+        self._fault("patch_event")
+        with self.lock:
+            current = self.api_events.get((namespace, name))
+            if current is None:
+                raise NotFound("event not found", 404)
+            self.api_events[(namespace, name)] = merge_patch(current, patch)
+            return copy.deepcopy(self.api_events[(namespace, name)])
 
 
 def raise_(exc: BaseException) -> None:

@@ -38,7 +38,7 @@ from tessera.devcluster.binaries import Binaries, ensure_binaries
 from tessera.devcluster.controlplane import ControlPlane
 from tessera.devcluster.process import free_port
 
-CRDS = Path(__file__).parent / "crds" / "cert-manager-minimal.yaml"
+CRDS = Path(__file__).parent / "crds"
 
 
 @pytest.fixture(scope="session")
@@ -87,11 +87,13 @@ def admin_kubeconfig(control_plane: ControlPlane) -> Path:
 @pytest.fixture(scope="session")
 def prepared(kubectl: Path, admin_kubeconfig: Path) -> None:
     """What an operator's cluster has before `kubectl apply -k`: cert-manager's CRDs (for the
-    cert-manager overlays) and, because a server-side dry run persists nothing, the namespace
-    that the namespaced objects of the same dry run need to exist."""
+    cert-manager overlays), the Prometheus Operator's ServiceMonitor (monitoring) and,
+    because a server-side dry run persists nothing, the namespace that the namespaced
+    objects of the same dry run need to exist."""
     run_kubectl(kubectl, admin_kubeconfig, "apply", "--server-side", f"--filename={CRDS}")
     run_kubectl(kubectl, admin_kubeconfig, "wait", "--for=condition=Established",
-                "--timeout=60s", "crd/issuers.cert-manager.io", "crd/certificates.cert-manager.io")
+                "--timeout=60s", "crd/issuers.cert-manager.io", "crd/certificates.cert-manager.io",
+                "crd/servicemonitors.monitoring.coreos.com")
     run_kubectl(kubectl, admin_kubeconfig, "apply", "--server-side",
                 f"--filename={MANIFESTS / 'base' / 'namespace.yaml'}")
 

@@ -48,6 +48,10 @@ def test_each_component_talks_to_the_api_server_as_itself(
         (["update", "pods", "-n", "default"], False),
         (["patch", "nodes"], False),
         (["get", "secrets", "--all-namespaces"], False),
+        (["create", "events.events.k8s.io", "-n", "default"], True),
+        (["patch", "events.events.k8s.io", "-n", "default"], True),
+        (["list", "events.events.k8s.io", "-n", "default"], False),
+        (["delete", "events.events.k8s.io", "-n", "default"], False),
         (["create", "events", "-n", "default"], False),
     ],
 )

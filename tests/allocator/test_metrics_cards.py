@@ -1,0 +1,85 @@
+"""Per-card and per-pod metrics, labelled as DCGM exporter labels its own (gpu, modelName,
+namespace, pod), read back through the Prometheus text format."""
+
+from __future__ import annotations
+
+from alloc_builders import make_node, make_pod, request, share, whole
+from alloc_harness import make_app
+from fake_kube import FakeKube
+from prometheus_client.parser import text_string_to_metric_families
+
+
+def _samples(text: str, name: str) -> dict[tuple[tuple[str, str], ...], float]:
+    return {tuple(sorted(s.labels.items())): s.value
+            for family in text_string_to_metric_families(text) for s in family.samples
+            if s.name == name}
+
+
+def _bind(client: object, name: str, uid: str, node: str) -> None:
+    resp = client.post("/scheduler/bind", json={  # type: ignore[attr-defined]
+        "PodName": name, "PodNamespace": "team", "PodUID": uid, "Node": node})
+    assert resp.get_json() == {"Error": ""}
+
+
+def test_each_card_and_each_pod_on_it_is_a_series_with_dcgm_labels() -> None:
+    fake = FakeKube()
+    fake.add_node(make_node("n1", cards_annotation=[
+        {"index": 0, "model": "NVIDIA-A10", "memoryMiB": 24576},
+        {"index": 1, "model": "NVIDIA-A10", "memoryMiB": 24576}]))
+    fake.add_pod(make_pod("a", request(share("main", core=30, mem=4096),
+                                       share("side", core=10, mem=1024)),
+                          namespace="team", uid="u-a"))
+    fake.add_pod(make_pod("b", request(whole(cards=1)), namespace="team", uid="u-b"))
+    app, _rt = make_app(fake)
+    client = app.test_client()
+    _bind(client, "a", "u-a", "n1")
+    _bind(client, "b", "u-b", "n1")
+    text = client.get("/metrics").get_data(as_text=True)
+
+    def card(gpu: str) -> tuple[tuple[str, str], ...]:
+        return (("gpu", gpu), ("modelName", "NVIDIA-A10"), ("node", "n1"))
+
+    def pod(name: str, gpu: str) -> tuple[tuple[str, str], ...]:
+        return (("gpu", gpu), ("modelName", "NVIDIA-A10"), ("namespace", "team"),
+                ("node", "n1"), ("pod", name))
+
+    assert _samples(text, "tessera_allocator_gpu_memory_total_mib") == {
+        card("0"): 24576, card("1"): 24576}
+    core = _samples(text, "tessera_allocator_gpu_core_allocated_percent")
+    memory = _samples(text, "tessera_allocator_gpu_memory_allocated_mib")
+    # binpack: both of a's containers on one card, b's whole card the other.
+    [shared] = [c for c, v in core.items() if v == 40]
+    [full] = [c for c, v in core.items() if v == 100]
+    assert memory[shared] == 5120 and memory[full] == 24576
+    gpu_a, gpu_b = dict(shared)["gpu"], dict(full)["gpu"]
+    assert _samples(text, "tessera_allocator_pod_gpu_core_percent") == {
+        pod("a", gpu_a): 40, pod("b", gpu_b): 100}
+    assert _samples(text, "tessera_allocator_pod_gpu_memory_mib") == {
+        pod("a", gpu_a): 5120, pod("b", gpu_b): 24576}
+
+
+def test_refused_pods_are_counted() -> None:
+    fake = FakeKube()
+    fake.add_node(make_node("n1", count=1, memory_mib=16000))
+    app, _rt = make_app(fake)
+    client = app.test_client()
+    big = make_pod("big", request(whole(cards=2)), uid="u-big")
+    client.post("/scheduler/filter", json={"Pod": big, "Nodes": None, "NodeNames": ["n1"]})
+    text = client.get("/metrics").get_data(as_text=True)
+    assert _samples(text, "tessera_allocator_refused_pods") == {(): 1.0}
+
+
+def test_a_follower_exports_no_card_series_so_sums_over_both_replicas_stay_right() -> None:
+    fake = FakeKube()
+    fake.add_node(make_node("n1", count=2, memory_mib=16000))
+    app, rt = make_app(fake)
+    leading = [True]
+    rt.is_leader = lambda: leading[0]  # type: ignore[method-assign]
+    client = app.test_client()
+    text = client.get("/metrics").get_data(as_text=True)
+    assert len(_samples(text, "tessera_allocator_gpu_memory_total_mib")) == 2
+    assert _samples(text, "tessera_allocator_leader") == {(): 1.0}
+    leading[0] = False
+    text = client.get("/metrics").get_data(as_text=True)
+    assert _samples(text, "tessera_allocator_gpu_memory_total_mib") == {}
+    assert _samples(text, "tessera_allocator_leader") == {(): 0.0}
