@@ -18,7 +18,8 @@ if ! command -v chromium >/dev/null || ! command -v chromedriver >/dev/null; the
   fi
 fi
 
-# etcd, kube-apiserver, kube-scheduler, kubectl: built once from Go modules, then cached.
+# etcd, kube-apiserver, kube-controller-manager, kube-scheduler, kubectl, KWOK and helm: built
+# once from Go modules, then cached.
 bash hack/build-controlplane.sh >/dev/null
 
 .venv/bin/ruff check .
