@@ -690,3 +690,19 @@ def test_a_broken_canonical_annotation_is_a_request_error(annotation: str) -> No
                    annotations={"elasticgpu.io/gpu-request": annotation})
     with pytest.raises(RequestError, match=r"elasticgpu\.io/gpu-request"):
         read_pod_request(pod, DEFAULT)
+
+
+@pytest.mark.parametrize(
+    ("limits", "wording"),
+    [
+        ({"elasticgpu.io/gpu-core": "30", "nano-gpu/gpu-percent": "40"},
+         "asks for 30% core but nano-gpu/gpu-percent asks for 40% core and 40% of its memory"),
+        ({"elasticgpu.io/gpu": "2", "nano-gpu.io/gpu-core": "100"},
+         "asks for 2 whole cards but nano-gpu.io/gpu-core asks for 1 whole card"),
+    ],
+)
+def test_two_dialects_that_disagree_are_refused_naming_both_requests(
+        limits: dict[str, Any], wording: str) -> None:
+    with pytest.raises(RequestError, match="write the request once, in one dialect") as caught:
+        parse_pod(make_pod(limits), DEFAULT)
+    assert wording in str(caught.value)
