@@ -26,6 +26,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, replace
+from functools import partial
 from typing import Final
 
 from tessera.vocabulary import (
@@ -478,13 +479,11 @@ def place(
                 taken.append(state.cards[pos].card.index)
             result[ci] = ContainerAllocation(c.name, tuple(sorted(taken)), init=c.init)
         else:
-            def can(cs: CardState, c: ContainerRequest = c) -> bool:
-                return share_fits(c, cs)
-
             def put(cs: CardState, c: ContainerRequest = c, h: Holder = holder) -> CardState:
                 return cs.with_share(c.core_percent, share_memory_mib(c, cs.card), h)
 
-            state, pos = _best_step(request, state, chooser, list(rest), can, put)
+            state, pos = _best_step(request, state, chooser, list(rest), partial(share_fits, c),
+                                    put)
             chosen = state.cards[pos]
             mem = share_memory_mib(c, chosen.card)
             result[ci] = ContainerAllocation(

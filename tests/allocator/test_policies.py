@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import pytest
-from alloc_builders import node_state, request, share, whole
+from builders import node_state, request, share, whole
 
 from allocator.fit import NodeState, Placement, place
 from allocator.policies import (

@@ -6,6 +6,7 @@ import re
 from typing import Any
 
 import pytest
+from builders import make_pod
 
 from tessera.dialects import (
     DEFAULT_DIALECTS,
@@ -29,39 +30,6 @@ DEFAULT = DialectConfig()
 WITH_HAMI = DialectConfig(enabled=DEFAULT_DIALECTS | {Dialect.HAMI})
 WITH_KAI = DialectConfig(enabled=DEFAULT_DIALECTS | {Dialect.KAI})
 EVERYTHING = DialectConfig(enabled=frozenset(Dialect))
-
-
-def make_pod(
-    limits: dict[str, Any] | None = None,
-    *,
-    requests: dict[str, Any] | None = None,
-    labels: dict[str, str] | None = None,
-    annotations: dict[str, str] | None = None,
-    containers: list[dict[str, Any]] | None = None,
-    init_containers: list[dict[str, Any]] | None = None,
-) -> dict[str, Any]:
-    resources: dict[str, Any] = {}
-    if limits is not None:
-        resources["limits"] = limits
-    if requests is not None:
-        resources["requests"] = requests
-    pod: dict[str, Any] = {
-        "apiVersion": "v1",
-        "kind": "Pod",
-        "metadata": {"name": "p", "namespace": "default"},
-        "spec": {
-            "containers": containers
-            if containers is not None
-            else [{"name": "main", "image": "busybox", "resources": resources}]
-        },
-    }
-    if labels:
-        pod["metadata"]["labels"] = labels
-    if annotations:
-        pod["metadata"]["annotations"] = annotations
-    if init_containers:
-        pod["spec"]["initContainers"] = init_containers
-    return pod
 
 
 def make_container(name: str, limits: dict[str, Any] | None = None) -> dict[str, Any]:

@@ -18,6 +18,7 @@ from typing import Any
 import jsonpatch
 import pytest
 import yaml
+from builders import make_pod
 from flask import Flask
 from flask.testing import FlaskClient
 
@@ -38,29 +39,6 @@ VOCABULARY = Vocabulary()
 # ----------------------------------------------------------------------------- builders
 
 
-def make_pod(
-    limits: dict[str, Any] | None = None,
-    *,
-    name: str = "p",
-    labels: dict[str, str] | None = None,
-    annotations: dict[str, str] | None = None,
-) -> dict[str, Any]:
-    container: dict[str, Any] = {"name": "main", "image": "busybox"}
-    if limits is not None:
-        container["resources"] = {"limits": limits}
-    pod: dict[str, Any] = {
-        "apiVersion": "v1",
-        "kind": "Pod",
-        "metadata": {"name": name, "namespace": "team-a"},
-        "spec": {"containers": [container]},
-    }
-    if labels:
-        pod["metadata"]["labels"] = labels
-    if annotations:
-        pod["metadata"]["annotations"] = annotations
-    return pod
-
-
 def make_review(
     obj: dict[str, Any] | None,
     *,
@@ -76,7 +54,7 @@ def make_review(
         "kind": {"group": group, "version": "v1", "kind": kind},
         "resource": {"group": group, "version": "v1", "resource": kind.lower() + "s"},
         "requestKind": {"group": group, "version": "v1", "kind": kind},
-        "namespace": "team-a",
+        "namespace": "default",
         "operation": operation,
         "userInfo": {"username": "alice"},
         "object": obj,
@@ -520,6 +498,6 @@ def test_admissions_are_logged_with_the_pods_identity(
     assert len(records) == 1
     record = records[0]
     assert (record.__dict__["namespace"], record.__dict__["pod"], record.__dict__["uid"]) == (
-        "team-a", "trainer", "review-7"
+        "default", "trainer", "review-7"
     )
-    assert "team-a/trainer" in record.getMessage()
+    assert "default/trainer" in record.getMessage()
