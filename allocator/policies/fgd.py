@@ -80,10 +80,11 @@ class Mix:
     """The workload mix, normalised: weights sum to 1."""
 
     typical: tuple[Typical, ...]
-    #: memo of :func:`fragmentation` for this mix: (card signature, free CPU) -> value
-    cache: dict[tuple[object, ...], float] = field(default_factory=dict, compare=False)
-    #: memo of :func:`usable_capacity`: card signature -> value
-    usable: dict[tuple[object, ...], Usable] = field(default_factory=dict, compare=False)
+    #: memo of :func:`fragmentation` for this mix: (node signature, free CPU) -> value
+    fragmentation_memo: dict[tuple[object, ...], float] = field(default_factory=dict,
+                                                                compare=False)
+    #: memo of :func:`usable_capacity`: node signature -> value
+    usable_memo: dict[tuple[object, ...], Usable] = field(default_factory=dict, compare=False)
 
 
 def compile_mix(workload: Sequence[tuple[PodRequest, float]],
@@ -116,17 +117,21 @@ def fragmentation(node: NodeState, mix: Mix, cpu_free: int | None = None) -> flo
     ``cpu_free`` None means CPU is not a constraint (the caller does not track it).
     """
     key = (node_signature(node), cpu_free)
-    cache = mix.cache
-    value = cache.get(key)
+    value = mix.fragmentation_memo.get(key)
     if value is None:
-        total, per_typical = usable_capacity(node, mix)
-        value = 0.0
-        for t, (usable, runs) in zip(mix.typical, per_typical, strict=True):
-            if not runs or (cpu_free is not None and t.cpu_milli > cpu_free):
-                value += t.weight * total  # t cannot run here: every free card is stranded
-            else:
-                value += t.weight * (total - usable)  # only the cards too small for t
-        _remember(cache, key, value)
+        value = _fragmentation(usable_capacity(node, mix), mix, cpu_free)
+        _remember(mix.fragmentation_memo, key, value)
+    return value
+
+
+def _fragmentation(capacity: Usable, mix: Mix, cpu_free: int | None) -> float:
+    total, per_typical = capacity
+    value = 0.0
+    for t, (usable, runs) in zip(mix.typical, per_typical, strict=True):
+        if not runs or (cpu_free is not None and t.cpu_milli > cpu_free):
+            value += t.weight * total  # t cannot run here: every free card is stranded
+        else:
+            value += t.weight * (total - usable)  # only the cards too small for t
     return value
 
 
@@ -140,10 +145,10 @@ def usable_capacity(node: NodeState, mix: Mix) -> Usable:
     """(free capacity of the node in cards, and per typical pod: the free capacity on the cards
     it could use, and whether its GPU request fits the node at all) — CPU not considered."""
     key = node_signature(node)
-    value = mix.usable.get(key)
+    value = mix.usable_memo.get(key)
     if value is None:
         value = _usable_capacity(node, mix)
-        _remember(mix.usable, key, value)
+        _remember(mix.usable_memo, key, value)
     return value
 
 
