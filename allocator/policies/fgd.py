@@ -49,7 +49,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import TypeVar
 
-from allocator.fit import CardState, NodeState, fits, node_signature, share_fits
+from allocator.fit import CardState, NodeState, fits, node_signature, room_for_share, share_fits
 from allocator.policies.base import Policy, PolicyContext, Workload
 from tessera.vocabulary import ContainerRequest, PodRequest
 
@@ -152,23 +152,38 @@ def usable_capacity(node: NodeState, mix: Mix) -> Usable:
     return value
 
 
+#: A card with something free, as the measure reads it: (free fraction, lower-case model, the
+#: card, its free core percent, its free MiB). Read once per node, not once per typical pod.
+_OpenCard = tuple[float, str, CardState, int, int]
+
+
 def _usable_capacity(node: NodeState, mix: Mix) -> Usable:
-    # Only cards with something free can matter: (free fraction, lower-case model, card).
-    open_cards = [(free, c.card.model.lower(), c) for c in node.cards
-                  if (free := card_free(c)) > 0.0]
-    total = sum(free for free, _, _ in open_cards)
+    # Only cards with something free can matter (so none of them is taken whole).
+    open_cards = [(free, c.card.model.lower(), c, c.free_core, c.free_memory_mib)
+                  for c in node.cards if (free := card_free(c)) > 0.0]
+    total = sum(card[0] for card in open_cards)
     if total <= 0.0:
         return 0.0, tuple((0.0, False) for _ in mix.typical)
     return total, tuple(_usable_by(t, open_cards, node) for t in mix.typical)
 
 
-def _usable_by(t: Typical, open_cards: Sequence[tuple[float, str, CardState]],
+def _usable_by(t: Typical, open_cards: Sequence[_OpenCard],
                node: NodeState) -> tuple[float, bool]:
     """(free capacity on the cards ``t`` could use, whether ``t``'s GPU request fits)."""
     usable_free = 0.0
     count = 0
-    for free, model, card in open_cards:
-        if _could_use(t, model, card):
+    for free, model, card, free_core, free_mib in open_cards:
+        if (t.models is not None and model not in t.models) or (
+                card.card.memory_mib < t.min_card_memory_mib):
+            continue
+        if t.kind == _SHARE:
+            could_use = room_for_share(t.container, card.card, free_core, free_mib)
+        elif t.kind == _WHOLE:
+            could_use = card.idle
+        else:  # a general pod: one of its containers
+            could_use = any(card.idle if c.cards else share_fits(c, card)
+                            for c in t.request.containers)
+        if could_use:
             usable_free += free
             count += 1
     if t.kind == _SHARE:
@@ -176,18 +191,6 @@ def _usable_by(t: Typical, open_cards: Sequence[tuple[float, str, CardState]],
     if t.kind == _WHOLE:
         return usable_free, count >= t.container.cards
     return usable_free, count > 0 and fits(t.request, node)
-
-
-def _could_use(t: Typical, model: str, card: CardState) -> bool:
-    """Whether a pod of ``t`` (one of its containers, for a general pod) could use ``card``."""
-    if (t.models is not None and model not in t.models) or (
-            card.card.memory_mib < t.min_card_memory_mib):
-        return False
-    if t.kind == _SHARE:
-        return share_fits(t.container, card)
-    if t.kind == _WHOLE:
-        return card.idle
-    return any(card.idle if c.cards else share_fits(c, card) for c in t.request.containers)
 
 
 def mix_of(workload: Workload) -> Mix:
