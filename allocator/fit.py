@@ -145,7 +145,7 @@ CardSignature = tuple[str, int, int, int, bool, bool]
 
 def card_signature(card: CardState) -> CardSignature:
     return (card.card.model, card.card.memory_mib, card.core_used, card.memory_used_mib,
-            card.whole, card.idle)
+            card.whole, not card.holders)  # not holders: idle, without a property call
 
 
 def node_signature(node: NodeState) -> tuple[CardSignature, ...]:
