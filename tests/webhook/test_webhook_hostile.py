@@ -11,6 +11,7 @@ import json
 from typing import Any
 
 import pytest
+from builders import make_pod
 from flask.testing import FlaskClient
 from test_webhook_http import (
     CONFIG,
@@ -18,7 +19,6 @@ from test_webhook_http import (
     VOCABULARY,
     assert_valid_as_kubernetes,
     load_example,
-    make_pod,
     make_review,
     patched,
     post,
