@@ -73,39 +73,14 @@ class Settings:
     def from_env(cls, env: Mapping[str, str] | None = None) -> Settings:
         """Read and validate; a :class:`ConfigError` names every problem at once."""
         read = EnvReader(os.environ if env is None else env)
+        # Read in this order, so that problems are named in it.
         dialects = read.collect(DialectConfig.from_env, DialectConfig())
-        policy = read.text("TESSERA_POLICY") or DEFAULT_POLICY
-        if policy not in REGISTRY:
-            read.problem(f"TESSERA_POLICY={policy!r} is not one of "
-                         f"{', '.join(sorted(REGISTRY))}")
-            policy = DEFAULT_POLICY
-        agent_raw = read.text("TESSERA_AGENT_DIALECTS") or agents.ELASTIC
-        agent_dialects = tuple(d.strip() for d in agent_raw.split(",") if d.strip())
-        unknown = [d for d in agent_dialects if d not in agents.DIALECTS]
-        if unknown or not agent_dialects:
-            read.problem(f"TESSERA_AGENT_DIALECTS={agent_raw!r}: choose from "
-                         f"{', '.join(agents.DIALECTS)}")
-            agent_dialects = (agents.ELASTIC,)
-        prefix = "/" + (read.text("TESSERA_ALLOCATOR_URL_PREFIX") or "/scheduler").strip("/")
-        if not re.match(r"^/[A-Za-z0-9._~/-]*$", prefix):
-            read.problem(f"TESSERA_ALLOCATOR_URL_PREFIX={prefix!r} is not a URL path")
-        lease_name = read.text("TESSERA_LEASE_NAME") or "tessera-allocator"
-        lease_ns = (read.text("TESSERA_LEASE_NAMESPACE") or read.text("POD_NAMESPACE")
-                    or "tessera-system")
-        for name, value in (("TESSERA_LEASE_NAME", lease_name),
-                            ("TESSERA_LEASE_NAMESPACE", lease_ns)):
-            if not OBJECT_NAME.match(value):
-                read.problem(f"{name}={value!r} is not a valid object name")
-        kubeconfig = read.text("TESSERA_KUBECONFIG")
-        if kubeconfig and not os.path.isfile(kubeconfig):
-            read.problem(f"TESSERA_KUBECONFIG file {kubeconfig!r} does not exist")
-        serving = read.listener(LISTENER)
-        if bool(serving.tls_cert) != bool(serving.tls_key):
-            read.problem("TLS needs both TESSERA_ALLOCATOR_TLS_CERT and _TLS_KEY")
-        if serving.tls_client_ca and not serving.tls_cert:
-            read.problem("mutual TLS (TESSERA_ALLOCATOR_TLS_CLIENT_CA) needs a serving cert")
-        for problem in serving.missing_tls_files():
-            read.problem(problem)
+        policy = _policy(read)
+        agent_dialects = _agent_dialects(read)
+        prefix = _url_prefix(read)
+        lease_name, lease_ns = _lease(read)
+        kubeconfig = _kubeconfig(read)
+        serving = _listener(read)
         settings = cls(
             core=AllocatorConfig(
                 dialects=dialects,
@@ -113,7 +88,7 @@ class Settings:
                 agent_dialects=agent_dialects,
                 seed=read.integer("TESSERA_SEED", 0, 0, 2**63 - 1),
             ),
-            url_prefix="" if prefix == "/" else prefix,
+            url_prefix=prefix,
             serving=serving,
             max_body_bytes=read.integer("TESSERA_ALLOCATOR_MAX_BODY_BYTES",
                                         DEFAULT_MAX_BODY_BYTES, 1024, 256 * 1024 * 1024),
@@ -138,3 +113,60 @@ class Settings:
                 "(TESSERA_ALLOCATOR_ALLOW_UNAUTHENTICATED=true) to let anyone who reaches "
                 "the port bind pods"
             )
+
+
+def _policy(read: EnvReader) -> str:
+    policy = read.text("TESSERA_POLICY") or DEFAULT_POLICY
+    if policy not in REGISTRY:
+        read.problem(f"TESSERA_POLICY={policy!r} is not one of {', '.join(sorted(REGISTRY))}")
+        policy = DEFAULT_POLICY
+    return policy
+
+
+def _agent_dialects(read: EnvReader) -> tuple[str, ...]:
+    agent_raw = read.text("TESSERA_AGENT_DIALECTS") or agents.ELASTIC
+    agent_dialects = tuple(d.strip() for d in agent_raw.split(",") if d.strip())
+    unknown = [d for d in agent_dialects if d not in agents.DIALECTS]
+    if unknown or not agent_dialects:
+        read.problem(f"TESSERA_AGENT_DIALECTS={agent_raw!r}: choose from "
+                     f"{', '.join(agents.DIALECTS)}")
+        agent_dialects = (agents.ELASTIC,)
+    return agent_dialects
+
+
+def _url_prefix(read: EnvReader) -> str:
+    """The verbs' URL prefix: "" or "/a/b"."""
+    prefix = "/" + (read.text("TESSERA_ALLOCATOR_URL_PREFIX") or "/scheduler").strip("/")
+    if not re.match(r"^/[A-Za-z0-9._~/-]*$", prefix):
+        read.problem(f"TESSERA_ALLOCATOR_URL_PREFIX={prefix!r} is not a URL path")
+    return "" if prefix == "/" else prefix
+
+
+def _lease(read: EnvReader) -> tuple[str, str]:
+    """(Lease name, Lease namespace)."""
+    lease_name = read.text("TESSERA_LEASE_NAME") or "tessera-allocator"
+    lease_ns = (read.text("TESSERA_LEASE_NAMESPACE") or read.text("POD_NAMESPACE")
+                or "tessera-system")
+    for name, value in (("TESSERA_LEASE_NAME", lease_name),
+                        ("TESSERA_LEASE_NAMESPACE", lease_ns)):
+        if not OBJECT_NAME.match(value):
+            read.problem(f"{name}={value!r} is not a valid object name")
+    return lease_name, lease_ns
+
+
+def _kubeconfig(read: EnvReader) -> str | None:
+    kubeconfig = read.text("TESSERA_KUBECONFIG")
+    if kubeconfig and not os.path.isfile(kubeconfig):
+        read.problem(f"TESSERA_KUBECONFIG file {kubeconfig!r} does not exist")
+    return kubeconfig
+
+
+def _listener(read: EnvReader) -> ServingConfig:
+    serving = read.listener(LISTENER)
+    if bool(serving.tls_cert) != bool(serving.tls_key):
+        read.problem("TLS needs both TESSERA_ALLOCATOR_TLS_CERT and _TLS_KEY")
+    if serving.tls_client_ca and not serving.tls_cert:
+        read.problem("mutual TLS (TESSERA_ALLOCATOR_TLS_CLIENT_CA) needs a serving cert")
+    for problem in serving.missing_tls_files():
+        read.problem(problem)
+    return serving

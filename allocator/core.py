@@ -18,9 +18,10 @@ import time
 from collections import OrderedDict
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Final
 
 from allocator import agents
+from allocator.content_memo import FitVerdict, PerContent, RawScore
 from allocator.decisions import NO_HOOKS, DecisionHooks, PodRef
 from allocator.errors import ApiError, BindError, Conflict, NotFound, NotReady
 from allocator.fit import NodeState, Placement, Unfit, place, unfit_reason
@@ -28,6 +29,7 @@ from allocator.nodelookup import NodeLookup
 from allocator.policies import (
     DEFAULT_POLICY,
     MAX_SCORE,
+    NodeRank,
     Policy,
     PolicyContext,
     chooser,
@@ -51,7 +53,9 @@ from tessera.vocabulary import (
 
 logger = logging.getLogger(__name__)
 
-_FITS = "ok"  # memo value for "fits"
+#: Filter's verdict for a node its node watch has not seen.
+UNKNOWN_NODE: Final = Unfit("node unknown to the GPU allocator (not in its node watch, and not "
+                            "found when read by name)")
 #: Pods remembered from filter for their bind (kube-scheduler binds within seconds).
 RECENT_PODS = 1024
 
@@ -212,61 +216,46 @@ class Allocator:
 
     def _filter(self, request: PodRequest, names: Sequence[str]) -> tuple[FilterOutcome, bool]:
         """(the outcome, whether some node was rejected only for lack of free room)."""
-        contents = self.state.contents(names)
-        if self.node_lookup is not None and None in contents:
-            self.node_lookup.ensure([n for n, c in zip(names, contents, strict=True)
-                                     if c is None])
-            contents = self.state.contents(names)
-        fit = self._fit_by_content(request, names, contents)
-        if all(result is _FITS for result in fit.values()):
+        verdicts = self._fit_verdicts(request, names, self._contents(names))
+        if all(verdict is None for verdict in verdicts.distinct()):
             return FilterOutcome(list(names), {}, {}), False  # the common case: one pass less
-        short = any(isinstance(r, Unfit) and r.resolvable for r in fit.values())
+        short = any(verdict is not None and verdict is not UNKNOWN_NODE and verdict.resolvable
+                    for verdict in verdicts.distinct())
         ok: list[str] = []
         failed: dict[str, str] = {}
         unresolvable: dict[str, str] = {}
-        for name, content in zip(names, contents, strict=True):
-            result = fit[content]
-            if result is _FITS:
+        for name, verdict in zip(names, verdicts.per_node(), strict=True):
+            if verdict is None:
                 ok.append(name)
-            elif result is None:
-                failed[name] = "node unknown to the GPU allocator (not in its node watch, " \
-                               "and not found when read by name)"
-            elif result.resolvable:
-                failed[name] = result.reason
+            elif verdict.resolvable:
+                failed[name] = verdict.reason
             else:
-                unresolvable[name] = result.reason
+                unresolvable[name] = verdict.reason
         return FilterOutcome(ok, failed, unresolvable), short
 
-    def _fit_by_content(self, request: PodRequest, names: Sequence[str],
-                        contents: Sequence[int | None]) -> dict[int | None, Any]:
-        """Fit answer (``_FITS`` or :class:`Unfit`; None for an unknown node) per distinct
-        node content. Fit depends on a node's cards and usage only, so the thousands of
-        alike nodes of a big cluster cost one :func:`unfit_reason`."""
-        memo = self.state.shape_results(("fit", encode_request(request)))
-        out: dict[int | None, Any] = {}
-        for content in set(contents):
-            if content is None:
-                out[None] = None
-                continue
-            result = memo.get(content)
-            if result is None:
-                state, shared = self._state_of(content, names, contents)
-                result = None if state is None else _readable(unfit_reason(request, state))
-                if shared:
-                    memo[content] = result
-            out[content] = result
-        return out
+    def _contents(self, names: Sequence[str]) -> list[int | None]:
+        """The content id of every node (None: unknown); nodes our node watch has not
+        delivered yet are read by name first (:mod:`allocator.nodelookup`)."""
+        ids = self.state.node_contents.ids
+        contents = ids(names)
+        if self.node_lookup is not None and None in contents:
+            self.node_lookup.ensure([n for n, c in zip(names, contents, strict=True)
+                                     if c is None])
+            contents = ids(names)
+        return contents
 
-    def _state_of(self, content: int, names: Sequence[str],
-                  contents: Sequence[int | None]) -> tuple[NodeState | None, bool]:
-        """(a node state with this content, whether results for it may be cached by id)."""
-        state = self.state.content_state(content)
-        if state is not None:
-            return state, True
-        # The id was retired after this call read it (every CONTENT_LIMIT new contents):
-        # answer from that node's current view, and cache nothing under the old id.
-        view = self.state.view(names[contents.index(content)])
-        return (view.state if view is not None else None), False
+    def _fit_verdicts(self, request: PodRequest, names: Sequence[str],
+                      contents: list[int | None]) -> PerContent[FitVerdict]:
+        """Whether the pod fits, per distinct node content: fit depends on a node's cards and
+        usage only, so the thousands of alike nodes of a big cluster cost one
+        :func:`unfit_reason`."""
+        memo = self.state.node_contents.fit_verdicts.answers(encode_request(request))
+
+        def verdict(state: NodeState) -> FitVerdict:
+            return _readable(unfit_reason(request, state))
+
+        return self.state.node_contents.per_content(names, contents, memo, verdict,
+                                                    unknown=UNKNOWN_NODE)
 
     # ------------------------------------------------------------------ prioritize
     def prioritize(self, pod: Mapping[str, Any], names: Sequence[str]) -> list[tuple[str, int]]:
@@ -280,74 +269,47 @@ class Allocator:
             return [0] * len(names)
         policy = self.policy_for(request)
         ctx = self.context(request, pod)
-        ranker = getattr(policy, "node_ranker", None)
-        if ranker is not None:
-            # The policy ranks feasible nodes without placing the pod on each (random: a
-            # seeded hash of pod and node); feasibility is the filter's, shared by content.
-            contents = self.state.contents(names)
-            fit = self._fit_by_content(request, names, contents)
-            rank = ranker(ctx)
-            raw = [rank(n) if fit[c] is _FITS else None
-                   for n, c in zip(names, contents, strict=True)]
-            return scale(raw)
-        choose = chooser(policy, ctx)
-        if policy.per_pod or ctx.extra:
-            # The score depends on the pod's identity, or on facts about the node beyond
-            # its cards (fgd's CPU per node name): computed per node, never shared.
-            raw = []
-            for view in self.state.views(names):
-                score = None
-                if view is not None:
-                    placed = place(request, view.state, choose)
-                    if not isinstance(placed, Unfit):
-                        score = policy.score(view.state, placed.after, ctx)
-                raw.append(score)
-            return scale(raw)
-        # Every other score is a function of the node's content — plus, for policies with a
-        # ``node_bias(name)`` (fgd-ff's fixed first-fit order), that bias added on top, which
-        # is the only part allowed to depend on the node's name: one placement per distinct
-        # content, scaled once, then one C-level pass (zip/map) to pair hosts and scores.
-        contents = self.state.contents(names)
-        bias: Callable[[str], float] | None = getattr(policy, "node_bias", None)
-        by_content = self._scores_by_content(request, policy, ctx, names, contents, bias)
+        rank = policy.node_ranker(ctx)
+        if rank is not None:
+            # The policy ranks feasible nodes by name, without placing the pod on each (random:
+            # a seeded hash of pod and node); feasibility is filter's, shared by content.
+            contents = self.state.node_contents.ids(names)
+            fitting = self._fit_verdicts(request, names, contents).per_node()
+            return scale([rank(name) if verdict is None else None
+                          for name, verdict in zip(names, fitting, strict=True)])
+        if policy.per_pod or ctx.node_facts:
+            # The score depends on the pod's identity, or on facts about the node beyond its
+            # cards (its CPU): placed and scored node by node, never shared.
+            return scale([None if view is None else _placed_score(request, policy, ctx,
+                                                                  view.state)
+                          for view in self.state.views(names)])
+        # Every other score is a function of the node's content, plus, for a policy with a
+        # name bias (fgd-ff's fixed first-fit order), that bias on top: one placement per
+        # distinct content, the bias added per node.
+        bias = policy.name_bias()
+        by_content = self._raw_scores(request, policy, ctx, names, bias)
         if bias is None:
-            scaled = dict(zip(by_content, scale(list(by_content.values())), strict=True))
-            return list(map(scaled.__getitem__, contents))
-        # A Python call per node for the bias, but still one placement per content.
-        biased: list[float | None] = []
-        for name, content in zip(names, contents, strict=True):
-            base = by_content.get(content)
-            biased.append(None if base is None else base + bias(name))
-        return scale(biased)
+            # Min-max scaling depends only on the distinct values: scale those, then fan out.
+            return by_content.map_distinct(scale).per_node()
+        return scale([None if base is None else base + bias(name)
+                      for name, base in zip(names, by_content.per_node(), strict=True)])
 
-    def _scores_by_content(self, request: PodRequest, policy: Policy, ctx: PolicyContext,
-                           names: Sequence[str], contents: Sequence[int | None],
-                           bias: Callable[[str], float] | None) -> dict[int | None, float | None]:
-        """Raw score of one representative node per distinct content (None: does not fit),
-        memoised per request shape; with a ``bias``, the representative's own bias is taken
-        out so that the shared score is the content's alone."""
-        memo = self.state.shape_results(("score", policy.name, encode_request(request)))
-        choose = chooser(policy, ctx)
-        missing = object()
-        by_content: dict[int | None, float | None] = {}
-        for content in set(contents):
-            if content is None:
-                by_content[None] = None
-                continue
-            score = memo.get(content, missing)
-            if score is missing:
-                state, shared = self._state_of(content, names, contents)
-                score = None
-                if state is not None:
-                    placed = place(request, state, choose)
-                    if not isinstance(placed, Unfit):
-                        score = policy.score(state, placed.after, ctx)
-                        if bias is not None:
-                            score -= bias(state.name)
-                if shared:
-                    memo[content] = score
-            by_content[content] = score
-        return by_content
+    def _raw_scores(self, request: PodRequest, policy: Policy, ctx: PolicyContext,
+                    names: Sequence[str], bias: NodeRank | None) -> PerContent[RawScore]:
+        """Raw score per distinct node content (None: does not fit); with a ``bias``, the
+        representative's own bias is taken out, so that what is shared is the content's
+        alone."""
+        node_contents = self.state.node_contents
+        memo = node_contents.raw_scores.answers((policy.name, encode_request(request)))
+
+        def raw_score(state: NodeState) -> RawScore:
+            score = _placed_score(request, policy, ctx, state)
+            if score is None or bias is None:
+                return score
+            return score - bias(state.name)
+
+        return node_contents.per_content(names, node_contents.ids(names), memo, raw_score,
+                                         unknown=None)
 
     # ------------------------------------------------------------------ bind
     def bind(self, namespace: str, name: str, uid: str, node: str) -> BindOutcome:
@@ -574,9 +536,16 @@ def event_safe(text: str) -> str:
     return text.replace("%", " percent") if "%" in text else text
 
 
-def _readable(unfit: Unfit | None) -> Unfit | str:
-    """A fit answer as filter keeps it: ``_FITS``, or the :class:`Unfit` with an
+def _readable(unfit: Unfit | None) -> FitVerdict:
+    """A fit verdict as filter keeps it: None, or the :class:`Unfit` with an
     :func:`event_safe` reason (once per distinct node content, not per node)."""
     if unfit is None:
-        return _FITS
+        return None
     return Unfit(event_safe(unfit.reason), unfit.resolvable)
+
+
+def _placed_score(request: PodRequest, policy: Policy, ctx: PolicyContext,
+                  state: NodeState) -> RawScore:
+    """The policy's score of the pod placed on ``state`` by the policy (None: no fit)."""
+    placed = place(request, state, chooser(policy, ctx))
+    return None if isinstance(placed, Unfit) else policy.score(state, placed.after, ctx)

@@ -26,6 +26,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, replace
+from functools import partial
 from typing import Final
 
 from tessera.vocabulary import (
@@ -136,6 +137,22 @@ class NodeState:
         return sum(1 for c in self.cards if c.idle)
 
 
+#: What placement and the policies can tell apart about a card: model, memory and usage. Left
+#: out on purpose: the card's index and its holders. Fit answers, reasons and the scores of
+#: policies that sum over cards never depend on them; a bind chooses the real cards again.
+CardSignature = tuple[str, int, int, int, bool, bool]
+
+
+def card_signature(card: CardState) -> CardSignature:
+    return (card.card.model, card.card.memory_mib, card.core_used, card.memory_used_mib,
+            card.whole, not card.holders)  # not holders: idle, without a property call
+
+
+def node_signature(node: NodeState) -> tuple[CardSignature, ...]:
+    """The signature of every card, in the node's card order."""
+    return tuple(map(card_signature, node.cards))
+
+
 def empty_node(name: str, cards: Iterable[Card]) -> NodeState:
     return NodeState(name, tuple(CardState(c) for c in cards))
 
@@ -214,6 +231,19 @@ def share_memory_mib(container: ContainerRequest, card: Card) -> int:
     return container.memory_mib
 
 
+def room_for_share(container: ContainerRequest, card: Card, free_core: int,
+                   free_memory_mib: int) -> bool:
+    """Whether a share fits in this much free room of ``card`` (the one share-fit check)."""
+    return free_core >= container.core_percent and free_memory_mib >= share_memory_mib(
+        container, card)
+
+
+def share_fits(container: ContainerRequest, card: CardState) -> bool:
+    """Whether a share fits on ``card`` now (never on a card taken whole)."""
+    return not card.whole and room_for_share(container, card.card, card.free_core,
+                                             card.free_memory_mib)
+
+
 def eligible(request: PodRequest, card: Card) -> bool:
     return request.allows_model(card.model) and card.memory_mib >= request.min_card_memory_mib
 
@@ -272,15 +302,13 @@ def _feasible(items: Sequence[ContainerRequest], k: int, s: _Slots) -> bool:
         return False
     seen: set[tuple[int, int, int, bool]] = set()
     for i in range(n):
-        if s.whole[i]:
-            continue
-        need_mem = share_memory_mib(c, s.cards[i])
-        if s.free_core[i] < c.core_percent or s.free_mem[i] < need_mem:
+        if s.whole[i] or not room_for_share(c, s.cards[i], s.free_core[i], s.free_mem[i]):
             continue
         key = (s.free_core[i], s.free_mem[i], s.cards[i].memory_mib, s.idle[i])
         if key in seen:
             continue
         seen.add(key)
+        need_mem = share_memory_mib(c, s.cards[i])
         was_idle = s.idle[i]
         s.free_core[i] -= c.core_percent
         s.free_mem[i] -= need_mem
@@ -313,71 +341,88 @@ def _feasible_on(request_items: Sequence[ContainerRequest], request: PodRequest,
     return _feasible(request_items, 0, _Slots(cards))
 
 
-def _describe_share(c: ContainerRequest) -> str:
-    parts = []
-    if c.core_percent:
-        parts.append(f"{c.core_percent}% core")
-    if c.memory_mib:
-        parts.append(f"{c.memory_mib} MiB")
-    if c.memory_percent:
-        parts.append(f"{c.memory_percent}% of its memory")
-    return " and ".join(parts)
-
-
 def unfit_reason(request: PodRequest, node: NodeState) -> Unfit | None:
-    """None when the whole pod fits the node, else why not."""
+    """None when the whole pod fits the node, else why not (the first cause found)."""
     if not node.cards:
         return Unfit("node has no GPU cards", resolvable=False)
     cards = [c for c in node.cards if eligible(request, c.card)]
     if not cards:
-        if not any(request.allows_model(c.card.model) for c in node.cards):
-            have = ", ".join(m or "unknown" for m in node.models)
-            want = " or ".join(request.models)
-            return Unfit(f"no card of model {want} (node has {have})", resolvable=False)
-        largest = max(c.card.memory_mib for c in node.cards)
-        return Unfit(
-            f"no card with at least {request.min_card_memory_mib} MiB memory "
-            f"(largest {largest} MiB)",
-            resolvable=False,
-        )
-    if len(request.containers) == 1:
-        # The common case, answered without the search: one container needs one card with
-        # room, or k idle cards.
-        only = request.containers[0]
-        if only.cards:
-            if sum(1 for c in cards if c.idle) >= only.cards:
-                return None
-        elif any(not c.whole and c.free_core >= only.core_percent
-                 and c.free_memory_mib >= share_memory_mib(only, c.card) for c in cards):
-            return None
-    items = [request.containers[i] for i in _order(request)]
-    slots = _Slots(cards)
+        return _no_eligible_card(request, node)
+    if _fits_at_a_glance(request, cards):
+        return None
     # Cheap checks first; they also produce the most actionable message.
+    return (_short_of_whole_cards(request, cards) or _short_of_room_for_a_share(request, cards)
+            or _short_of_room_together(request, cards))
+
+
+def _no_eligible_card(request: PodRequest, node: NodeState) -> Unfit:
+    """Cause: no card is of an allowed model, or none has the minimum memory."""
+    if not any(request.allows_model(c.card.model) for c in node.cards):
+        have = ", ".join(m or "unknown" for m in node.models)
+        want = " or ".join(request.models)
+        return Unfit(f"no card of model {want} (node has {have})", resolvable=False)
+    largest = max(c.card.memory_mib for c in node.cards)
+    return Unfit(
+        f"no card with at least {request.min_card_memory_mib} MiB memory "
+        f"(largest {largest} MiB)",
+        resolvable=False,
+    )
+
+
+def _fits_at_a_glance(request: PodRequest, cards: Sequence[CardState]) -> bool:
+    """The common case, answered without the search: one container that needs one card with
+    room, or k idle cards. False means "look closer", not "does not fit"."""
+    if len(request.containers) != 1:
+        return False
+    only = request.containers[0]
+    if only.cards:
+        return sum(1 for c in cards if c.idle) >= only.cards
+    return any(share_fits(only, c) for c in cards)
+
+
+def _short_of_whole_cards(request: PodRequest, cards: Sequence[CardState]) -> Unfit | None:
+    """Cause: fewer eligible cards, or fewer idle ones, than the pod's whole cards."""
     whole = request.whole_cards
-    if whole:
-        free = sum(1 for c in cards if c.idle)
-        if whole > len(cards):
-            return Unfit(f"needs {whole} whole cards, node has {len(cards)}", resolvable=False)
-        if whole > free:
-            return Unfit(f"needs {whole} whole card{'s' if whole > 1 else ''}, {free} free")
-    for c in items:
-        if c.cards:
-            continue
-        if not _feasible([c], 0, slots):
-            open_cards = [x for x in cards if not x.whole]
-            if not open_cards:
-                return Unfit(f"no card with {_describe_share(c)} free (all cards taken whole)")
-            best_core = max(x.free_core for x in open_cards)
-            best_mem = max(x.free_memory_mib for x in open_cards)
-            if c.core_percent and not (c.memory_mib or c.memory_percent):
-                return Unfit(f"no card with {c.core_percent}% core free (largest {best_core}%)")
-            if not c.core_percent and c.memory_mib:
-                return Unfit(f"no card with {c.memory_mib} MiB free (largest {best_mem} MiB)")
-            return Unfit(
-                f"no card with {_describe_share(c)} free "
-                f"(most free: {best_core}% core, {best_mem} MiB)"
-            )
-    if len(items) > 1 and not _feasible(items, 0, slots):
+    if not whole:
+        return None
+    if whole > len(cards):
+        return Unfit(f"needs {whole} whole cards, node has {len(cards)}", resolvable=False)
+    free = sum(1 for c in cards if c.idle)
+    if whole > free:
+        return Unfit(f"needs {whole} whole card{'s' if whole > 1 else ''}, {free} free")
+    return None
+
+
+def _short_of_room_for_a_share(request: PodRequest,
+                               cards: Sequence[CardState]) -> Unfit | None:
+    """Cause: one share of the pod fits on no card, even alone (hardest share first)."""
+    for i in _order(request):
+        c = request.containers[i]
+        if not c.cards and not _feasible([c], 0, _Slots(cards)):
+            return _no_room_for(c, cards)
+    return None
+
+
+def _no_room_for(c: ContainerRequest, cards: Sequence[CardState]) -> Unfit:
+    """Why share ``c`` fits on no card, naming the room there is."""
+    open_cards = [x for x in cards if not x.whole]
+    if not open_cards:
+        return Unfit(f"no card with {c.describe()} free (all cards taken whole)")
+    best_core = max(x.free_core for x in open_cards)
+    best_mem = max(x.free_memory_mib for x in open_cards)
+    if c.core_percent and not (c.memory_mib or c.memory_percent):
+        return Unfit(f"no card with {c.core_percent}% core free (largest {best_core}%)")
+    if not c.core_percent and c.memory_mib:
+        return Unfit(f"no card with {c.memory_mib} MiB free (largest {best_mem} MiB)")
+    return Unfit(
+        f"no card with {c.describe()} free (most free: {best_core}% core, {best_mem} MiB)"
+    )
+
+
+def _short_of_room_together(request: PodRequest, cards: Sequence[CardState]) -> Unfit | None:
+    """Cause: each container fits alone, but not all of them at once."""
+    items = [request.containers[i] for i in _order(request)]
+    if len(items) > 1 and not _feasible(items, 0, _Slots(cards)):
         return Unfit(f"the pod's {len(items)} GPU containers do not fit together on its cards")
     return None
 
@@ -394,10 +439,6 @@ def fits(request: PodRequest, node: NodeState) -> bool:
 
 
 # ----------------------------------------------------------------------------- placement
-
-
-def _card_key(c: CardState) -> tuple[str, int, int, int, bool, bool]:
-    return (c.card.model, c.card.memory_mib, c.core_used, c.memory_used_mib, c.whole, c.idle)
 
 
 def place(
@@ -438,14 +479,11 @@ def place(
                 taken.append(state.cards[pos].card.index)
             result[ci] = ContainerAllocation(c.name, tuple(sorted(taken)), init=c.init)
         else:
-            def can(cs: CardState, c: ContainerRequest = c) -> bool:
-                return (not cs.whole and cs.free_core >= c.core_percent
-                        and cs.free_memory_mib >= share_memory_mib(c, cs.card))
-
             def put(cs: CardState, c: ContainerRequest = c, h: Holder = holder) -> CardState:
                 return cs.with_share(c.core_percent, share_memory_mib(c, cs.card), h)
 
-            state, pos = _best_step(request, state, chooser, list(rest), can, put)
+            state, pos = _best_step(request, state, chooser, list(rest), partial(share_fits, c),
+                                    put)
             chosen = state.cards[pos]
             mem = share_memory_mib(c, chosen.card)
             result[ci] = ContainerAllocation(
@@ -465,11 +503,11 @@ def _best_step(
     put: Callable[[CardState], CardState],
 ) -> tuple[NodeState, int]:
     best: tuple[float, NodeState, int] | None = None
-    seen: set[tuple[str, int, int, int, bool, bool]] = set()
+    seen: set[CardSignature] = set()
     for pos, cs in enumerate(state.cards):
         if not eligible(request, cs.card) or not can(cs):
             continue
-        key = _card_key(cs)
+        key = card_signature(cs)
         if key in seen:
             continue
         seen.add(key)

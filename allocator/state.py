@@ -9,12 +9,8 @@ Concurrency: one short global lock guards every mutation. Each node's state is a
 locking. Binds on one node are serialised by a per-node lock and reserve with an optimistic
 version check, so two binds can never both take the same free room.
 
-Speed: every node view carries a *content id*: nodes whose cards and usage are equal (names
-and holders aside) share one id. Filter and prioritize keep their per-request-shape results by
-content id (:meth:`ClusterState.shape_results`), so the thousands of alike nodes of a big
-cluster cost one placement per shape, a shape never seen before costs one placement per
-*distinct* node content, and a node change needs no invalidation at all (changed content gets
-another id). Ids are never reused, so a cached result can never describe other content.
+Speed: every node view carries a *content id* from :attr:`ClusterState.node_contents`
+(:mod:`allocator.content_memo`, which also keeps the verbs' answers by content id).
 """
 
 from __future__ import annotations
@@ -26,24 +22,13 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Any
 
+from allocator.content_memo import NodeContents
 from allocator.fit import Card, NodeState, build_node_state
 from allocator.inventory import Inventory, read_inventory
 from tessera.logs import pod_context
 from tessera.vocabulary import Allocation, CodecError, Vocabulary, decode_allocation
 
 logger = logging.getLogger(__name__)
-
-#: Request shapes whose per-content results are kept (least recently used beyond that go).
-SHAPE_LIMIT = 256
-#: Distinct node contents remembered (ids and per-shape results); beyond it both restart.
-CONTENT_LIMIT = 100_000
-
-#: What makes two nodes alike for filter and for scores: the sorted per-card (model, memory,
-#: core used, memory used, whole, idle). Left out on purpose: the node's name, the holders,
-#: and which index each card has. Fit answers and reasons never depend on them, nor do the
-#: scores of the non-per-pod policies (binpack, spread, fgd: sums over cards); the cards a
-#: bind takes are chosen again on the real node, indices and all.
-ContentKey = tuple[tuple[str, int, int, int, bool, bool], ...]
 
 TERMINAL_PHASES = frozenset({"Succeeded", "Failed"})
 
@@ -72,7 +57,8 @@ class NodeView:
     stays a C loop instead of 5,000 calls of a generated ``__eq__``.
 
     ``content`` is equal for two views exactly when their cards and usage are equal (see
-    :data:`ContentKey`): results computed from the cards alone may be shared between them.
+    :data:`allocator.content_memo.ContentKey`): answers computed from the cards alone may be
+    shared between them.
     """
 
     state: NodeState
@@ -85,14 +71,6 @@ def _resource_version(obj: Mapping[str, Any]) -> int | None:
     if isinstance(version, str) and version.isascii() and version.isdigit():
         return int(version)
     return None
-
-
-def content_key(state: NodeState) -> ContentKey:
-    return tuple(sorted(
-        (c.card.model, c.card.memory_mib, c.core_used, c.memory_used_mib, c.whole,
-         not c.holders)
-        for c in state.cards
-    ))
 
 
 @dataclass
@@ -118,11 +96,8 @@ class ClusterState:
         self._synced = threading.Event()
         # name -> current view: one dict read per node on the verbs' hot path (lock-free).
         self._views: dict[str, NodeView] = {}
-        self._content_of: dict[str, int] = {}  # name -> content id of its current view
-        self._content_ids: dict[ContentKey, int] = {}
-        self._content_rep: dict[int, NodeState] = {}  # content id -> a state with it
-        self._next_content = 0  # never reused: an id always means one content
-        self._shapes: dict[Any, dict[int, Any]] = {}
+        #: content ids of the current views, and the verbs' answers memoised by them
+        self.node_contents = NodeContents()
         # Pod records by the moment they last changed (a counter, not a clock): a consistent
         # read only releases records that did not change after it began (reconcile_pods).
         self._epoch = 0
@@ -145,15 +120,6 @@ class ClusterState:
         get = self._views.get
         return [get(n) for n in names]
 
-    def contents(self, names: Iterable[str]) -> list[int | None]:
-        """The content id of each named node (None for unknown ones), in order: the verbs'
-        one pass over every node name."""
-        return list(map(self._content_of.get, names))
-
-    def content_state(self, content: int) -> NodeState | None:
-        """A node state with this content id (None only if the id was retired meanwhile)."""
-        return self._content_rep.get(content)
-
     def cards(self, node: str) -> tuple[Card, ...]:
         entry = self._nodes.get(node)
         return entry.cards if entry is not None else ()
@@ -175,25 +141,6 @@ class ClusterState:
             # Callers check the node exists first; an unknown node gets a throwaway lock.
             return threading.Lock()
         return entry.lock
-
-    def shape_results(self, key: Any) -> dict[int, Any]:
-        """Results cached for a request shape, by node content id (:attr:`NodeView.content`).
-
-        Callers read and fill the dict without the lock. Entries never go stale: a result
-        depends only on the content its id stands for, and ids are never reused.
-        """
-        with self._lock:
-            cache = self._shapes.pop(key, None)
-            if cache is None or len(cache) > CONTENT_LIMIT:
-                cache = {}
-            if len(self._shapes) >= SHAPE_LIMIT:
-                self._shapes.pop(next(iter(self._shapes)))
-            self._shapes[key] = cache  # re-inserted last: LRU order
-            return cache
-
-    def drop_shape_caches(self) -> None:
-        with self._lock:
-            self._shapes.clear()
 
     # ------------------------------------------------------------------ nodes
     def apply_node(self, node: Mapping[str, Any]) -> None:
@@ -264,7 +211,7 @@ class ClusterState:
             self._looked_up.pop(name, None)
             self._nodes.pop(name, None)
             self._views.pop(name, None)
-            self._content_of.pop(name, None)
+            self.node_contents.forget(name)
 
     def replace_nodes(self, nodes: Iterable[Mapping[str, Any]]) -> None:
         """A fresh list: apply every node, forget nodes that are gone."""
@@ -280,7 +227,7 @@ class ClusterState:
                     self._looked_up.pop(name, None)
                     del self._nodes[name]
                     self._views.pop(name, None)
-                    self._content_of.pop(name, None)
+                    self.node_contents.forget(name)
 
     # ------------------------------------------------------------------ pods
     def apply_pod(self, pod: Mapping[str, Any]) -> None:
@@ -474,27 +421,9 @@ class ClusterState:
             logger.error("node %s over-committed: %s", name, "; ".join(problems),
                          extra={"node": name})
         entry.problems = problems
-        content = self._content_id(state)
+        content = self.node_contents.assign(name, state)
         entry.view = NodeView(state, entry.view.version + 1, content)
         self._views[name] = entry.view
-        self._content_of[name] = content
-
-    def _content_id(self, state: NodeState) -> int:
-        key = content_key(state)
-        found = self._content_ids.get(key)
-        if found is not None:
-            return found
-        if len(self._content_ids) >= CONTENT_LIMIT:
-            # Bound memory under endless churn: keep only the ids nodes hold now. Ids are
-            # never reused, so no cached result can ever describe other content.
-            live = set(self._content_of.values())
-            self._content_ids = {k: i for k, i in self._content_ids.items() if i in live}
-            self._content_rep = {i: s for i, s in self._content_rep.items() if i in live}
-            self._shapes.clear()
-        found = self._content_ids[key] = self._next_content
-        self._content_rep[found] = state
-        self._next_content += 1
-        return found
 
     # ------------------------------------------------------------------ status
     def snapshot(self) -> dict[str, Any]:

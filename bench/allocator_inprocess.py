@@ -119,7 +119,7 @@ def run_size(n: int, shapes: dict[str, PodRequest], repeat: int, policy: str) ->
     names = state.node_names()
 
     def drop_all_caches() -> None:
-        state.drop_shape_caches()
+        state.node_contents.drop_memos()
 
     def touch_one_node() -> None:
         # one node changes per scheduling cycle (the previous pod's bind)

@@ -24,4 +24,5 @@ bash hack/build-controlplane.sh >/dev/null
 
 .venv/bin/ruff check .
 .venv/bin/mypy
+.venv/bin/lint-imports
 .venv/bin/pytest -q "$@"

@@ -8,18 +8,18 @@ score wins. kube-scheduler breaks ties at random; here the first node in the cal
 wins, so a replay is reproducible.
 
 A score that depends on the node's cards alone may be memoised by node content
-(:func:`allocator.state.content_key`), with a ``node_bias`` (fgd-ff's fixed first-fit order)
-taken out and added back per node, as the extender's own memo does.
+(:func:`allocator.content_memo.content_key`), with the policy's ``name_bias`` (fgd-ff's fixed
+first-fit order) taken out and added back per node, as the extender's own memo does.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from functools import lru_cache, partial
 
+from allocator.content_memo import ContentKey, content_key
 from allocator.fit import NodeState, Placement, Unfit, fits, place
-from allocator.policies import Policy, PolicyContext, chooser, get_policy
-from allocator.state import ContentKey, content_key
+from allocator.policies import NodeRank, Policy, PolicyContext, chooser, get_policy
 from tessera.vocabulary import PodRequest, encode_request
 
 #: (request shape, node content id) -> raw score without the node's bias (None: no fit)
@@ -27,7 +27,7 @@ ScoreMemo = dict[tuple[str, int], float | None]
 
 
 class ContentIds:
-    """Small integers for node contents (:func:`allocator.state.content_key`): equal ids,
+    """Small integers for node contents (:func:`allocator.content_memo.content_key`): equal ids,
     equal cards and usage. A replay keeps one id per node, renewed when the node changes, so
     that a memo lookup hashes an int instead of every card."""
 
@@ -38,9 +38,9 @@ class ContentIds:
         return self._ids.setdefault(content_key(state), len(self._ids))
 
 
-def _bias(policy: Policy) -> Callable[[str], float] | None:
-    # The extender reads these optional hooks the same way (allocator/core.py, scores()).
-    if getattr(policy, "node_bias", None) is None:
+def _bias(policy: Policy) -> NodeRank | None:
+    # The extender adds the same part per node (allocator/core.py, scores()).
+    if policy.name_bias() is None:
         return None
     return partial(_node_bias, policy.name)
 
@@ -49,8 +49,8 @@ def _bias(policy: Policy) -> Callable[[str], float] | None:
 def _node_bias(policy: str, node: str) -> float:
     """A node's fixed bias (fgd-ff: a digest of its name), kept: a replay asks for it once
     per node and pod."""
-    bias: Callable[[str], float] = getattr(get_policy(policy), "node_bias")  # noqa: B009
-    return bias(node)
+    bias = get_policy(policy).name_bias()
+    return 0.0 if bias is None else bias(node)
 
 
 def raw_scores(request: PodRequest, policy: Policy, ctx: PolicyContext,
@@ -61,10 +61,8 @@ def raw_scores(request: PodRequest, policy: Policy, ctx: PolicyContext,
     With a ``memo`` and the nodes' ``contents`` (:class:`ContentIds`), a score that depends
     on the cards alone is computed once per distinct content and request shape.
     """
-    ranker: Callable[[PolicyContext], Callable[[str], float]] | None = getattr(
-        policy, "node_ranker", None)
-    if ranker is not None:
-        rank = ranker(ctx)
+    rank = policy.node_ranker(ctx)
+    if rank is not None:
         if memo is None or contents is None:
             return [rank(s.name) if fits(request, s) else None for s in states]
         # Whether the pod fits is the content's alone: once per distinct content.
@@ -79,7 +77,7 @@ def raw_scores(request: PodRequest, policy: Policy, ctx: PolicyContext,
     choose = chooser(policy, ctx)
     bias = _bias(policy)
     shareable = (memo is not None and contents is not None and not policy.per_pod
-                 and not ctx.extra)
+                 and not ctx.node_facts)
     shape = encode_request(request) if shareable else ""
     out: list[float | None] = []
     for pos, state in enumerate(states):
@@ -140,8 +138,8 @@ def place_best(request: PodRequest, policy: Policy, ctx: PolicyContext,
                states: Sequence[NodeState], pod_uid: str, memo: ScoreMemo | None = None,
                contents: Sequence[int] | None = None) -> Placement | None:
     """Where the policy puts the pod among ``states``: node and cards (None: nowhere)."""
-    if (memo is not None and contents is not None and not policy.per_pod and not ctx.extra
-            and getattr(policy, "node_ranker", None) is None):
+    if (memo is not None and contents is not None and not policy.per_pod
+            and not ctx.node_facts and policy.node_ranker(ctx) is None):
         chosen = _best_by_content(request, policy, ctx, states, memo, contents)
     else:
         chosen = best(raw_scores(request, policy, ctx, states, memo, contents))

@@ -20,7 +20,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from allocator.fit import NodeState, apply_placement, empty_node
-from allocator.policies import PolicyContext, get_policy
+from allocator.policies import PolicyContext, Workload, get_policy
 from kubectl_tessera.picture import GpuNode, GpuPod, Picture, selector_excludes
 from kubectl_tessera.placing import ContentIds, ScoreMemo, place_best
 from tessera.vocabulary import PodRequest
@@ -86,7 +86,7 @@ def replay(picture: Picture, pods: Sequence[GpuPod], policy_name: str,
     states = [empty_node(n.name, n.cards) for n in nodes]
     ids = ContentIds()
     contents = [ids.of(s) for s in states]
-    workload = workload_mix(pods)
+    workload = Workload(workload_mix(pods))  # one per replay: fgd's digest lives with it
     memo: ScoreMemo = {}
     unplaced: list[str] = []
     for pod in pods:

@@ -751,19 +751,6 @@ def _sources(cfg: DialectConfig) -> list[_Source]:
 # ----------------------------------------------------------------------------- pod level
 
 
-def _describe(request: ContainerRequest) -> str:
-    if request.is_whole:
-        return f"{request.cards} whole card(s)"
-    parts = []
-    if request.core_percent:
-        parts.append(f"{request.core_percent}% compute")
-    if request.memory_mib:
-        parts.append(f"{request.memory_mib} MiB")
-    if request.memory_percent:
-        parts.append(f"{request.memory_percent}% memory")
-    return "a share of " + " + ".join(parts)
-
-
 def _merge(
     container: str, found: Sequence[tuple[str, ContainerRequest]]
 ) -> ContainerRequest | None:
@@ -773,8 +760,8 @@ def _merge(
     for label, other in found[1:]:
         if other != first:
             raise RequestError(
-                f"container {container!r}: {first_label} asks for {_describe(first)} but "
-                f"{label} asks for {_describe(other)}; write the request once, in one dialect"
+                f"container {container!r}: {first_label} asks for {first.describe()} but "
+                f"{label} asks for {other.describe()}; write the request once, in one dialect"
             )
     return first
 

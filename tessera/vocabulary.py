@@ -176,6 +176,20 @@ class ContainerRequest:
         """Value of the canonical core extended resource (request == limit)."""
         return self.cards * WHOLE_CARD_PERCENT if self.is_whole else self.core_percent
 
+    def describe(self) -> str:
+        """What the container asks for, in words: ``2 whole cards``, ``50% core and 1000 MiB``,
+        ``40% of its memory`` (the one wording of every message about a request)."""
+        if self.is_whole:
+            return f"{self.cards} whole card{'s' if self.cards > 1 else ''}"
+        parts = []
+        if self.core_percent:
+            parts.append(f"{self.core_percent}% core")
+        if self.memory_mib:
+            parts.append(f"{self.memory_mib} MiB")
+        if self.memory_percent:
+            parts.append(f"{self.memory_percent}% of its memory")
+        return " and ".join(parts)
+
 
 @dataclass(frozen=True)
 class PodRequest:

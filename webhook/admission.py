@@ -129,7 +129,7 @@ def admit(raw: Any, config: WebhookConfig) -> tuple[int, dict[str, Any]]:
     context = _log_context(pod, request)
     who = f"{context.get('namespace')}/{context.get('pod')}"
     try:
-        mutation = mutate_pod(pod, config)
+        mutation = mutate_pod(pod, config.mutation)
         if not mutation.changed:
             return 200, admission_response(review, allowed=True)
         patch = jsonpatch.JsonPatch.from_diff(pod, mutation.pod).patch

@@ -96,7 +96,7 @@ def run(args: argparse.Namespace) -> int:
         "serving the admission webhook on %s (%s), dialects %s",
         config.serving.bind,
         "plain HTTP" if config.insecure_http else "TLS",
-        ",".join(sorted(config.dialects.enabled)),
+        ",".join(sorted(config.mutation.dialects.enabled)),
     )
     from webhook.app import create_app
 

@@ -14,6 +14,7 @@ from typing import Final
 from tessera.dialects import DialectConfig
 from tessera.serving import DIALECT_ENV_HELP, OBJECT_NAME, EnvReader, Listener, ServingConfig
 from tessera.vocabulary import ConfigError
+from webhook.mutation import MutationConfig
 
 #: A pod AdmissionReview is at most about twice the object (UPDATE carries oldObject), and
 #: objects are capped at 1.5 MiB by etcd.
@@ -35,9 +36,8 @@ ENV_VARS: Final = {
 
 @dataclass(frozen=True)
 class WebhookConfig:
-    dialects: DialectConfig = field(default_factory=DialectConfig)
-    #: schedulerName written on GPU pods; None leaves the pod's own.
-    scheduler_name: str | None = None
+    #: What the pure rewrite reads (dialects, schedulerName).
+    mutation: MutationConfig = field(default_factory=MutationConfig)
     max_body_bytes: int = DEFAULT_MAX_BODY_BYTES
     serving: ServingConfig = field(default_factory=LISTENER.defaults)
     insecure_http: bool = False
@@ -54,8 +54,7 @@ class WebhookConfig:
                 f"(lowercase DNS subdomain, e.g. tessera-scheduler)"
             )
         config = cls(
-            dialects=dialects,
-            scheduler_name=scheduler_name,
+            mutation=MutationConfig(dialects, scheduler_name),
             max_body_bytes=read.integer(
                 "TESSERA_WEBHOOK_MAX_BODY_BYTES", DEFAULT_MAX_BODY_BYTES, 1024, 64 * 1024 * 1024
             ),

@@ -11,10 +11,10 @@ from __future__ import annotations
 
 import copy
 from collections.abc import Mapping
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from typing import Any
 
-from tessera.dialects import Dialect, parse_pod
+from tessera.dialects import Dialect, DialectConfig, parse_pod
 from tessera.vocabulary import (
     CodecError,
     PodRequest,
@@ -22,7 +22,17 @@ from tessera.vocabulary import (
     decode_request,
     encode_request,
 )
-from webhook.config import WebhookConfig
+
+
+@dataclass(frozen=True)
+class MutationConfig:
+    """What the rewrite needs, and nothing of serving (as ``AllocatorConfig`` for the
+    allocator's core)."""
+
+    #: How GPU requests are read from pods; carries the vocabulary.
+    dialects: DialectConfig = field(default_factory=DialectConfig)
+    #: schedulerName written on GPU pods; None leaves the pod's own.
+    scheduler_name: str | None = None
 
 
 @dataclass(frozen=True)
@@ -34,14 +44,14 @@ class Mutation:
     changed: bool
 
 
-def _owned_metadata(config: WebhookConfig) -> tuple[tuple[str, ...], tuple[str, ...]]:
+def _owned_metadata(config: MutationConfig) -> tuple[tuple[str, ...], tuple[str, ...]]:
     """Annotations and labels only Tessera writes; a pod must not arrive with them forged
     (the allocator trusts the request annotation and rebuilds its cache from the allocation)."""
     v = config.dialects.vocabulary
     return (v.request_annotation, v.allocation_annotation), (v.gpu_pod_label, v.mode_label)
 
 
-def _strip_owned(pod: dict[str, Any], config: WebhookConfig) -> None:
+def _strip_owned(pod: dict[str, Any], config: MutationConfig) -> None:
     annotations, labels = _owned_metadata(config)
     meta = pod.get("metadata") or {}
     for field_name, keys in (("annotations", annotations), ("labels", labels)):
@@ -57,7 +67,7 @@ def _annotations(pod: Mapping[str, Any]) -> Mapping[str, Any]:
     return annotations if isinstance(annotations, Mapping) else {}
 
 
-def _carries_owned(pod: Mapping[str, Any], config: WebhookConfig) -> bool:
+def _carries_owned(pod: Mapping[str, Any], config: MutationConfig) -> bool:
     annotations, labels = _owned_metadata(config)
     meta = pod.get("metadata")
     if not isinstance(meta, Mapping):
@@ -88,7 +98,7 @@ def _set_resources(
             resources.pop(part, None)
 
 
-def _recorded(pod: Mapping[str, Any], config: WebhookConfig) -> PodRequest | None:
+def _recorded(pod: Mapping[str, Any], config: MutationConfig) -> PodRequest | None:
     """The request annotation the pod arrived with, if it decodes (else None: it is ours to
     write, and is stripped and rewritten anyway)."""
     text = _annotations(pod).get(config.dialects.vocabulary.request_annotation)
@@ -109,7 +119,7 @@ _EQUAL_MEMORY_PERCENT = frozenset({Dialect.PERCENT, Dialect.FRACTION, Dialect.KA
 
 
 def _memory_percent_allowed(core_percent: int, memory_percent: int,
-                            config: WebhookConfig) -> bool:
+                            config: MutationConfig) -> bool:
     """Whether an enabled dialect lets a user ask for this share."""
     enabled = config.dialects.enabled
     if _ANY_MEMORY_PERCENT & enabled:
@@ -118,7 +128,7 @@ def _memory_percent_allowed(core_percent: int, memory_percent: int,
 
 
 def _restore_memory_percent(parsed: PodRequest, recorded: PodRequest | None,
-                            config: WebhookConfig) -> PodRequest:
+                            config: MutationConfig) -> PodRequest:
     """``parsed`` with the memory percent of shares the canonical resources cannot carry.
 
     A share in percent (``gpu: "0.25"``: 25% compute and 25% of the chosen card's memory)
@@ -156,7 +166,7 @@ def _check_unique_names(pod: Mapping[str, Any]) -> None:
         raise RequestError(f"container names repeat: {', '.join(map(str, repeated))}")
 
 
-def mutate_pod(pod: Mapping[str, Any], config: WebhookConfig) -> Mutation:
+def mutate_pod(pod: Mapping[str, Any], config: MutationConfig) -> Mutation:
     """Normalise ``pod``; raises :class:`tessera.vocabulary.RequestError` for a bad request.
     Idempotent: a mutated pod, mutated again, is the same pod."""
     request = parse_pod(pod, config.dialects)

@@ -4,8 +4,12 @@ from __future__ import annotations
 
 from allocator.policies.base import (
     MAX_SCORE,
+    NO_WORKLOAD,
+    NodeFacts,
+    NodeRank,
     Policy,
     PolicyContext,
+    Workload,
     chooser,
     mean_square_utilisation,
     normalise,
@@ -43,9 +47,13 @@ def get_policy(name: str) -> Policy:
 __all__ = [
     "DEFAULT_POLICY",
     "MAX_SCORE",
+    "NO_WORKLOAD",
     "REGISTRY",
+    "NodeFacts",
+    "NodeRank",
     "Policy",
     "PolicyContext",
+    "Workload",
     "chooser",
     "get_policy",
     "mean_square_utilisation",

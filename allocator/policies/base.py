@@ -1,21 +1,26 @@
-"""The placement policy interface (pure).
+"""The placement policy contract (pure).
 
 A policy scores one candidate: the node state **before** and **after** placing (part of) a
 pod, with cluster-level context. Higher is better. The same score picks the node (prioritize)
 and the cards inside a node (greedy, one container step at a time, see
-:func:`allocator.fit.place`), so a policy is one function.
+:func:`allocator.fit.place`), so most policies are one function.
 
-Adding a policy = one file defining a class with ``name``, ``per_pod`` and ``score``, and one
-line in :data:`allocator.policies.REGISTRY`. A fragmentation-aware policy (FGD) reads the
-workload mix from ``ctx.workload`` and compares the expected fragmentation of ``before`` and
-``after``.
+:class:`Policy` declares every hook the allocator may call, each with its default; a policy
+overrides only what it offers. Adding one = one file with a subclass, and one line in
+:data:`allocator.policies.REGISTRY`. Hooks only a benchmark calls live with the benchmark
+(``bench/openb``), not here.
+
+Policies keep no caches of their own: what they derive from the workload mix is kept by the
+:class:`Workload` the caller builds (:meth:`Workload.derived`), and answers shared between
+nodes are the allocator's (:mod:`allocator.content_memo`).
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from abc import ABC, abstractmethod
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import Protocol
+from typing import ClassVar, TypeVar, cast
 
 from allocator.fit import Chooser, NodeState
 from tessera.vocabulary import PodRequest
@@ -23,6 +28,45 @@ from tessera.vocabulary import PodRequest
 #: Extender scores are integers 0..10 (MaxExtenderPriority in
 #: kubernetes staging/src/k8s.io/kube-scheduler/extender/v1/types.go).
 MAX_SCORE = 10
+
+#: A number per node name (a rank, or a bias added to a score).
+NodeRank = Callable[[str], float]
+
+_T = TypeVar("_T")
+
+
+@dataclass(frozen=True, eq=False)
+class Workload:
+    """The workload mix: typical requests and their weight (e.g. the popularity of each request
+    shape among recent pods), and aligned with them the milli-CPU each asks for (empty:
+    unknown).
+
+    The caller builds one per picture of the workload and so owns what policies derive from
+    it (:meth:`derived`): a digest of the mix and its memos live as long as the workload.
+    """
+
+    typical: tuple[tuple[PodRequest, float], ...] = ()
+    cpu_milli: tuple[int, ...] = ()
+    _derived: dict[object, object] = field(default_factory=dict, init=False, repr=False)
+
+    def derived(self, build: Callable[[Workload], _T]) -> _T:
+        """``build(self)``, computed once per workload (keyed by ``build``)."""
+        found = self._derived.get(build)
+        if found is None:
+            found = self._derived.setdefault(build, build(self))
+        return cast(_T, found)
+
+
+#: No picture of the workload (the extender today): workload-aware policies score 0.
+NO_WORKLOAD: Workload = Workload()
+
+
+@dataclass(frozen=True, slots=True)
+class NodeFacts:
+    """What a policy may know of a node besides its cards: kube-scheduler's part of it."""
+
+    #: Free milli-CPU before the placement.
+    cpu_free_milli: int
 
 
 @dataclass(frozen=True)
@@ -34,26 +78,44 @@ class PolicyContext:
     pod_key: str = ""
     #: Cluster-wide seed for reproducible randomness.
     seed: int = 0
-    #: The workload mix: (typical request, its weight) pairs, e.g. the popularity of each
-    #: request shape among recent pods. Empty when the caller has no such picture.
-    workload: tuple[tuple[PodRequest, float], ...] = ()
-    #: Anything else a policy needs from its caller (the benchmark passes cluster totals).
-    extra: Mapping[str, object] = field(default_factory=dict)
+    workload: Workload = NO_WORKLOAD
+    #: Facts about nodes beyond their cards, by node name. Empty when the caller has none (the
+    #: extender today); a score that reads them is never shared between nodes.
+    node_facts: Mapping[str, NodeFacts] = field(default_factory=dict)
+    #: Milli-CPU the pod asks for (read together with ``node_facts``).
+    pod_cpu_milli: int = 0
 
 
-class Policy(Protocol):
-    """One placement policy. Implementations are stateless and thread-safe."""
+class Policy(ABC):
+    """One placement policy: every hook the allocator calls, declared once with its default.
+
+    Implementations are stateless and thread-safe.
+    """
 
     #: Registry name, also the value of the pod's policy annotation.
-    name: str
+    name: ClassVar[str]
     #: True when ``score`` depends on ``ctx.pod_key`` (e.g. random); such scores are never
-    #: memoised across pods. False lets the allocator cache a node's score per request
-    #: shape until the node changes.
-    per_pod: bool
+    #: shared between nodes or pods. False lets the allocator share a score between nodes of
+    #: equal content and keep it per request shape until the node changes.
+    per_pod: ClassVar[bool] = False
 
+    @abstractmethod
     def score(self, before: NodeState, after: NodeState, ctx: PolicyContext) -> float:
         """Higher is better. ``after`` is ``before`` with the candidate placement applied."""
-        ...
+
+    def node_ranker(self, ctx: PolicyContext) -> NodeRank | None:
+        """Rank the nodes that fit by name alone, for this pod, instead of placing the pod on
+        each of them in prioritize (cards are still chosen by :meth:`score` at bind).
+
+        Default None: prioritize places the pod and scores the placement."""
+        return None
+
+    def name_bias(self) -> NodeRank | None:
+        """The part of every score that depends on the node's name alone; the rest must
+        depend on the node's content alone, so that it can be shared between alike nodes.
+
+        Default None: no such part."""
+        return None
 
 
 def chooser(policy: Policy, ctx: PolicyContext) -> Chooser:

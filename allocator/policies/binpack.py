@@ -3,12 +3,11 @@
 from __future__ import annotations
 
 from allocator.fit import NodeState
-from allocator.policies.base import PolicyContext, mean_square_utilisation
+from allocator.policies.base import Policy, PolicyContext, mean_square_utilisation
 
 
-class Binpack:
+class Binpack(Policy):
     name = "binpack"
-    per_pod = False
 
     def score(self, before: NodeState, after: NodeState, ctx: PolicyContext) -> float:
         # Mean squared card utilisation after the placement: highest on the node that is

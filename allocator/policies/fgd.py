@@ -31,32 +31,27 @@ Differences from the Go plugin, all deliberate:
 
 Inputs through :class:`~allocator.policies.base.PolicyContext`:
 
-- ``ctx.workload``: ``(PodRequest, weight)`` pairs — the typical pods and their popularity
-  (weights are normalised here). Without a workload every placement scores 0.
-- ``ctx.extra[CPU_OF_TYPICAL]``: tuple of milli-CPU, one per workload entry (optional);
-- ``ctx.extra[NODE_CPU_FREE]``: mapping node name -> free milli-CPU before the placement;
-- ``ctx.extra[POD_CPU]``: milli-CPU the pod being placed asks for.
+- ``ctx.workload``: the typical pods, their popularity (weights are normalised here) and their
+  CPU requests (optional). Without a workload every placement scores 0. The digest of the mix
+  (:class:`Mix`, with its memos) is kept by the workload (``Workload.derived``), which the
+  caller owns;
+- ``ctx.node_facts[node].cpu_free_milli``: the node's free milli-CPU before the placement, and
+  ``ctx.pod_cpu_milli``: what the pod asks for (both optional).
 
 Contract used by callers that memoise: the score depends on a node's free CPU only through
 the comparisons ``typical_cpu > free_cpu``, so two CPU values between the same consecutive
-typical CPU requests give the same score (:func:`cpu_thresholds`).
+typical CPU requests give the same score (:meth:`FGD.cpu_thresholds`).
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field
-from threading import Lock
-from typing import Final, TypeVar
+from typing import TypeVar
 
-from allocator.fit import CardState, NodeState, fits, share_memory_mib
-from allocator.policies.base import PolicyContext
+from allocator.fit import CardState, NodeState, fits, node_signature, room_for_share, share_fits
+from allocator.policies.base import Policy, PolicyContext, Workload
 from tessera.vocabulary import ContainerRequest, PodRequest
-
-#: ``ctx.extra`` keys (see the module docstring).
-CPU_OF_TYPICAL: Final = "fgd.typical_cpu_milli"
-NODE_CPU_FREE: Final = "fgd.node_cpu_free_milli"
-POD_CPU: Final = "fgd.pod_cpu_milli"
 
 _SHARE, _WHOLE, _GENERAL = 0, 1, 2
 
@@ -76,11 +71,8 @@ class Typical:
     #: lower-cased allowed models, None = any
     models: frozenset[str] | None
     min_card_memory_mib: int
-    #: the single container's needs: whole cards, or a share's core / memory
-    cards: int
-    core_percent: int
-    memory_mib: int
-    memory_percent: int
+    #: the single container (whole cards or a share); one whole card for a general pod
+    container: ContainerRequest
 
 
 @dataclass(frozen=True, slots=True)
@@ -88,12 +80,11 @@ class Mix:
     """The workload mix, normalised: weights sum to 1."""
 
     typical: tuple[Typical, ...]
-    #: sorted distinct CPU requests of the typical pods (the CPU "thresholds")
-    cpu_thresholds: tuple[int, ...]
-    #: memo of :func:`fragmentation` for this mix: (card signature, free CPU) -> value
-    cache: dict[tuple[object, ...], float] = field(default_factory=dict, compare=False)
-    #: memo of :func:`usable_capacity`: card signature -> value
-    usable: dict[tuple[object, ...], Usable] = field(default_factory=dict, compare=False)
+    #: memo of :func:`fragmentation` for this mix: (node signature, free CPU) -> value
+    fragmentation_memo: dict[tuple[object, ...], float] = field(default_factory=dict,
+                                                                compare=False)
+    #: memo of :func:`usable_capacity`: node signature -> value
+    usable_memo: dict[tuple[object, ...], Usable] = field(default_factory=dict, compare=False)
 
 
 def compile_mix(workload: Sequence[tuple[PodRequest, float]],
@@ -108,19 +99,13 @@ def compile_mix(workload: Sequence[tuple[PodRequest, float]],
         kind = _GENERAL if only is None else (_WHOLE if only.cards else _SHARE)
         c = only or ContainerRequest("none", cards=1)
         models = frozenset(m.lower() for m in req.models) if req.models else None
-        typical.append(Typical(req, w / total, cpu, kind, models, req.min_card_memory_mib,
-                               c.cards, c.core_percent, c.memory_mib, c.memory_percent))
-    return Mix(tuple(typical), tuple(sorted({t.cpu_milli for t in typical})))
+        typical.append(Typical(req, w / total, cpu, kind, models, req.min_card_memory_mib, c))
+    return Mix(tuple(typical))
 
 
 def card_free(card: CardState) -> float:
     """Idle capacity of a card in cards (0 for a card taken whole)."""
     return 0.0 if card.whole else 1.0 - card.utilisation
-
-
-def _share_fits(c: ContainerRequest, card: CardState) -> bool:
-    return (not card.whole and card.free_core >= c.core_percent
-            and card.free_memory_mib >= share_memory_mib(c, card.card))
 
 
 _CACHE_LIMIT = 500_000
@@ -131,24 +116,23 @@ def fragmentation(node: NodeState, mix: Mix, cpu_free: int | None = None) -> flo
 
     ``cpu_free`` None means CPU is not a constraint (the caller does not track it).
     """
-    key = (_signature(node), cpu_free)
-    cache = mix.cache
-    value = cache.get(key)
+    key = (node_signature(node), cpu_free)
+    value = mix.fragmentation_memo.get(key)
     if value is None:
-        total, per_typical = usable_capacity(node, mix)
-        value = 0.0
-        for t, (usable, runs) in zip(mix.typical, per_typical, strict=True):
-            if not runs or (cpu_free is not None and t.cpu_milli > cpu_free):
-                value += t.weight * total  # t cannot run here: every free card is stranded
-            else:
-                value += t.weight * (total - usable)  # only the cards too small for t
-        _remember(cache, key, value)
+        value = _fragmentation(usable_capacity(node, mix), mix, cpu_free)
+        _remember(mix.fragmentation_memo, key, value)
     return value
 
 
-def _signature(node: NodeState) -> tuple[tuple[str, int, int, int, bool, bool], ...]:
-    return tuple((c.card.model, c.card.memory_mib, c.core_used, c.memory_used_mib, c.whole,
-                  c.idle) for c in node.cards)
+def _fragmentation(capacity: Usable, mix: Mix, cpu_free: int | None) -> float:
+    total, per_typical = capacity
+    value = 0.0
+    for t, (usable, runs) in zip(mix.typical, per_typical, strict=True):
+        if not runs or (cpu_free is not None and t.cpu_milli > cpu_free):
+            value += t.weight * total  # t cannot run here: every free card is stranded
+        else:
+            value += t.weight * (total - usable)  # only the cards too small for t
+    return value
 
 
 def _remember(cache: dict[tuple[object, ...], _V], key: tuple[object, ...], value: _V) -> None:
@@ -160,110 +144,70 @@ def _remember(cache: dict[tuple[object, ...], _V], key: tuple[object, ...], valu
 def usable_capacity(node: NodeState, mix: Mix) -> Usable:
     """(free capacity of the node in cards, and per typical pod: the free capacity on the cards
     it could use, and whether its GPU request fits the node at all) — CPU not considered."""
-    key = _signature(node)
-    value = mix.usable.get(key)
+    key = node_signature(node)
+    value = mix.usable_memo.get(key)
     if value is None:
         value = _usable_capacity(node, mix)
-        _remember(mix.usable, key, value)
+        _remember(mix.usable_memo, key, value)
     return value
 
 
+#: A card with something free, as the measure reads it: (free fraction, lower-case model, the
+#: card, its free core percent, its free MiB). Read once per node, not once per typical pod.
+_OpenCard = tuple[float, str, CardState, int, int]
+
+
 def _usable_capacity(node: NodeState, mix: Mix) -> Usable:
-    # Per card: (free fraction, lower-case model, memory, free core, free MiB, idle, state);
-    # only cards with something free can matter.
-    cards = []
-    total = 0.0
-    for c in node.cards:
-        free = 0.0 if c.whole else 1.0 - c.utilisation
-        if free > 0.0:
-            total += free
-            mem = c.card.memory_mib
-            cards.append((free, c.card.model.lower(), mem, 100 - c.core_used,
-                          mem - c.memory_used_mib, c.idle, c))
+    # Only cards with something free can matter (so none of them is taken whole).
+    open_cards = [(free, c.card.model.lower(), c, c.free_core, c.free_memory_mib)
+                  for c in node.cards if (free := card_free(c)) > 0.0]
+    total = sum(card[0] for card in open_cards)
     if total <= 0.0:
         return 0.0, tuple((0.0, False) for _ in mix.typical)
-    out: list[tuple[float, bool]] = []
-    for t in mix.typical:
-        models, min_mem = t.models, t.min_card_memory_mib
-        usable_free = 0.0
-        count = 0
-        for free, model, mem, free_core, free_mem, idle, cs in cards:
-            if (models is not None and model not in models) or mem < min_mem:
-                continue
-            if t.kind == _SHARE:
-                if t.memory_percent:
-                    need = max(1, -(-mem * t.memory_percent // 100))
-                else:
-                    need = t.memory_mib
-                ok = free_core >= t.core_percent and free_mem >= need
-            elif t.kind == _WHOLE:
-                ok = idle
-            else:
-                ok = any(idle if c.cards else _share_fits(c, cs)
-                         for c in t.request.containers)
-            if ok:
-                usable_free += free
-                count += 1
+    return total, tuple(_usable_by(t, open_cards, node) for t in mix.typical)
+
+
+def _usable_by(t: Typical, open_cards: Sequence[_OpenCard],
+               node: NodeState) -> tuple[float, bool]:
+    """(free capacity on the cards ``t`` could use, whether ``t``'s GPU request fits)."""
+    usable_free = 0.0
+    count = 0
+    for free, model, card, free_core, free_mib in open_cards:
+        if (t.models is not None and model not in t.models) or (
+                card.card.memory_mib < t.min_card_memory_mib):
+            continue
         if t.kind == _SHARE:
-            runs = count > 0
+            could_use = room_for_share(t.container, card.card, free_core, free_mib)
         elif t.kind == _WHOLE:
-            runs = count >= t.cards
-        else:
-            runs = count > 0 and fits(t.request, node)
-        out.append((usable_free, runs))
-    return total, tuple(out)
+            could_use = card.idle
+        else:  # a general pod: one of its containers
+            could_use = any(card.idle if c.cards else share_fits(c, card)
+                            for c in t.request.containers)
+        if could_use:
+            usable_free += free
+            count += 1
+    if t.kind == _SHARE:
+        return usable_free, count > 0
+    if t.kind == _WHOLE:
+        return usable_free, count >= t.container.cards
+    return usable_free, count > 0 and fits(t.request, node)
 
 
-def cpu_thresholds(ctx: PolicyContext) -> tuple[int, ...]:
-    """Sorted CPU requests of the typical pods: the only CPU values the score can tell apart."""
-    return _mix(ctx).cpu_thresholds
-
-
-# A policy is stateless, but digesting the mix on every call would dominate the cost of a
-# score; keep the last few digests, keyed by the identity of the workload tuple (the caller
-# builds it once per workload picture). The tuple itself is kept alive with its digest so an
-# id is never reused while cached.
-_MIX_CACHE: dict[int, tuple[object, object, Mix]] = {}
-_MIX_LOCK = Lock()
-_MIX_CACHE_SIZE = 8
-
-
-def _mix(ctx: PolicyContext) -> Mix:
-    return _mix_of(ctx.workload, ctx.extra.get(CPU_OF_TYPICAL))
-
-
-def _mix_of(workload: tuple[tuple[PodRequest, float], ...], cpu: object) -> Mix:
-    hit = _MIX_CACHE.get(id(workload))
-    if hit is not None and hit[0] is workload and hit[1] is cpu:
-        return hit[2]
-    cpu_seq: Sequence[int] | None = None
-    if isinstance(cpu, Sequence):
-        cpu_seq = [int(x) for x in cpu]
-    mix = compile_mix(workload, cpu_seq)
-    with _MIX_LOCK:
-        if len(_MIX_CACHE) >= _MIX_CACHE_SIZE:
-            _MIX_CACHE.pop(next(iter(_MIX_CACHE)))
-        _MIX_CACHE[id(workload)] = (workload, cpu, mix)
-    return mix
+def mix_of(workload: Workload) -> Mix:
+    """The digest of a workload (kept by it: ``workload.derived(mix_of)``)."""
+    return compile_mix(workload.typical, workload.cpu_milli)
 
 
 def _cpu(ctx: PolicyContext, node: str) -> tuple[int | None, int | None]:
     """(free CPU before, free CPU after) of ``node``, or (None, None) when not supplied."""
-    free = ctx.extra.get(NODE_CPU_FREE)
-    if not isinstance(free, Mapping):
+    facts = ctx.node_facts.get(node)
+    if facts is None:
         return None, None
-    before = free.get(node)
-    if not isinstance(before, int):
-        return None, None
-    pod = ctx.extra.get(POD_CPU, 0)
-    return before, before - (pod if isinstance(pod, int) else 0)
+    return facts.cpu_free_milli, facts.cpu_free_milli - ctx.pod_cpu_milli
 
 
-class FGD:
+class FGD(Policy):
     name = "fgd"
-    per_pod = False
-    #: the score reads the node's free CPU from ``ctx.extra`` when the caller supplies it
-    host_cpu_aware = True
 
     def measure(self, node: NodeState, mix: Mix, cpu_free: int | None) -> float:
         """The node's expected fragmentation (in cards); subclasses refine it."""
@@ -275,19 +219,18 @@ class FGD:
         return tuple(sorted(set(typical_cpu)))
 
     def score(self, before: NodeState, after: NodeState, ctx: PolicyContext) -> float:
-        mix = _mix(ctx)
+        mix = ctx.workload.derived(mix_of)
         if not mix.typical:
             return 0.0
         cpu_before, cpu_after = _cpu(ctx, before.name)
         return self.measure(before, mix, cpu_before) - self.measure(after, mix, cpu_after)
 
     def score_cpu_only(self, node: NodeState, cpu_before: int, cpu_after: int,
-                       workload: tuple[tuple[PodRequest, float], ...],
-                       typical_cpu: Sequence[int]) -> float:
+                       workload: Workload) -> float:
         """Score of a pod that takes only CPU on ``node`` (no GPU): the growth of the node's
         fragmentation as its free CPU drops from ``cpu_before`` to ``cpu_after``.
 
         The extender never sees CPU-only pods; a caller that places them (the benchmark, as
         the authors' simulator does) can use this."""
-        mix = _mix_of(workload, typical_cpu)
+        mix = workload.derived(mix_of)
         return self.measure(node, mix, cpu_before) - self.measure(node, mix, cpu_after)

@@ -18,7 +18,7 @@ fgd-ff's (:mod:`allocator.policies.fgd_ff`). Free CPU is read in steps of
 depends on CPU only through ``free >= threshold`` for the thresholds :meth:`cpu_thresholds`
 lists — what lets callers memoise it.
 
-Without node CPU (``ctx.extra`` empty, as in the extender today) it is fgd-ff.
+Without node CPU (``ctx.node_facts`` empty, as in the extender today) it is fgd-ff.
 """
 
 from __future__ import annotations
@@ -37,9 +37,9 @@ CPU_STEP_MILLI: Final = 4000
 def _gpus(t: Typical) -> float:
     """GPUs one pod of ``t`` takes (in cards); 0 when unknown (a share sized in MiB only)."""
     if t.kind == _WHOLE:
-        return float(t.cards)
+        return float(t.container.cards)
     if t.kind == _SHARE:
-        return max(t.core_percent, t.memory_percent) / 100
+        return max(t.container.core_percent, t.container.memory_percent) / 100
     return float(sum(c.cards if c.cards else max(c.core_percent, c.memory_percent) / 100
                      for c in t.request.containers))
 
@@ -64,8 +64,6 @@ def cpu_stranding(node: NodeState, mix: Mix, cpu_free: int) -> float:
 
 class FGDCpu(FGDFirstFit):
     name = "fgd-cpu"
-    per_pod = False
-    host_cpu_aware = True
 
     def measure(self, node: NodeState, mix: Mix, cpu_free: int | None) -> float:
         base = fragmentation(node, mix, cpu_free)

@@ -15,25 +15,24 @@ policy makes the preference explicit instead of relying on the scheduler:
 
 - fragmentation changes are rounded to :data:`TOLERANCE` cards (centred, so a change smaller
   than half of it counts as none);
-- within one such step, a fixed per-node rank decides: :meth:`node_bias`, a stable hash of the
+- within one such step, a fixed per-node rank decides: :meth:`fixed_rank`, a stable hash of the
   node name below :data:`TOLERANCE`, so a node's place in the order is the same for every pod,
   every replica and every restart — first fit in a fixed order.
 
-The score is ``step(FGD) + node_bias(node)``. Callers that memoise scores by node state may
-rely on this split: the bias is the only part that depends on the node's name.
+The score is ``step(FGD) + fixed_rank(node)``; the rank is the policy's ``name_bias`` (the only
+part of the score that depends on the node's name), so callers may share the rest between
+nodes of equal content.
 """
 
 from __future__ import annotations
 
 import hashlib
 import math
-from collections.abc import Sequence
 from typing import Final
 
 from allocator.fit import NodeState
-from allocator.policies.base import PolicyContext
+from allocator.policies.base import NodeRank, PolicyContext, Workload
 from allocator.policies.fgd import FGD
-from tessera.vocabulary import PodRequest
 
 #: Fragmentation changes (in cards) are compared in steps of this size: about one step of the
 #: authors' integer score near zero (sigmoid'(0) * 100 = 25 per card, i.e. 40 milli-GPU).
@@ -46,19 +45,19 @@ def _step(diff: float) -> float:
 
 class FGDFirstFit(FGD):
     name = "fgd-ff"
-    per_pod = False
-    host_cpu_aware = True
 
-    def node_bias(self, node: str) -> float:
+    def fixed_rank(self, node: str) -> float:
         """The node's fixed rank, in [0, TOLERANCE): never outweighs a fragmentation step."""
         digest = hashlib.blake2b(node.encode(), digest_size=8).digest()
         return 0.999 * TOLERANCE * int.from_bytes(digest, "big") / 2**64
 
     def score(self, before: NodeState, after: NodeState, ctx: PolicyContext) -> float:
-        return _step(super().score(before, after, ctx)) + self.node_bias(after.name)
+        return _step(super().score(before, after, ctx)) + self.fixed_rank(after.name)
+
+    def name_bias(self) -> NodeRank:
+        return self.fixed_rank
 
     def score_cpu_only(self, node: NodeState, cpu_before: int, cpu_after: int,
-                       workload: tuple[tuple[PodRequest, float], ...],
-                       typical_cpu: Sequence[int]) -> float:
-        raw = super().score_cpu_only(node, cpu_before, cpu_after, workload, typical_cpu)
-        return _step(raw) + self.node_bias(node.name)
+                       workload: Workload) -> float:
+        raw = super().score_cpu_only(node, cpu_before, cpu_after, workload)
+        return _step(raw) + self.fixed_rank(node.name)

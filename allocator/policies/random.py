@@ -16,11 +16,10 @@ Two entry points, both pure functions of (seed, pod, node[, cards]):
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Callable
 from functools import lru_cache
 
 from allocator.fit import NodeState
-from allocator.policies.base import PolicyContext
+from allocator.policies.base import NodeRank, Policy, PolicyContext
 
 _M64 = (1 << 64) - 1
 #: 2**64 / golden ratio (odd): multiplying by it scatters the xor of two hashes over the
@@ -38,7 +37,7 @@ def _node_hash(name: str) -> int:
     return _hash64(name)
 
 
-class Random:
+class Random(Policy):
     name = "random"
     per_pod = True
 
@@ -51,7 +50,7 @@ class Random:
         digest = hashlib.blake2b(text, digest_size=8).digest()
         return int.from_bytes(digest, "big") / 2**64
 
-    def node_ranker(self, ctx: PolicyContext) -> Callable[[str], float]:
+    def node_ranker(self, ctx: PolicyContext) -> NodeRank:
         """The node's rank in [0, 1) for this pod: reproducible, uniform over nodes."""
         pod = _hash64(f"{ctx.seed}|{ctx.pod_key}")
         node_hash = _node_hash

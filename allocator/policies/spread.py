@@ -3,12 +3,11 @@
 from __future__ import annotations
 
 from allocator.fit import NodeState
-from allocator.policies.base import PolicyContext, mean_square_utilisation
+from allocator.policies.base import Policy, PolicyContext, mean_square_utilisation
 
 
-class Spread:
+class Spread(Policy):
     name = "spread"
-    per_pod = False
 
     def score(self, before: NodeState, after: NodeState, ctx: PolicyContext) -> float:
         # The opposite of binpack: minimise the mean squared card utilisation after the

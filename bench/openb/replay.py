@@ -14,7 +14,7 @@ Two roles, kept apart:
 
 Speed without a second implementation: a node's answer (fits or not, the cards chosen, the
 score) depends only on its card usage, its type, and — for a policy that reads the node's
-CPU (:attr:`FGD.host_cpu_aware`) — which typical-pod CPU thresholds its free CPU is above,
+CPU (:class:`~bench.openb.policy_hooks.ReadsNodeCpu`) — which CPU thresholds its free CPU is above,
 before and after the pod. Nodes are grouped into classes by that signature and each
 (class, request shape) is computed once by the real code and memoised; the memo is shared by
 every seed replayed in the process. Identical nodes are common (1,213 nodes of 15 types), so
@@ -38,16 +38,18 @@ import numpy as np
 import numpy.typing as npt
 
 from allocator.fit import (
+    CardSignature,
     NodeState,
     Unfit,
     apply_placement,
     build_node_state,
     empty_node,
     fits,
+    node_signature,
     place,
 )
-from allocator.policies import Policy, PolicyContext, chooser
-from allocator.policies.fgd import CPU_OF_TYPICAL, NODE_CPU_FREE, POD_CPU
+from allocator.policies import NodeFacts, Policy, PolicyContext, Workload, chooser
+from bench.openb.policy_hooks import ReadsNodeCpu
 from bench.openb.trace import MILLI, TraceNode, TracePod, TypicalPod, gpu_request
 from tessera.vocabulary import ContainerAllocation, PodRequest
 
@@ -64,14 +66,13 @@ _Shape = tuple[int, int, str]
 MAX_CLASSES = 8000
 #: the table key of CPU-only pods
 _CPU_ONLY: _Shape = (0, 0, "")
-_CardSig = tuple[tuple[int, int, bool, bool], ...]
+_CardSig = tuple[CardSignature, ...]
 #: memo value: (score, containers) when the request fits, None when it does not
 _Answer = tuple[float, tuple[ContainerAllocation, ...]] | None
 
 
-def workload_context(typical: Sequence[TypicalPod]) -> tuple[
-        tuple[tuple[PodRequest, float], ...], tuple[int, ...]]:
-    """``PolicyContext.workload`` and the aligned CPU requests, from the typical pods.
+def workload_context(typical: Sequence[TypicalPod]) -> Workload:
+    """``PolicyContext.workload`` (requests, weights and CPU) from the typical pods.
 
     CPU-only typical pods have no GPU request and are left out (see allocator.policies.fgd:
     their term never changes a decision)."""
@@ -83,7 +84,7 @@ def workload_context(typical: Sequence[TypicalPod]) -> tuple[
             continue
         pairs.append((req, t.weight))
         cpus.append(t.cpu_milli)
-    return tuple(pairs), tuple(cpus)
+    return Workload(tuple(pairs), tuple(cpus))
 
 
 @dataclass
@@ -111,8 +112,7 @@ class Classes:
         self.resets += 1
 
     def classify(self, type_id: int, state: NodeState, bucket: int) -> int:
-        sig = tuple((c.core_used, c.memory_used_mib, c.whole, c.idle) for c in state.cards)
-        key = (type_id, sig, bucket)
+        key = (type_id, node_signature(state), bucket)
         cid = self.ids.get(key)
         if cid is None:
             cid = len(self.reps)
@@ -173,16 +173,16 @@ class Replay:
         self.trace = trace
         self.cpu_pods = cpu_pods
         self.classes = classes or Classes()
-        self.workload, self.typical_cpu = workload_context(typical)
-        aware = bool(getattr(policy, "host_cpu_aware", False))
-        thresholds = getattr(policy, "cpu_thresholds", None)
+        self.workload = workload_context(typical)
+        self.typical_cpu = self.workload.cpu_milli
+        #: the policy's hooks for node CPU, when it reads node CPU (fgd and its kin)
+        self.reads_cpu = policy if isinstance(policy, ReadsNodeCpu) else None
         self.thresholds: tuple[int, ...] = ()
-        if aware:
+        if self.reads_cpu is not None:
             # The CPU values the policy's score can tell apart (fgd: the typical pods' CPU
             # requests); nodes whose free CPU is between the same two share its answers.
-            self.thresholds = (tuple(thresholds(self.typical_cpu,
-                                                max(n.cpu_milli for n in self.nodes)))
-                               if callable(thresholds) else tuple(sorted(set(self.typical_cpu))))
+            self.thresholds = tuple(self.reads_cpu.cpu_thresholds(
+                self.typical_cpu, max(n.cpu_milli for n in self.nodes)))
         self.n_buckets = len(self.thresholds) + 1
         type_ids: dict[tuple[object, ...], int] = {}
         self.type_of = np.array(
@@ -195,10 +195,10 @@ class Replay:
         self._access: dict[str, npt.NDArray[np.bool_]] = {}
         self._requests: dict[_Shape, PodRequest | None] = {}
         self._thr = np.array(self.thresholds, dtype=np.int64)
-        bias = getattr(policy, "node_bias", None)
-        self._has_bias = callable(bias)
+        bias = policy.name_bias()
+        self._has_bias = bias is not None
         self._bias: FloatArray = np.array(
-            [float(bias(n.name)) if callable(bias) else 0.0 for n in self.nodes])
+            [float(bias(n.name)) if bias is not None else 0.0 for n in self.nodes])
         self._bias_by_name = dict(zip((n.name for n in self.nodes), self._bias.tolist(),
                                       strict=True))
 
@@ -231,12 +231,11 @@ class Replay:
 
     def context(self, request: PodRequest, *, seed: int = 0, pod_key: str = "",
                 node: str = "", cpu_before: int = 0, cpu_after: int = 0) -> PolicyContext:
-        extra: dict[str, object] = {CPU_OF_TYPICAL: self.typical_cpu}
-        if self.thresholds:
-            extra[NODE_CPU_FREE] = {node: cpu_before}
-            extra[POD_CPU] = cpu_before - cpu_after
+        if not self.thresholds:
+            return PolicyContext(request, pod_key=pod_key, seed=seed, workload=self.workload)
         return PolicyContext(request, pod_key=pod_key, seed=seed, workload=self.workload,
-                             extra=extra)
+                             node_facts={node: NodeFacts(cpu_before)},
+                             pod_cpu_milli=cpu_before - cpu_after)
 
     def _answer(self, shape: _Shape, request: PodRequest, code: int) -> _Answer:
         """The real code's answer for a node of class ``code // n_buckets`` whose free CPU
@@ -351,8 +350,8 @@ class Replay:
         idx = np.flatnonzero(fit)
         if idx.size == 0:
             return -1
-        score_cpu_only = getattr(self.policy, "score_cpu_only", None)
-        if self.cpu_pods == "policy" and score_cpu_only is not None:
+        reads_cpu = self.reads_cpu
+        if self.cpu_pods == "policy" and reads_cpu is not None:
             # The authors' simulator scores CPU-only pods with the policy under test too
             # (for FGD: the growth of the node's fragmentation caused by the CPU the pod
             # takes, fgd_score.go's nodeRes.Sub branch). Tessera's extender never sees these
@@ -360,9 +359,9 @@ class Replay:
             def compute(code: int) -> float:
                 cid, b_after = divmod(code, self.n_buckets)
                 rep = self.classes.reps[cid]
-                value = score_cpu_only(rep, self._bucket_rep(self.classes.buckets[cid]),
-                                       self._bucket_rep(b_after), self.workload,
-                                       self.typical_cpu)
+                value = reads_cpu.score_cpu_only(
+                    rep, self._bucket_rep(self.classes.buckets[cid]), self._bucket_rep(b_after),
+                    self.workload)
                 return float(value) - self._bias_of(rep.name)
 
             codes = self._codes(idx, cls, cpu_free, pod.cpu_milli)

@@ -42,8 +42,7 @@ from tessera.devcluster.nodes import create_nodes, uniform
 from tessera.devcluster.services import Services
 from tessera.devcluster.workloads import container, ensure_namespace, make_pod
 from tessera.vocabulary import ContainerRequest, PodRequest, encode_request
-from webhook.config import WebhookConfig
-from webhook.mutation import mutate_pod
+from webhook.mutation import MutationConfig, mutate_pod
 
 NAMESPACE = "bench"
 CARDS, CARD_MIB = 8, 16384
@@ -76,7 +75,7 @@ def gpu_pod(name: str, core: int, mem: int) -> dict[str, Any]:
     raw = make_pod(name, [container("main", limits={
         "elasticgpu.io/gpu-core": str(core), "elasticgpu.io/gpu-memory": str(mem),
         "cpu": "1", "memory": "1Gi"})], labels={"app": "bench", "tier": "training"})
-    pod = dict(mutate_pod(raw, WebhookConfig()).pod)  # exactly what the webhook would admit
+    pod = dict(mutate_pod(raw, MutationConfig()).pod)  # exactly what the webhook would admit
     return pod
 
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from alloc_builders import VOCAB
+from builders import VOCAB
 from fake_kube import FakeKube
 from flask import Flask
 

@@ -5,8 +5,8 @@ from __future__ import annotations
 import logging
 
 import pytest
-from alloc_builders import VOCAB, make_node, make_pod, request, share, whole
 from alloc_harness import NOW, synced_allocator
+from builders import VOCAB, make_gpu_pod, make_node, request, share, whole
 from fake_kube import FakeKube
 
 from allocator import agents
@@ -19,7 +19,7 @@ from tessera.vocabulary import PodRequest, decode_allocation
 def _setup(req: PodRequest | None = None, **config: object) -> tuple[FakeKube, Allocator]:
     fake = FakeKube()
     fake.add_node(make_node("n1", count=2, memory_mib=16384))
-    fake.add_pod(make_pod("p", req or request(share(core=30, mem=2048)), uid="u-1"))
+    fake.add_pod(make_gpu_pod("p", req or request(share(core=30, mem=2048)), uid="u-1"))
     return fake, synced_allocator(fake, **config)  # type: ignore[arg-type]
 
 
@@ -228,7 +228,7 @@ def test_binds_that_cannot_happen_say_why(uid: str, node: str, message: str) -> 
 
 def test_a_bind_to_a_node_without_room_names_the_shortage() -> None:
     fake, alloc = _setup(request(whole(cards=2)))
-    fake.add_pod(make_pod("q", request(whole()), uid="u-2"))
+    fake.add_pod(make_gpu_pod("q", request(whole()), uid="u-2"))
     alloc.bind("default", "q", "u-2", "n1")
     with pytest.raises(BindError, match="node n1: needs 2 whole cards, 1 free"):
         alloc.bind("default", "p", "u-1", "n1")
@@ -248,7 +248,7 @@ def test_a_missing_pod_and_a_pod_bound_elsewhere_are_errors() -> None:
 def test_a_pod_without_gpu_request_is_bound_plainly() -> None:
     fake = FakeKube()
     fake.add_node(make_node("n1"))
-    pod = make_pod("plain")
+    pod = make_gpu_pod("plain")
     pod["metadata"]["annotations"] = {}
     pod["spec"]["containers"][0]["resources"] = {}
     fake.add_pod(pod)

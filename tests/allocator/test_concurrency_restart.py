@@ -8,8 +8,8 @@ from collections import Counter
 from typing import Any
 
 import pytest
-from alloc_builders import VOCAB, make_node, make_pod, request, share, whole
 from alloc_harness import make_app, sync
+from builders import VOCAB, make_gpu_pod, make_node, request, share, whole
 from fake_kube import FakeKube
 
 from allocator.fit import build_node_state
@@ -31,7 +31,7 @@ def _cluster(pods: int) -> FakeKube:
     for i in range(3):
         fake.add_node(make_node(f"n{i}", count=2, memory_mib=16000))
     for i in range(pods):
-        fake.add_pod(make_pod(f"p{i}", SHAPES[i % len(SHAPES)], uid=f"u{i}"))
+        fake.add_pod(make_gpu_pod(f"p{i}", SHAPES[i % len(SHAPES)], uid=f"u{i}"))
     return fake
 
 
@@ -129,7 +129,7 @@ def test_state_rebuilt_from_annotations_alone_equals_the_state_before_restart() 
 def test_a_pod_seen_before_its_node_is_counted_when_the_node_arrives() -> None:
     fake = FakeKube()
     fake.add_node(make_node("n1", count=1))
-    fake.add_pod(make_pod("p", request(whole()), uid="u"))
+    fake.add_pod(make_gpu_pod("p", request(whole()), uid="u"))
     _app, rt = make_app(fake)
     rt.allocator.bind("default", "p", "u", "n1")
     state = ClusterState(VOCAB)

@@ -1,8 +1,7 @@
-"""Configuration from flags and TESSERA_* variables, the gunicorn options, module layering."""
+"""Configuration from flags and TESSERA_* variables, and the gunicorn options."""
 
 from __future__ import annotations
 
-import ast
 import pathlib
 
 import pytest
@@ -11,8 +10,6 @@ from allocator import cli
 from allocator.config import Settings
 from tessera.cli import build_parser
 from tessera.vocabulary import ConfigError
-
-ROOT = pathlib.Path(__file__).resolve().parents[2]
 
 
 def test_defaults_are_valid_and_single_process() -> None:
@@ -97,27 +94,3 @@ def test_run_reports_bad_configuration_and_exits_2(capsys: pytest.CaptureFixture
     args = build_parser(argv).parse_args(argv)
     assert cli.run(args) == 2
     assert "TESSERA_POLICY='nope'" in capsys.readouterr().err
-
-
-def test_only_the_adapter_imports_kubernetes() -> None:
-    importers = []
-    for path in sorted((ROOT / "allocator").rglob("*.py")):
-        tree = ast.parse(path.read_text())
-        for node in ast.walk(tree):
-            names = []
-            if isinstance(node, ast.Import):
-                names = [a.name for a in node.names]
-            elif isinstance(node, ast.ImportFrom) and node.module:
-                names = [node.module]
-            if any(n == "kubernetes" or n.startswith("kubernetes.") for n in names):
-                importers.append(path.relative_to(ROOT).as_posix())
-    assert sorted(set(importers)) == ["allocator/kube.py"]
-
-
-@pytest.mark.parametrize("module", ["fit", "inventory", "policies/base.py", "agents"])
-def test_the_pure_core_imports_neither_flask_nor_the_clock(module: str) -> None:
-    path = ROOT / "allocator" / (module if module.endswith(".py") else f"{module}.py")
-    text = path.read_text()
-    for forbidden in ("import flask", "from flask", "import time", "import random",
-                      "threading"):
-        assert forbidden not in text, (module, forbidden)

@@ -7,7 +7,7 @@ import random
 from typing import Any
 
 import pytest
-from alloc_builders import VOCAB, make_node, request, share, whole
+from builders import VOCAB, make_gpu_pod, make_node, request, share, whole
 
 from allocator.core import Allocator, AllocatorConfig, event_safe
 from allocator.fit import Unfit, place, unfit_reason
@@ -18,7 +18,6 @@ from tessera.vocabulary import (
     ContainerAllocation,
     PodRequest,
     encode_allocation,
-    encode_request,
 )
 
 
@@ -49,12 +48,6 @@ def _cluster(seed: int) -> ClusterState:
     return state
 
 
-def _pod(req: PodRequest) -> dict[str, Any]:
-    return {"metadata": {"name": "p", "namespace": "ns", "uid": "u",
-                         "annotations": {VOCAB.request_annotation: encode_request(req)}},
-            "spec": {"containers": [{"name": c.name} for c in req.containers]}}
-
-
 REQUESTS = [
     request(share(core=30, mem=4000)),
     request(share(core=50, pct=50)),
@@ -71,7 +64,7 @@ def test_filter_equals_the_per_node_answer(req: PodRequest, seed: int) -> None:
     alloc = Allocator(state, api=None, config=AllocatorConfig())  # type: ignore[arg-type]
     names = [*state.node_names(), "ghost"]
     for _ in range(2):  # cold, then from the shared cache
-        out = alloc.filter(_pod(req), names)
+        out = alloc.filter(make_gpu_pod("p", req, namespace="ns", uid="u"), names)
         for name in state.node_names():
             view = state.view(name)
             assert view is not None
@@ -107,7 +100,8 @@ def test_prioritize_equals_the_per_node_scores(req: PodRequest, policy: str) -> 
         for n in names
     }
     for _ in range(2):
-        assert dict(alloc.prioritize(_pod(req), names)) == expected
+        pod = make_gpu_pod("p", req, namespace="ns", uid="u")
+        assert dict(alloc.prioritize(pod, names)) == expected
 
 
 def test_random_ranks_only_feasible_nodes_reproducibly_and_differently_per_pod() -> None:
@@ -116,13 +110,12 @@ def test_random_ranks_only_feasible_nodes_reproducibly_and_differently_per_pod()
                       config=AllocatorConfig(default_policy="random", seed=5))
     req = request(whole(cards=2))
     names = state.node_names()
-    first = dict(alloc.prioritize(_pod(req), names))
-    other_pod = _pod(req)
-    other_pod["metadata"]["uid"] = "v"
-    other = dict(alloc.prioritize(other_pod, names))
-    assert first == dict(alloc.prioritize(_pod(req), names))
+    pod = make_gpu_pod("p", req, namespace="ns", uid="u")
+    first = dict(alloc.prioritize(pod, names))
+    other = dict(alloc.prioritize(make_gpu_pod("p", req, namespace="ns", uid="v"), names))
+    assert first == dict(alloc.prioritize(pod, names))
     assert first != other
-    feasible = set(alloc.filter(_pod(req), names).nodes)
+    feasible = set(alloc.filter(pod, names).nodes)
     assert {n for n, s in first.items() if s > 0} <= feasible
     assert max(first.values()) == MAX_SCORE
 
@@ -133,9 +126,10 @@ def test_a_node_change_is_seen_by_the_next_filter() -> None:
     state.mark_synced()
     alloc = Allocator(state, api=None, config=AllocatorConfig())  # type: ignore[arg-type]
     req = request(whole(cards=1))
-    assert alloc.filter(_pod(req), ["a", "b"]).nodes == ["a", "b"]
+    pod = make_gpu_pod("p", req, namespace="ns", uid="u")
+    assert alloc.filter(pod, ["a", "b"]).nodes == ["a", "b"]
     state.apply_pod(_bound("x", "a", ContainerAllocation("c", (0,))))
-    out = alloc.filter(_pod(req), ["a", "b"])
+    out = alloc.filter(make_gpu_pod("p", req, namespace="ns", uid="u"), ["a", "b"])
     assert out.nodes == ["b"] and out.failed == {"a": "needs 1 whole card, 0 free"}
 
 
@@ -146,14 +140,13 @@ def test_a_node_change_is_seen_by_the_next_filter() -> None:
 def test_bind_reuses_the_pod_filter_just_saw_and_only_for_that_pod(
     pod_name_in_bind: str, reads: int
 ) -> None:
-    from alloc_builders import make_pod
     from alloc_harness import synced_allocator
     from fake_kube import FakeKube
 
     fake = FakeKube()
     fake.add_node(make_node("n1", count=2))
-    fake.add_pod(make_pod("p", request(share(core=30, mem=2048)), uid="u-1"))
-    fake.add_pod(make_pod("someone-else", request(share(core=30, mem=2048)), uid="u-1"))
+    fake.add_pod(make_gpu_pod("p", request(share(core=30, mem=2048)), uid="u-1"))
+    fake.add_pod(make_gpu_pod("someone-else", request(share(core=30, mem=2048)), uid="u-1"))
     alloc = synced_allocator(fake)
     pod = fake.get_pod("default", "p")
     fake.calls.clear()

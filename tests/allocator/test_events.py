@@ -7,8 +7,8 @@ import logging
 from typing import Any
 
 import pytest
-from alloc_builders import make_node, make_pod, request, share, whole
 from alloc_harness import NOW, make_app, synced_allocator
+from builders import make_gpu_pod, make_node, request, share, whole
 from fake_kube import FakeKube
 
 from allocator import events
@@ -231,7 +231,7 @@ def _cluster() -> FakeKube:
 
 def test_the_core_tells_of_an_allocation_with_node_cards_and_policy() -> None:
     fake = _cluster()
-    fake.add_pod(make_pod("p", request(whole(cards=2)), uid="u-1"))
+    fake.add_pod(make_gpu_pod("p", request(whole(cards=2)), uid="u-1"))
     alloc = synced_allocator(fake)
     told = Told()
     alloc.hooks = told
@@ -243,7 +243,7 @@ def test_the_core_tells_of_an_allocation_with_node_cards_and_policy() -> None:
 
 def test_the_core_tells_of_a_failed_bind_with_the_message_the_scheduler_gets() -> None:
     fake = _cluster()
-    fake.add_pod(make_pod("p", request(share(core=30, mem=2048)), uid="u-1"))
+    fake.add_pod(make_gpu_pod("p", request(share(core=30, mem=2048)), uid="u-1"))
     fake.fail("bind_pod", ApiError("POST binding: HTTP 500: etcd timeout", 500))
     alloc = synced_allocator(fake)
     told = Told()
@@ -263,7 +263,7 @@ def test_the_core_tells_whether_filter_left_the_pod_a_node(req: Any, fits: bool)
     alloc = synced_allocator(fake)
     told = Told()
     alloc.hooks = told
-    pod = make_pod("p", req, uid="u-1")
+    pod = make_gpu_pod("p", req, uid="u-1")
     alloc.filter(pod, ["n1", "n2"])
     [(what, ref, *rest)] = told.said
     assert ref == PodRef("default", "p", "u-1")
@@ -278,7 +278,7 @@ def test_an_invalid_request_is_a_refusal_with_its_reason_on_every_node() -> None
     alloc = synced_allocator(fake)
     told = Told()
     alloc.hooks = told
-    pod = make_pod("p", request(share(core=30, mem=2048), policy="no-such-policy"), uid="u-1")
+    pod = make_gpu_pod("p", request(share(core=30, mem=2048), policy="no-such-policy"), uid="u-1")
     alloc.filter(pod, ["n1"])
     [(what, _ref, reasons)] = told.said
     assert what == "refused" and "no-such-policy" in reasons["n1"]
@@ -287,7 +287,7 @@ def test_an_invalid_request_is_a_refusal_with_its_reason_on_every_node() -> None
 # ---------------------------------------------------------------------- the app, wired
 def test_the_app_records_an_allocated_event_and_counts_it() -> None:
     fake = _cluster()
-    fake.add_pod(make_pod("p", request(share(core=30, mem=2048)), uid="u-1"))
+    fake.add_pod(make_gpu_pod("p", request(share(core=30, mem=2048)), uid="u-1"))
     app, rt = make_app(fake)
     client = app.test_client()
     resp = client.post("/scheduler/bind", json={"PodName": "p", "PodNamespace": "default",

@@ -12,8 +12,8 @@ import json
 from typing import Any
 
 import pytest
-from alloc_builders import make_node, make_pod, request, share, whole
 from alloc_harness import make_app
+from builders import make_gpu_pod, make_node, request, share, whole
 from fake_kube import FakeKube
 from flask import Flask
 
@@ -24,14 +24,14 @@ def app() -> Flask:
     fake.add_node(make_node("n1", count=1, memory_mib=16000))
     # n1's only card is taken: a filter that fails for room asks the resync for a list
     # (allocator/resync.py), which keys its memory by the pod's uid.
-    fake.add_pod(make_pod("holder", request(whole())))
+    fake.add_pod(make_gpu_pod("holder", request(whole())))
     app, rt = make_app(fake)
     rt.allocator.bind("default", "holder", "uid-holder", "n1")
     return app
 
 
 def _gpu_pod(**meta: Any) -> dict[str, Any]:
-    pod = make_pod("p", request(share(core=10)))
+    pod = make_gpu_pod("p", request(share(core=10)))
     pod["metadata"].update(meta)
     return pod
 
@@ -104,7 +104,7 @@ def test_a_chunked_verb_body_over_the_cap_is_413() -> None:
     fake = FakeKube()
     fake.add_node(make_node("n1"))
     app, _ = make_app(fake, max_body_bytes=4096)
-    body = json.dumps({"Pod": make_pod(), "NodeNames": ["n1"]}).encode() + b" " * 8192
+    body = json.dumps({"Pod": make_gpu_pod(), "NodeNames": ["n1"]}).encode() + b" " * 8192
     response = app.test_client().post(
         "/scheduler/filter", input_stream=io.BytesIO(body), content_type="application/json",
         headers={"Transfer-Encoding": "chunked"})

@@ -11,8 +11,8 @@ import json
 from typing import Any
 
 import pytest
-from alloc_builders import VOCAB, make_node, make_pod, request, share, whole
 from alloc_harness import make_app
+from builders import VOCAB, make_gpu_pod, make_node, request, share, whole
 from fake_kube import FakeKube
 
 from allocator.core import AllocatorConfig
@@ -33,7 +33,7 @@ def _args(pod: dict[str, Any], names: list[str]) -> dict[str, Any]:
 def test_filter_replies_with_every_upstream_key_and_a_reason_per_failed_node() -> None:
     fake = _cluster()
     app, _ = make_app(fake)
-    pod = make_pod("p", request(whole(cards=2)))
+    pod = make_gpu_pod("p", request(whole(cards=2)))
     resp = app.test_client().post("/scheduler/filter", json=_args(pod, ["n1", "n2", "ghost"]))
     assert resp.status_code == 200
     body = resp.get_json()
@@ -47,10 +47,10 @@ def test_filter_replies_with_every_upstream_key_and_a_reason_per_failed_node() -
 
 def test_filter_reports_a_full_node_as_failed_so_preemption_may_help() -> None:
     fake = _cluster()
-    fake.add_pod(make_pod("holder", request(whole())))
+    fake.add_pod(make_gpu_pod("holder", request(whole())))
     app, rt = make_app(fake)
     rt.allocator.bind("default", "holder", "uid-holder", "n2")
-    pod = make_pod("p", request(share(core=10)))
+    pod = make_gpu_pod("p", request(share(core=10)))
     body = app.test_client().post("/scheduler/filter", json=_args(pod, ["n2"])).get_json()
     assert body["NodeNames"] == []
     assert body["FailedNodes"] == {
@@ -83,11 +83,11 @@ def test_no_filter_reason_contains_a_percent_sign_kube_scheduler_would_garble(
     fake.add_node(make_node("n1", count=1, memory_mib=16000))
     app, rt = make_app(fake)
     for i, u in enumerate(u for u in used if u != (0, 0)):
-        fake.add_pod(make_pod(f"h{i}", request(whole()) if u == "whole"
+        fake.add_pod(make_gpu_pod(f"h{i}", request(whole()) if u == "whole"
                               else request(share(core=u[0], mem=u[1]))))
         rt.allocator.bind("default", f"h{i}", f"uid-h{i}", "n1")
     body = app.test_client().post("/scheduler/filter",
-                                  json=_args(make_pod("p", req), ["n1"])).get_json()
+                                  json=_args(make_gpu_pod("p", req), ["n1"])).get_json()
     reasons = {**body["FailedNodes"], **body["FailedAndUnresolvableNodes"]}
     assert body["NodeNames"] == [] and set(reasons) == {"n1"}
     assert expected in reasons["n1"]
@@ -98,11 +98,11 @@ def test_request_errors_and_bind_errors_carry_no_percent_sign_either() -> None:
     fake = _cluster()
     app, _ = make_app(fake)
     client = app.test_client()
-    bad = make_pod("bad", extra_annotations={VOCAB.request_annotation: '{"v": "9%"}'})
+    bad = make_gpu_pod("bad", extra_annotations={VOCAB.request_annotation: '{"v": "9%"}'})
     body = client.post("/scheduler/filter", json=_args(bad, ["n1", "n2"])).get_json()
     assert body["FailedAndUnresolvableNodes"]["n1"].endswith("version '9 percent' (want 1)")
-    fake.add_pod(make_pod("holder", request(share(core=95)), uid="u-h"))
-    fake.add_pod(make_pod("p", request(share(core=10)), uid="u-p"))
+    fake.add_pod(make_gpu_pod("holder", request(share(core=95)), uid="u-h"))
+    fake.add_pod(make_gpu_pod("p", request(share(core=10)), uid="u-p"))
     for name, uid in (("holder", "u-h"), ("p", "u-p")):
         reply = client.post("/scheduler/bind", json={
             "PodName": name, "PodNamespace": "default", "PodUID": uid, "Node": "n2"}).get_json()
@@ -113,9 +113,9 @@ def test_request_errors_and_bind_errors_carry_no_percent_sign_either() -> None:
 def test_prioritize_returns_a_host_priority_list_scored_0_to_10() -> None:
     fake = _cluster()
     app, rt = make_app(fake)
-    fake.add_pod(make_pod("first", request(share(core=50, mem=8000))))
+    fake.add_pod(make_gpu_pod("first", request(share(core=50, mem=8000))))
     rt.allocator.bind("default", "first", "uid-first", "n2")
-    pod = make_pod("p", request(share(core=10, mem=1000)))
+    pod = make_gpu_pod("p", request(share(core=10, mem=1000)))
     resp = app.test_client().post("/scheduler/prioritize", json=_args(pod, ["n1", "n2"]))
     assert resp.status_code == 200
     body = resp.get_json()
@@ -125,9 +125,9 @@ def test_prioritize_returns_a_host_priority_list_scored_0_to_10() -> None:
 def test_a_pod_may_choose_its_policy_by_annotation() -> None:
     fake = _cluster()
     app, rt = make_app(fake)
-    fake.add_pod(make_pod("first", request(share(core=50, mem=8000))))
+    fake.add_pod(make_gpu_pod("first", request(share(core=50, mem=8000))))
     rt.allocator.bind("default", "first", "uid-first", "n2")
-    pod = make_pod("p", request(share(core=10, mem=1000), policy="spread"))
+    pod = make_gpu_pod("p", request(share(core=10, mem=1000), policy="spread"))
     body = app.test_client().post("/scheduler/prioritize",
                                   json=_args(pod, ["n1", "n2"])).get_json()
     assert body == [{"Host": "n1", "Score": 10}, {"Host": "n2", "Score": 0}]
@@ -136,7 +136,7 @@ def test_a_pod_may_choose_its_policy_by_annotation() -> None:
 def test_bind_writes_the_allocation_then_creates_the_binding() -> None:
     fake = _cluster()
     app, _ = make_app(fake)
-    fake.add_pod(make_pod("p", request(share(core=30, mem=2000)), uid="u-1"))
+    fake.add_pod(make_gpu_pod("p", request(share(core=30, mem=2000)), uid="u-1"))
     resp = app.test_client().post("/scheduler/bind", json={
         "PodName": "p", "PodNamespace": "default", "PodUID": "u-1", "Node": "n1"})
     assert resp.status_code == 200
@@ -178,7 +178,7 @@ def test_malformed_prioritize_gets_http_200_and_an_empty_list() -> None:
 
 def test_an_invalid_gpu_request_is_unresolvable_on_every_node_with_the_reason() -> None:
     app, _ = make_app(_cluster())
-    pod = make_pod("p", extra_annotations={VOCAB.request_annotation: '{"v": 99}'})
+    pod = make_gpu_pod("p", extra_annotations={VOCAB.request_annotation: '{"v": 99}'})
     body = app.test_client().post("/scheduler/filter",
                                   json=_args(pod, ["n1", "n2"])).get_json()
     assert body["NodeNames"] == []
@@ -188,7 +188,7 @@ def test_an_invalid_gpu_request_is_unresolvable_on_every_node_with_the_reason() 
 
 def test_an_unknown_policy_is_reported_on_every_node() -> None:
     app, _ = make_app(_cluster())
-    pod = make_pod("p", request(share(core=10), policy="fastest"))
+    pod = make_gpu_pod("p", request(share(core=10), policy="fastest"))
     body = app.test_client().post("/scheduler/filter", json=_args(pod, ["n1"])).get_json()
     assert "unknown placement policy 'fastest'" in body["FailedAndUnresolvableNodes"]["n1"]
 
@@ -198,7 +198,7 @@ def test_verbs_refuse_and_readyz_fails_until_the_first_sync() -> None:
     app, rt = make_app(fake, synced=False)
     client = app.test_client()
     assert client.get("/readyz").status_code == 503
-    body = client.post("/scheduler/filter", json=_args(make_pod(), ["n1"])).get_json()
+    body = client.post("/scheduler/filter", json=_args(make_gpu_pod(), ["n1"])).get_json()
     assert "syncing" in body["Error"] and body["NodeNames"] == []
     bind = client.post("/scheduler/bind", json={"PodName": "p1", "PodNamespace": "default",
                                                 "PodUID": "uid-p1", "Node": "n1"}).get_json()
@@ -215,14 +215,14 @@ def test_a_follower_is_not_ready_and_refuses_verbs() -> None:
     rt.is_leader = lambda: False  # type: ignore[method-assign]
     client = app.test_client()
     assert client.get("/readyz").status_code == 503
-    body = client.post("/scheduler/filter", json=_args(make_pod(), ["n1"])).get_json()
+    body = client.post("/scheduler/filter", json=_args(make_gpu_pod(), ["n1"])).get_json()
     assert "not the leader" in body["Error"]
 
 
 def test_status_shows_every_card_and_who_holds_it() -> None:
     fake = _cluster()
     app, rt = make_app(fake)
-    fake.add_pod(make_pod("p", request(share(core=30, mem=2000)), uid="u-1"))
+    fake.add_pod(make_gpu_pod("p", request(share(core=30, mem=2000)), uid="u-1"))
     rt.allocator.bind("default", "p", "u-1", "n2")
     doc = app.test_client().get("/status").get_json()
     n2 = next(n for n in doc["nodes"] if n["name"] == "n2")
@@ -236,8 +236,8 @@ def test_metrics_expose_verb_latency_bind_outcomes_and_per_node_usage() -> None:
     fake = _cluster()
     app, _ = make_app(fake)
     client = app.test_client()
-    fake.add_pod(make_pod("p", request(share(core=30, mem=2000)), uid="u-1"))
-    client.post("/scheduler/filter", json=_args(make_pod("p"), ["n1"]))
+    fake.add_pod(make_gpu_pod("p", request(share(core=30, mem=2000)), uid="u-1"))
+    client.post("/scheduler/filter", json=_args(make_gpu_pod("p"), ["n1"]))
     client.post("/scheduler/bind", json={"PodName": "p", "PodNamespace": "default",
                                          "PodUID": "u-1", "Node": "n1"})
     text = client.get("/metrics").get_data(as_text=True)
@@ -259,13 +259,13 @@ def test_the_url_prefix_is_configurable() -> None:
     app, _ = make_app(_cluster(), url_prefix="/tessera/v1")
     client = app.test_client()
     assert client.post("/tessera/v1/filter",
-                       json=_args(make_pod(), ["n1"])).get_json()["NodeNames"] == ["n1"]
-    assert client.post("/scheduler/filter", json=_args(make_pod(), ["n1"])).status_code == 404
+                       json=_args(make_gpu_pod(), ["n1"])).get_json()["NodeNames"] == ["n1"]
+    assert client.post("/scheduler/filter", json=_args(make_gpu_pod(), ["n1"])).status_code == 404
 
 
 def test_a_non_cache_capable_body_with_full_nodes_is_understood() -> None:
     app, _ = make_app(_cluster())
-    body = {"Pod": make_pod(), "Nodes": {"items": [make_node("n1"), make_node("n2")]},
+    body = {"Pod": make_gpu_pod(), "Nodes": {"items": [make_node("n1"), make_node("n2")]},
             "NodeNames": None}
     reply = app.test_client().post("/scheduler/filter", data=json.dumps(body),
                                    content_type="application/json").get_json()

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import pytest
-from alloc_builders import cards, node_state, request, share, whole
+from builders import cards, node_state, request, share, whole
 
 from allocator.fit import (
     Card,

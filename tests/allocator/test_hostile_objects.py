@@ -13,8 +13,8 @@ import threading
 from typing import Any
 
 import pytest
-from alloc_builders import VOCAB, make_node, make_pod, request, whole
 from alloc_harness import make_app, synced_allocator
+from builders import VOCAB, make_gpu_pod, make_node, request, whole
 from fake_kube import FakeKube
 
 import allocator.state
@@ -33,7 +33,7 @@ HOSTILE_RECORDS = {
 
 def forged_pod(name: str, record: str) -> dict[str, Any]:
     """A pod created straight onto a node with a GPU-pod label and a record of its own."""
-    pod = make_pod(name, request(whole()), uid=f"u-{name}", node="n1",
+    pod = make_gpu_pod(name, request(whole()), uid=f"u-{name}", node="n1",
                    extra_annotations={VOCAB.allocation_annotation: record})
     return pod
 
@@ -52,7 +52,7 @@ def _sync(fake: FakeKube) -> tuple[ClusterState, Any, Any]:
 
 
 def _bound(fake: FakeKube, name: str) -> None:
-    fake.add_pod(make_pod(name, request(whole()), uid=f"u-{name}"))
+    fake.add_pod(make_gpu_pod(name, request(whole()), uid=f"u-{name}"))
     synced_allocator(fake).bind("default", name, f"u-{name}", "n1")
 
 

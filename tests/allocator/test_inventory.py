@@ -6,7 +6,7 @@ import logging
 from typing import Any
 
 import pytest
-from alloc_builders import VOCAB, make_node
+from builders import VOCAB, make_node
 
 from allocator.fit import Card
 from allocator.inventory import read_inventory

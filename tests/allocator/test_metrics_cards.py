@@ -3,8 +3,8 @@ namespace, pod), read back through the Prometheus text format."""
 
 from __future__ import annotations
 
-from alloc_builders import make_node, make_pod, request, share, whole
 from alloc_harness import make_app
+from builders import make_gpu_pod, make_node, request, share, whole
 from fake_kube import FakeKube
 from prometheus_client.parser import text_string_to_metric_families
 
@@ -26,10 +26,10 @@ def test_each_card_and_each_pod_on_it_is_a_series_with_dcgm_labels() -> None:
     fake.add_node(make_node("n1", cards_annotation=[
         {"index": 0, "model": "NVIDIA-A10", "memoryMiB": 24576},
         {"index": 1, "model": "NVIDIA-A10", "memoryMiB": 24576}]))
-    fake.add_pod(make_pod("a", request(share("main", core=30, mem=4096),
+    fake.add_pod(make_gpu_pod("a", request(share("main", core=30, mem=4096),
                                        share("side", core=10, mem=1024)),
                           namespace="team", uid="u-a"))
-    fake.add_pod(make_pod("b", request(whole(cards=1)), namespace="team", uid="u-b"))
+    fake.add_pod(make_gpu_pod("b", request(whole(cards=1)), namespace="team", uid="u-b"))
     app, _rt = make_app(fake)
     client = app.test_client()
     _bind(client, "a", "u-a", "n1")
@@ -63,7 +63,7 @@ def test_refused_pods_are_counted() -> None:
     fake.add_node(make_node("n1", count=1, memory_mib=16000))
     app, _rt = make_app(fake)
     client = app.test_client()
-    big = make_pod("big", request(whole(cards=2)), uid="u-big")
+    big = make_gpu_pod("big", request(whole(cards=2)), uid="u-big")
     client.post("/scheduler/filter", json={"Pod": big, "Nodes": None, "NodeNames": ["n1"]})
     text = client.get("/metrics").get_data(as_text=True)
     assert _samples(text, "tessera_allocator_refused_pods") == {(): 1.0}

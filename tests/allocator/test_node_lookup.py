@@ -7,8 +7,8 @@ import threading
 from collections.abc import Callable
 from typing import Any
 
-from alloc_builders import VOCAB, make_node, make_pod, request, whole
 from alloc_harness import make_app
+from builders import VOCAB, make_gpu_pod, make_node, request, whole
 from fake_kube import FakeKube
 
 from allocator.nodelookup import NodeLookup
@@ -37,7 +37,7 @@ def test_a_node_created_after_the_last_watch_event_is_read_and_filtered_on_its_c
     app, rt = make_app(fake)  # synced on an empty cluster; no watch runs in this test
     fake.add_node(make_node("fresh", count=2))
     body = app.test_client().post("/scheduler/filter", json={
-        "Pod": make_pod("p", request(whole(cards=3)), uid="u-p"), "Nodes": None,
+        "Pod": make_gpu_pod("p", request(whole(cards=3)), uid="u-p"), "Nodes": None,
         "NodeNames": ["fresh"]}).get_json()
     # The reason is about the pod and the node's cards, not about our watch.
     reasons = {**(body["FailedNodes"] or {}), **(body.get("FailedAndUnresolvableNodes") or {})}
@@ -53,7 +53,7 @@ def test_a_fitting_fresh_node_is_returned_as_fitting() -> None:
     app, _rt = make_app(fake)
     fake.add_node(make_node("fresh", count=2))
     body = app.test_client().post("/scheduler/filter", json={
-        "Pod": make_pod("p", request(whole()), uid="u-p"), "Nodes": None,
+        "Pod": make_gpu_pod("p", request(whole()), uid="u-p"), "Nodes": None,
         "NodeNames": ["fresh"]}).get_json()
     assert body["NodeNames"] == ["fresh"], body
 

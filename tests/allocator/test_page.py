@@ -6,8 +6,8 @@ from __future__ import annotations
 import re
 
 import pytest
-from alloc_builders import make_node, make_pod, request, share, whole
 from alloc_harness import NOW, make_app
+from builders import make_gpu_pod, make_node, request, share, whole
 from fake_kube import FakeKube
 from markupsafe import escape
 
@@ -110,12 +110,12 @@ def test_recent_refusals_are_forgotten_when_the_pod_fits_is_bound_or_goes_stale(
 def test_the_route_serves_html_that_may_run_no_script_and_fetch_nothing() -> None:
     fake = FakeKube()
     fake.add_node(make_node("n1", count=2, memory_mib=16000))
-    fake.add_pod(make_pod("p", request(whole(cards=1)), uid="u-1"))
+    fake.add_pod(make_gpu_pod("p", request(whole(cards=1)), uid="u-1"))
     app, _rt = make_app(fake)
     client = app.test_client()
     client.post("/scheduler/bind", json={"PodName": "p", "PodNamespace": "default",
                                          "PodUID": "u-1", "Node": "n1"})
-    big = make_pod("big", request(share(core=30, mem=99_000)), uid="u-2")
+    big = make_gpu_pod("big", request(share(core=30, mem=99_000)), uid="u-2")
     client.post("/scheduler/filter", json={"Pod": big, "Nodes": None, "NodeNames": ["n1"]})
     resp = client.get("/")
     assert resp.status_code == 200 and resp.mimetype == "text/html"

@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 import pytest
-from alloc_builders import node_state, request, share, whole
+from builders import node_state, request, share, whole
 
 from allocator.fit import NodeState, Placement, place
 from allocator.policies import (
     REGISTRY,
+    Policy,
     PolicyContext,
     chooser,
     get_policy,
@@ -108,3 +109,12 @@ def test_every_registered_policy_places_whole_cards_on_idle_cards_only() -> None
 def test_an_unknown_policy_name_lists_the_known_ones() -> None:
     with pytest.raises(RequestError, match="known: binpack, fgd, fgd-cpu, fgd-ff, random, spread"):
         get_policy("fgd-typo")
+
+
+def test_every_registered_policy_is_a_policy_and_offers_only_the_hooks_it_declares() -> None:
+    ctx = PolicyContext(request(share(core=10)), pod_key="ns/p/u")
+    assert all(isinstance(policy, Policy) for policy in REGISTRY.values())
+    ranking = {name for name, policy in REGISTRY.items() if policy.node_ranker(ctx)}
+    biased = {name for name, policy in REGISTRY.items() if policy.name_bias()}
+    per_pod = {name for name, policy in REGISTRY.items() if policy.per_pod}
+    assert (ranking, biased, per_pod) == ({"random"}, {"fgd-ff", "fgd-cpu"}, {"random"})

@@ -8,8 +8,8 @@ from collections.abc import Callable
 from typing import Any
 
 import pytest
-from alloc_builders import VOCAB, make_node, make_pod, request, share, whole
 from alloc_harness import make_app, synced_allocator
+from builders import VOCAB, make_gpu_pod, make_node, request, share, whole
 from fake_kube import FakeKube
 
 from allocator.core import Allocator
@@ -34,10 +34,10 @@ def _run_now(fn: Callable[[], None]) -> None:
 def _one_card_taken(fake: FakeKube) -> Allocator:
     """n1 has one card, held by pod "a" (bound through the allocator)."""
     fake.add_node(make_node("n1", count=1))
-    fake.add_pod(make_pod("a", request(whole()), uid="u-a"))
+    fake.add_pod(make_gpu_pod("a", request(whole()), uid="u-a"))
     alloc = synced_allocator(fake)
     alloc.bind("default", "a", "u-a", "n1")
-    fake.add_pod(make_pod("b", request(whole()), uid="u-b"))
+    fake.add_pod(make_gpu_pod("b", request(whole()), uid="u-b"))
     return alloc
 
 
@@ -59,7 +59,7 @@ def test_a_release_the_watch_has_not_delivered_yet_does_not_leave_the_next_pod_w
     assert rt.state.record("u-a") is not None
     _release(fake, how)
     body = app.test_client().post("/scheduler/filter", json={
-        "Pod": make_pod("b", request(whole()), uid="u-b"), "Nodes": None,
+        "Pod": make_gpu_pod("b", request(whole()), uid="u-b"), "Nodes": None,
         "NodeNames": ["n1"]}).get_json()
     assert body["NodeNames"] == ["n1"], body
     assert rt.state.record("u-a") is None
@@ -74,8 +74,9 @@ def test_without_a_rejection_for_lack_of_room_nothing_is_listed() -> None:
     listed = len([c for c in fake.calls if c[0] == "list_pods"])
     fake.add_node(make_node("n2", count=1))
     alloc.state.replace_nodes(fake.list_nodes()[0])
-    assert alloc.filter(make_pod("b", request(whole()), uid="u-b"), ["n1", "n2"]).nodes == ["n2"]
-    wrong_model = make_pod("c", request(share(core=10), models=("A100",)), uid="u-c")
+    whole_card = make_gpu_pod("b", request(whole()), uid="u-b")
+    assert alloc.filter(whole_card, ["n1", "n2"]).nodes == ["n2"]
+    wrong_model = make_gpu_pod("c", request(share(core=10), models=("A100",)), uid="u-c")
     assert alloc.filter(wrong_model, ["n1"]).unresolvable  # unresolvable: a list can't help
     assert len([c for c in fake.calls if c[0] == "list_pods"]) == listed
 
@@ -85,7 +86,7 @@ def test_a_pod_retried_right_after_its_rejection_waits_for_a_list_begun_after_it
     alloc = _one_card_taken(fake)
     alloc.resync = PodResync(lambda: fake.list_pods(VOCAB.gpu_pod_selector)[0], alloc.state,
                              min_interval=0.2, max_wait=2.0)
-    pod_b = make_pod("b", request(whole()), uid="u-b")
+    pod_b = make_gpu_pod("b", request(whole()), uid="u-b")
     assert alloc.filter(pod_b, ["n1"]).failed == {"n1": "needs 1 whole card, 0 free"}
     assert alloc.resync.lists == 1
     _release(fake, "Succeeded")  # right after the rejection, within min_interval
@@ -101,11 +102,11 @@ def test_a_flood_of_unschedulable_pods_costs_one_list_per_interval() -> None:
                              clock=clock, spawn=_run_now)
     for i in range(50):
         clock.now += 0.01
-        out = alloc.filter(make_pod(f"w{i}", request(whole()), uid=f"u-w{i}"), ["n1"])
+        out = alloc.filter(make_gpu_pod(f"w{i}", request(whole()), uid=f"u-w{i}"), ["n1"])
         assert out.failed
     assert alloc.resync.lists == 1
     clock.now += 1.0
-    alloc.filter(make_pod("late", request(whole()), uid="u-late"), ["n1"])
+    alloc.filter(make_gpu_pod("late", request(whole()), uid="u-late"), ["n1"])
     assert alloc.resync.lists == 2
 
 
@@ -156,7 +157,7 @@ def test_a_failing_list_leaves_the_picture_as_the_watch_has_it_and_holds_no_one(
     alloc.resync = PodResync(lambda: fake.list_pods(VOCAB.gpu_pod_selector)[0], alloc.state,
                              clock=clock, spawn=_run_now)
     _release(fake, "deleted")
-    pod_b = make_pod("b", request(whole()), uid="u-b")
+    pod_b = make_gpu_pod("b", request(whole()), uid="u-b")
     assert alloc.filter(pod_b, ["n1"]).failed  # list failed: the stale answer stands
     clock.now += 0.1
     assert alloc.filter(pod_b, ["n1"]).failed  # no new list before the interval, no waiting

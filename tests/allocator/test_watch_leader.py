@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import threading
 
-from alloc_builders import VOCAB, make_node, make_pod, request, whole
 from alloc_harness import make_app, synced_allocator
+from builders import VOCAB, make_gpu_pod, make_node, request, whole
 from fake_kube import FakeKube
 
 from allocator.errors import ApiError, Conflict
@@ -27,7 +27,7 @@ def _setup() -> tuple[FakeKube, ClusterState, Reflector, Reflector, list[float]]
 
 def _bound_pod(fake: FakeKube, name: str, node: str = "n1") -> None:
     """A pod bound by (another replica of) the allocator: record + nodeName on the API."""
-    fake.add_pod(make_pod(name, request(whole()), uid=f"u-{name}"))
+    fake.add_pod(make_gpu_pod(name, request(whole()), uid=f"u-{name}"))
     alloc = synced_allocator(fake)
     alloc.bind("default", name, f"u-{name}", node)
 
@@ -120,12 +120,12 @@ def test_node_changes_update_the_inventory_and_deleted_nodes_disappear() -> None
 
 def test_a_fresh_reservation_survives_a_stale_watch_event() -> None:
     fake, state, _nodes, _pods, _ = _setup()
-    fake.add_pod(make_pod("a", request(whole()), uid="u-a"))
+    fake.add_pod(make_gpu_pod("a", request(whole()), uid="u-a"))
     alloc = synced_allocator(fake)
     alloc.state = state  # bind through the watched state
     alloc.bind("default", "a", "u-a", "n1")
     # Replay the pod's old ADDED event (no nodeName, no record): the cards stay taken.
-    state.apply_pod(make_pod("a", request(whole()), uid="u-a"))
+    state.apply_pod(make_gpu_pod("a", request(whole()), uid="u-a"))
     assert state.record("u-a") is not None
 
 

@@ -5,17 +5,18 @@ from __future__ import annotations
 import pytest
 
 from allocator.fit import Card, CardState, NodeState, Placement, place
-from allocator.policies import PolicyContext, chooser, get_policy
-from allocator.policies.fgd import (
-    CPU_OF_TYPICAL,
-    FGD,
-    NODE_CPU_FREE,
-    POD_CPU,
-    compile_mix,
-    fragmentation,
+from allocator.policies import (
+    REGISTRY,
+    NodeFacts,
+    PolicyContext,
+    Workload,
+    chooser,
+    get_policy,
 )
+from allocator.policies.fgd import FGD, compile_mix, fragmentation, mix_of
 from allocator.policies.fgd_cpu import FGDCpu, cpu_stranding
 from allocator.policies.fgd_ff import TOLERANCE, FGDFirstFit
+from bench.openb.policy_hooks import ReadsNodeCpu
 from tessera.vocabulary import ContainerRequest, PodRequest
 
 
@@ -92,7 +93,7 @@ def test_fgd_puts_a_share_into_the_fragment_it_fits_instead_of_breaking_an_idle_
         policy: str) -> None:
     # Typical pods: 30% shares and whole cards. A 30% share fits exactly into the 70%-used
     # card; putting it on an idle card would leave a 70% hole no whole-card pod can use.
-    workload = ((share(30), 0.5), (whole(), 0.5))
+    workload = Workload(((share(30), 0.5), (whole(), 0.5)))
     req = share(30)
     ctx = PolicyContext(req, workload=workload)
     assert _best(policy, req, [node("a", 70, 0), node("b", 0, 0)], ctx) == ("a", (0,))
@@ -100,11 +101,10 @@ def test_fgd_puts_a_share_into_the_fragment_it_fits_instead_of_breaking_an_idle_
 
 def test_fgd_keeps_cpu_for_gpu_pods_when_told_the_nodes_cpu() -> None:
     # Same GPU state; on "poor" the pod's CPU leaves less than a typical pod needs.
-    workload = ((share(50), 1.0),)
+    workload = Workload(((share(50), 1.0),), (4000,))
     req = share(50)
-    ctx = PolicyContext(req, workload=workload, extra={
-        CPU_OF_TYPICAL: (4000,), NODE_CPU_FREE: {"poor": 9000, "rich": 64000},
-        POD_CPU: 6000})
+    ctx = PolicyContext(req, workload=workload, pod_cpu_milli=6000, node_facts={
+        "poor": NodeFacts(9000), "rich": NodeFacts(64000)})
     assert _best("fgd", req, [node("poor", 0, 0, 0), node("rich", 0, 0, 0)], ctx)[0] == "rich"
 
 
@@ -118,23 +118,24 @@ def test_fgd_scores_nothing_without_a_workload_picture() -> None:
 
 def test_fgd_ff_bias_is_stable_below_one_step_and_differs_between_nodes() -> None:
     pol = FGDFirstFit()
-    biases = {name: pol.node_bias(name) for name in (f"node-{i}" for i in range(50))}
+    biases = {name: pol.fixed_rank(name) for name in (f"node-{i}" for i in range(50))}
     assert all(0.0 <= b < TOLERANCE for b in biases.values())
     assert len(set(biases.values())) == len(biases)
-    assert biases == {name: FGDFirstFit().node_bias(name) for name in biases}
+    assert biases == {name: FGDFirstFit().fixed_rank(name) for name in biases}
+    assert pol.name_bias() == pol.fixed_rank  # what the allocator adds per node name
 
 
 def test_fgd_ff_treats_tiny_fragmentation_differences_as_equal_and_prefers_its_fixed_order(
         ) -> None:
     # A 10% share lands on one idle card of either identical node: the fragmentation change
     # is the same, so the node rank decides, for every pod alike.
-    workload = ((share(50), 1.0),)
+    workload = Workload(((share(50), 1.0),))
     req = share(10)
     ctx = PolicyContext(req, workload=workload)
     names = [f"n{i}" for i in range(6)]
     pol = FGDFirstFit()
     winner, _ = _best("fgd-ff", req, [node(n, 0, 0) for n in names], ctx)
-    assert winner == max(names, key=pol.node_bias)
+    assert winner == max(names, key=pol.fixed_rank)
 
 
 def test_fgd_cpu_counts_the_gpus_a_nodes_cpu_cannot_feed() -> None:
@@ -147,14 +148,13 @@ def test_fgd_cpu_counts_the_gpus_a_nodes_cpu_cannot_feed() -> None:
 
 def test_fgd_cpu_sends_a_cpu_only_pod_to_the_node_with_cpu_to_spare_where_fgd_sees_no_difference(
         ) -> None:
-    workload = ((whole(), 1.0),)
-    typical_cpu = (11300,)
+    workload = Workload(((whole(), 1.0),), (11300,))
     poor = node("poor", *([0] * 8))  # 96 cores for 8 idle GPUs
     rich = node("rich", 0, 0)  # 104 cores for 2 idle GPUs
     pod_cpu = 12500
 
     def gain(pol: FGD, n: NodeState, cpu: int) -> float:
-        return pol.score_cpu_only(n, cpu, cpu - pod_cpu, workload, typical_cpu)
+        return pol.score_cpu_only(n, cpu, cpu - pod_cpu, workload)
 
     assert gain(FGD(), poor, 96000) == gain(FGD(), rich, 104000) == 0.0
     assert gain(FGDCpu(), rich, 104000) > gain(FGDCpu(), poor, 96000)
@@ -164,3 +164,17 @@ def test_fgd_cpu_declares_every_cpu_value_its_measure_can_tell_apart() -> None:
     thresholds = FGDCpu().cpu_thresholds([11300, 3152], 16000)
     assert thresholds == (3152, 4000, 8000, 11300, 12000, 16000)
     assert FGD().cpu_thresholds([11300, 3152, 11300], 16000) == (3152, 11300)
+
+
+def test_the_fgd_family_offers_the_replays_cpu_hooks_and_no_other_policy_does() -> None:
+    offering: ReadsNodeCpu = FGDCpu()  # conformance checked by type, too
+    assert isinstance(offering, ReadsNodeCpu)
+    assert sorted(n for n, p in REGISTRY.items() if isinstance(p, ReadsNodeCpu)) == [
+        "fgd", "fgd-cpu", "fgd-ff"]
+
+
+def test_a_workload_digests_its_mix_once_and_keeps_it() -> None:
+    workload = Workload(((share(50), 1.0),), (4000,))
+    assert workload.derived(mix_of) is workload.derived(mix_of)
+    assert Workload(workload.typical).derived(mix_of) is not workload.derived(mix_of)
+    assert workload.derived(mix_of).typical[0].cpu_milli == 4000

@@ -22,8 +22,8 @@ DCGM_LABELS = {"gpu", "UUID", "device", "modelName", "Hostname", "namespace", "p
                "container"}
 
 sys.path.insert(0, str(ROOT / "tests" / "allocator"))
-from alloc_builders import make_node, make_pod, request, share  # noqa: E402
 from alloc_harness import make_app  # noqa: E402
+from builders import make_gpu_pod, make_node, request, share  # noqa: E402
 from fake_kube import FakeKube  # noqa: E402
 
 
@@ -41,12 +41,12 @@ def exported() -> dict[str, set[str]]:
     """Sample name -> label names, from a synced app with a bound pod and a refusal."""
     fake = FakeKube()
     fake.add_node(make_node("n1", count=2, memory_mib=16000))
-    fake.add_pod(make_pod("p", request(share(core=30, mem=1024)), uid="u-p"))
+    fake.add_pod(make_gpu_pod("p", request(share(core=30, mem=1024)), uid="u-p"))
     app, rt = make_app(fake)
     client = app.test_client()
     client.post("/scheduler/bind", json={"PodName": "p", "PodNamespace": "default",
                                          "PodUID": "u-p", "Node": "n1"})
-    big = make_pod("big", request(share(core=30, mem=99_000)), uid="u-big")
+    big = make_gpu_pod("big", request(share(core=30, mem=99_000)), uid="u-big")
     client.post("/scheduler/filter", json={"Pod": big, "Nodes": None, "NodeNames": ["n1"]})
     client.post("/scheduler/prioritize", json={"Pod": big, "Nodes": None, "NodeNames": ["n1"]})
     rt.recorder.process()

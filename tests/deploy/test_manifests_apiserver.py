@@ -15,10 +15,12 @@ import copy
 import json
 import subprocess
 from collections.abc import Callable, Iterator
+from functools import partial
 from pathlib import Path
 from typing import Any
 
 import pytest
+from builders import make_pod
 from cryptography import x509
 from deploy_helpers import (
     MANIFESTS,
@@ -293,48 +295,39 @@ RESTRICTED = {"allowPrivilegeEscalation": False, "capabilities": {"drop": ["ALL"
               "runAsNonRoot": True, "seccompProfile": {"type": "RuntimeDefault"}}
 
 
-def make_pod(name: str, limits: dict[str, str] | None = None, *, init: bool = False,
-             labels: dict[str, str] | None = None, requests_only: bool = False,
-             annotations: dict[str, str] | None = None) -> Doc:
-    resources = {"requests" if requests_only else "limits": limits} if limits else {}
-    # Hardened like our own pods, so the "restricted" policy of tessera-system admits it too.
-    main = {"name": "main", "image": "busybox", "resources": resources,
-            "securityContext": RESTRICTED}
-    spec: Doc = {"containers": [main]}
-    if init:
-        spec = {"initContainers": [main],
-                "containers": [{"name": "after", "image": "busybox",
-                                "securityContext": RESTRICTED}]}
-    return {"apiVersion": "v1", "kind": "Pod",
-            "metadata": {"name": name, "labels": labels or {}, "annotations": annotations or {}},
-            "spec": spec}
+# Hardened like our own pods, so the "restricted" policy of tessera-system admits them too;
+# no namespace: the API call names it.
+restricted_pod = partial(make_pod, namespace=None, security_context=RESTRICTED)
 
 
 REFUSED = [
-    make_pod("canonical", GPU),
-    make_pod("com-twin", {"elasticgpu.com/gpu-memory": "256"}),
-    make_pod("percent", {"elasticgpu.io/gpu-percent": "25"}),
-    make_pod("fraction", {"elasticgpu.io/gpu": "0.25"}),
-    make_pod("nano-gpu", {"nano-gpu.io/gpu-core": "20", "nano-gpu.io/gpu-memory": "1"}),
-    make_pod("nano-gpu-percent", {"nano-gpu/gpu-percent": "30"}),
-    make_pod("aliyun", {"aliyun.com/gpu-mem": "5"}),
-    make_pod("genius", labels={"genius/gpu-number": "1"}),
-    make_pod("volcano", {"volcano.sh/vgpu-number": "1", "volcano.sh/vgpu-memory": "3000"}),
-    make_pod("gpu-manager", {"tencent.com/vcuda-core": "50", "tencent.com/vcuda-memory": "30"}),
-    make_pod("koordinator", {"koordinator.sh/gpu-memory-ratio": "50"}),
-    make_pod("koordinator-bytes", {"koordinator.sh/gpu-memory": "4Gi"}, requests_only=True),
-    make_pod("init-container", GPU, init=True),
-    make_pod("requests-only", {"elasticgpu.io/gpu-core": "100"}, requests_only=True),
+    restricted_pod(GPU, name="canonical"),
+    restricted_pod({"elasticgpu.com/gpu-memory": "256"}, name="com-twin"),
+    restricted_pod({"elasticgpu.io/gpu-percent": "25"}, name="percent"),
+    restricted_pod({"elasticgpu.io/gpu": "0.25"}, name="fraction"),
+    restricted_pod({"nano-gpu.io/gpu-core": "20", "nano-gpu.io/gpu-memory": "1"},
+                   name="nano-gpu"),
+    restricted_pod({"nano-gpu/gpu-percent": "30"}, name="nano-gpu-percent"),
+    restricted_pod({"aliyun.com/gpu-mem": "5"}, name="aliyun"),
+    restricted_pod(labels={"genius/gpu-number": "1"}, name="genius"),
+    restricted_pod({"volcano.sh/vgpu-number": "1", "volcano.sh/vgpu-memory": "3000"},
+                   name="volcano"),
+    restricted_pod({"tencent.com/vcuda-core": "50", "tencent.com/vcuda-memory": "30"},
+                   name="gpu-manager"),
+    restricted_pod({"koordinator.sh/gpu-memory-ratio": "50"}, name="koordinator"),
+    restricted_pod(requests={"koordinator.sh/gpu-memory": "4Gi"}, name="koordinator-bytes"),
+    restricted_pod(GPU, init=True, name="init-container"),
+    restricted_pod(requests={"elasticgpu.io/gpu-core": "100"}, name="requests-only"),
 ]
 ADMITTED = [
-    make_pod("no-gpu"),
-    make_pod("cpu-only", {"cpu": "1"}),
+    restricted_pod(name="no-gpu"),
+    restricted_pod({"cpu": "1"}, name="cpu-only"),
     # Plain nvidia.com/gpu belongs to NVIDIA's device plugin unless HAMi is enabled, and
     # KAI's unprefixed annotations are read only when KAI is (both opt-in).
-    make_pod("nvidia", {"nvidia.com/gpu": "1"}),
-    make_pod("kai", annotations={"gpu-fraction": "0.5"}),
-    make_pod("other-label", labels={"app": "genius"}),
-    make_pod("other-volcano-key", {"volcano.sh/gpu-memory": "1024"}),
+    restricted_pod({"nvidia.com/gpu": "1"}, name="nvidia"),
+    restricted_pod(annotations={"gpu-fraction": "0.5"}, name="kai"),
+    restricted_pod(labels={"app": "genius"}, name="other-label"),
+    restricted_pod({"volcano.sh/gpu-memory": "1024"}, name="other-volcano-key"),
 ]
 
 
@@ -375,7 +368,7 @@ def test_with_the_webhook_down_every_other_pod_is_still_created(
 def test_gpu_pods_in_system_namespaces_never_wait_for_the_webhook(
     first_run: subprocess.CompletedProcess[str], core: Any, namespace: str
 ) -> None:
-    create_dry_run(core, namespace, make_pod("system-gpu", GPU))
+    create_dry_run(core, namespace, restricted_pod(GPU, name="system-gpu"))
 
 
 def test_the_installed_objects_are_the_rendered_ones(installed: list[Doc], kubectl: Path,

@@ -40,6 +40,7 @@ from tessera.dialects import GENIUS_LABELS, KAI_ANNOTATIONS, Dialect, DialectCon
 from tessera.vocabulary import Vocabulary
 from webhook.app import create_app as create_webhook
 from webhook.config import WebhookConfig
+from webhook.mutation import MutationConfig
 
 EXAMPLES = int(os.environ.get("TESSERA_FUZZ_EXAMPLES", "500"))
 SEED = int(os.environ.get("TESSERA_FUZZ_SEED", "9"))
@@ -263,7 +264,7 @@ def no_errors(errors: Errors) -> None:
 
 WEBHOOK_CONFIGS = {
     "default": WebhookConfig(max_body_bytes=MAX_BODY),
-    "all-dialects": WebhookConfig(max_body_bytes=MAX_BODY, dialects=ALL_DIALECTS),
+    "all-dialects": WebhookConfig(MutationConfig(ALL_DIALECTS), max_body_bytes=MAX_BODY),
 }
 
 
@@ -332,14 +333,14 @@ def allocator_client() -> Any:
     from pathlib import Path
 
     sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "allocator"))
-    from alloc_builders import make_node, make_pod, request, whole
     from alloc_harness import make_app
+    from builders import make_gpu_pod, make_node, request, whole
     from fake_kube import FakeKube
 
     fake = FakeKube()
     fake.add_node(make_node("n1", count=2, memory_mib=16000))
     fake.add_node(make_node("n2", count=1, memory_mib=16000))
-    fake.add_pod(make_pod("holder", request(whole())))
+    fake.add_pod(make_gpu_pod("holder", request(whole())))
     app, rt = make_app(fake, max_body_bytes=MAX_BODY)
     rt.allocator.bind("default", "holder", "uid-holder", "n2")
     # Filters that find no room re-read the pods (allocator/resync.py) at most once per

@@ -9,8 +9,8 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
 
-from alloc_builders import make_node, make_pod, request, share
 from alloc_harness import make_app
+from builders import make_gpu_pod, make_node, request, share
 from fake_kube import FakeKube
 from flask import Flask
 from selenium.webdriver.common.by import By
@@ -44,7 +44,7 @@ def hostile_cluster() -> FakeKube:
     fake.add_node(make_node("gpu-x", cards_annotation=[
         {"index": 0, "model": MODEL, "memoryMiB": 24576},
         {"index": 1, "model": "NVIDIA-A10", "memoryMiB": 24576}]))
-    fake.add_pod(make_pod(HOLDER, request(share(core=60, mem=12288)), uid="u-holder"))
+    fake.add_pod(make_gpu_pod(HOLDER, request(share(core=60, mem=12288)), uid="u-holder"))
     return fake
 
 
@@ -57,7 +57,7 @@ def test_hostile_names_are_text_and_no_script_runs_and_nothing_is_fetched(
     bound = client.post("/scheduler/bind", json={"PodName": HOLDER, "PodNamespace": "default",
                                                   "PodUID": "u-holder", "Node": "gpu-x"})
     assert bound.get_json() == {"Error": ""}
-    big = make_pod(REFUSED, request(share(core=50, mem=90_000)), uid="u-refused")
+    big = make_gpu_pod(REFUSED, request(share(core=50, mem=90_000)), uid="u-refused")
     client.post("/scheduler/filter", json={"Pod": big, "Nodes": None,
                                            "NodeNames": [NODE, "gpu-x"]})
 

@@ -6,6 +6,7 @@ import re
 from typing import Any
 
 import pytest
+from builders import make_pod
 
 from tessera.dialects import (
     DEFAULT_DIALECTS,
@@ -29,39 +30,6 @@ DEFAULT = DialectConfig()
 WITH_HAMI = DialectConfig(enabled=DEFAULT_DIALECTS | {Dialect.HAMI})
 WITH_KAI = DialectConfig(enabled=DEFAULT_DIALECTS | {Dialect.KAI})
 EVERYTHING = DialectConfig(enabled=frozenset(Dialect))
-
-
-def make_pod(
-    limits: dict[str, Any] | None = None,
-    *,
-    requests: dict[str, Any] | None = None,
-    labels: dict[str, str] | None = None,
-    annotations: dict[str, str] | None = None,
-    containers: list[dict[str, Any]] | None = None,
-    init_containers: list[dict[str, Any]] | None = None,
-) -> dict[str, Any]:
-    resources: dict[str, Any] = {}
-    if limits is not None:
-        resources["limits"] = limits
-    if requests is not None:
-        resources["requests"] = requests
-    pod: dict[str, Any] = {
-        "apiVersion": "v1",
-        "kind": "Pod",
-        "metadata": {"name": "p", "namespace": "default"},
-        "spec": {
-            "containers": containers
-            if containers is not None
-            else [{"name": "main", "image": "busybox", "resources": resources}]
-        },
-    }
-    if labels:
-        pod["metadata"]["labels"] = labels
-    if annotations:
-        pod["metadata"]["annotations"] = annotations
-    if init_containers:
-        pod["spec"]["initContainers"] = init_containers
-    return pod
 
 
 def make_container(name: str, limits: dict[str, Any] | None = None) -> dict[str, Any]:
@@ -690,3 +658,19 @@ def test_a_broken_canonical_annotation_is_a_request_error(annotation: str) -> No
                    annotations={"elasticgpu.io/gpu-request": annotation})
     with pytest.raises(RequestError, match=r"elasticgpu\.io/gpu-request"):
         read_pod_request(pod, DEFAULT)
+
+
+@pytest.mark.parametrize(
+    ("limits", "wording"),
+    [
+        ({"elasticgpu.io/gpu-core": "30", "nano-gpu/gpu-percent": "40"},
+         "asks for 30% core but nano-gpu/gpu-percent asks for 40% core and 40% of its memory"),
+        ({"elasticgpu.io/gpu": "2", "nano-gpu.io/gpu-core": "100"},
+         "asks for 2 whole cards but nano-gpu.io/gpu-core asks for 1 whole card"),
+    ],
+)
+def test_two_dialects_that_disagree_are_refused_naming_both_requests(
+        limits: dict[str, Any], wording: str) -> None:
+    with pytest.raises(RequestError, match="write the request once, in one dialect") as caught:
+        parse_pod(make_pod(limits), DEFAULT)
+    assert wording in str(caught.value)

@@ -11,6 +11,7 @@ import json
 from typing import Any
 
 import pytest
+from builders import make_pod
 from flask.testing import FlaskClient
 from test_webhook_http import (
     CONFIG,
@@ -18,7 +19,6 @@ from test_webhook_http import (
     VOCABULARY,
     assert_valid_as_kubernetes,
     load_example,
-    make_pod,
     make_review,
     patched,
     post,
@@ -28,9 +28,10 @@ from tessera.dialects import DialectConfig
 from tessera.vocabulary import ContainerRequest, PodRequest, decode_request, encode_request
 from webhook.app import create_app
 from webhook.config import WebhookConfig
-from webhook.mutation import mutate_pod
+from webhook.mutation import MutationConfig, mutate_pod
 
-HAMI = WebhookConfig(dialects=DialectConfig.from_env({"TESSERA_DIALECTS": "elastic,hami"}))
+HAMI = WebhookConfig(MutationConfig(
+    DialectConfig.from_env({"TESSERA_DIALECTS": "elastic,hami"})))
 
 
 @pytest.fixture
@@ -164,14 +165,14 @@ def test_a_memory_percent_share_keeps_its_memory_when_admitted_again(
 
 @pytest.mark.parametrize(
     ("recorded", "config"),
-    [(ContainerRequest("main", core_percent=10, memory_percent=100), WebhookConfig(
-        dialects=DialectConfig.from_env({"TESSERA_DIALECTS": "elastic,percent,fraction"}))),
-     (ContainerRequest("main", core_percent=10, memory_percent=10), WebhookConfig(
-         dialects=DialectConfig.from_env({"TESSERA_DIALECTS": "elastic"})))],
+    [(ContainerRequest("main", core_percent=10, memory_percent=100), MutationConfig(
+        DialectConfig.from_env({"TESSERA_DIALECTS": "elastic,percent,fraction"}))),
+     (ContainerRequest("main", core_percent=10, memory_percent=10), MutationConfig(
+         DialectConfig.from_env({"TESSERA_DIALECTS": "elastic"})))],
     ids=["unequal-with-equal-dialects-only", "percent-dialects-off"],
 )
 def test_a_forged_memory_percent_no_enabled_dialect_could_ask_for_is_not_restored(
-    recorded: ContainerRequest, config: WebhookConfig,
+    recorded: ContainerRequest, config: MutationConfig,
 ) -> None:
     pod = make_pod({VOCABULARY.core_resource: "10"},
                    annotations={VOCABULARY.request_annotation:

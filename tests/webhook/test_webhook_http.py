@@ -18,6 +18,7 @@ from typing import Any
 import jsonpatch
 import pytest
 import yaml
+from builders import make_pod
 from flask import Flask
 from flask.testing import FlaskClient
 
@@ -28,6 +29,7 @@ from tessera.vocabulary import ConfigError, Vocabulary, decode_request
 from webhook import admission
 from webhook.app import create_app
 from webhook.config import WebhookConfig
+from webhook.mutation import MutationConfig
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples" / "pods"
 CONFIG = WebhookConfig()
@@ -35,29 +37,6 @@ VOCABULARY = Vocabulary()
 
 
 # ----------------------------------------------------------------------------- builders
-
-
-def make_pod(
-    limits: dict[str, Any] | None = None,
-    *,
-    name: str = "p",
-    labels: dict[str, str] | None = None,
-    annotations: dict[str, str] | None = None,
-) -> dict[str, Any]:
-    container: dict[str, Any] = {"name": "main", "image": "busybox"}
-    if limits is not None:
-        container["resources"] = {"limits": limits}
-    pod: dict[str, Any] = {
-        "apiVersion": "v1",
-        "kind": "Pod",
-        "metadata": {"name": name, "namespace": "team-a"},
-        "spec": {"containers": [container]},
-    }
-    if labels:
-        pod["metadata"]["labels"] = labels
-    if annotations:
-        pod["metadata"]["annotations"] = annotations
-    return pod
 
 
 def make_review(
@@ -75,7 +54,7 @@ def make_review(
         "kind": {"group": group, "version": "v1", "kind": kind},
         "resource": {"group": group, "version": "v1", "resource": kind.lower() + "s"},
         "requestKind": {"group": group, "version": "v1", "kind": kind},
-        "namespace": "team-a",
+        "namespace": "default",
         "operation": operation,
         "userInfo": {"username": "alice"},
         "object": obj,
@@ -125,8 +104,8 @@ def is_extended_resource(name: str) -> bool:
 
 def assert_valid_as_kubernetes(pod: dict[str, Any], config: WebhookConfig = CONFIG) -> None:
     """What pod validation says about extended resources, plus: no dialect key survives."""
-    canonical = set(config.dialects.vocabulary.managed_resources)
-    leftovers = config.dialects.resource_keys - canonical
+    canonical = set(config.mutation.dialects.vocabulary.managed_resources)
+    leftovers = config.mutation.dialects.resource_keys - canonical
     spec = pod["spec"]
     for container in spec.get("initContainers", []) + spec["containers"]:
         resources = container.get("resources", {})
@@ -228,7 +207,7 @@ def test_requests_and_other_resources_are_kept_and_made_equal(client: FlaskClien
 
 
 def test_the_configured_scheduler_name_is_set_on_gpu_pods_only() -> None:
-    app = create_app(WebhookConfig(scheduler_name="tessera-scheduler"))
+    app = create_app(WebhookConfig(MutationConfig(scheduler_name="tessera-scheduler")))
     with app.test_client() as client:
         gpu = make_pod({"elasticgpu.io/gpu-core": "50"})
         _, answer = post(client, make_review(gpu))
@@ -243,7 +222,7 @@ def test_hami_pods_are_rewritten_only_when_opted_in() -> None:
     with create_app(CONFIG).test_client() as client:
         _, answer = post(client, make_review(pod))
         assert "patch" not in answer["response"]
-    hami = WebhookConfig(dialects=DialectConfig(enabled=frozenset(Dialect)))
+    hami = WebhookConfig(MutationConfig(DialectConfig(enabled=frozenset(Dialect))))
     with create_app(hami).test_client() as client:
         _, answer = post(client, make_review(pod))
         result = patched(pod, answer)
@@ -276,7 +255,7 @@ def test_pods_of_the_newer_front_doors_come_out_canonical(
     expected_limits: dict[str, str],
 ) -> None:
     # KAI is opt-in; with every dialect on, each pod is read by exactly one of them.
-    config = WebhookConfig(dialects=DialectConfig(enabled=frozenset(Dialect)))
+    config = WebhookConfig(MutationConfig(DialectConfig(enabled=frozenset(Dialect))))
     pod = make_pod(limits, annotations=annotations)
     with create_app(config).test_client() as client:
         _, answer = post(client, make_review(pod))
@@ -289,7 +268,8 @@ def test_pods_of_the_newer_front_doors_come_out_canonical(
 
 
 def test_a_custom_domain_writes_its_own_keys() -> None:
-    config = WebhookConfig(dialects=DialectConfig(vocabulary=Vocabulary("gpu.example.com")))
+    custom = DialectConfig(vocabulary=Vocabulary("gpu.example.com"))
+    config = WebhookConfig(MutationConfig(custom))
     pod = make_pod({"elasticgpu.io/gpu-core": "100"})
     with create_app(config).test_client() as client:
         _, answer = post(client, make_review(pod))
@@ -487,8 +467,8 @@ def test_the_gunicorn_target_reads_its_configuration_from_the_environment(
     monkeypatch.setenv("TESSERA_WEBHOOK_MAX_BODY_BYTES", "65536")
     app = create_app()
     config: WebhookConfig = app.extensions["tessera.webhook"]
-    assert config.scheduler_name == "tessera-scheduler"
-    assert config.dialects.aliyun_memory_unit_mib == 1
+    assert config.mutation.scheduler_name == "tessera-scheduler"
+    assert config.mutation.dialects.aliyun_memory_unit_mib == 1
     assert app.config["MAX_CONTENT_LENGTH"] == 65536
 
 
@@ -518,6 +498,6 @@ def test_admissions_are_logged_with_the_pods_identity(
     assert len(records) == 1
     record = records[0]
     assert (record.__dict__["namespace"], record.__dict__["pod"], record.__dict__["uid"]) == (
-        "team-a", "trainer", "review-7"
+        "default", "trainer", "review-7"
     )
-    assert "team-a/trainer" in record.getMessage()
+    assert "default/trainer" in record.getMessage()

@@ -6,11 +6,9 @@ branch (create, keep, renew, CA change, wrong type, unknown webhook, 403/404) is
 
 from __future__ import annotations
 
-import ast
 import json
 from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime, timedelta
-from pathlib import Path
 
 import pytest
 from kubernetes.client.exceptions import ApiException
@@ -176,25 +174,3 @@ def test_api_errors_become_messages_an_operator_can_act_on(
     assert text.startswith("get Secret tessera-system/tessera-ca: ")
     for part in parts:
         assert part in text
-
-
-def _imports(path: Path) -> set[str]:
-    names: set[str] = set()
-    for node in ast.walk(ast.parse(path.read_text())):
-        if isinstance(node, ast.Import):
-            names |= {a.name.split(".")[0] for a in node.names}
-        elif isinstance(node, ast.ImportFrom) and node.module and not node.level:
-            names.add(node.module.split(".")[0])
-    return names
-
-
-CERTS = Path(__file__).resolve().parents[2] / "certs"
-
-
-def test_only_the_adapter_of_certs_imports_kubernetes() -> None:
-    importers = sorted(p.name for p in CERTS.glob("*.py") if "kubernetes" in _imports(p))
-    assert importers == ["kube.py"]
-
-
-def test_the_renewal_decisions_import_nothing_but_the_standard_library() -> None:
-    assert _imports(CERTS / "renewal.py") <= {"__future__", "dataclasses", "datetime", "enum"}

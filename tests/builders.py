@@ -1,4 +1,12 @@
-"""Small builders for allocator tests: nodes, pods, node states, requests."""
+"""The test builders, for every test directory: pods, nodes, node states, requests.
+
+- :func:`make_pod`: a pod as its owner writes it (a container asking in any dialect);
+- :func:`make_gpu_pod`: a GPU pod as the API server returns it after admission (canonical
+  request annotation and resources), bound with an allocation record when given one;
+- :func:`make_node`: a Node object with GPU resources;
+- :func:`request`, :func:`share`, :func:`whole`, :func:`node_state`, :func:`cards`: the
+  allocator's own values.
+"""
 
 from __future__ import annotations
 
@@ -83,7 +91,7 @@ def make_node(name: str = "n1", count: int = 8, memory_mib: int = 16384,
     }
 
 
-def make_pod(name: str = "p1", req: PodRequest | None = None, namespace: str = "default",
+def make_gpu_pod(name: str = "p1", req: PodRequest | None = None, namespace: str = "default",
              uid: str | None = None, node: str | None = None,
              allocation: Allocation | None = None, phase: str = "Pending",
              rv: str = "1", extra_annotations: dict[str, str] | None = None,
@@ -122,3 +130,45 @@ def make_pod(name: str = "p1", req: PodRequest | None = None, namespace: str = "
     if node:
         pod["spec"]["nodeName"] = node
     return pod
+
+
+def make_pod(
+    limits: dict[str, Any] | None = None,
+    *,
+    name: str = "p",
+    namespace: str | None = "default",
+    requests: dict[str, Any] | None = None,
+    labels: dict[str, str] | None = None,
+    annotations: dict[str, str] | None = None,
+    containers: list[dict[str, Any]] | None = None,
+    init_containers: list[dict[str, Any]] | None = None,
+    security_context: dict[str, Any] | None = None,
+    init: bool = False,
+) -> dict[str, Any]:
+    """A pod as its owner writes it: container ``main`` asking with ``limits`` and
+    ``requests`` (any dialect), or the ``containers`` given. ``init`` makes ``main`` an init
+    container followed by a plain app container ``after``; ``namespace`` None leaves the
+    namespace to the API call."""
+    main: dict[str, Any] = {"name": "main", "image": "busybox"}
+    resources = {part: value for part, value in (("limits", limits), ("requests", requests))
+                 if value is not None}
+    if resources:
+        main["resources"] = resources
+    if security_context is not None:
+        main["securityContext"] = security_context
+    spec: dict[str, Any] = {"containers": containers if containers is not None else [main]}
+    if init:
+        after: dict[str, Any] = {"name": "after", "image": "busybox"}
+        if security_context is not None:
+            after["securityContext"] = security_context
+        spec = {"initContainers": [main], "containers": [after]}
+    if init_containers:
+        spec["initContainers"] = init_containers
+    metadata: dict[str, Any] = {"name": name}
+    if namespace is not None:
+        metadata["namespace"] = namespace
+    if labels:
+        metadata["labels"] = labels
+    if annotations:
+        metadata["annotations"] = annotations
+    return {"apiVersion": "v1", "kind": "Pod", "metadata": metadata, "spec": spec}

@@ -1,0 +1,187 @@
+"""Speed: one answer per distinct node content, memoised per request shape.
+
+Filter and prioritize ask the same question of every node a scheduling cycle sends, and the
+nodes of a big cluster are mostly alike. What a fit answer or a content-only score depends on
+is a node's *content*: its cards and their usage (:func:`content_key`), not its name, its
+holders or its card indices. So:
+
+- every node state gets a **content id** (:class:`NodeContents`); equal content, equal id, and
+  one **representative** state is kept per id;
+- answers are **memoised per request shape** by content id (:class:`ShapeMemo`): a shape seen
+  before costs a dictionary read per distinct content, a new one one computation per distinct
+  content, and a node change needs no invalidation (changed content gets another id);
+- :meth:`NodeContents.per_content` **fans out**: it computes (or recalls) one answer per
+  distinct content among the asked nodes and hands back a :class:`PerContent`, from which each
+  node's answer is one C-level map.
+
+Ids are never reused, so a memoised answer can never describe other content. Beyond
+:data:`CONTENT_LIMIT` distinct contents, ids no node holds any more are retired and the memos
+dropped (bounded memory under endless churn).
+
+Nothing here decides anything: the caller passes the function whose answers are shared.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable, Hashable, Iterable, Sequence
+from dataclasses import dataclass
+from typing import Generic, TypeVar
+
+from allocator.fit import CardSignature, NodeState, Unfit, node_signature
+
+T = TypeVar("T")
+U = TypeVar("U")
+
+#: Request shapes whose answers are kept, per memo (least recently used beyond that go).
+SHAPE_LIMIT = 256
+#: Distinct node contents remembered (ids and answers); beyond it both restart.
+CONTENT_LIMIT = 100_000
+
+#: What makes two nodes alike: the sorted signatures of their cards (see
+#: :data:`allocator.fit.CardSignature` for what is left out, and why).
+ContentKey = tuple[CardSignature, ...]
+
+#: A fit verdict as filter memoises it: None when the pod fits, else why not.
+FitVerdict = Unfit | None
+#: A raw policy score as prioritize memoises it: None when the pod does not fit.
+RawScore = float | None
+
+
+def content_key(state: NodeState) -> ContentKey:
+    return tuple(sorted(node_signature(state)))
+
+
+class ShapeMemo(Generic[T]):
+    """Answers per request shape (any hashable key), each a dict ``content id -> answer``.
+
+    Callers read and fill a shape's dict without a lock: an entry never goes stale, because
+    it depends only on the content its id stands for.
+    """
+
+    def __init__(self, limit: int = SHAPE_LIMIT) -> None:
+        self._limit = limit
+        self._shapes: dict[Hashable, dict[int, T]] = {}
+        self._lock = threading.Lock()
+
+    def answers(self, shape: Hashable) -> dict[int, T]:
+        with self._lock:
+            kept = self._shapes.pop(shape, None)
+            if kept is None or len(kept) > CONTENT_LIMIT:
+                kept = {}
+            if len(self._shapes) >= self._limit:
+                self._shapes.pop(next(iter(self._shapes)))
+            self._shapes[shape] = kept  # re-inserted last: LRU order
+            return kept
+
+    def clear(self) -> None:
+        with self._lock:
+            self._shapes.clear()
+
+
+@dataclass(frozen=True, slots=True)
+class PerContent(Generic[T]):
+    """One answer per distinct content among some nodes, and the way back to each node."""
+
+    #: The content id of each node asked about, in order (None: a node we do not know).
+    contents: list[int | None]
+    #: The answer of each distinct content (key None: the answer for unknown nodes).
+    answers: dict[int | None, T]
+
+    def distinct(self) -> Iterable[T]:
+        return self.answers.values()
+
+    def per_node(self) -> list[T]:
+        return list(map(self.answers.__getitem__, self.contents))
+
+    def map_distinct(self, convert: Callable[[list[T]], list[U]]) -> PerContent[U]:
+        """``convert`` applied to every distinct answer at once (e.g. min-max scaling, which
+        depends only on the distinct values)."""
+        converted = convert(list(self.answers.values()))
+        return PerContent(self.contents, dict(zip(self.answers, converted, strict=True)))
+
+
+class NodeContents:
+    """Content ids of the nodes of one cluster picture, and the answers memoised by them.
+
+    :class:`allocator.state.ClusterState` owns one and calls :meth:`assign` and :meth:`forget`
+    under its lock; the verbs read it without locking.
+    """
+
+    def __init__(self, limit: int = CONTENT_LIMIT) -> None:
+        self._limit = limit
+        self._of: dict[str, int] = {}  # node name -> content id of its current state
+        self._ids: dict[ContentKey, int] = {}
+        self._representative: dict[int, NodeState] = {}  # content id -> a state with it
+        self._next = 0  # never reused: an id always means one content
+        #: filter's verdicts, per request shape
+        self.fit_verdicts: ShapeMemo[FitVerdict] = ShapeMemo()
+        #: prioritize's content-only scores, per (policy, request shape)
+        self.raw_scores: ShapeMemo[RawScore] = ShapeMemo()
+
+    # ------------------------------------------------------------------ writes (owner's lock)
+    def assign(self, name: str, state: NodeState) -> int:
+        """Record ``state`` as the node's current state; its content id."""
+        content = self._id(state)
+        self._of[name] = content
+        return content
+
+    def forget(self, name: str) -> None:
+        self._of.pop(name, None)
+
+    def drop_memos(self) -> None:
+        self.fit_verdicts.clear()
+        self.raw_scores.clear()
+
+    def _id(self, state: NodeState) -> int:
+        key = content_key(state)
+        found = self._ids.get(key)
+        if found is not None:
+            return found
+        if len(self._ids) >= self._limit:
+            live = set(self._of.values())
+            self._ids = {k: i for k, i in self._ids.items() if i in live}
+            self._representative = {
+                i: s for i, s in self._representative.items() if i in live}
+            self.drop_memos()
+        found = self._ids[key] = self._next
+        self._representative[found] = state
+        self._next += 1
+        return found
+
+    # ------------------------------------------------------------------ reads (lock-free)
+    def ids(self, names: Iterable[str]) -> list[int | None]:
+        """The content id of each named node (None for unknown ones), in order."""
+        return list(map(self._of.get, names))
+
+    def representative(self, content: int) -> NodeState | None:
+        """A state with this content (None only if the id was retired meanwhile)."""
+        return self._representative.get(content)
+
+    def per_content(self, names: Sequence[str], contents: list[int | None],
+                    memo: dict[int, T], answer: Callable[[NodeState], T], *,
+                    unknown: T) -> PerContent[T]:
+        """``answer`` for every distinct content among ``names`` (whose :meth:`ids` are
+        ``contents``), from ``memo`` or computed once on a representative (and kept);
+        ``unknown`` for nodes we do not know."""
+        answers: dict[int | None, T] = {}
+        for content in set(contents):
+            if content is None:
+                answers[None] = unknown
+            elif content in memo:
+                answers[content] = memo[content]
+            else:
+                state = self._representative.get(content)
+                if state is not None:
+                    answers[content] = memo[content] = answer(state)
+                else:
+                    answers[content] = self._answer_now(
+                        names[contents.index(content)], answer, unknown)
+        return PerContent(contents, answers)
+
+    def _answer_now(self, name: str, answer: Callable[[NodeState], T], unknown: T) -> T:
+        """The id was retired after the names were read: answer from a state with the node's
+        current content, and keep nothing under either id."""
+        content = self._of.get(name)
+        state = None if content is None else self._representative.get(content)
+        return unknown if state is None else answer(state)
