@@ -19,7 +19,6 @@ SUBCOMMANDS: dict[str, tuple[str, str]] = {
     "webhook": ("webhook.cli", "serve the mutating admission webhook (gunicorn, TLS)"),
     "allocator": ("allocator.cli", "serve the kube-scheduler extender (gunicorn)"),
     "certs": ("certs.cli", "create, install and rotate TLS material"),
-    "demo": ("tessera.devcluster.demo", "run Tessera on a local real control plane"),
 }
 
 

@@ -10,7 +10,7 @@ generated here from :class:`~tessera.dialects.DialectConfig` (the same key sets
 
 - printed by ``tessera webhook [--dialects ...] --print-match-conditions`` for clusters that
   opt into more dialects or another domain;
-- registered as is by the dev cluster (tessera/devcluster/services.py) for its webhook's flags;
+- registered as is by the dev cluster (devcluster/services.py) for its webhook's flags;
 - checked against manifests/base/webhook-configuration.yaml for the defaults (tests/deploy).
 """
 

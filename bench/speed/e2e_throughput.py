@@ -1,7 +1,7 @@
 """End to end: pods/s that the real kube-scheduler v1.34.4 schedules onto many fake nodes,
 without Tessera (whole cards as a plain extended resource) and with it (webhook + extender).
 
-Both runs use the dev-cluster harness (tessera/devcluster) with the same nodes, pods and
+Both runs use the dev-cluster harness (devcluster) with the same nodes, pods and
 scheduler configuration (clientConnection qps 200 / burst 400, percentageOfNodesToScore 100):
 
 - *baseline*: ``Options(webhook=False, allocator=False)``; nodes advertise
@@ -31,10 +31,10 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 from bench.speed.common import percentile, print_table, write_results
-from tessera.devcluster.binaries import ensure_binaries
-from tessera.devcluster.cluster import DevCluster, Options, extender_spec
-from tessera.devcluster.nodes import GpuNodeSpec, create_nodes, uniform
-from tessera.devcluster.workloads import container, ensure_namespace, make_pod
+from devcluster.binaries import ensure_binaries
+from devcluster.cluster import DevCluster, Options, extender_spec
+from devcluster.nodes import GpuNodeSpec, create_nodes, uniform
+from devcluster.workloads import container, ensure_namespace, make_pod
 
 NAMESPACE = "e2e-bench"
 PLAIN = "example.com/gpu"
@@ -168,7 +168,7 @@ def main() -> None:
     write_results(args.stem, rows, {
         "command": "python -m bench.speed.e2e_throughput " + " ".join(sys.argv[1:]),
         "control_plane": "etcd + kube-apiserver + kube-scheduler v1.34.4 on loopback "
-                         "(tessera.devcluster), scheduler qps 200 / burst 400",
+                         "(devcluster), scheduler qps 200 / burst 400",
         "nodes": "8 cards x 16 GiB each (fake, no kubelet)",
         "pods": "one container, one whole card; baseline via example.com/gpu, tessera via "
                 "elasticgpu.io/gpu-core: 100 through webhook + extender",

@@ -1,6 +1,6 @@
 """The allocator's extender verbs over HTTPS, as kube-scheduler calls them, on a real API.
 
-Setup (the dev-cluster harness, tessera/devcluster, without kube-scheduler so that this
+Setup (the dev-cluster harness, devcluster, without kube-scheduler so that this
 client is the only caller): etcd + kube-apiserver v1.34.4 on loopback, ``tessera allocator``
 (real gunicorn, one worker + threads, mutual TLS, the shipped RBAC and leader election on)
 watching it. Fake nodes of 8 cards x 16 GiB are created through the API (1,000, then grown to
@@ -36,11 +36,11 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 from bench.speed.common import Client, client_context, print_table, summary, write_results
-from tessera.devcluster.binaries import ensure_binaries
-from tessera.devcluster.cluster import DevCluster, Options
-from tessera.devcluster.nodes import create_nodes, uniform
-from tessera.devcluster.services import Services
-from tessera.devcluster.workloads import container, ensure_namespace, make_pod
+from devcluster.binaries import ensure_binaries
+from devcluster.cluster import DevCluster, Options
+from devcluster.nodes import create_nodes, uniform
+from devcluster.services import Services
+from devcluster.workloads import container, ensure_namespace, make_pod
 from tessera.vocabulary import ContainerRequest, PodRequest, encode_request
 from webhook.mutation import MutationConfig, mutate_pod
 
@@ -253,7 +253,7 @@ def main() -> None:
     print_table(rows, [*COLUMNS, "errors"])
     write_results(args.stem, rows, {
         "command": "python -m bench.speed.extender_http " + " ".join(sys.argv[1:]),
-        "api": "real kube-apiserver v1.34.4 + etcd on loopback (tessera.devcluster)",
+        "api": "real kube-apiserver v1.34.4 + etcd on loopback (devcluster)",
         "transport": "HTTPS with client certificate (mutual TLS), one kept-alive connection",
         "node": f"{CARDS} cards x {CARD_MIB} MiB, T4, totals-only inventory",
         "pod": "share 30% core / 4096 MiB (warm); a new core/memory pair per call (cold)",

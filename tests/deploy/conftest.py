@@ -1,4 +1,4 @@
-"""Fixtures of the deploy tests, over the e2e harness (tessera.devcluster).
+"""Fixtures of the deploy tests, over the e2e harness (devcluster).
 
 Binaries come from the harness (hack/build-controlplane.sh, cached). The API-server-backed
 tests get their **own** etcd + kube-apiserver from the harness's ``ControlPlane`` rather than
@@ -34,9 +34,9 @@ from deploy_helpers import (
     service_account_kubeconfig,
 )
 
-from tessera.devcluster.binaries import Binaries, ensure_binaries
-from tessera.devcluster.controlplane import ControlPlane
-from tessera.devcluster.process import free_port
+from devcluster.binaries import Binaries, ensure_binaries
+from devcluster.controlplane import ControlPlane
+from devcluster.process import free_port
 
 CRDS = Path(__file__).parent / "crds"
 

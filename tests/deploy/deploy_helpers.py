@@ -18,7 +18,7 @@ from typing import Any
 
 import yaml
 
-from tessera.devcluster.services import webhook_configuration
+from devcluster.services import webhook_configuration
 
 ROOT = Path(__file__).resolve().parents[2]
 MANIFESTS = ROOT / "manifests"

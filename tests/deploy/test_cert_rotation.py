@@ -39,8 +39,8 @@ from deploy_helpers import (
 )
 
 from certs.builder import CertificateAuthority, build_leaf
-from tessera.devcluster.controlplane import ControlPlane
-from tessera.devcluster.process import ManagedProcess, free_port, wait_until
+from devcluster.controlplane import ControlPlane
+from devcluster.process import ManagedProcess, free_port, wait_until
 
 pytestmark = pytest.mark.e2e
 

@@ -36,7 +36,7 @@ from deploy_helpers import (
     run_kubectl,
 )
 
-from tessera.devcluster.binaries import Binaries, repo_root
+from devcluster.binaries import Binaries, repo_root
 
 pytestmark = pytest.mark.e2e
 

@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from tessera.devcluster.binaries import repo_root
+from devcluster.binaries import repo_root
 
 ROOT = repo_root()
 DASHBOARD = ROOT / "manifests" / "components" / "monitoring" / "tessera-allocator-dashboard.json"

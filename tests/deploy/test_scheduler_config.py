@@ -46,12 +46,12 @@ from deploy_helpers import (
 )
 
 from certs.builder import build_ca, build_leaf
-from tessera.devcluster.binaries import Binaries
-from tessera.devcluster.controlplane import ControlPlane
-from tessera.devcluster.nodes import create_nodes, uniform
-from tessera.devcluster.process import ManagedProcess, free_port, wait_until
-from tessera.devcluster.workloads import container as pod_container
-from tessera.devcluster.workloads import make_pod, wait_for
+from devcluster.binaries import Binaries
+from devcluster.controlplane import ControlPlane
+from devcluster.nodes import create_nodes, uniform
+from devcluster.process import ManagedProcess, free_port, wait_until
+from devcluster.workloads import container as pod_container
+from devcluster.workloads import make_pod, wait_for
 from tessera.vocabulary import Vocabulary, decode_allocation
 
 pytestmark = pytest.mark.e2e

@@ -19,10 +19,10 @@ from typing import Any
 
 import pytest
 
-from tessera.devcluster.binaries import Binaries, ensure_binaries
-from tessera.devcluster.cluster import DevCluster, Options
-from tessera.devcluster.nodes import GpuNodeSpec, delete_nodes
-from tessera.devcluster.workloads import delete_pods, ensure_namespace, list_objects
+from devcluster.binaries import Binaries, ensure_binaries
+from devcluster.cluster import DevCluster, Options
+from devcluster.nodes import GpuNodeSpec, delete_nodes
+from devcluster.workloads import delete_pods, ensure_namespace, list_objects
 from tessera.dialects import Dialect
 
 POOL_LABEL = "tessera.e2e/pool"

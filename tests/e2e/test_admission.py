@@ -9,8 +9,8 @@ from typing import Any
 import pytest
 import yaml
 
-from tessera.devcluster.cluster import DevCluster
-from tessera.devcluster.workloads import container, list_objects, make_pod
+from devcluster.cluster import DevCluster
+from devcluster.workloads import container, list_objects, make_pod
 
 pytestmark = pytest.mark.e2e
 

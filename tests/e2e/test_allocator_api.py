@@ -10,9 +10,9 @@ import pytest
 
 from allocator.kube import KubeClient
 from allocator.ports import Obj
-from tessera.devcluster.cluster import DevCluster
-from tessera.devcluster.nodes import uniform
-from tessera.devcluster.workloads import container, get_object, make_pod
+from devcluster.cluster import DevCluster
+from devcluster.nodes import uniform
+from devcluster.workloads import container, get_object, make_pod
 
 pytestmark = pytest.mark.e2e
 

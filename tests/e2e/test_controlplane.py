@@ -7,8 +7,8 @@ from typing import Any
 
 import pytest
 
-from tessera.devcluster.nodes import GpuNodeSpec
-from tessera.devcluster.workloads import container, get_object, make_pod, wait_for
+from devcluster.nodes import GpuNodeSpec
+from devcluster.workloads import container, get_object, make_pod, wait_for
 
 pytestmark = pytest.mark.e2e
 

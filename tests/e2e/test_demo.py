@@ -1,4 +1,5 @@
-"""The README's main job: `tessera demo` on its own control plane, start to first table."""
+"""The README's main job: the demo (`python -m devcluster`, as hack/demo.sh runs it) on its own
+control plane, start to first table."""
 
 from __future__ import annotations
 
@@ -8,14 +9,15 @@ from pathlib import Path
 
 import pytest
 
+from devcluster.binaries import repo_root
+
 pytestmark = pytest.mark.e2e
 
 
 def test_the_demo_places_every_example_and_every_applied_workload(tmp_path: Path) -> None:
-    tessera = Path(sys.executable).parent / "tessera"
     result = subprocess.run(
-        [str(tessera), "demo", "--no-wait", "--workdir", str(tmp_path / "demo")],
-        capture_output=True, text=True, timeout=600, check=False,
+        [sys.executable, "-m", "devcluster", "--no-wait", "--workdir", str(tmp_path / "demo")],
+        capture_output=True, text=True, timeout=600, check=False, cwd=repo_root(),
     )
     out = result.stdout
     assert result.returncode == 0, result.stderr[-3000:]

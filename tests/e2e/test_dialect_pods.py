@@ -13,11 +13,11 @@ from typing import Any
 import pytest
 import yaml
 
+from devcluster.checks import admission_problems, allocation_problems
+from devcluster.cluster import DevCluster
+from devcluster.nodes import GpuNodeSpec, uniform
+from devcluster.workloads import container, get_object, list_objects, make_pod, wait_for
 from kubectl_tessera.report import node_cards
-from tessera.devcluster.checks import admission_problems, allocation_problems
-from tessera.devcluster.cluster import DevCluster
-from tessera.devcluster.nodes import GpuNodeSpec, uniform
-from tessera.devcluster.workloads import container, get_object, list_objects, make_pod, wait_for
 from tessera.quantity import parse_quantity
 from tessera.vocabulary import ContainerRequest, decode_request
 

@@ -10,15 +10,15 @@ import pytest
 from cryptography import x509
 from cryptography.x509.oid import NameOID
 
+from devcluster import DevClusterError
+from devcluster.checks import admission_problems, allocation_problems, fits_now
+from devcluster.cluster import extender_spec
+from devcluster.controlplane import kubeconfig_document, scheduler_configuration
+from devcluster.nodes import Card, GpuNodeSpec, Inventory, node_object, node_status, uniform
+from devcluster.pki import ClusterCA
+from devcluster.services import service_account_subject, webhook_configuration
+from devcluster.workloads import quantities_as_strings
 from kubectl_tessera.report import CardInfo, card_usage, node_cards, overcommitments
-from tessera.devcluster import DevClusterError
-from tessera.devcluster.checks import admission_problems, allocation_problems, fits_now
-from tessera.devcluster.cluster import extender_spec
-from tessera.devcluster.controlplane import kubeconfig_document, scheduler_configuration
-from tessera.devcluster.nodes import Card, GpuNodeSpec, Inventory, node_object, node_status, uniform
-from tessera.devcluster.pki import ClusterCA
-from tessera.devcluster.services import service_account_subject, webhook_configuration
-from tessera.devcluster.workloads import quantities_as_strings
 from tessera.vocabulary import (
     Allocation,
     ContainerAllocation,

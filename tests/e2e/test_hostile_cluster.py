@@ -26,9 +26,9 @@ from typing import Any
 import pytest
 
 from allocator.kube import KubeClient
-from tessera.devcluster.cluster import DevCluster
-from tessera.devcluster.nodes import delete_nodes, uniform
-from tessera.devcluster.workloads import (
+from devcluster.cluster import DevCluster
+from devcluster.nodes import delete_nodes, uniform
+from devcluster.workloads import (
     container,
     get_object,
     make_pod,

@@ -6,7 +6,7 @@ import subprocess
 
 import pytest
 
-from tessera.devcluster.cluster import DevCluster
+from devcluster.cluster import DevCluster
 
 pytestmark = pytest.mark.e2e
 

@@ -12,10 +12,9 @@ from typing import Any
 
 import pytest
 
-from kubectl_tessera.report import card_usage
-from tessera.devcluster.cluster import DevCluster
-from tessera.devcluster.nodes import GpuNodeSpec, uniform
-from tessera.devcluster.workloads import (
+from devcluster.cluster import DevCluster
+from devcluster.nodes import GpuNodeSpec, uniform
+from devcluster.workloads import (
     container,
     get_object,
     list_objects,
@@ -23,6 +22,7 @@ from tessera.devcluster.workloads import (
     unschedulable_message,
     wait_for,
 )
+from kubectl_tessera.report import card_usage
 
 pytestmark = pytest.mark.e2e
 

@@ -11,13 +11,12 @@ from typing import Any
 
 import pytest
 
-from kubectl_tessera.report import card_usage, overcommitments
-from tessera.devcluster import kwok
-from tessera.devcluster.binaries import repo_root
-from tessera.devcluster.checks import admission_problems
-from tessera.devcluster.cluster import DevCluster
-from tessera.devcluster.nodes import GpuNodeSpec, uniform
-from tessera.devcluster.workloads import (
+from devcluster import kwok
+from devcluster.binaries import repo_root
+from devcluster.checks import admission_problems
+from devcluster.cluster import DevCluster
+from devcluster.nodes import GpuNodeSpec, uniform
+from devcluster.workloads import (
     container,
     ensure_namespace,
     get_object,
@@ -25,6 +24,7 @@ from tessera.devcluster.workloads import (
     make_pod,
     wait_for,
 )
+from kubectl_tessera.report import card_usage, overcommitments
 
 pytestmark = pytest.mark.e2e
 

@@ -1,5 +1,5 @@
 """The allocator's page on the real control plane, in headless Chromium: the demo's nodes and
-pods (``tessera demo``'s own), every card drawn with the pods the API server says hold it,
+pods (the demo's own), every card drawn with the pods the API server says hold it,
 and the pod no node can take listed with the allocator's reasons.
 
 The allocator demands a client certificate (mutual TLS), which a headless browser cannot
@@ -21,18 +21,18 @@ from typing import Any
 import pytest
 from selenium.webdriver.common.by import By
 
-from kubectl_tessera.report import card_usage
-from tessera.devcluster.binaries import repo_root
-from tessera.devcluster.browser import colour_pixels, full_page_png, headless_chromium, relay
-from tessera.devcluster.cluster import DevCluster
-from tessera.devcluster.demo import NAMESPACE, demo_nodes, extra_pods
-from tessera.devcluster.workloads import (
+from devcluster.binaries import repo_root
+from devcluster.browser import colour_pixels, full_page_png, headless_chromium, relay
+from devcluster.cluster import DevCluster
+from devcluster.demo import NAMESPACE, demo_nodes, extra_pods
+from devcluster.workloads import (
     delete_pods,
     ensure_namespace,
     list_objects,
     load_manifests,
     wait_settled,
 )
+from kubectl_tessera.report import card_usage
 
 pytestmark = pytest.mark.e2e
 

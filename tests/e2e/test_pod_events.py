@@ -8,9 +8,9 @@ from typing import Any
 
 import pytest
 
-from tessera.devcluster.cluster import DevCluster
-from tessera.devcluster.nodes import uniform
-from tessera.devcluster.workloads import (
+from devcluster.cluster import DevCluster
+from devcluster.nodes import uniform
+from devcluster.workloads import (
     container,
     get_object,
     list_objects,

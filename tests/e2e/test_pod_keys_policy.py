@@ -14,8 +14,8 @@ from typing import Any
 
 import pytest
 
-from tessera.devcluster.cluster import DevCluster
-from tessera.devcluster.workloads import container, make_pod, wait_for
+from devcluster.cluster import DevCluster
+from devcluster.workloads import container, make_pod, wait_for
 from tessera.vocabulary import (
     Allocation,
     ContainerAllocation,
@@ -129,7 +129,7 @@ def test_a_user_cannot_change_tesseras_keys_on_an_existing_pod(
 def test_the_allocators_bind_still_writes_the_record(
     cluster: DevCluster, core_v1: Any, namespace: str, pool: Any,
 ) -> None:
-    from tessera.devcluster.nodes import uniform
+    from devcluster.nodes import uniform
 
     selector = pool([uniform(f"{namespace}-n1", 2, "T4", 16384)])
     pod = gpu_pod("bound")

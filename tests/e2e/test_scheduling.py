@@ -11,13 +11,12 @@ from typing import Any
 
 import pytest
 
-from kubectl_tessera.report import card_usage, node_cards, overcommitments
-from tessera.devcluster import kwok
-from tessera.devcluster.binaries import repo_root
-from tessera.devcluster.checks import admission_problems, allocation_problems, fits_now
-from tessera.devcluster.cluster import DevCluster
-from tessera.devcluster.nodes import Card, GpuNodeSpec, Inventory, uniform
-from tessera.devcluster.workloads import (
+from devcluster import kwok
+from devcluster.binaries import repo_root
+from devcluster.checks import admission_problems, allocation_problems, fits_now
+from devcluster.cluster import DevCluster
+from devcluster.nodes import Card, GpuNodeSpec, Inventory, uniform
+from devcluster.workloads import (
     container,
     delete_pods,
     get_object,
@@ -28,6 +27,7 @@ from tessera.devcluster.workloads import (
     wait_for,
     wait_settled,
 )
+from kubectl_tessera.report import card_usage, node_cards, overcommitments
 from tessera.vocabulary import decode_request
 
 pytestmark = pytest.mark.e2e

@@ -16,7 +16,7 @@ from flask import Flask
 from selenium.webdriver.common.by import By
 from werkzeug.serving import make_server
 
-from tessera.devcluster.browser import colour_pixels, full_page_png, headless_chromium
+from devcluster.browser import colour_pixels, full_page_png, headless_chromium
 
 NODE = "<script>window.pwned = 'node'</script>"
 MODEL = "<img src=x onerror=\"window.pwned = 'model'\">"

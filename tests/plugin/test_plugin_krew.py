@@ -9,7 +9,7 @@ from pathlib import Path
 
 import yaml
 
-from tessera.devcluster.binaries import repo_root
+from devcluster.binaries import repo_root
 
 ROOT = repo_root()
 

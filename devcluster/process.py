@@ -15,7 +15,7 @@ import urllib.request
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 
-from tessera.devcluster import DevClusterError
+from devcluster import DevClusterError
 
 logger = logging.getLogger(__name__)
 

@@ -27,13 +27,13 @@ from typing import TYPE_CHECKING, Any
 import yaml
 
 from certs.builder import KeyPair
-from tessera.devcluster import DevClusterError
-from tessera.devcluster.binaries import repo_root
-from tessera.devcluster.pki import write_pair
-from tessera.devcluster.process import ManagedProcess, free_port, http_ok, wait_until
+from devcluster import DevClusterError
+from devcluster.binaries import repo_root
+from devcluster.pki import write_pair
+from devcluster.process import ManagedProcess, free_port, http_ok, wait_until
 
 if TYPE_CHECKING:
-    from tessera.devcluster.cluster import DevCluster
+    from devcluster.cluster import DevCluster
 
 logger = logging.getLogger(__name__)
 

@@ -22,7 +22,7 @@ from collections.abc import Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
-from tessera.devcluster import DevClusterError
+from devcluster import DevClusterError
 
 #: A loopback port nobody listens on (discard): the browser's proxy for anything not local.
 DEAD_PROXY = "http://127.0.0.1:9"

@@ -10,10 +10,10 @@ from pathlib import Path
 from typing import Any
 
 from certs.builder import KeyPair
-from tessera.devcluster import DevClusterError
-from tessera.devcluster.binaries import Binaries
-from tessera.devcluster.controlplane import ControlPlane, ExtenderSpec, ManagedResource
-from tessera.devcluster.nodes import GpuNodeSpec, create_nodes
+from devcluster import DevClusterError
+from devcluster.binaries import Binaries
+from devcluster.controlplane import ControlPlane, ExtenderSpec, ManagedResource
+from devcluster.nodes import GpuNodeSpec, create_nodes
 from tessera.vocabulary import Vocabulary
 
 logger = logging.getLogger(__name__)
@@ -102,7 +102,7 @@ class DevCluster:
             self.control_plane.start()
             extender = None
             if self.options.webhook or self.options.allocator:
-                from tessera.devcluster.services import Services
+                from devcluster.services import Services
 
                 self.services = Services(self)
                 self.services.start()

@@ -10,7 +10,7 @@ from typing import Any, TypeVar
 
 import yaml
 
-from tessera.devcluster import DevClusterError
+from devcluster import DevClusterError
 
 #: Never pulled: no kubelet runs here. Any valid image reference would do.
 IMAGE = "registry.k8s.io/pause:3.10"

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import IO
 
-from tessera.devcluster import DevClusterError
+from devcluster import DevClusterError
 
 NAMES = ("etcd", "kube-apiserver", "kube-scheduler", "kube-controller-manager", "kubectl", "kwok",
          "helm")
@@ -63,7 +63,7 @@ class Binaries:
 
 def repo_root() -> Path:
     """The source checkout this package runs from (an editable install, as hack/ scripts use)."""
-    return Path(__file__).resolve().parents[2]
+    return Path(__file__).resolve().parents[1]
 
 
 def cache_root() -> Path:

@@ -38,10 +38,10 @@ from typing import Any
 import yaml
 
 from certs.builder import KeyPair
-from tessera.devcluster import kwok
-from tessera.devcluster.binaries import Binaries
-from tessera.devcluster.pki import ClusterCA, service_account_keys, write_pair
-from tessera.devcluster.process import ManagedProcess, free_port, http_ok, wait_until
+from devcluster import kwok
+from devcluster.binaries import Binaries
+from devcluster.pki import ClusterCA, service_account_keys, write_pair
+from devcluster.process import ManagedProcess, free_port, http_ok, wait_until
 
 logger = logging.getLogger(__name__)
 

@@ -1,4 +1,5 @@
-"""``tessera demo``: Tessera on a real local control plane, with a table of who got which card.
+"""The demo (``hack/demo.sh``, ``python -m devcluster``): Tessera on a real local control plane,
+with a table of who got which card.
 
 Builds (or reuses) etcd, kube-apiserver, kube-controller-manager, kube-scheduler, kubectl and
 KWOK; starts them on loopback with the webhook and the allocator wired in; creates fake GPU
@@ -22,12 +23,11 @@ from pathlib import Path
 from types import FrameType
 from typing import Any, TextIO
 
-from kubectl_tessera.report import card_usage, render_table
-from tessera.devcluster import DevClusterError
-from tessera.devcluster.binaries import ensure_binaries, repo_root
-from tessera.devcluster.cluster import DevCluster, Options
-from tessera.devcluster.nodes import Card, GpuNodeSpec, Inventory, uniform
-from tessera.devcluster.workloads import (
+from devcluster import DevClusterError
+from devcluster.binaries import ensure_binaries, repo_root
+from devcluster.cluster import DevCluster, Options
+from devcluster.nodes import Card, GpuNodeSpec, Inventory, uniform
+from devcluster.workloads import (
     container,
     ensure_namespace,
     list_objects,
@@ -38,6 +38,7 @@ from tessera.devcluster.workloads import (
     wait_settled,
     workload_pods,
 )
+from kubectl_tessera.report import card_usage, render_table
 
 logger = logging.getLogger(__name__)
 

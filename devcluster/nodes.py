@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Any
 
-from tessera.devcluster import kwok
+from devcluster import kwok
 from tessera.vocabulary import (
     GFD_COUNT_LABEL,
     GFD_MEMORY_LABEL,
