@@ -116,15 +116,29 @@ def read_inventory(node: Mapping[str, Any], vocabulary: Vocabulary) -> Inventory
             problem = f"annotation {vocabulary.node_cards_annotation} ignored: {exc}"
 
     model = labels.get(vocabulary.node_model_label) or labels.get(GFD_PRODUCT_LABEL, "")
-    gfd_count = _int_quantity(labels.get(GFD_COUNT_LABEL))
-    gfd_memory = _int_quantity(labels.get(GFD_MEMORY_LABEL))
-    if gfd_count and gfd_memory:
-        wrong = _check_cards(gfd_count, gfd_memory, "GFD labels ignored")
-        if not wrong:
-            cards = tuple(Card(i, model, gfd_memory) for i in range(gfd_count))
-            return Inventory(cards, "gfd", problem)
-        problem = problem or wrong
+    gfd = _from_gfd_labels(labels, model)
+    if isinstance(gfd, Inventory):
+        return Inventory(gfd.cards, gfd.source, problem)
+    return _from_allocatable(allocatable, model, vocabulary, problem or gfd)
 
+
+def _from_gfd_labels(labels: Mapping[str, str], model: str) -> Inventory | str:
+    """The cards GFD's count and memory labels describe; else the problem with them (``""``
+    when they are absent)."""
+    count = _int_quantity(labels.get(GFD_COUNT_LABEL))
+    memory = _int_quantity(labels.get(GFD_MEMORY_LABEL))
+    if not (count and memory):
+        return ""
+    wrong = _check_cards(count, memory, "GFD labels ignored")
+    if wrong:
+        return wrong
+    return Inventory(tuple(Card(i, model, memory) for i in range(count)), "gfd")
+
+
+def _from_allocatable(allocatable: Mapping[str, Any], model: str, vocabulary: Vocabulary,
+                      problem: str) -> Inventory:
+    """The upstream baseline: core / 100 cards, memory split evenly; ``problem`` is what the
+    finer sources left, reported unless this source has a first problem of its own."""
     raw_core = allocatable.get(vocabulary.core_resource)
     core = _int_quantity(raw_core)
     memory = _int_quantity(allocatable.get(vocabulary.memory_resource))
