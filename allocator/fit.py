@@ -7,7 +7,9 @@ memory (MiB), or the whole card, and by which pod containers. Placing a
 - whole-card containers get cards that nobody uses, and keep them exclusive;
 - a share lands on exactly one card that has both the compute and the memory free
   (``memory_percent`` is resolved to MiB of the card actually chosen);
-- only cards of an allowed model and with at least ``min_card_memory_mib`` are used.
+- only cards of an allowed model and with at least ``min_card_memory_mib`` are used;
+- the cards of one multi-card container are all of one model, unless the pod opts out
+  (``PodRequest.mixed_models``).
 
 Init containers are placed like the others and reserved **disjointly** from the app
 containers. Kubernetes runs init containers before the app containers, so their cards could
@@ -266,9 +268,11 @@ def _order(request: PodRequest) -> list[int]:
 class _Slots:
     """Mutable working copy of the eligible cards, for the feasibility search."""
 
-    __slots__ = ("cards", "free_core", "free_mem", "idle", "whole")
+    __slots__ = ("cards", "free_core", "free_mem", "idle", "one_model", "whole")
 
-    def __init__(self, cards: Sequence[CardState]) -> None:
+    def __init__(self, cards: Sequence[CardState], one_model: bool) -> None:
+        #: the cards of one multi-card container must share a model
+        self.one_model = one_model
         self.cards = [c.card for c in cards]
         self.free_core = [c.free_core for c in cards]
         self.free_mem = [c.free_memory_mib for c in cards]
@@ -276,35 +280,26 @@ class _Slots:
         self.whole = [c.whole for c in cards]
 
 
-def _feasible(items: Sequence[ContainerRequest], k: int, s: _Slots) -> bool:
+def _feasible(items: Sequence[ContainerRequest], k: int, s: _Slots,
+              pins: Sequence[str | None] = ()) -> bool:
+    """Whether ``items[k:]`` fit together on the slots. ``pins[j]``, when given, is the model
+    whole-card item j must take (the rest of a container whose first card is chosen)."""
     if k == len(items):
         return True
     c = items[k]
-    n = len(s.cards)
     if c.cards:
-        # Cards handed out whole differ only by their capacity (model and minimum memory were
-        # already filtered), so try each multiset of capacities once.
-        groups: dict[int, list[int]] = {}
-        for i in range(n):
-            if s.idle[i]:
-                groups.setdefault(s.cards[i].memory_mib, []).append(i)
-        if sum(len(g) for g in groups.values()) < c.cards:
-            return False
-        for chosen in _multisets(list(groups.values()), c.cards):
-            saved = [(i, s.free_core[i], s.free_mem[i]) for i in chosen]
-            for i in chosen:
-                s.idle[i], s.whole[i], s.free_core[i], s.free_mem[i] = False, True, 0, 0
-            ok = _feasible(items, k + 1, s)
-            for i, fc, fm in saved:
-                s.idle[i], s.whole[i], s.free_core[i], s.free_mem[i] = True, False, fc, fm
-            if ok:
+        pin = pins[k] if k < len(pins) else None
+        for pool in _whole_card_pools(c.cards, s, pin):
+            if _take_whole(items, k, s, pins, pool):
                 return True
         return False
-    seen: set[tuple[int, int, int, bool]] = set()
+    n = len(s.cards)
+    seen: set[tuple[int, int, int, bool, str]] = set()
     for i in range(n):
         if s.whole[i] or not room_for_share(c, s.cards[i], s.free_core[i], s.free_mem[i]):
             continue
-        key = (s.free_core[i], s.free_mem[i], s.cards[i].memory_mib, s.idle[i])
+        key = (s.free_core[i], s.free_mem[i], s.cards[i].memory_mib, s.idle[i],
+               s.cards[i].model)
         if key in seen:
             continue
         seen.add(key)
@@ -313,10 +308,44 @@ def _feasible(items: Sequence[ContainerRequest], k: int, s: _Slots) -> bool:
         s.free_core[i] -= c.core_percent
         s.free_mem[i] -= need_mem
         s.idle[i] = False
-        ok = _feasible(items, k + 1, s)
+        ok = _feasible(items, k + 1, s, pins)
         s.free_core[i] += c.core_percent
         s.free_mem[i] += need_mem
         s.idle[i] = was_idle
+        if ok:
+            return True
+    return False
+
+
+def _whole_card_pools(count: int, s: _Slots, pin: str | None) -> list[list[int]]:
+    """The idle slots a whole-card item of ``count`` cards may choose from: one pool per
+    model when its cards must share one (or the pinned model's only), else all idle slots."""
+    idle = [i for i in range(len(s.cards)) if s.idle[i]]
+    if pin is not None:
+        idle = [i for i in idle if s.cards[i].model == pin]
+    elif s.one_model and count > 1:
+        by_model: dict[str, list[int]] = {}
+        for i in idle:
+            by_model.setdefault(s.cards[i].model, []).append(i)
+        return [pool for pool in by_model.values() if len(pool) >= count]
+    return [idle] if len(idle) >= count else []
+
+
+def _take_whole(items: Sequence[ContainerRequest], k: int, s: _Slots,
+                pins: Sequence[str | None], pool: list[int]) -> bool:
+    """Try every way to give item k its whole cards from ``pool``, then the rest."""
+    # Cards handed out whole differ only by their capacity (model and minimum memory were
+    # already filtered, or the pool is one model), so try each multiset of capacities once.
+    groups: dict[tuple[str, int], list[int]] = {}
+    for i in pool:
+        groups.setdefault((s.cards[i].model, s.cards[i].memory_mib), []).append(i)
+    for chosen in _multisets(list(groups.values()), items[k].cards):
+        saved = [(i, s.free_core[i], s.free_mem[i]) for i in chosen]
+        for i in chosen:
+            s.idle[i], s.whole[i], s.free_core[i], s.free_mem[i] = False, True, 0, 0
+        ok = _feasible(items, k + 1, s, pins)
+        for i, fc, fm in saved:
+            s.idle[i], s.whole[i], s.free_core[i], s.free_mem[i] = True, False, fc, fm
         if ok:
             return True
     return False
@@ -335,10 +364,14 @@ def _multisets(groups: list[list[int]], k: int) -> Iterable[list[int]]:
             yield head[:take] + tail
 
 
+def _slots(request: PodRequest, cards: Sequence[CardState]) -> _Slots:
+    return _Slots(cards, one_model=not request.mixed_models)
+
+
 def _feasible_on(request_items: Sequence[ContainerRequest], request: PodRequest,
-                 node: NodeState) -> bool:
+                 node: NodeState, pins: Sequence[str | None] = ()) -> bool:
     cards = [c for c in node.cards if eligible(request, c.card)]
-    return _feasible(request_items, 0, _Slots(cards))
+    return _feasible(request_items, 0, _slots(request, cards), pins)
 
 
 def unfit_reason(request: PodRequest, node: NodeState) -> Unfit | None:
@@ -351,7 +384,8 @@ def unfit_reason(request: PodRequest, node: NodeState) -> Unfit | None:
     if _fits_at_a_glance(request, cards):
         return None
     # Cheap checks first; they also produce the most actionable message.
-    return (_short_of_whole_cards(request, cards) or _short_of_room_for_a_share(request, cards)
+    return (_short_of_whole_cards(request, cards) or _short_of_one_model(request, cards)
+            or _short_of_room_for_a_share(request, cards)
             or _short_of_room_together(request, cards))
 
 
@@ -376,6 +410,8 @@ def _fits_at_a_glance(request: PodRequest, cards: Sequence[CardState]) -> bool:
         return False
     only = request.containers[0]
     if only.cards:
+        if only.cards > 1 and not request.mixed_models:
+            return False
         return sum(1 for c in cards if c.idle) >= only.cards
     return any(share_fits(only, c) for c in cards)
 
@@ -393,12 +429,35 @@ def _short_of_whole_cards(request: PodRequest, cards: Sequence[CardState]) -> Un
     return None
 
 
+def _short_of_one_model(request: PodRequest, cards: Sequence[CardState]) -> Unfit | None:
+    """Cause: enough whole cards, but not of one model for a multi-card container."""
+    if request.mixed_models:
+        return None
+    for i in _order(request):
+        c = request.containers[i]
+        if c.cards < 2:
+            continue
+        total: dict[str, int] = {}
+        idle: dict[str, int] = {}
+        for x in cards:
+            total[x.card.model] = total.get(x.card.model, 0) + 1
+            idle[x.card.model] = idle.get(x.card.model, 0) + int(x.idle)
+        if max(total.values()) < c.cards:
+            have = ", ".join(f"{n} {m or 'unknown'}" for m, n in sorted(total.items()))
+            return Unfit(f"needs {c.cards} whole cards of one model, node has {have}",
+                         resolvable=False)
+        if max(idle.values()) < c.cards:
+            free = ", ".join(f"{n} {m or 'unknown'}" for m, n in sorted(idle.items()))
+            return Unfit(f"needs {c.cards} whole cards of one model, free: {free}")
+    return None
+
+
 def _short_of_room_for_a_share(request: PodRequest,
                                cards: Sequence[CardState]) -> Unfit | None:
     """Cause: one share of the pod fits on no card, even alone (hardest share first)."""
     for i in _order(request):
         c = request.containers[i]
-        if not c.cards and not _feasible([c], 0, _Slots(cards)):
+        if not c.cards and not _feasible([c], 0, _slots(request, cards)):
             return _no_room_for(c, cards)
     return None
 
@@ -422,7 +481,7 @@ def _no_room_for(c: ContainerRequest, cards: Sequence[CardState]) -> Unfit:
 def _short_of_room_together(request: PodRequest, cards: Sequence[CardState]) -> Unfit | None:
     """Cause: each container fits alone, but not all of them at once."""
     items = [request.containers[i] for i in _order(request)]
-    if len(items) > 1 and not _feasible(items, 0, _Slots(cards)):
+    if len(items) > 1 and not _feasible(items, 0, _slots(request, cards)):
         return Unfit(f"the pod's {len(items)} GPU containers do not fit together on its cards")
     return None
 
@@ -435,7 +494,7 @@ def fits(request: PodRequest, node: NodeState) -> bool:
     items = request.containers if len(request.containers) == 1 else [
         request.containers[i] for i in _order(request)
     ]
-    return _feasible(items, 0, _Slots(cards))
+    return _feasible(items, 0, _slots(request, cards))
 
 
 # ----------------------------------------------------------------------------- placement
@@ -463,20 +522,24 @@ def place(
         holder = (pod_uid, c.name)
         if c.cards:
             taken: list[int] = []
+            model: str | None = None  # set by the first card when the cards share a model
+            one_model = c.cards > 1 and not request.mixed_models
 
             def take(cs: CardState, h: Holder = holder) -> CardState:
                 return cs.with_whole(h)
 
             for j in range(c.cards):
-                # The rest of this container counts as one more whole-card demand.
+                # The rest of this container counts as one more whole-card demand, of the
+                # model of the card this step takes when the cards share one.
                 remaining = c.cards - j - 1
                 pending = ([ContainerRequest(c.name, cards=remaining)] if remaining else [])
                 state, pos = _best_step(
-                    request, state, chooser, pending + list(rest),
-                    lambda cs: cs.idle,
-                    take,
+                    request, state, chooser, pending + list(rest), partial(_idle_of, model), take,
+                    pin_first=one_model and bool(pending),
                 )
                 taken.append(state.cards[pos].card.index)
+                if one_model:
+                    model = state.cards[pos].card.model
             result[ci] = ContainerAllocation(c.name, tuple(sorted(taken)), init=c.init)
         else:
             def put(cs: CardState, c: ContainerRequest = c, h: Holder = holder) -> CardState:
@@ -494,6 +557,11 @@ def place(
     return Placement(node.name, containers, state)
 
 
+def _idle_of(model: str | None, card: CardState) -> bool:
+    """An idle card, of ``model`` when one is given."""
+    return card.idle and (model is None or card.card.model == model)
+
+
 def _best_step(
     request: PodRequest,
     state: NodeState,
@@ -501,7 +569,10 @@ def _best_step(
     rest: list[ContainerRequest],
     can: Callable[[CardState], bool],
     put: Callable[[CardState], CardState],
+    pin_first: bool = False,
 ) -> tuple[NodeState, int]:
+    """The best card for one step. ``pin_first``: the first item of ``rest`` is the rest of
+    this step's container and must take cards of the model chosen here."""
     best: tuple[float, NodeState, int] | None = None
     seen: set[CardSignature] = set()
     for pos, cs in enumerate(state.cards):
@@ -512,7 +583,8 @@ def _best_step(
             continue
         seen.add(key)
         trial = state.replace_card(pos, put(cs))
-        if rest and not _feasible_on(rest, request, trial):
+        pins = (cs.card.model,) if pin_first else ()
+        if rest and not _feasible_on(rest, request, trial, pins):
             continue
         score = chooser(state, trial)
         if best is None or score > best[0]:

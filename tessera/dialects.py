@@ -864,6 +864,17 @@ def _policy(annotations: Mapping[str, Any], vocabulary: Vocabulary) -> str | Non
     return value
 
 
+def _mixed_models(annotations: Mapping[str, Any], vocabulary: Vocabulary) -> bool:
+    key = vocabulary.mixed_models_annotation
+    if key not in annotations:
+        return False
+    value = str(annotations[key]).strip().lower()
+    if value not in ("true", "false"):
+        raise RequestError(f"pod annotation {key}={annotations[key]!r} must be \"true\" or "
+                           f"\"false\"")
+    return value == "true"
+
+
 #: What Go's strconv.ParseUint(s, 10, 64) accepts, kept to 18 digits (ASCII only: ``"²"`` is
 #: a digit to Python's ``isdigit`` but not to Go or ``int``).
 _GO_UINT: Final = re.compile(r"[0-9]{1,18}")
@@ -1038,6 +1049,7 @@ def parse_pod(pod: Mapping[str, Any], config: DialectConfig) -> PodRequest | Non
     try:
         models = _models(annotations, genius, config.vocabulary)
         policy = _policy(annotations, config.vocabulary)
+        mixed_models = _mixed_models(annotations, config.vocabulary)
     except RequestError as exc:
         problems.append(str(exc))
     if problems:
@@ -1049,6 +1061,7 @@ def parse_pod(pod: Mapping[str, Any], config: DialectConfig) -> PodRequest | Non
         models=models,
         min_card_memory_mib=genius.min_card_memory_mib if genius else 0,
         policy=policy,
+        mixed_models=mixed_models,
     )
 
 

@@ -104,6 +104,12 @@ class Vocabulary:
         return f"{self.domain}/gpu-policy"
 
     @property
+    def mixed_models_annotation(self) -> str:
+        """Pod annotation: ``"true"`` lets a multi-card container take cards of different
+        models (by default its cards are all of one model)."""
+        return f"{self.domain}/gpu-mixed-models"
+
+    @property
     def node_cards_annotation(self) -> str:
         """Node annotation: JSON list of ``{"index", "model", "memoryMiB"}``, one per card."""
         return f"{self.domain}/gpu-cards"
@@ -202,6 +208,10 @@ class PodRequest:
     min_card_memory_mib: int = 0
     #: Placement policy chosen by the pod, or None for the cluster default.
     policy: str | None = None
+    #: True lets a multi-card container take cards of different models; by default all the
+    #: cards of one container are of one model (a job split over an A100 and a T4 runs at
+    #: the T4's pace, or not at all).
+    mixed_models: bool = False
 
     def __post_init__(self) -> None:
         if not self.containers:
@@ -321,6 +331,8 @@ def encode_request(request: PodRequest) -> str:
         doc["minCardMemoryMiB"] = request.min_card_memory_mib
     if request.policy:
         doc["policy"] = request.policy
+    if request.mixed_models:
+        doc["mixedModels"] = True
     return json.dumps(doc, separators=(",", ":"))
 
 
@@ -347,11 +359,15 @@ def decode_request(text: str) -> PodRequest:
         policy = raw.get("policy")
         if policy is not None and not isinstance(policy, str):
             raise CodecError("policy must be a string")
+        mixed = raw.get("mixedModels", False)
+        if not isinstance(mixed, bool):
+            raise CodecError("mixedModels must be true or false")
         return PodRequest(
             containers=tuple(containers),
             models=tuple(models),
             min_card_memory_mib=_int_field(raw, "minCardMemoryMiB"),
             policy=policy or None,
+            mixed_models=mixed,
         )
     except RequestError as exc:
         raise CodecError(f"GPU request annotation is invalid: {exc}") from exc

@@ -173,6 +173,45 @@ def test_minimum_card_memory_skips_small_cards() -> None:
     assert placed.containers[0].card_indices == (1,)
 
 
+def _a100_t4_node(*taken: int) -> NodeState:
+    """Cards 0, 1: A100 80 GB; 2, 3: T4 16 GB; ``taken`` ones held whole by another pod."""
+    models = (("A100", 81920), ("A100", 81920), ("T4", 16384), ("T4", 16384))
+    return NodeState("n", tuple(
+        CardState(Card(i, m, mem)).with_whole(("other", "c")) if i in taken
+        else CardState(Card(i, m, mem)) for i, (m, mem) in enumerate(models)))
+
+
+def test_a_multi_card_container_gets_cards_of_one_model() -> None:
+    # One A100 and both T4s are free: the two cards can only be the T4s.
+    placed = _placed(request(whole(cards=2)), _a100_t4_node(0))
+    assert placed.containers[0].card_indices == (2, 3)
+
+
+def test_without_two_free_cards_of_one_model_the_pod_waits_with_a_reason() -> None:
+    node = _a100_t4_node(0, 2)
+    reason = unfit_reason(request(whole(cards=2)), node)
+    assert reason == Unfit("needs 2 whole cards of one model, free: 1 A100, 1 T4")
+    assert not fits(request(whole(cards=2)), node)
+    three = unfit_reason(request(whole(cards=3)), _a100_t4_node())
+    assert three == Unfit("needs 3 whole cards of one model, node has 2 A100, 2 T4",
+                          resolvable=False)
+
+
+def test_a_pod_that_opts_out_may_mix_models() -> None:
+    mixed = PodRequest((whole(cards=2),), mixed_models=True)
+    placed = _placed(mixed, _a100_t4_node(0, 2))
+    assert placed.containers[0].card_indices == (1, 3)
+
+
+def test_one_model_per_container_not_per_pod() -> None:
+    # Two one-card containers may land on different models; the two-card one may not.
+    req = request(whole("a", cards=2), whole("b"), whole("c"))
+    placed = _placed(req, _a100_t4_node())
+    by_name = {c.name: c.card_indices for c in placed.containers}
+    assert by_name["a"] in ((0, 1), (2, 3))
+    assert len({*by_name["a"], *by_name["b"], *by_name["c"]}) == 4
+
+
 def test_build_node_state_reports_conflicting_records_instead_of_hiding_them() -> None:
     allocations = [
         ("a", (ContainerAllocation("c", (0,)),)),

@@ -67,6 +67,7 @@ def requests(draw: st.DrawFn) -> PodRequest:
         tuple(draw(containers(f"c{i}")) for i in range(count)),
         models=tuple(draw(st.lists(st.sampled_from(MODELS), max_size=1))),
         min_card_memory_mib=draw(st.sampled_from((0, 0, 16384))),
+        mixed_models=draw(st.booleans()),
     )
 
 
@@ -93,3 +94,7 @@ def test_place_succeeds_exactly_when_the_pod_fits_and_never_over_commits_a_card(
     whole = [i for c in placed.containers if c.is_whole for i in c.card_indices]
     assert len(whole) == len(set(whole)) == request.whole_cards
     assert used <= {c.card.index for c in node.cards}
+    model = {c.card.index: c.card.model for c in node.cards}
+    for c in placed.containers:
+        if c.is_whole and not request.mixed_models:
+            assert len({model[i] for i in c.card_indices}) == 1, c

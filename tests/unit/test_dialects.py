@@ -550,6 +550,25 @@ def test_model_and_policy_annotations_go_into_the_request() -> None:
     assert request.policy == "spread"
 
 
+@pytest.mark.parametrize(("value", "mixed"), [("true", True), (" True ", True),
+                                             ("false", False)])
+def test_the_mixed_models_annotation_lets_a_pod_mix_card_models(value: str,
+                                                                mixed: bool) -> None:
+    pod = make_pod({"elasticgpu.io/gpu-core": "200"},
+                   annotations={"elasticgpu.io/gpu-mixed-models": value})
+    request = parse_pod(pod, DEFAULT)
+    assert request is not None and request.mixed_models is mixed
+    unset = parse_pod(make_pod({"elasticgpu.io/gpu-core": "200"}), DEFAULT)
+    assert unset is not None and unset.mixed_models is False
+
+
+def test_a_mixed_models_annotation_that_is_not_a_boolean_is_refused() -> None:
+    pod = make_pod({"elasticgpu.io/gpu-core": "200"},
+                   annotations={"elasticgpu.io/gpu-mixed-models": "yes"})
+    with pytest.raises(RequestError, match=r'gpu-mixed-models=.yes. must be "true" or "false"'):
+        parse_pod(pod, DEFAULT)
+
+
 def test_genius_model_narrows_the_annotation_and_must_overlap() -> None:
     annotations = {"elasticgpu.io/gpu-model": "Tesla-T4|NVIDIA-A10"}
     narrowed = parse_pod(

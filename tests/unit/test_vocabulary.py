@@ -35,6 +35,7 @@ REQUESTS = [
         min_card_memory_mib=8000,
         policy="spread",
     ),
+    PodRequest((ContainerRequest("main", cards=2),), mixed_models=True),
 ]
 
 
@@ -81,6 +82,8 @@ def test_an_allocation_survives_its_codec(allocation: Allocation) -> None:
          "duplicate"),
         ('{"v": 1, "containers": [{"name": "main", "cards": 1}], "models": [""]}', "models"),
         ('{"v": 1, "containers": [{"name": "main", "cards": 1}], "policy": 7}', "policy"),
+        ('{"v": 1, "containers": [{"name": "main", "cards": 2}], "mixedModels": "yes"}',
+         "mixedModels"),
         ('{"v": 1, "containers": "main"}', "'containers'"),
     ],
 )
@@ -115,6 +118,7 @@ def test_every_key_derives_from_the_domain() -> None:
         vocabulary.core_resource, vocabulary.memory_resource, vocabulary.request_annotation,
         vocabulary.allocation_annotation, vocabulary.gpu_pod_label, vocabulary.mode_label,
         vocabulary.model_annotation, vocabulary.policy_annotation,
+        vocabulary.mixed_models_annotation,
     ]
     assert all(k.startswith("gpu.example.com/") for k in keys)
     assert len(set(keys)) == len(keys)
