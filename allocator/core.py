@@ -42,7 +42,6 @@ from allocator.policies import (
     DEFAULT_POLICY,
     MAX_SCORE,
     NodeFacts,
-    NodeRank,
     Policy,
     PolicyContext,
     Workload,
@@ -366,7 +365,7 @@ class Allocator:
                 return score
             return score - bias(state.name)
 
-        return self._fan_out(names, shape, thresholds, ctx.pod_cpu_milli, raw_score, bias)
+        return self._fan_out(names, shape, thresholds, ctx.pod_cpu_milli, raw_score, policy)
 
     def scores_cpu_only(self, pod: Mapping[str, Any], names: Sequence[str]) -> list[int]:
         """``prioritize-cpu-only``'s scores 0..10, one per name, in order: a pod that asks
@@ -390,7 +389,7 @@ class Allocator:
                 return score
             return score - bias(state.name)
 
-        return self._fan_out(names, shape, thresholds, pod_cpu_milli(pod), raw_score, bias)
+        return self._fan_out(names, shape, thresholds, pod_cpu_milli(pod), raw_score, policy)
 
     def _cpu_thresholds(self, policy: Policy, workload: Workload) -> tuple[int, ...]:
         if not self.config.node_resources:
@@ -401,10 +400,10 @@ class Allocator:
     def _fan_out(self, names: Sequence[str], shape: tuple[object, ...],
                  thresholds: tuple[int, ...], pod_cpu: int,
                  raw_score: Callable[[NodeState, int, int], RawScore],
-                 bias: NodeRank | None) -> list[int]:
+                 policy: Policy) -> list[int]:
         """Raw scores shared per distinct content (with ``thresholds``: per content and CPU
-        buckets before and after ``pod_cpu``), memoised per ``shape``, the name ``bias`` added
-        back per node, scaled 0..10."""
+        buckets before and after ``pod_cpu``), memoised per ``shape``, the policy's name bias
+        added back per node, scaled 0..10."""
         node_contents = self.state.node_contents
         memo = node_contents.raw_scores.answers(shape)
         contents = node_contents.ids(names)
@@ -417,11 +416,13 @@ class Allocator:
         else:
             by_content = node_contents.per_content(
                 names, contents, memo, lambda state: raw_score(state, 0, 0), unknown=None)
+        bias = policy.name_bias()
         if bias is None:
             # Min-max scaling depends only on the distinct values: scale those, then fan out.
             return by_content.map_distinct(scale).per_node()
-        return scale([None if base is None else base + bias(name)
-                      for name, base in zip(names, by_content.per_node(), strict=True)])
+        biases = node_contents.name_biases.of(policy.name, bias, names)
+        return scale([None if base is None else base + rank
+                      for base, rank in zip(by_content.per_node(), biases, strict=True)])
 
     # ------------------------------------------------------------------ bind
     def bind(self, namespace: str, name: str, uid: str, node: str) -> BindOutcome:

@@ -27,6 +27,7 @@ import threading
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from decimal import Decimal
+from itertools import repeat
 from typing import Any, Final
 
 from allocator.policies import NodeFacts
@@ -250,8 +251,7 @@ class NodeResources:
 
     def free_cpu_of(self, names: Iterable[str]) -> list[int]:
         """Free milli-CPU of each named node, in order (:data:`UNKNOWN_FREE` if unknown)."""
-        get = self.free_cpu.get
-        return [UNKNOWN_FREE if v is None else v for v in map(get, names)]
+        return list(map(self.free_cpu.get, names, repeat(UNKNOWN_FREE)))
 
     def pod(self, uid: str) -> tuple[str, int, int] | None:
         return self._pods.get(uid)
