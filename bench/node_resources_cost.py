@@ -8,9 +8,10 @@ as a list returns them). Measured:
 - **memory kept**: ``tracemalloc`` around building :class:`NodeResources` from the reduced
   list (allocatable of every node, one compact record per pod) — what stays for the life of
   the process;
-- **list traffic and peak**: the bytes of the list's JSON pages (500 pods a page, as
-  ``allocator/kube.py`` asks), and the peak of ``tracemalloc`` while a page is decoded and
-  reduced (``pod_usage``) — full objects live only for one page;
+- **list traffic, time and peak**: the bytes of the list's JSON pages (500 pods a page, as
+  ``allocator/kube.py`` asks), the time to decode, reduce (``pod_usage``) and apply them
+  (without ``tracemalloc``, which slows allocation many times), and the peak of
+  ``tracemalloc`` while they are — full objects live only for one page;
 - **watch events**: bytes of one MODIFIED event and the CPU time to decode and apply one.
 
 Usage: ``.venv/bin/python -m bench.node_resources_cost [--nodes 5000] [--pods 150000]``
@@ -25,7 +26,7 @@ import time
 import tracemalloc
 from typing import Any
 
-from allocator.resources import NodeResources, pod_usage
+from allocator.resources import NodeResources, PodUsage, pod_usage
 
 PAGE = 500
 
@@ -100,32 +101,45 @@ def pod_json(i: int, nodes: int) -> dict[str, Any]:
     }
 
 
+def sync(nodes: int, pages: list[bytes]) -> NodeResources:
+    """The allocator's initial sync of node resources over these list pages."""
+    resources = NodeResources()
+    for i in range(nodes):
+        resources.apply_node(f"node-{i:05d}", node_json(i))
+    usages: list[PodUsage | None] = []
+    for page in pages:  # what KubeClient._list_reduced does, page by page
+        usages.extend(map(pod_usage, json.loads(page)["items"]))
+    resources.replace_pods(usages)
+    return resources
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--nodes", type=int, default=5000)
     parser.add_argument("--pods", type=int, default=150_000)
+    parser.add_argument("--skip-memory", action="store_true",
+                        help="time only (the tracemalloc pass is slow)")
     args = parser.parse_args()
     pages = [json.dumps({"items": [pod_json(i, args.nodes)
                                    for i in range(start, min(start + PAGE, args.pods))]})
              .encode() for start in range(0, args.pods, PAGE)]
     list_bytes = sum(map(len, pages))
     gc.collect()
-
-    tracemalloc.start()
     t0 = time.perf_counter()
-    resources = NodeResources()
-    for i in range(args.nodes):
-        resources.apply_node(f"node-{i:05d}", node_json(i))
-    usages = []
-    for page in pages:  # what KubeClient._list_reduced does, page by page
-        usages.extend(map(pod_usage, json.loads(page)["items"]))
-    _, list_peak = tracemalloc.get_traced_memory()
-    resources.replace_pods(usages)
-    del usages
-    gc.collect()
-    kept, _ = tracemalloc.get_traced_memory()
+    resources = sync(args.nodes, pages)
     seconds = time.perf_counter() - t0
-    tracemalloc.stop()
+    del resources
+    gc.collect()
+    list_peak = kept = 0
+    if not args.skip_memory:
+        tracemalloc.start()
+        resources = sync(args.nodes, pages)
+        _, list_peak = tracemalloc.get_traced_memory()
+        gc.collect()
+        kept, _ = tracemalloc.get_traced_memory()
+        tracemalloc.stop()
+    else:
+        resources = sync(args.nodes, pages)
 
     event = json.dumps({"type": "MODIFIED", "object": pod_json(7, args.nodes)}).encode()
     rounds = 5000
@@ -139,7 +153,8 @@ def main() -> None:
     print(f"list: {len(pages)} pages, {list_bytes / 2**20:.1f} MiB of JSON "
           f"({list_bytes / args.pods:.0f} B a pod); decoded, reduced and applied in "
           f"{seconds:.1f} s; peak while listing {list_peak / 2**20:.1f} MiB")
-    print(f"kept: {kept / 2**20:.1f} MiB ({kept / args.pods:.0f} B a pod)")
+    if kept:
+        print(f"kept: {kept / 2**20:.1f} MiB ({kept / args.pods:.0f} B a pod)")
     print(f"watch: {len(event)} B a MODIFIED event, decoded and applied in {per_event_us:.0f} us")
 
 
