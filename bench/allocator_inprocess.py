@@ -17,7 +17,9 @@ of 8 cores, the default policy's ``score_cpu_only``). ``--no-node-resources`` ru
 with node tracking off (the allocator's ``--node-resources false``).
 
 Usage: ``.venv/bin/python bench/allocator_inprocess.py [--nodes 1000 5000] [--repeat 50]
-[--policy fgd-cpu] [--cpu] [--no-node-resources]``
+[--policy fgd-cpu] [--cpu] [--no-node-resources] [--clock cpu]``; without ``--cpu`` and
+``--no-node-resources`` it runs on the code before issue 12 too (``PYTHONPATH``), for
+before/after comparisons.
 """
 
 from __future__ import annotations
@@ -30,7 +32,6 @@ from collections.abc import Callable
 from typing import Any
 
 from allocator.core import Allocator, AllocatorConfig
-from allocator.resources import pod_usage
 from allocator.state import ClusterState
 from tessera.vocabulary import (
     Allocation,
@@ -86,6 +87,8 @@ def build_state(n: int, rng: random.Random, cpu: bool = False) -> ClusterState:
                                   rng.choice([8, 16, 24])))
     state.replace_pods(pods)
     if cpu:
+        from allocator.resources import pod_usage  # only with --cpu: runs on older code too
+
         state.resources.replace_pods(map(pod_usage, pods))
     state.mark_synced()
     return state
@@ -121,13 +124,19 @@ def percentile(samples: list[float], q: float) -> float:
     return ordered[min(len(ordered) - 1, round(q * (len(ordered) - 1)))]
 
 
+#: The clock calls are timed with: wall time, or with ``--clock cpu`` this process's CPU time
+#: (``time.process_time``), which other programs on a busy machine do not inflate.
+CLOCK: list[Callable[[], float]] = [time.perf_counter]
+
+
 def measure(fn: Callable[[], object], repeat: int, before: Callable[[], None]) -> list[float]:
+    clock = CLOCK[0]
     out = []
     for _ in range(repeat):
         before()
-        t0 = time.perf_counter()
+        t0 = clock()
         fn()
-        out.append((time.perf_counter() - t0) * 1000)
+        out.append((clock() - t0) * 1000)
     return out
 
 
@@ -138,7 +147,10 @@ def main() -> None:
     parser.add_argument("--policy", default="binpack")
     parser.add_argument("--cpu", action="store_true", help="node CPU and a workload mix")
     parser.add_argument("--no-node-resources", action="store_true")
+    parser.add_argument("--clock", choices=["wall", "cpu"], default="wall")
     args = parser.parse_args()
+    if args.clock == "cpu":
+        CLOCK[0] = time.process_time
     shapes = {
         "share 30%/4GiB": PodRequest((ContainerRequest("main", core_percent=30,
                                                        memory_mib=4096),)),
@@ -155,8 +167,8 @@ def run_size(n: int, shapes: dict[str, PodRequest], repeat: int, policy: str, cp
     rng = random.Random(42)
     state = build_state(n, rng, cpu)
     allocator = Allocator(state, api=None,  # type: ignore[arg-type]  # no binds here
-                          config=AllocatorConfig(default_policy=policy,
-                                                 node_resources=node_resources))
+                          config=AllocatorConfig(default_policy=policy) if node_resources
+                          else AllocatorConfig(default_policy=policy, node_resources=False))
     names = state.node_names()
     if cpu:
         feed_mix(allocator, names, rng)
