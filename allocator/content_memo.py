@@ -15,7 +15,7 @@ holders or its card indices. So:
   node's answer is one C-level map;
 - an answer that also depends on the node's free CPU — as a policy declares it, through
   thresholds (:meth:`allocator.policies.Policy.cpu_thresholds`) — is shared by
-  **(content, CPU bucket before, CPU bucket after)** instead (:func:`cpu_keys`,
+  **(content, CPU bucket before, CPU bucket after)** instead (:class:`CpuBuckets`,
   :meth:`NodeContents.per_content_cpu`): nodes alike in cards whose free CPU lies between the
   same two thresholds, before and after the pod, get the same answer.
 
@@ -59,14 +59,44 @@ RawScore = float | None
 CpuKey = tuple[int | None, int, int]
 
 
-def cpu_keys(contents: Sequence[int | None], free_cpu: Sequence[int],
-             thresholds: Sequence[int], pod_cpu_milli: int) -> list[CpuKey]:
-    """Each node's :data:`CpuKey`: its content id, and how many ``thresholds`` its free CPU
-    reaches before and after the pod takes ``pod_cpu_milli`` (C-level maps, no Python code
-    per node)."""
-    bucket = partial(bisect_right, thresholds)
-    after = map(sub, free_cpu, repeat(pod_cpu_milli))
-    return list(zip(contents, map(bucket, free_cpu), map(bucket, after), strict=True))
+class CpuBuckets:
+    """Each node's :data:`CpuKey`: its content id, and how many of a policy's thresholds its
+    free CPU reaches before and after the pod. The bucket of each free-CPU value is kept per
+    thresholds (values repeat across nodes and calls), so a call is C-level maps and
+    dictionary reads, no Python code per node."""
+
+    #: Free-CPU values kept per thresholds, and thresholds kept (beyond either: restart).
+    VALUES = 200_000
+    TABLES = 64
+
+    def __init__(self) -> None:
+        self._tables: dict[tuple[int, ...], dict[int, int]] = {}
+
+    def keys(self, contents: Sequence[int | None], free_cpu: Sequence[int],
+             thresholds: tuple[int, ...], pod_cpu_milli: int) -> list[CpuKey]:
+        table = self._table(thresholds)
+        after = list(map(sub, free_cpu, repeat(pod_cpu_milli)))
+        try:
+            before_buckets = list(map(table.__getitem__, free_cpu))
+            after_buckets = list(map(table.__getitem__, after))
+        except KeyError:
+            bucket = partial(bisect_right, thresholds)
+            if len(table) > self.VALUES:
+                table.clear()
+            for value in set(free_cpu).union(after).difference(table):
+                table[value] = bucket(value)
+            # read through the function, not the table: another thread may restart it
+            before_buckets = list(map(bucket, free_cpu))
+            after_buckets = list(map(bucket, after))
+        return list(zip(contents, before_buckets, after_buckets, strict=True))
+
+    def _table(self, thresholds: tuple[int, ...]) -> dict[int, int]:
+        table = self._tables.get(thresholds)
+        if table is None:
+            if len(self._tables) >= self.TABLES:
+                self._tables.clear()
+            table = self._tables.setdefault(thresholds, {})
+        return table
 
 
 def bucket_value(thresholds: Sequence[int], bucket: int) -> int:
@@ -179,6 +209,8 @@ class NodeContents:
         self.raw_scores: ShapeMemo[RawScore] = ShapeMemo()
         #: the policies' name biases, per node name
         self.name_biases = NameBiases()
+        #: free-CPU buckets per policy thresholds, for answers shared by :data:`CpuKey`
+        self.cpu_buckets = CpuBuckets()
 
     # ------------------------------------------------------------------ writes (owner's lock)
     def assign(self, name: str, state: NodeState) -> int:
@@ -244,22 +276,26 @@ class NodeContents:
                         answer: Callable[[NodeState, int, int], T], *,
                         unknown: T) -> PerContent[T]:
         """:meth:`per_content` for answers that also depend on the CPU buckets: ``answer``
-        gets a representative state of the key's content and the key's two buckets."""
-        answers: dict[Any, T] = {}
-        for key in set(keys):
+        gets a representative state of the key's content and the key's two buckets.
+
+        Keys are many more than contents (a content spreads over several CPU buckets), so
+        the answers already kept are gathered by C-level set and map operations, and Python
+        runs only for the keys never seen."""
+        distinct = set(keys)
+        local: dict[Any, T] = {}  # answers not kept: unknown nodes, retired ids
+        for key in distinct.difference(memo.keys()):
             content, before, after = key
+            state = None if content is None else self._representative.get(content)
             if content is None:
-                answers[key] = unknown
-            elif key in memo:
-                answers[key] = memo[key]
+                local[key] = unknown
+            elif state is not None:
+                memo[key] = answer(state, before, after)
             else:
-                state = self._representative.get(content)
-                if state is not None:
-                    answers[key] = memo[key] = answer(state, before, after)
-                else:
-                    answers[key] = self._answer_now(names[keys.index(key)],
-                                                    partial(_at, answer, before, after),
-                                                    unknown)
+                local[key] = self._answer_now(names[keys.index(key)],
+                                              partial(_at, answer, before, after), unknown)
+        kept = distinct.difference(local) if local else distinct
+        answers: dict[Any, T] = dict(zip(kept, map(memo.__getitem__, kept), strict=True))
+        answers.update(local)
         return PerContent(keys, answers)
 
     def _answer_now(self, name: str, answer: Callable[[NodeState], T], unknown: T) -> T:

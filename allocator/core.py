@@ -31,7 +31,6 @@ from allocator.content_memo import (
     PerContent,
     RawScore,
     bucket_value,
-    cpu_keys,
 )
 from allocator.decisions import NO_HOOKS, DecisionHooks, PodRef
 from allocator.errors import ApiError, BindError, Conflict, NotFound, NotReady
@@ -409,8 +408,8 @@ class Allocator:
         contents = node_contents.ids(names)
         by_content: PerContent[RawScore]
         if thresholds:
-            keys = cpu_keys(contents, self.state.resources.free_cpu_of(names), thresholds,
-                            pod_cpu)
+            keys = node_contents.cpu_buckets.keys(
+                contents, self.state.resources.free_cpu_of(names), thresholds, pod_cpu)
             by_content = node_contents.per_content_cpu(names, keys, memo, raw_score,
                                                        unknown=None)
         else:
