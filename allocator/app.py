@@ -3,6 +3,8 @@
 Routes (verbs under the URL prefix, ``/scheduler`` by default):
 
 - ``POST <prefix>/filter``, ``<prefix>/prioritize``, ``<prefix>/bind`` — the extender verbs;
+- ``POST <prefix>/prioritize-cpu-only`` — the prioritize verb of an optional second extender
+  entry without managed resources: scores pods that ask for no GPU (0 for GPU pods);
 - ``GET /healthz`` (the process answers), ``/readyz`` (synced and leader), ``/status`` (every
   node, card and holder, and the pods recently refused, JSON), ``/metrics`` (Prometheus);
 - ``GET /`` the same picture as a read-only HTML page (:mod:`allocator.page`).
@@ -23,7 +25,7 @@ import json
 import logging
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -43,7 +45,7 @@ from allocator.ports import KubeApi
 from allocator.recorder import EventRecorder
 from allocator.resync import PodResync
 from allocator.state import ClusterState
-from allocator.watch import initial_sync, reflectors
+from allocator.watch import initial_sync, reflectors, resource_reflector
 from tessera.wire import BodyTooLarge, WireError, read_body
 
 logger = logging.getLogger(__name__)
@@ -74,19 +76,33 @@ class Runtime:
         return self.elector is None or self.elector.is_leader
 
     def start(self) -> None:
-        """Background threads: initial sync then the two watches; leader election."""
+        """Background threads: initial sync then the watches (nodes, GPU pods, and with node
+        resources on, every bound pod); leader election."""
         nodes, pods = reflectors(self.api, self.state, self.stop, self.sleep)
+        replace_pods = pods.replace
+
+        def replace_and_seed(items: Iterable[Any], since: int) -> None:
+            # The GPU pods already bound seed the workload mix (counted once per pod).
+            listed = list(items)
+            replace_pods(listed, since)
+            self.allocator.seed_mix(listed)
+
+        pods.replace = replace_and_seed
+        more = ([resource_reflector(self.api, self.state.resources, self.stop, self.sleep)]
+                if self.settings.core.node_resources else [])
 
         def sync_and_watch() -> None:
-            initial_sync(self.api, self.state, nodes, pods, self.sleep, self.stop)
+            initial_sync(self.api, self.state, nodes, pods, self.sleep, self.stop, *more)
             # The synced picture (every node, card and pod record) is long-lived: move it
             # out of the collector's sight, so that full collections triggered by the verbs'
             # short-lived objects stop walking it (they did, at 5,000 nodes, mid-request).
             gc.collect()
             gc.freeze()
-            watcher = threading.Thread(target=nodes.run, name="watch-nodes", daemon=True)
-            watcher.start()
-            self.threads.append(watcher)
+            for reflector, name in [(nodes, "watch-nodes"),
+                                    *((r, "watch-bound-pods") for r in more)]:
+                watcher = threading.Thread(target=reflector.run, name=name, daemon=True)
+                watcher.start()
+                self.threads.append(watcher)
             pods.run()
 
         targets: list[tuple[str, Callable[[], None]]] = [
@@ -194,6 +210,12 @@ def _routes(app: Flask, rt: Runtime, prefix: str) -> None:
     def prioritize_verb() -> Response:
         with timer.labels("prioritize").time():
             names, scores = extender.prioritize_scores(rt.allocator, _body())
+            return _json_text(extender.encode_priorities(names, scores))
+
+    @app.post(f"{prefix}/prioritize-cpu-only")
+    def prioritize_cpu_only_verb() -> Response:
+        with timer.labels("prioritize-cpu-only").time():
+            names, scores = extender.prioritize_scores(rt.allocator, _body(), cpu_only=True)
             return _json_text(extender.encode_priorities(names, scores))
 
     @app.post(f"{prefix}/bind")

@@ -41,6 +41,8 @@ ENV_VARS: Final = {
     "TESSERA_AGENT_DIALECTS": "node-agent dialects written at bind, comma-separated "
     f"(default elastic; known: {', '.join(agents.DIALECTS)})",
     "TESSERA_SEED": "seed of the random policy (default 0)",
+    "TESSERA_NODE_RESOURCES": "'true' (default) to track every node's free CPU and memory "
+    "for the placement policies (watches every bound pod); 'false' to watch GPU pods only",
     "TESSERA_ALLOCATOR_URL_PREFIX": "URL prefix of the extender verbs (default /scheduler)",
     "TESSERA_ALLOCATOR_MAX_BODY_BYTES": "largest request body accepted "
     f"(default {DEFAULT_MAX_BODY_BYTES})",
@@ -87,6 +89,7 @@ class Settings:
                 default_policy=policy,
                 agent_dialects=agent_dialects,
                 seed=read.integer("TESSERA_SEED", 0, 0, 2**63 - 1),
+                node_resources=read.flag("TESSERA_NODE_RESOURCES", True),
             ),
             url_prefix=prefix,
             serving=serving,

@@ -12,7 +12,12 @@ holders or its card indices. So:
   content, and a node change needs no invalidation (changed content gets another id);
 - :meth:`NodeContents.per_content` **fans out**: it computes (or recalls) one answer per
   distinct content among the asked nodes and hands back a :class:`PerContent`, from which each
-  node's answer is one C-level map.
+  node's answer is one C-level map;
+- an answer that also depends on the node's free CPU — as a policy declares it, through
+  thresholds (:meth:`allocator.policies.Policy.cpu_thresholds`) — is shared by
+  **(content, CPU bucket before, CPU bucket after)** instead (:class:`CpuBuckets`,
+  :meth:`NodeContents.per_content_cpu`): nodes alike in cards whose free CPU lies between the
+  same two thresholds, before and after the pod, get the same answer.
 
 Ids are never reused, so a memoised answer can never describe other content. Beyond
 :data:`CONTENT_LIMIT` distinct contents, ids no node holds any more are retired and the memos
@@ -24,9 +29,13 @@ Nothing here decides anything: the caller passes the function whose answers are 
 from __future__ import annotations
 
 import threading
+from bisect import bisect_right
 from collections.abc import Callable, Hashable, Iterable, Sequence
 from dataclasses import dataclass
-from typing import Generic, TypeVar
+from functools import partial
+from itertools import repeat
+from operator import sub
+from typing import Any, Generic, TypeVar
 
 from allocator.fit import CardSignature, NodeState, Unfit, node_signature
 
@@ -46,6 +55,56 @@ ContentKey = tuple[CardSignature, ...]
 FitVerdict = Unfit | None
 #: A raw policy score as prioritize memoises it: None when the pod does not fit.
 RawScore = float | None
+#: (content id or None for an unknown node, CPU bucket before, CPU bucket after the pod).
+CpuKey = tuple[int | None, int, int]
+
+
+class CpuBuckets:
+    """Each node's :data:`CpuKey`: its content id, and how many of a policy's thresholds its
+    free CPU reaches before and after the pod. The bucket of each free-CPU value is kept per
+    thresholds (values repeat across nodes and calls), so a call is C-level maps and
+    dictionary reads, no Python code per node."""
+
+    #: Free-CPU values kept per thresholds, and thresholds kept (beyond either: restart).
+    VALUES = 200_000
+    TABLES = 64
+
+    def __init__(self) -> None:
+        self._tables: dict[tuple[int, ...], dict[int, int]] = {}
+
+    def keys(self, contents: Sequence[int | None], free_cpu: Sequence[int],
+             thresholds: tuple[int, ...], pod_cpu_milli: int) -> list[CpuKey]:
+        table = self._table(thresholds)
+        after = list(map(sub, free_cpu, repeat(pod_cpu_milli)))
+        try:
+            before_buckets = list(map(table.__getitem__, free_cpu))
+            after_buckets = list(map(table.__getitem__, after))
+        except KeyError:
+            bucket = partial(bisect_right, thresholds)
+            if len(table) > self.VALUES:
+                table.clear()
+            for value in set(free_cpu).union(after).difference(table):
+                table[value] = bucket(value)
+            # read through the function, not the table: another thread may restart it
+            before_buckets = list(map(bucket, free_cpu))
+            after_buckets = list(map(bucket, after))
+        return list(zip(contents, before_buckets, after_buckets, strict=True))
+
+    def _table(self, thresholds: tuple[int, ...]) -> dict[int, int]:
+        table = self._tables.get(thresholds)
+        if table is None:
+            if len(self._tables) >= self.TABLES:
+                self._tables.clear()
+            table = self._tables.setdefault(thresholds, {})
+        return table
+
+
+def bucket_value(thresholds: Sequence[int], bucket: int) -> int:
+    """A free-CPU value inside ``bucket`` (what a representative node is scored with: the
+    policy tells values of one bucket apart from no other)."""
+    if not thresholds:
+        return 0
+    return thresholds[0] - 1 if bucket == 0 else thresholds[bucket - 1]
 
 
 def content_key(state: NodeState) -> ContentKey:
@@ -53,18 +112,20 @@ def content_key(state: NodeState) -> ContentKey:
 
 
 class ShapeMemo(Generic[T]):
-    """Answers per request shape (any hashable key), each a dict ``content id -> answer``.
+    """Answers per request shape (any hashable key), each a dict ``content id -> answer``
+    (or :data:`CpuKey` -> answer).
 
     Callers read and fill a shape's dict without a lock: an entry never goes stale, because
-    it depends only on the content its id stands for.
+    it depends only on the content its id stands for (and the CPU buckets of its key, whose
+    thresholds are part of the shape).
     """
 
     def __init__(self, limit: int = SHAPE_LIMIT) -> None:
         self._limit = limit
-        self._shapes: dict[Hashable, dict[int, T]] = {}
+        self._shapes: dict[Hashable, dict[Any, T]] = {}
         self._lock = threading.Lock()
 
-    def answers(self, shape: Hashable) -> dict[int, T]:
+    def answers(self, shape: Hashable) -> dict[Any, T]:
         with self._lock:
             kept = self._shapes.pop(shape, None)
             if kept is None or len(kept) > CONTENT_LIMIT:
@@ -83,10 +144,11 @@ class ShapeMemo(Generic[T]):
 class PerContent(Generic[T]):
     """One answer per distinct content among some nodes, and the way back to each node."""
 
-    #: The content id of each node asked about, in order (None: a node we do not know).
-    contents: list[int | None]
+    #: The content id (or :data:`CpuKey`) of each node asked about, in order (None: a node
+    #: we do not know).
+    contents: Sequence[Hashable]
     #: The answer of each distinct content (key None: the answer for unknown nodes).
-    answers: dict[int | None, T]
+    answers: dict[Any, T]
 
     def distinct(self) -> Iterable[T]:
         return self.answers.values()
@@ -99,6 +161,33 @@ class PerContent(Generic[T]):
         depends only on the distinct values)."""
         converted = convert(list(self.answers.values()))
         return PerContent(self.contents, dict(zip(self.answers, converted, strict=True)))
+
+
+def _at(answer: Callable[[NodeState, int, int], T], before: int, after: int,
+        state: NodeState) -> T:
+    return answer(state, before, after)
+
+
+class NameBiases:
+    """Each policy's name bias (:meth:`allocator.policies.Policy.name_bias`) per node name,
+    computed once (a hash per node and call was most of a 5,000-node prioritize)."""
+
+    def __init__(self, limit: int = CONTENT_LIMIT) -> None:
+        self._limit = limit
+        self._by_policy: dict[str, dict[str, float]] = {}
+
+    def of(self, policy: str, bias: Callable[[str], float], names: Sequence[str]
+           ) -> list[float]:
+        known = self._by_policy.setdefault(policy, {})
+        try:
+            return list(map(known.__getitem__, names))
+        except KeyError:
+            if len(known) > self._limit:
+                known.clear()
+            for name in names:
+                if name not in known:
+                    known[name] = bias(name)
+            return list(map(known.__getitem__, names))
 
 
 class NodeContents:
@@ -118,6 +207,10 @@ class NodeContents:
         self.fit_verdicts: ShapeMemo[FitVerdict] = ShapeMemo()
         #: prioritize's content-only scores, per (policy, request shape)
         self.raw_scores: ShapeMemo[RawScore] = ShapeMemo()
+        #: the policies' name biases, per node name
+        self.name_biases = NameBiases()
+        #: free-CPU buckets per policy thresholds, for answers shared by :data:`CpuKey`
+        self.cpu_buckets = CpuBuckets()
 
     # ------------------------------------------------------------------ writes (owner's lock)
     def assign(self, name: str, state: NodeState) -> int:
@@ -159,7 +252,7 @@ class NodeContents:
         return self._representative.get(content)
 
     def per_content(self, names: Sequence[str], contents: list[int | None],
-                    memo: dict[int, T], answer: Callable[[NodeState], T], *,
+                    memo: dict[Any, T], answer: Callable[[NodeState], T], *,
                     unknown: T) -> PerContent[T]:
         """``answer`` for every distinct content among ``names`` (whose :meth:`ids` are
         ``contents``), from ``memo`` or computed once on a representative (and kept);
@@ -178,6 +271,32 @@ class NodeContents:
                     answers[content] = self._answer_now(
                         names[contents.index(content)], answer, unknown)
         return PerContent(contents, answers)
+
+    def per_content_cpu(self, names: Sequence[str], keys: list[CpuKey], memo: dict[Any, T],
+                        answer: Callable[[NodeState, int, int], T], *,
+                        unknown: T) -> PerContent[T]:
+        """:meth:`per_content` for answers that also depend on the CPU buckets: ``answer``
+        gets a representative state of the key's content and the key's two buckets.
+
+        Keys are many more than contents (a content spreads over several CPU buckets), so
+        the answers already kept are gathered by C-level set and map operations, and Python
+        runs only for the keys never seen."""
+        distinct = set(keys)
+        local: dict[Any, T] = {}  # answers not kept: unknown nodes, retired ids
+        for key in distinct.difference(memo.keys()):
+            content, before, after = key
+            state = None if content is None else self._representative.get(content)
+            if content is None:
+                local[key] = unknown
+            elif state is not None:
+                memo[key] = answer(state, before, after)
+            else:
+                local[key] = self._answer_now(names[keys.index(key)],
+                                              partial(_at, answer, before, after), unknown)
+        kept = distinct.difference(local) if local else distinct
+        answers: dict[Any, T] = dict(zip(kept, map(memo.__getitem__, kept), strict=True))
+        answers.update(local)
+        return PerContent(keys, answers)
 
     def _answer_now(self, name: str, answer: Callable[[NodeState], T], unknown: T) -> T:
         """The id was retired after the names were read: answer from a state with the node's

@@ -8,6 +8,11 @@ the agent annotations onto the pod atomically with ``spec.nodeName``; every fail
 was done.
 Filter reads the state, and before it leaves a pod with no node for lack of room, brings the
 GPU pods up to date with a consistent read (:mod:`allocator.resync`).
+
+Policies see the live workload mix (:mod:`allocator.mix`: every GPU pod's request, counted
+once, at its first filter or from the GPU pods already bound when the allocator starts) and
+every node's free CPU and memory (:mod:`allocator.resources`), through their
+:class:`~allocator.policies.PolicyContext`.
 """
 
 from __future__ import annotations
@@ -16,26 +21,34 @@ import logging
 import threading
 import time
 from collections import OrderedDict
-from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass, field, replace
 from typing import Any, Final
 
 from allocator import agents
-from allocator.content_memo import FitVerdict, PerContent, RawScore
+from allocator.content_memo import (
+    FitVerdict,
+    PerContent,
+    RawScore,
+    bucket_value,
+)
 from allocator.decisions import NO_HOOKS, DecisionHooks, PodRef
 from allocator.errors import ApiError, BindError, Conflict, NotFound, NotReady
 from allocator.fit import NodeState, Placement, Unfit, place, unfit_reason
+from allocator.mix import LiveMix
 from allocator.nodelookup import NodeLookup
 from allocator.policies import (
     DEFAULT_POLICY,
     MAX_SCORE,
-    NodeRank,
+    NodeFacts,
     Policy,
     PolicyContext,
+    Workload,
     chooser,
     get_policy,
 )
 from allocator.ports import KubeApi, Obj
+from allocator.resources import ResourceError, pod_requests
 from allocator.resync import PodResync
 from allocator.state import ClusterState, Stage
 from tessera.dialects import DialectConfig, read_pod_request
@@ -58,6 +71,9 @@ UNKNOWN_NODE: Final = Unfit("node unknown to the GPU allocator (not in its node 
                             "found when read by name)")
 #: Pods remembered from filter for their bind (kube-scheduler binds within seconds).
 RECENT_PODS = 1024
+#: Pod UIDs whose request the workload mix has counted (least recently filtered forgotten
+#: beyond that: a pod filtered again after that many others counts twice, harmlessly).
+OBSERVED_PODS = 65_536
 
 
 @dataclass(frozen=True)
@@ -68,6 +84,8 @@ class AllocatorConfig:
     agent_dialects: tuple[str, ...] = (agents.ELASTIC,)
     #: Seed of the random policy (with the pod identity and the node).
     seed: int = 0
+    #: Track every node's CPU and memory (all bound pods are watched) for the policies.
+    node_resources: bool = True
 
     @property
     def vocabulary(self) -> Vocabulary:
@@ -130,6 +148,12 @@ class Allocator:
         # instead of reading the pod again (one API round trip of three).
         self._recent: OrderedDict[str, Obj] = OrderedDict()
         self._recent_lock = threading.Lock()
+        #: The live workload mix, and the pods it has counted (under ``_mix_lock``).
+        self.mix = LiveMix()
+        self._observed: OrderedDict[str, None] = OrderedDict()
+        self._mix_lock = threading.Lock()
+        self._node_facts: Mapping[str, NodeFacts] = (
+            state.resources.view() if config.node_resources else {})
 
     # ------------------------------------------------------------------ common
     def check_ready(self) -> None:
@@ -177,7 +201,47 @@ class Allocator:
         return get_policy(request.policy or self.config.default_policy)
 
     def context(self, request: PodRequest, pod: Mapping[str, Any]) -> PolicyContext:
-        return PolicyContext(request, pod_key=pod_key(pod), seed=self.config.seed)
+        return PolicyContext(request, pod_key=pod_key(pod), seed=self.config.seed,
+                             workload=self.workload(), node_facts=self._node_facts,
+                             pod_cpu_milli=pod_cpu_milli(pod))
+
+    # ------------------------------------------------------------------ workload mix
+    def workload(self) -> Workload:
+        """The workload mix as published now (it changes in steps, see :mod:`allocator.mix`)."""
+        with self._mix_lock:
+            return self.mix.workload()
+
+    def observe(self, pod: Mapping[str, Any], request: PodRequest) -> None:
+        """Count the GPU pod's request in the workload mix, once per pod UID."""
+        uid = (pod.get("metadata") or {}).get("uid")
+        if not isinstance(uid, str) or not uid:
+            return
+        cpu = pod_cpu_milli(pod)
+        with self._mix_lock:
+            if uid in self._observed:
+                self._observed.move_to_end(uid)
+                return
+            self._observed[uid] = None
+            if len(self._observed) > OBSERVED_PODS:
+                self._observed.popitem(last=False)
+            self.mix.observe(request, cpu)
+
+    def seed_mix(self, pods: Iterable[Mapping[str, Any]]) -> None:
+        """Count the GPU pods already in the cluster (a list at start), oldest first, so a
+        restarted allocator is not blind to the workload. Unreadable requests are skipped
+        (the pod is still counted by the state as its record says)."""
+        def created(pod: Mapping[str, Any]) -> tuple[str, str]:
+            meta = pod.get("metadata") or {}
+            stamp, uid = meta.get("creationTimestamp"), meta.get("uid")
+            return (stamp if isinstance(stamp, str) else "", uid if isinstance(uid, str) else "")
+
+        for pod in sorted(pods, key=created):
+            try:
+                request = read_pod_request(pod, self.config.dialects)
+            except Exception:  # one bad pod must not stop the others (the state notes it)
+                continue
+            if request is not None:
+                self.observe(pod, request)
 
     # ------------------------------------------------------------------ filter
     def filter(self, pod: Mapping[str, Any], names: Sequence[str]) -> FilterOutcome:
@@ -200,6 +264,7 @@ class Allocator:
         if request is None:
             return FilterOutcome(list(names), {}, {})
         self.remember(pod)
+        self.observe(pod, request)
         out, short = self._filter(request, names)
         if out.nodes or not short or self.resync is None:
             return out
@@ -277,39 +342,86 @@ class Allocator:
             fitting = self._fit_verdicts(request, names, contents).per_node()
             return scale([rank(name) if verdict is None else None
                           for name, verdict in zip(names, fitting, strict=True)])
-        if policy.per_pod or ctx.node_facts:
-            # The score depends on the pod's identity, or on facts about the node beyond its
-            # cards (its CPU): placed and scored node by node, never shared.
+        if policy.per_pod:
+            # The score depends on the pod's identity: placed and scored node by node, never
+            # shared.
             return scale([None if view is None else _placed_score(request, policy, ctx,
                                                                   view.state)
                           for view in self.state.views(names)])
-        # Every other score is a function of the node's content, plus, for a policy with a
-        # name bias (fgd-ff's fixed first-fit order), that bias on top: one placement per
-        # distinct content, the bias added per node.
+        # Every other score is a function of the node's content (and, for a policy that reads
+        # node CPU, of where the node's free CPU lies among the policy's thresholds), plus,
+        # for a policy with a name bias (fgd-ff's fixed first-fit order), that bias on top:
+        # one placement per distinct content, the bias added per node.
         bias = policy.name_bias()
-        by_content = self._raw_scores(request, policy, ctx, names, bias)
-        if bias is None:
-            # Min-max scaling depends only on the distinct values: scale those, then fan out.
-            return by_content.map_distinct(scale).per_node()
-        return scale([None if base is None else base + bias(name)
-                      for name, base in zip(names, by_content.per_node(), strict=True)])
+        thresholds = self._cpu_thresholds(policy, ctx.workload)
+        shape = (policy.name, encode_request(request), ctx.workload, thresholds)
 
-    def _raw_scores(self, request: PodRequest, policy: Policy, ctx: PolicyContext,
-                    names: Sequence[str], bias: NodeRank | None) -> PerContent[RawScore]:
-        """Raw score per distinct node content (None: does not fit); with a ``bias``, the
-        representative's own bias is taken out, so that what is shared is the content's
-        alone."""
-        node_contents = self.state.node_contents
-        memo = node_contents.raw_scores.answers((policy.name, encode_request(request)))
-
-        def raw_score(state: NodeState) -> RawScore:
-            score = _placed_score(request, policy, ctx, state)
+        def raw_score(state: NodeState, before: int = 0, after: int = 0) -> RawScore:
+            scored = ctx if not thresholds else _at_buckets(ctx, state.name, thresholds,
+                                                            before, after)
+            score = _placed_score(request, policy, scored, state)
             if score is None or bias is None:
                 return score
             return score - bias(state.name)
 
-        return node_contents.per_content(names, node_contents.ids(names), memo, raw_score,
-                                         unknown=None)
+        return self._fan_out(names, shape, thresholds, ctx.pod_cpu_milli, raw_score, policy)
+
+    def scores_cpu_only(self, pod: Mapping[str, Any], names: Sequence[str]) -> list[int]:
+        """``prioritize-cpu-only``'s scores 0..10, one per name, in order: a pod that asks
+        for no GPU is scored by the default policy's
+        :meth:`~allocator.policies.Policy.score_cpu_only` over each node's free CPU; a GPU pod
+        (scored by the main extender entry), or a policy that cannot score such pods, gets 0
+        everywhere."""
+        self.check_ready()
+        if self.pod_request(pod) is not None or not self.config.node_resources:
+            return [0] * len(names)
+        policy = get_policy(self.config.default_policy)
+        workload = self.workload()
+        thresholds = self._cpu_thresholds(policy, workload)
+        bias = policy.name_bias()
+        shape = ("cpu-only", policy.name, workload, thresholds)
+
+        def raw_score(state: NodeState, before: int = 0, after: int = 0) -> RawScore:
+            score = policy.score_cpu_only(state, bucket_value(thresholds, before),
+                                          bucket_value(thresholds, after), workload)
+            if score is None or bias is None:
+                return score
+            return score - bias(state.name)
+
+        return self._fan_out(names, shape, thresholds, pod_cpu_milli(pod), raw_score, policy)
+
+    def _cpu_thresholds(self, policy: Policy, workload: Workload) -> tuple[int, ...]:
+        if not self.config.node_resources:
+            return ()
+        return tuple(policy.cpu_thresholds(workload.cpu_milli,
+                                           self.state.resources.max_cpu_milli))
+
+    def _fan_out(self, names: Sequence[str], shape: tuple[object, ...],
+                 thresholds: tuple[int, ...], pod_cpu: int,
+                 raw_score: Callable[[NodeState, int, int], RawScore],
+                 policy: Policy) -> list[int]:
+        """Raw scores shared per distinct content (with ``thresholds``: per content and CPU
+        buckets before and after ``pod_cpu``), memoised per ``shape``, the policy's name bias
+        added back per node, scaled 0..10."""
+        node_contents = self.state.node_contents
+        memo = node_contents.raw_scores.answers(shape)
+        contents = node_contents.ids(names)
+        by_content: PerContent[RawScore]
+        if thresholds:
+            keys = node_contents.cpu_buckets.keys(
+                contents, self.state.resources.free_cpu_of(names), thresholds, pod_cpu)
+            by_content = node_contents.per_content_cpu(names, keys, memo, raw_score,
+                                                       unknown=None)
+        else:
+            by_content = node_contents.per_content(
+                names, contents, memo, lambda state: raw_score(state, 0, 0), unknown=None)
+        bias = policy.name_bias()
+        if bias is None:
+            # Min-max scaling depends only on the distinct values: scale those, then fan out.
+            return by_content.map_distinct(scale).per_node()
+        biases = node_contents.name_biases.of(policy.name, bias, names)
+        return scale([None if base is None else base + rank
+                      for base, rank in zip(by_content.per_node(), biases, strict=True)])
 
     # ------------------------------------------------------------------ bind
     def bind(self, namespace: str, name: str, uid: str, node: str) -> BindOutcome:
@@ -411,6 +523,7 @@ class Allocator:
                  node: str) -> Placement:
         meta = pod.get("metadata") or {}
         ctx = self.context(request, pod)
+        requests = _requests_or_zero(pod) if self.config.node_resources else None
         with self.state.node_lock(node):
             for _attempt in range(100):
                 view = self.state.view(node)
@@ -421,7 +534,7 @@ class Allocator:
                     raise BindError(f"node {node}: {placed.reason}")
                 allocation = placed.allocation(uid, 0.0)
                 if self.state.reserve(uid, meta.get("namespace", ""), meta.get("name", ""),
-                                      allocation, view.version):
+                                      allocation, view.version, requests):
                     return placed
                 if self.state.record(uid) is not None:
                     raise BindError(f"a bind of pod {pod_key(pod)} is already in progress")
@@ -542,6 +655,29 @@ def _readable(unfit: Unfit | None) -> FitVerdict:
     if unfit is None:
         return None
     return Unfit(event_safe(unfit.reason), unfit.resolvable)
+
+
+def _requests_or_zero(pod: Mapping[str, Any]) -> tuple[int, int]:
+    """(milli-CPU, memory bytes) the pod requests; (0, 0) if unreadable (the API server
+    validates them, so only a hand-made pod gets here)."""
+    try:
+        return pod_requests(pod)
+    except (ResourceError, TypeError, ValueError, ArithmeticError):
+        return 0, 0
+
+
+def pod_cpu_milli(pod: Mapping[str, Any]) -> int:
+    return _requests_or_zero(pod)[0]
+
+
+def _at_buckets(ctx: PolicyContext, node: str, thresholds: Sequence[int], before: int,
+                after: int) -> PolicyContext:
+    """``ctx`` for a representative node: its free CPU a value inside bucket ``before``, the
+    pod's CPU what brings it to a value inside bucket ``after``."""
+    cpu_before = bucket_value(thresholds, before)
+    cpu_after = bucket_value(thresholds, after)
+    return replace(ctx, node_facts={node: NodeFacts(cpu_before)},
+                   pod_cpu_milli=cpu_before - cpu_after)
 
 
 def _placed_score(request: PodRequest, policy: Policy, ctx: PolicyContext,

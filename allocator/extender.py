@@ -148,15 +148,19 @@ def prioritize_reply(allocator: Allocator, body: bytes) -> list[HostPriority]:
     return [{"Host": n, "Score": s} for n, s in zip(names, scores, strict=True)]
 
 
-def prioritize_scores(allocator: Allocator, body: bytes) -> tuple[list[str], list[int]]:
-    """(hosts, their scores) of :func:`prioritize_reply`, before they become JSON."""
+def prioritize_scores(allocator: Allocator, body: bytes,
+                      cpu_only: bool = False) -> tuple[list[str], list[int]]:
+    """(hosts, their scores) of :func:`prioritize_reply`, before they become JSON; with
+    ``cpu_only``, of the ``prioritize-cpu-only`` verb (:meth:`Allocator.scores_cpu_only`),
+    same wire format."""
     try:
         args = decode_args(body)
     except WireError as exc:
         logger.warning("prioritize: %s", exc)
         return [], []
+    score = allocator.scores_cpu_only if cpu_only else allocator.scores
     try:
-        return args.node_names, allocator.scores(args.pod, args.node_names)
+        return args.node_names, score(args.pod, args.node_names)
     except Exception as exc:
         level = logging.INFO if isinstance(exc, NotReady) else logging.WARNING
         logger.log(level, "prioritize: %s", describe_error(exc), extra=pod_context(args.pod))

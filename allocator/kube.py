@@ -11,8 +11,8 @@ error is wrapped once into :mod:`allocator.errors`.
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator, Mapping
-from typing import Any
+from collections.abc import Callable, Iterator, Mapping
+from typing import Any, TypeVar
 from urllib.parse import quote
 
 import urllib3
@@ -33,6 +33,7 @@ LIST_PAGE = 500
 BACKGROUND_CONNECTIONS = 9
 LEASES = "/apis/coordination.k8s.io/v1/namespaces/{ns}/leases"
 EVENTS = "/apis/events.k8s.io/v1/namespaces/{ns}/events"
+_T = TypeVar("_T")
 
 
 def _error(status: int, body: bytes | str | None, what: str) -> ApiError:
@@ -120,7 +121,11 @@ class KubeClient:
         return doc
 
     def _list(self, path: str, query: list[tuple[str, Any]]) -> tuple[list[Obj], str]:
-        items: list[Obj] = []
+        return self._list_reduced(path, query, lambda item: item)
+
+    def _list_reduced(self, path: str, query: list[tuple[str, Any]],
+                      reduce: Callable[[Obj], _T]) -> tuple[list[_T], str]:
+        items: list[_T] = []
         rv = ""
         token = ""
         while True:
@@ -128,7 +133,7 @@ class KubeClient:
             doc = self._json("GET", path, query=q, timeout=(2.0, 60.0))
             meta = doc.get("metadata") or {}
             rv = rv or meta.get("resourceVersion", "")
-            items.extend(doc.get("items") or [])
+            items.extend(map(reduce, doc.get("items") or []))
             token = meta.get("continue") or ""
             if not token:
                 return items, rv
@@ -177,6 +182,15 @@ class KubeClient:
     def watch_pods(self, label_selector: str, resource_version: str,
                    timeout_seconds: int) -> Iterator[WatchEvent]:
         return self._watch("/api/v1/pods", [("labelSelector", label_selector)],
+                           resource_version, timeout_seconds)
+
+    def list_pods_by_field(self, field_selector: str,
+                           reduce: Callable[[Obj], _T]) -> tuple[list[_T], str]:
+        return self._list_reduced("/api/v1/pods", [("fieldSelector", field_selector)], reduce)
+
+    def watch_pods_by_field(self, field_selector: str, resource_version: str,
+                            timeout_seconds: int) -> Iterator[WatchEvent]:
+        return self._watch("/api/v1/pods", [("fieldSelector", field_selector)],
                            resource_version, timeout_seconds)
 
     @staticmethod

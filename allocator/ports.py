@@ -7,12 +7,13 @@ it in memory. Objects are plain JSON-shaped dicts as the API server sends them. 
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Mapping
-from typing import Any, Protocol
+from collections.abc import Callable, Iterator, Mapping
+from typing import Any, Protocol, TypeVar
 
 Obj = dict[str, Any]
 #: (type, object): type is ADDED, MODIFIED, DELETED or BOOKMARK.
 WatchEvent = tuple[str, Obj]
+_T = TypeVar("_T")
 
 
 class KubeApi(Protocol):
@@ -33,6 +34,16 @@ class KubeApi(Protocol):
 
     def watch_pods(self, label_selector: str, resource_version: str,
                    timeout_seconds: int) -> Iterator[WatchEvent]:
+        ...
+
+    def list_pods_by_field(self, field_selector: str,
+                           reduce: Callable[[Obj], _T]) -> tuple[list[_T], str]:
+        """Every pod the field selector matches, each passed through ``reduce`` as its page
+        arrives (the full objects of a big cluster are never all held at once)."""
+        ...
+
+    def watch_pods_by_field(self, field_selector: str, resource_version: str,
+                            timeout_seconds: int) -> Iterator[WatchEvent]:
         ...
 
     def get_pod(self, namespace: str, name: str) -> Obj:

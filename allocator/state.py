@@ -11,6 +11,10 @@ version check, so two binds can never both take the same free room.
 
 Speed: every node view carries a *content id* from :attr:`ClusterState.node_contents`
 (:mod:`allocator.content_memo`, which also keeps the verbs' answers by content id).
+
+Node CPU and memory (allocatable, and the requests of every pod bound to the node) are kept
+by :attr:`ClusterState.resources` (:mod:`allocator.resources`): the node watch feeds both, a
+watch of all bound pods feeds the requests, and our binds count there at once.
 """
 
 from __future__ import annotations
@@ -25,6 +29,7 @@ from typing import Any
 from allocator.content_memo import NodeContents
 from allocator.fit import Card, NodeState, build_node_state
 from allocator.inventory import Inventory, read_inventory
+from allocator.resources import NodeResources
 from tessera.logs import pod_context
 from tessera.vocabulary import Allocation, CodecError, Vocabulary, decode_allocation
 
@@ -98,6 +103,8 @@ class ClusterState:
         self._views: dict[str, NodeView] = {}
         #: content ids of the current views, and the verbs' answers memoised by them
         self.node_contents = NodeContents()
+        #: every node's CPU and memory, allocatable and requested
+        self.resources = NodeResources()
         # Pod records by the moment they last changed (a counter, not a clock): a consistent
         # read only releases records that did not change after it began (reconcile_pods).
         self._epoch = 0
@@ -158,6 +165,7 @@ class ClusterState:
                     return  # the watch catching up with a read we already applied
                 del self._looked_up[name]
             self._apply_inventory(name, inv)
+            self.resources.apply_node(name, node)
 
     def apply_looked_up_node(self, node: Mapping[str, Any]) -> bool:
         """A node read by name because the watch had not delivered it yet
@@ -176,6 +184,7 @@ class ClusterState:
             if version is not None:
                 self._looked_up[name] = version
             self._apply_inventory(name, inv)
+            self.resources.apply_node(name, node)
             return True
 
     def _inventory(self, node: Mapping[str, Any], name: str) -> Inventory:
@@ -212,6 +221,7 @@ class ClusterState:
             self._nodes.pop(name, None)
             self._views.pop(name, None)
             self.node_contents.forget(name)
+            self.resources.remove_node(name)
 
     def replace_nodes(self, nodes: Iterable[Mapping[str, Any]]) -> None:
         """A fresh list: apply every node, forget nodes that are gone."""
@@ -228,6 +238,7 @@ class ClusterState:
                     del self._nodes[name]
                     self._views.pop(name, None)
                     self.node_contents.forget(name)
+            self.resources.keep_nodes(seen)
 
     # ------------------------------------------------------------------ pods
     def apply_pod(self, pod: Mapping[str, Any]) -> None:
@@ -353,8 +364,10 @@ class ClusterState:
 
     # ------------------------------------------------------------------ bind reservations
     def reserve(self, uid: str, namespace: str, name: str, allocation: Allocation,
-                expected_version: int) -> bool:
-        """Reserve ``allocation`` if the node is still at ``expected_version``."""
+                expected_version: int, requests: tuple[int, int] | None = None) -> bool:
+        """Reserve ``allocation`` if the node is still at ``expected_version``; the pod's
+        ``requests`` (milli-CPU, memory bytes), when node resources are tracked, count on the
+        node from now on too."""
         with self._lock:
             entry = self._nodes.get(allocation.node)
             if entry is None or entry.view.version != expected_version:
@@ -363,6 +376,8 @@ class ClusterState:
                 return False
             self._set(PodRecord(uid, namespace, name, allocation.node, allocation,
                                 Stage.INFLIGHT))
+            if requests is not None:
+                self.resources.reserve(uid, allocation.node, *requests)
             return True
 
     def mark_bound(self, uid: str) -> None:
@@ -378,6 +393,7 @@ class ClusterState:
             rec = self._pods.get(uid)
             if rec is not None and rec.stage is not Stage.CONFIRMED:
                 self._drop(uid)
+                self.resources.unreserve(uid)
 
     # ------------------------------------------------------------------ internals
     def _touch(self, uid: str) -> None:
@@ -453,6 +469,8 @@ class ClusterState:
                     "coreUsed": st.core_used,
                     "memoryTotalMiB": st.memory_total_mib,
                     "memoryUsedMiB": st.memory_used_mib,
+                    "cpuFreeMilli": self.resources.free_cpu.get(name),
+                    "memoryFreeBytes": self.resources.free_memory.get(name),
                     "cards": cards,
                 })
             return {
@@ -460,6 +478,7 @@ class ClusterState:
                 "nodes": nodes,
                 "pods": len(self._pods),
                 "ignoredRecords": dict(self._bad),
+                "ignoredPodRequests": self.resources.noted(),
             }
 
     def _holder(self, uid: str, container: str) -> dict[str, str]:

@@ -12,9 +12,11 @@ import logging
 import threading
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
+from typing import Any
 
 from allocator.errors import Gone
 from allocator.ports import KubeApi, Obj, WatchEvent
+from allocator.resources import BOUND_ACTIVE_PODS, NodeResources, pod_usage
 from allocator.state import ClusterState
 
 logger = logging.getLogger(__name__)
@@ -26,10 +28,11 @@ WATCH_TIMEOUT_SECONDS = 300
 @dataclass
 class Reflector:
     kind: str
-    list_fn: Callable[[], tuple[list[Obj], str]]
+    list_fn: Callable[[], tuple[list[Any], str]]
     watch_fn: Callable[[str, int], Iterator[WatchEvent]]
-    #: Replaces the state with a list; gets the :attr:`mark` taken before the list call.
-    replace: Callable[[Iterable[Obj], int], None]
+    #: Replaces the state with a list (of objects, or of what ``list_fn`` reduced them to);
+    #: gets the :attr:`mark` taken before the list call.
+    replace: Callable[[Iterable[Any], int], None]
     upsert: Callable[[Obj], None]
     delete: Callable[[Obj], None]
     sleep: Callable[[float], None]
@@ -110,14 +113,32 @@ def reflectors(api: KubeApi, state: ClusterState, stop: threading.Event,
     return nodes, pods
 
 
+def resource_reflector(api: KubeApi, resources: NodeResources, stop: threading.Event,
+                       sleep: Callable[[float], None]) -> Reflector:
+    """The requests of every bound, non-terminated pod (:mod:`allocator.resources`): a lean
+    reflector apart from the GPU pods', selected by fields, reduced to ``(node, CPU,
+    memory)`` page by page as the list arrives, so the pods of a big cluster are never held
+    as objects."""
+    return Reflector(
+        "bound pods", lambda: api.list_pods_by_field(BOUND_ACTIVE_PODS, pod_usage),
+        lambda rv, t: api.watch_pods_by_field(BOUND_ACTIVE_PODS, rv, t),
+        resources.replace_pods, resources.apply_pod, resources.remove_pod,
+        sleep, stop, mark=resources.epoch,
+    )
+
+
 def initial_sync(api: KubeApi, state: ClusterState, nodes: Reflector, pods: Reflector,
-                 sleep: Callable[[float], None], stop: threading.Event) -> None:
-    """List nodes, then pods (retrying with backoff), then mark the state synced."""
+                 sleep: Callable[[float], None], stop: threading.Event,
+                 *more: Reflector) -> None:
+    """List nodes, then pods (and ``more``, e.g. :func:`resource_reflector`), retrying with
+    backoff, then mark the state synced."""
     delay = nodes.backoff_initial
     while not stop.is_set():
         try:
             nodes.relist()
             pods.relist()
+            for reflector in more:
+                reflector.relist()
         except Exception as exc:
             logger.warning("initial list failed (%s); retrying in %.1fs", exc, delay)
             sleep(delay)

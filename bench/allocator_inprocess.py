@@ -10,7 +10,16 @@ Two regimes are reported:
 - *warm*: repeated calls for the same request shape with one node changing between calls
   (one bind per scheduling cycle), which is the steady state of a busy scheduler.
 
-Usage: ``.venv/bin/python bench/allocator_inprocess.py [--nodes 1000 5000] [--repeat 50]``
+With ``--cpu`` the picture also has node CPU (96 cores a node, every bound pod asking for
+2-24 cores, so nodes' free CPU spreads over the policies' thresholds) and a workload mix (200
+GPU pods of four shapes filtered first); ``prioritize-cpu-only`` is timed too (a CPU-only pod
+of 8 cores, the default policy's ``score_cpu_only``). ``--no-node-resources`` runs the same
+with node tracking off (the allocator's ``--node-resources false``).
+
+Usage: ``.venv/bin/python bench/allocator_inprocess.py [--nodes 1000 5000] [--repeat 50]
+[--policy fgd-cpu] [--cpu] [--no-node-resources] [--clock cpu]``; without ``--cpu`` and
+``--no-node-resources`` it runs on the code before issue 12 too (``PYTHONPATH``), for
+before/after comparisons.
 """
 
 from __future__ import annotations
@@ -39,22 +48,28 @@ CARDS = 8
 CARD_MIB = 16384
 
 
-def node_obj(name: str) -> dict[str, Any]:
+def node_obj(name: str, cpu: bool = False) -> dict[str, Any]:
+    allocatable = {VOCAB.core_resource: str(100 * CARDS),
+                   VOCAB.memory_resource: str(CARD_MIB * CARDS)}
+    if cpu:
+        allocatable |= {"cpu": "96", "memory": "768Gi"}
     return {"metadata": {"name": name, "labels": {VOCAB.node_model_label: "T4"}},
-            "status": {"allocatable": {VOCAB.core_resource: str(100 * CARDS),
-                                       VOCAB.memory_resource: str(CARD_MIB * CARDS)}}}
+            "status": {"allocatable": allocatable}}
 
 
-def bound_pod(uid: str, node: str, containers: tuple[ContainerAllocation, ...]) -> dict[str, Any]:
+def bound_pod(uid: str, node: str, containers: tuple[ContainerAllocation, ...],
+              cpu: int = 0) -> dict[str, Any]:
     alloc = Allocation(node=node, containers=containers, pod_uid=uid)
     return {"metadata": {"uid": uid, "namespace": "bench", "name": uid,
                          "annotations": {VOCAB.allocation_annotation: encode_allocation(alloc)}},
-            "spec": {"nodeName": node}, "status": {"phase": "Running"}}
+            "spec": {"nodeName": node, "containers": [
+                {"name": "main", "resources": {"requests": {"cpu": str(cpu)}}}]},
+            "status": {"phase": "Running"}}
 
 
-def build_state(n: int, rng: random.Random) -> ClusterState:
+def build_state(n: int, rng: random.Random, cpu: bool = False) -> ClusterState:
     state = ClusterState(VOCAB)
-    state.replace_nodes(node_obj(f"node-{i:05d}") for i in range(n))
+    state.replace_nodes(node_obj(f"node-{i:05d}", cpu) for i in range(n))
     pods = []
     for i in range(n):
         # ~half the cards of a node carry shares
@@ -65,12 +80,37 @@ def build_state(n: int, rng: random.Random) -> ClusterState:
                 core = rng.choice([10, 20, 25, 30, 50])
                 pods.append(bound_pod(f"{node}-{card}", node, (
                     ContainerAllocation("main", (card,), core_percent=core,
-                                        memory_mib=CARD_MIB * core // 100),)))
+                                        memory_mib=CARD_MIB * core // 100),),
+                    rng.choice([2, 4, 8, 12])))
         if whole_card:
-            pods.append(bound_pod(f"{node}-w", node, (ContainerAllocation("main", (7,)),)))
+            pods.append(bound_pod(f"{node}-w", node, (ContainerAllocation("main", (7,)),),
+                                  rng.choice([8, 16, 24])))
     state.replace_pods(pods)
+    if cpu:
+        from allocator.resources import pod_usage  # only with --cpu: runs on older code too
+
+        state.resources.replace_pods(map(pod_usage, pods))
     state.mark_synced()
     return state
+
+
+MIX = [PodRequest((ContainerRequest("main", core_percent=c, memory_mib=m),))
+       for c, m in ((25, 4096), (50, 8192))] + [
+      PodRequest((ContainerRequest("main", cards=k),)) for k in (1, 2)]
+
+
+def feed_mix(allocator: Allocator, names: list[str], rng: random.Random) -> None:
+    """200 GPU pods of the mix's shapes, each filtered once (what the allocator learns from)."""
+    for i in range(200):
+        pod = pod_obj(MIX[i % len(MIX)], f"mix-{i}")
+        pod["spec"]["containers"][0]["resources"] = {
+            "requests": {"cpu": str(rng.choice([4, 8, 12, 16]))}}
+        allocator.filter(pod, names)
+
+
+def cpu_only_pod() -> dict[str, Any]:
+    return {"metadata": {"name": "cpu", "namespace": "bench", "uid": "cpu"},
+            "spec": {"containers": [{"name": "main", "resources": {"requests": {"cpu": "8"}}}]}}
 
 
 def pod_obj(request: PodRequest, uid: str) -> dict[str, Any]:
@@ -84,13 +124,19 @@ def percentile(samples: list[float], q: float) -> float:
     return ordered[min(len(ordered) - 1, round(q * (len(ordered) - 1)))]
 
 
+#: The clock calls are timed with: wall time, or with ``--clock cpu`` this process's CPU time
+#: (``time.process_time``), which other programs on a busy machine do not inflate.
+CLOCK: list[Callable[[], float]] = [time.perf_counter]
+
+
 def measure(fn: Callable[[], object], repeat: int, before: Callable[[], None]) -> list[float]:
+    clock = CLOCK[0]
     out = []
     for _ in range(repeat):
         before()
-        t0 = time.perf_counter()
+        t0 = clock()
         fn()
-        out.append((time.perf_counter() - t0) * 1000)
+        out.append((clock() - t0) * 1000)
     return out
 
 
@@ -99,7 +145,12 @@ def main() -> None:
     parser.add_argument("--nodes", type=int, nargs="+", default=[1000, 5000])
     parser.add_argument("--repeat", type=int, default=50)
     parser.add_argument("--policy", default="binpack")
+    parser.add_argument("--cpu", action="store_true", help="node CPU and a workload mix")
+    parser.add_argument("--no-node-resources", action="store_true")
+    parser.add_argument("--clock", choices=["wall", "cpu"], default="wall")
     args = parser.parse_args()
+    if args.clock == "cpu":
+        CLOCK[0] = time.process_time
     shapes = {
         "share 30%/4GiB": PodRequest((ContainerRequest("main", core_percent=30,
                                                        memory_mib=4096),)),
@@ -108,15 +159,19 @@ def main() -> None:
     print(f"{'nodes':>6} {'pod':<16} {'verb':<11} {'regime':<5} {'median ms':>10} "
           f"{'p99 ms':>8}")
     for n in args.nodes:
-        run_size(n, shapes, args.repeat, args.policy)
+        run_size(n, shapes, args.repeat, args.policy, args.cpu, not args.no_node_resources)
 
 
-def run_size(n: int, shapes: dict[str, PodRequest], repeat: int, policy: str) -> None:
+def run_size(n: int, shapes: dict[str, PodRequest], repeat: int, policy: str, cpu: bool,
+             node_resources: bool) -> None:
     rng = random.Random(42)
-    state = build_state(n, rng)
+    state = build_state(n, rng, cpu)
     allocator = Allocator(state, api=None,  # type: ignore[arg-type]  # no binds here
-                          config=AllocatorConfig(default_policy=policy))
+                          config=AllocatorConfig(default_policy=policy) if node_resources
+                          else AllocatorConfig(default_policy=policy, node_resources=False))
     names = state.node_names()
+    if cpu:
+        feed_mix(allocator, names, rng)
 
     def drop_all_caches() -> None:
         state.node_contents.drop_memos()
@@ -140,6 +195,14 @@ def run_size(n: int, shapes: dict[str, PodRequest], repeat: int, policy: str) ->
                 print(f"{n:>6} {label:<16} {verb:<11} {regime:<5} "
                       f"{statistics.median(samples):>10.2f} "
                       f"{percentile(samples, 0.99):>8.2f}", flush=True)
+    if cpu:
+        fn = lambda: allocator.scores_cpu_only(cpu_only_pod(), names)  # noqa: E731
+        fn()
+        for regime, before in (("cold", drop_all_caches), ("warm", touch_one_node)):
+            samples = measure(fn, repeat, before)
+            print(f"{n:>6} {'cpu-only 8 cores':<16} {'prio-cpu':<11} {regime:<5} "
+                  f"{statistics.median(samples):>10.2f} "
+                  f"{percentile(samples, 0.99):>8.2f}", flush=True)
 
 
 if __name__ == "__main__":

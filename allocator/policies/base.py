@@ -7,8 +7,7 @@ and the cards inside a node (greedy, one container step at a time, see
 
 :class:`Policy` declares every hook the allocator may call, each with its default; a policy
 overrides only what it offers. Adding one = one file with a subclass, and one line in
-:data:`allocator.policies.REGISTRY`. Hooks only a benchmark calls live with the benchmark
-(``bench/openb``), not here.
+:data:`allocator.policies.REGISTRY`.
 
 Policies keep no caches of their own: what they derive from the workload mix is kept by the
 :class:`Workload` the caller builds (:meth:`Workload.derived`), and answers shared between
@@ -18,7 +17,7 @@ nodes are the allocator's (:mod:`allocator.content_memo`).
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import ClassVar, TypeVar, cast
 
@@ -57,16 +56,19 @@ class Workload:
         return cast(_T, found)
 
 
-#: No picture of the workload (the extender today): workload-aware policies score 0.
+#: No picture of the workload (no GPU pod seen yet): workload-aware policies score 0.
 NO_WORKLOAD: Workload = Workload()
 
 
 @dataclass(frozen=True, slots=True)
 class NodeFacts:
-    """What a policy may know of a node besides its cards: kube-scheduler's part of it."""
+    """What a policy may know of a node besides its cards: kube-scheduler's part of it
+    (allocatable minus the requests of the pods bound to it, :mod:`allocator.resources`)."""
 
     #: Free milli-CPU before the placement.
     cpu_free_milli: int
+    #: Free memory in bytes before the placement (None: unknown).
+    memory_free_bytes: int | None = None
 
 
 @dataclass(frozen=True)
@@ -79,8 +81,9 @@ class PolicyContext:
     #: Cluster-wide seed for reproducible randomness.
     seed: int = 0
     workload: Workload = NO_WORKLOAD
-    #: Facts about nodes beyond their cards, by node name. Empty when the caller has none (the
-    #: extender today); a score that reads them is never shared between nodes.
+    #: Facts about nodes beyond their cards, by node name (a node missing: unknown). Empty
+    #: when the caller has none (node tracking off). A score reads them only as
+    #: :meth:`Policy.cpu_thresholds` declares, so that alike nodes still share answers.
     node_facts: Mapping[str, NodeFacts] = field(default_factory=dict)
     #: Milli-CPU the pod asks for (read together with ``node_facts``).
     pod_cpu_milli: int = 0
@@ -115,6 +118,25 @@ class Policy(ABC):
         depend on the node's content alone, so that it can be shared between alike nodes.
 
         Default None: no such part."""
+        return None
+
+    def cpu_thresholds(self, typical_cpu: Sequence[int], max_cpu: int) -> tuple[int, ...]:
+        """The free-CPU values (milli-CPU) the score can tell apart, given the workload's
+        typical CPU requests and the largest allocatable CPU of a node: the score (and
+        :meth:`score_cpu_only`) depends on a node's free CPU before and after the placement
+        only through ``free >= threshold`` for these, and on no other node fact. Callers
+        share answers between nodes of equal content and equal position among them.
+
+        Default (): the score does not read node facts at all."""
+        return ()
+
+    def score_cpu_only(self, node: NodeState, cpu_before: int, cpu_after: int,
+                       workload: Workload) -> float | None:
+        """Score of a pod that asks for no GPU and takes CPU on ``node`` (free milli-CPU
+        ``cpu_before`` -> ``cpu_after``); higher is better. Served by the extender's
+        ``prioritize-cpu-only`` verb, and by the benchmark.
+
+        Default None: the policy cannot score such pods (every node is left equal)."""
         return None
 
 

@@ -11,6 +11,7 @@ from flask import Flask
 from allocator.app import EXTENSION, Runtime, create_app
 from allocator.config import Settings
 from allocator.core import Allocator, AllocatorConfig
+from allocator.resources import BOUND_ACTIVE_PODS, pod_usage
 from allocator.state import ClusterState
 
 NOW = 1_700_000_000.0
@@ -19,6 +20,7 @@ NOW = 1_700_000_000.0
 def sync(state: ClusterState, fake: FakeKube) -> None:
     state.replace_nodes(fake.list_nodes()[0])
     state.replace_pods(fake.list_pods(VOCAB.gpu_pod_selector)[0])
+    state.resources.replace_pods(fake.list_pods_by_field(BOUND_ACTIVE_PODS, pod_usage)[0])
     state.mark_synced()
 
 

@@ -9,12 +9,20 @@ from __future__ import annotations
 
 import copy
 import threading
-from collections.abc import Iterator, Mapping
-from typing import Any
+from collections.abc import Callable, Iterator, Mapping
+from typing import Any, TypeVar
 
 from allocator.errors import ApiError, Conflict, Gone, NotFound
 
 Obj = dict[str, Any]
+T = TypeVar("T")
+#: The only field selector the allocator sends (allocator.resources.BOUND_ACTIVE_PODS).
+BOUND_ACTIVE = "spec.nodeName!=,status.phase!=Succeeded,status.phase!=Failed"
+
+
+def bound_active(pod: Obj) -> bool:
+    return bool((pod.get("spec") or {}).get("nodeName")) and (
+        (pod.get("status") or {}).get("phase") not in ("Succeeded", "Failed"))
 
 
 def merge_patch(target: Any, patch: Any) -> Any:
@@ -120,6 +128,28 @@ class FakeKube:
             if selector is None or self._selected(obj, selector):
                 yield type_, copy.deepcopy(obj)
         # the stream then ends, as a server-side timeout would end it
+
+    def list_pods_by_field(self, field_selector: str,
+                           reduce: Callable[[Obj], T]) -> tuple[list[T], str]:
+        assert field_selector == BOUND_ACTIVE, field_selector
+        self.calls.append(("list_pods_by_field", field_selector))
+        self._fault("list_pods_by_field")
+        with self.lock:
+            pods = [copy.deepcopy(p) for p in self.pods.values() if bound_active(p)]
+            rv = str(self.rv)
+        return [reduce(p) for p in pods], rv
+
+    def watch_pods_by_field(self, field_selector: str, resource_version: str,
+                            timeout_seconds: int) -> Iterator[Any]:
+        """As the API server: an object that stops matching the selector arrives as
+        DELETED (we do not track whether it matched before: a DELETED for a pod never seen
+        is ignored by the allocator anyway)."""
+        assert field_selector == BOUND_ACTIVE, field_selector
+        for type_, obj in self._watch("pods", resource_version, None):
+            if bound_active(obj):
+                yield type_, obj
+            elif type_ != "ADDED":
+                yield "DELETED", obj
 
     def watch_nodes(self, resource_version: str, timeout_seconds: int) -> Iterator[Any]:
         return self._watch("nodes", resource_version, None)
