@@ -108,8 +108,11 @@ class LiveMix:
             return NO_WORKLOAD
         if self._published_at < 0 or self._seen - self._published_at >= self.refresh:
             typical = self.typical()
-            self._published = Workload(
-                tuple((_canonical(key), w) for key, w in typical),
-                tuple(key[3] for key, _ in typical))
+            rebuilt = Workload(tuple((_canonical(key), w) for key, w in typical),
+                               tuple(key[3] for key, _ in typical))
+            # An unchanged mix keeps its object, and with it every score kept for it.
+            if (rebuilt.typical, rebuilt.cpu_milli) != (self._published.typical,
+                                                        self._published.cpu_milli):
+                self._published = rebuilt
             self._published_at = self._seen
         return self._published

@@ -86,3 +86,13 @@ def test_bad_settings_are_refused() -> None:
         LiveMix(half_life=0)
     with pytest.raises(ValueError):
         LiveMix(coverage=0.0)
+
+
+def test_an_unchanged_mix_keeps_its_workload_object() -> None:
+    # One shape only: its weight stays 1, so every rebuild is equal to the last.
+    mix = LiveMix(refresh=2)
+    mix.observe(whole(2), 4000)
+    first = mix.workload()
+    for _ in range(10):
+        mix.observe(whole(2, name="other"), 4000)
+        assert mix.workload() is first
