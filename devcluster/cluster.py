@@ -5,14 +5,21 @@ from __future__ import annotations
 import logging
 import shutil
 import tempfile
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from certs.builder import KeyPair
 from devcluster import DevClusterError
 from devcluster.binaries import Binaries
-from devcluster.controlplane import ControlPlane, ExtenderSpec, ManagedResource
+from devcluster.controlplane import (
+    SCHEDULER_CONFIG,
+    SCHEDULER_CONFIG_SCORE_CPU_ONLY,
+    ControlPlane,
+    ExtenderAddress,
+    load_scheduler_configuration,
+    managed_resources,
+)
 from devcluster.nodes import GpuNodeSpec, create_nodes
 from tessera.vocabulary import Vocabulary
 
@@ -32,26 +39,23 @@ class Options:
     webhook_args: tuple[str, ...] = ()
     #: The allocator's RBAC documents (default: manifests/base/allocator-rbac.yaml).
     allocator_rbac: Path | None = None
+    #: Run the shipped configuration with the opt-in entry that scores CPU-only pods
+    #: (manifests/scheduler/kube-scheduler-config-score-cpu-only.yaml).
+    score_cpu_only_pods: bool = False
 
 
-def extender_spec(url_prefix: str, vocabulary: Vocabulary, ca_pem: bytes | None = None,
-                  client: KeyPair | None = None) -> ExtenderSpec:
-    """Our extender entry. Both GPU resources are ``ignoredByScheduler``.
-
-    Why: kube-scheduler's NodeResourcesFit compares the pod's request with node *totals*; it
-    cannot see cards (two 50% shares on two cards leave "100 free" but no whole card), so it is
-    at best a coarse pre-filter that the allocator repeats exactly anyway. Worse, a node it
-    rejects never reaches the extender, so the user would read "Insufficient
-    elasticgpu.io/gpu-core" instead of the allocator's actionable per-card reason, and a node
-    described only per card would need matching totals. The scheduler still calls the extender
-    only for pods that request a managed resource (pkg/scheduler/extender.go IsInterested).
-    """
-    return ExtenderSpec(
-        url_prefix=url_prefix,
-        managed_resources=tuple(ManagedResource(r) for r in vocabulary.managed_resources),
-        ca_pem=ca_pem,
-        client=client,
-    )
+def scheduler_setup(options: Options, vocabulary: Vocabulary, extender: ExtenderAddress | None
+                    ) -> tuple[dict[str, Any], ExtenderAddress | None]:
+    """The shipped KubeSchedulerConfiguration this cluster runs (with the opt-in CPU-only entry
+    when asked) and where its extenders are; refuses a vocabulary whose resources the shipped
+    entries do not manage (the dev cluster substitutes addresses and credentials only)."""
+    shipped = load_scheduler_configuration(
+        SCHEDULER_CONFIG_SCORE_CPU_ONLY if options.score_cpu_only_pods else SCHEDULER_CONFIG)
+    if extender is not None and managed_resources(shipped) != set(vocabulary.managed_resources):
+        raise DevClusterError(
+            f"the shipped KubeSchedulerConfiguration manages {sorted(managed_resources(shipped))},"
+            f" this dev cluster's vocabulary {sorted(vocabulary.managed_resources)}")
+    return shipped, extender
 
 
 class DevCluster:
@@ -97,9 +101,14 @@ class DevCluster:
         create_nodes(self.core_v1(), specs, self.vocabulary)
 
     # ------------------------------------------------------------------ lifecycle
-    def start(self) -> None:
+    def start(self, nodes: Sequence[GpuNodeSpec] = ()) -> None:
+        """Control plane, ``nodes``, services, scheduler. Nodes made here are in the
+        allocator's first list (its /readyz then means it knows them) and in the scheduler's
+        first sync."""
         try:
             self.control_plane.start()
+            if nodes:
+                self.add_nodes(list(nodes))
             extender = None
             if self.options.webhook or self.options.allocator:
                 from devcluster.services import Services
@@ -107,13 +116,9 @@ class DevCluster:
                 self.services = Services(self)
                 self.services.start()
                 if self.options.allocator:
-                    extender = extender_spec(
-                        self.services.extender_url,
-                        self.vocabulary,
-                        ca_pem=self.control_plane.ca.cert_pem,
-                        client=self.services.extender_client,
-                    )
-            self.control_plane.start_scheduler(extender)
+                    extender = self.services.extender_address()
+            self.control_plane.start_scheduler(
+                *scheduler_setup(self.options, self.vocabulary, extender))
         except BaseException:
             self.stop(keep_files=True)
             raise

@@ -27,9 +27,11 @@ those heartbeats and the pods their phases.
 from __future__ import annotations
 
 import base64
+import copy
 import logging
 import os
 import ssl
+import urllib.parse
 import urllib.request
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -38,7 +40,7 @@ from typing import Any
 import yaml
 
 from certs.builder import KeyPair
-from devcluster import kwok
+from devcluster import DevClusterError, kwok
 from devcluster.binaries import Binaries
 from devcluster.pki import ClusterCA, service_account_keys, write_pair
 from devcluster.process import ManagedProcess, free_port, http_ok, wait_until
@@ -54,76 +56,87 @@ MASTERS_GROUP = "system:masters"  # superuser group, hard-wired in kube-apiserve
 START_TIMEOUT = 120.0
 
 
-@dataclass(frozen=True)
-class ManagedResource:
-    name: str
-    #: True: kube-scheduler's own NodeResourcesFit skips this resource; only the extender judges.
-    ignored_by_scheduler: bool = True
+#: The KubeSchedulerConfigurations Tessera ships for a cluster's own kube-scheduler; the dev
+#: cluster runs one of them with only addresses and credentials substituted.
+SCHEDULER_CONFIG = Path("manifests/scheduler/kube-scheduler-config.yaml")
+#: The same plus the opt-in entry that scores CPU-only pods (docs/deploy.md).
+SCHEDULER_CONFIG_SCORE_CPU_ONLY = Path(
+    "manifests/scheduler/kube-scheduler-config-score-cpu-only.yaml")
+#: kube-scheduler's client towards the API server in the dev cluster. ``clientConnection`` is
+#: the host's own block (the shipped file says "keep whatever your kube-scheduler uses today"):
+#: the dev cluster puts its kubeconfig there and raises upstream's qps 50 / burst 100, so that
+#: on loopback the scheduler's DefaultBinder (the no-extender baseline of
+#: bench/speed/e2e_throughput.py, CPU-only pods) is not throttled by its own client; the same
+#: values in every mode keep the baseline comparable.
+SCHEDULER_CLIENT_QPS = 200
+SCHEDULER_CLIENT_BURST = 400
 
 
 @dataclass(frozen=True)
-class ExtenderSpec:
-    """The extender entry of the KubeSchedulerConfiguration (kubescheduler.config.k8s.io/v1).
+class ExtenderAddress:
+    """Where kube-scheduler finds the allocator, and the TLS material to reach it: what the
+    dev cluster substitutes in every extender entry of the shipped configuration."""
 
-    Field names: k8s.io/kube-scheduler/config/v1/types.go (``Extender``).
-    """
-
-    url_prefix: str
-    managed_resources: tuple[ManagedResource, ...]
-    filter_verb: str = "filter"
-    prioritize_verb: str = "prioritize"
-    bind_verb: str = "bind"
-    weight: int = 1
-    http_timeout: str = "10s"
-    #: CA of the extender's serving cert when url_prefix is https (else it is NOT verified:
-    #: k8s.io/kubernetes pkg/scheduler/extender.go makeTransport leaves Insecure on without CA).
-    ca_pem: bytes | None = None
-    #: Client certificate kube-scheduler presents to the extender (mutual TLS), if any.
-    client: KeyPair | None = None
+    #: scheme, host and port (``https://127.0.0.1:<port>``); the shipped path is kept.
+    base_url: str
+    #: ``tlsConfig`` in place of the shipped files and serverName (restclient.TLSClientConfig
+    #: field names: ``caData``, ``certData``, ``keyData``, or the ``*File`` ones).
+    tls: dict[str, str]
 
 
-def scheduler_configuration(kubeconfig: Path, extender: ExtenderSpec | None) -> dict[str, Any]:
-    """The KubeSchedulerConfiguration document the dev cluster runs (pure)."""
-    config: dict[str, Any] = {
-        "apiVersion": "kubescheduler.config.k8s.io/v1",
-        "kind": "KubeSchedulerConfiguration",
-        "clientConnection": {"kubeconfig": str(kubeconfig), "qps": 200, "burst": 400},
-        # One scheduler, no HA to arbitrate; electing would only add a start-up delay.
-        "leaderElection": {"leaderElect": False},
-        # Below 100 nodes it is all nodes anyway; at 100+ the default samples nodes and the
-        # extender would only see (and could only pick among) that sample.
-        "percentageOfNodesToScore": 100,
+def tls_data(ca_pem: bytes, client: KeyPair, server_name: str) -> dict[str, str]:
+    """``tlsConfig`` carrying our CA (without one kube-scheduler does not verify the extender:
+    pkg/scheduler/extender.go makeTransport) and the mTLS client certificate inline."""
+    return {
+        "serverName": server_name,
+        "caData": base64.b64encode(ca_pem).decode(),
+        "certData": base64.b64encode(client.cert_pem).decode(),
+        "keyData": base64.b64encode(client.key_pem).decode(),
     }
-    if extender is not None:
-        entry: dict[str, Any] = {
-            "urlPrefix": extender.url_prefix,
-            "filterVerb": extender.filter_verb,
-            "prioritizeVerb": extender.prioritize_verb,
-            "bindVerb": extender.bind_verb,
-            "weight": extender.weight,
-            "enableHTTPS": extender.url_prefix.startswith("https:"),
-            "httpTimeout": extender.http_timeout,
-            # We keep our own node inventory; the scheduler then sends NodeNames only.
-            "nodeCacheCapable": True,
-            # Not ignorable: an allocator that is down must stop GPU pods, never let them
-            # through without cards reserved.
-            "ignorable": False,
-            "managedResources": [
-                {"name": r.name, "ignoredByScheduler": r.ignored_by_scheduler}
-                for r in extender.managed_resources
-            ],
-        }
-        tls: dict[str, str] = {}
-        if extender.ca_pem is not None:
-            tls["caData"] = base64.b64encode(extender.ca_pem).decode()
-        if extender.client is not None:
-            tls["certData"] = base64.b64encode(extender.client.cert_pem).decode()
-            tls["keyData"] = base64.b64encode(extender.client.key_pem).decode()
-        if tls:
-            # restclient.TLSClientConfig field names (k8s.io/kube-scheduler/config/v1).
-            entry["tlsConfig"] = tls
-        config["extenders"] = [entry]
+
+
+def load_scheduler_configuration(path: Path) -> dict[str, Any]:
+    """A shipped KubeSchedulerConfiguration (``path`` relative to the repository)."""
+    from devcluster.binaries import repo_root
+
+    full = repo_root() / path
+    if not full.is_file():
+        raise DevClusterError(f"{full} is missing; the dev cluster runs it as shipped")
+    doc = yaml.safe_load(full.read_text())
+    if not isinstance(doc, dict) or doc.get("kind") != "KubeSchedulerConfiguration":
+        raise DevClusterError(f"{full} is not a KubeSchedulerConfiguration")
+    return doc
+
+
+def localise_scheduler_configuration(
+    shipped: dict[str, Any], client_connection: dict[str, Any],
+    extender: ExtenderAddress | None,
+) -> dict[str, Any]:
+    """``shipped`` with only addresses and credentials substituted (pure): the whole
+    ``clientConnection`` (the host's own), and in every extender entry the scheme, host and
+    port of ``urlPrefix`` and the ``tlsConfig``. ``extender`` None: no extenders at all (a
+    plain control plane, the baseline of the speed benchmark)."""
+    config = copy.deepcopy(shipped)
+    config["clientConnection"] = dict(client_connection)
+    if extender is None:
+        config.pop("extenders", None)
+        return config
+    for entry in config.get("extenders") or []:
+        path = urllib.parse.urlsplit(entry["urlPrefix"]).path
+        entry["urlPrefix"] = extender.base_url.rstrip("/") + path
+        entry["tlsConfig"] = dict(extender.tls)
     return config
+
+
+def scheduler_client_connection(kubeconfig: Path) -> dict[str, Any]:
+    return {"kubeconfig": str(kubeconfig), "qps": SCHEDULER_CLIENT_QPS,
+            "burst": SCHEDULER_CLIENT_BURST}
+
+
+def managed_resources(config: dict[str, Any]) -> set[str]:
+    """Every resource an extender entry of ``config`` manages (pure)."""
+    return {r["name"] for e in config.get("extenders") or []
+            for r in e.get("managedResources") or []}
 
 
 def kubeconfig_document(
@@ -174,6 +187,13 @@ class ControlPlane:
     scheduler_port: int = 0
     controller_manager_port: int = 0
     scheduler: ManagedProcess | None = None
+    #: What kube-scheduler runs: a shipped configuration and the allocator's address.
+    scheduler_setup: tuple[dict[str, Any], ExtenderAddress | None] | None = None
+    #: KWOK renews each node's Ready heartbeat this often (plus up to 2 s); the node lifecycle
+    #: controller taints a node whose heartbeat is older than ``node_monitor_grace_seconds``.
+    #: Large clusters on a small machine raise both (bench/openb/live.py).
+    node_heartbeat_seconds: float = 10.0
+    node_monitor_grace_seconds: int = 50
     #: How long a Job's pod runs before KWOK marks it Succeeded (pods may say otherwise with
     #: the kwok.RUN_FOR_ANNOTATION annotation).
     job_run_seconds: float = 10.0
@@ -327,6 +347,7 @@ class ControlPlane:
                 f"--root-ca-file={self.ca_file}",
                 "--service-cluster-ip-range=10.0.0.0/24",
                 "--leader-elect=false",
+                f"--node-monitor-grace-period={self.node_monitor_grace_seconds}s",
                 "--v=1",
             ],
             self.log_dir / "kube-controller-manager.log",
@@ -357,7 +378,8 @@ class ControlPlane:
         kubeconfig = self.write_kubeconfig("kwok", kwok.USER)
         config_path = self.workdir / "kwok.yaml"
         config_path.write_text(
-            yaml.safe_dump_all(kwok.node_stages() + kwok.pod_stages(self.job_run_seconds),
+            yaml.safe_dump_all(kwok.node_stages(self.node_heartbeat_seconds)
+                              + kwok.pod_stages(self.job_run_seconds),
                               sort_keys=False)
         )
         process = ManagedProcess(
@@ -378,13 +400,21 @@ class ControlPlane:
         process.start()
         self.processes.append(process)
 
-    def start_scheduler(self, extender: ExtenderSpec | None) -> None:
-        """kube-scheduler with our configuration; returns when it reports healthy."""
+    def start_scheduler(self, shipped: dict[str, Any] | None = None,
+                        extender: ExtenderAddress | None = None) -> None:
+        """kube-scheduler running ``shipped`` (a shipped KubeSchedulerConfiguration) localised
+        for this cluster and ``extender`` (None: no extenders); without arguments, what it ran
+        last. Returns when it reports healthy."""
         kubeconfig = self.write_kubeconfig("kube-scheduler", SCHEDULER_USER)
+        if shipped is not None:
+            self.scheduler_setup = (shipped, extender)
+        if self.scheduler_setup is None:
+            raise DevClusterError("no scheduler configuration to start kube-scheduler with")
+        document = localise_scheduler_configuration(
+            self.scheduler_setup[0], scheduler_client_connection(kubeconfig),
+            self.scheduler_setup[1])
         config_path = self.workdir / "kube-scheduler.yaml"
-        config_path.write_text(
-            yaml.safe_dump(scheduler_configuration(kubeconfig, extender), sort_keys=False)
-        )
+        config_path.write_text(yaml.safe_dump(document, sort_keys=False))
         self.scheduler_port = free_port()
         cert, key = write_pair(self.ca.serving("kube-scheduler"), self.pki_dir, "kube-scheduler")
         scheduler = ManagedProcess(
@@ -398,6 +428,10 @@ class ControlPlane:
                 f"--tls-private-key-file={key}",
                 f"--authentication-kubeconfig={kubeconfig}",
                 f"--authorization-kubeconfig={kubeconfig}",
+                # One scheduler, no HA to arbitrate; electing would only delay a restart. A
+                # flag, as kubeadm passes it: kube-scheduler applies the leader-election flags
+                # over its --config (cmd/kube-scheduler/app/options ApplyLeaderElectionTo).
+                "--leader-elect=false",
                 "--v=2",
             ],
             self.log_dir / "kube-scheduler.log",

@@ -29,6 +29,7 @@ import yaml
 from certs.builder import KeyPair
 from devcluster import DevClusterError
 from devcluster.binaries import repo_root
+from devcluster.controlplane import ExtenderAddress, tls_data
 from devcluster.pki import write_pair
 from devcluster.process import ManagedProcess, free_port, http_ok, wait_until
 
@@ -130,6 +131,15 @@ class Services:
     @property
     def extender_url(self) -> str:
         return f"https://127.0.0.1:{self.allocator_port}/scheduler"
+
+    def extender_address(self) -> ExtenderAddress:
+        """The allocator as kube-scheduler reaches it here: loopback, our CA, the scheduler's
+        client certificate (mutual TLS)."""
+        if self.extender_client is None:
+            raise DevClusterError("the allocator has not been started")
+        return ExtenderAddress(
+            f"https://127.0.0.1:{self.allocator_port}",
+            tls_data(self._cp.ca.cert_pem, self.extender_client, "127.0.0.1"))
 
     # ------------------------------------------------------------------ lifecycle
     def start(self) -> None:

@@ -2,7 +2,9 @@
 without Tessera (whole cards as a plain extended resource) and with it (webhook + extender).
 
 Both runs use the dev-cluster harness (devcluster) with the same nodes, pods and
-scheduler configuration (clientConnection qps 200 / burst 400, percentageOfNodesToScore 100):
+scheduler configuration: the shipped manifests/scheduler/kube-scheduler-config.yaml
+(percentageOfNodesToScore 100), the dev cluster's clientConnection (qps 200 / burst 400), and
+for the baseline no extenders:
 
 - *baseline*: ``Options(webhook=False, allocator=False)``; nodes advertise
   ``example.com/gpu: 8``; each pod asks ``example.com/gpu: 1``; the scheduler's own
@@ -32,7 +34,7 @@ from typing import Any
 
 from bench.speed.common import percentile, print_table, write_results
 from devcluster.binaries import ensure_binaries
-from devcluster.cluster import DevCluster, Options, extender_spec
+from devcluster.cluster import DevCluster, Options
 from devcluster.nodes import GpuNodeSpec, create_nodes, uniform
 from devcluster.workloads import container, ensure_namespace, make_pod
 
@@ -121,13 +123,8 @@ def run_mode(mode: str, nodes: int, pods: int, threads: int, timeout: float) -> 
             # The allocator must know every node before the scheduler asks about them.
             time.sleep(2.0)
         watch = BindWatch(dev)
-        extender = None
-        if tessera:
-            extender = extender_spec(dev.services.extender_url, dev.vocabulary,
-                                     ca_pem=dev.control_plane.ca.cert_pem,
-                                     client=dev.services.extender_client)
         t_start = time.perf_counter()
-        dev.control_plane.start_scheduler(extender)
+        dev.control_plane.start_scheduler()  # the configuration dev.start() ran
         deadline = time.perf_counter() + timeout
         while len(watch.bound) < pods and time.perf_counter() < deadline:
             time.sleep(0.5)

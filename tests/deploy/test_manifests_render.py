@@ -252,6 +252,23 @@ def test_both_shipped_scheduler_configurations_call_the_allocator_the_same_way()
             "elasticgpu.io/gpu-core", "elasticgpu.io/gpu-memory"}
 
 
+def test_the_opt_in_cpu_only_configuration_is_the_shipped_one_plus_an_ignorable_scoring_entry(
+) -> None:
+    snippet = yaml.safe_load((MANIFESTS / "scheduler" / "kube-scheduler-config.yaml").read_text())
+    opt_in = yaml.safe_load(
+        (MANIFESTS / "scheduler" / "kube-scheduler-config-score-cpu-only.yaml").read_text())
+    first, second = opt_in["extenders"]
+    assert {**opt_in, "extenders": [first]} == snippet
+    # Prioritize only, for every pod (no managedResources), never in the way of a pod.
+    assert second["prioritizeVerb"] == "prioritize-cpu-only"
+    assert not {"filterVerb", "bindVerb", "preemptVerb", "managedResources"} & set(second)
+    assert second["ignorable"] is True and second["nodeCacheCapable"] is True
+    assert isinstance(second["weight"], int) and second["weight"] >= 1
+    # The same allocator, reached the same way.
+    for key in ("urlPrefix", "enableHTTPS", "tlsConfig"):
+        assert second[key] == first[key]
+
+
 @pytest.mark.parametrize("overlay", ALL)
 def test_no_role_we_ship_uses_wildcards(rendered: dict[str, list[Doc]], overlay: str) -> None:
     for role in find(rendered[overlay], "Role") + find(rendered[overlay], "ClusterRole"):

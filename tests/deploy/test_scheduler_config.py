@@ -7,11 +7,12 @@ ServiceAccount tessera-allocator. Then kube-scheduler is started with
 
 * the ConfigMap of the second-scheduler overlay, as ServiceAccount tessera-scheduler (so the
   overlay's RBAC is what it runs under), and
-* manifests/scheduler/kube-scheduler-config.yaml, as system:kube-scheduler (a control plane's
-  own scheduler),
+* manifests/scheduler/kube-scheduler-config.yaml, and its opt-in variant that scores CPU-only
+  pods, as system:kube-scheduler (a control plane's own scheduler), localised by the dev
+  cluster's own substitution (devcluster.controlplane.localise_scheduler_configuration),
 
-each with only the allocator's address, the TLS file directory and the kubeconfig substituted.
-Each places a GPU pod through the allocator over mutual TLS.
+each with only the allocator's address, the TLS files and the kubeconfig substituted.
+Each places a GPU pod through the allocator over mutual TLS (and a CPU-only pod on its own).
 """
 
 from __future__ import annotations
@@ -47,7 +48,14 @@ from deploy_helpers import (
 
 from certs.builder import build_ca, build_leaf
 from devcluster.binaries import Binaries
-from devcluster.controlplane import ControlPlane
+from devcluster.controlplane import (
+    SCHEDULER_CONFIG,
+    SCHEDULER_CONFIG_SCORE_CPU_ONLY,
+    ControlPlane,
+    ExtenderAddress,
+    load_scheduler_configuration,
+    localise_scheduler_configuration,
+)
 from devcluster.nodes import create_nodes, uniform
 from devcluster.process import ManagedProcess, free_port, wait_until
 from devcluster.workloads import container as pod_container
@@ -336,27 +344,43 @@ def test_the_second_scheduler_places_gpu_pods_through_the_allocator_under_its_ow
         scheduler.stop()
 
 
+@pytest.mark.parametrize("shipped", [SCHEDULER_CONFIG, SCHEDULER_CONFIG_SCORE_CPU_ONLY],
+                         ids=["snippet", "snippet+score-cpu-only"])
 def test_the_control_plane_snippet_places_gpu_pods_through_the_allocator(
     binaries: Binaries, control_plane: ControlPlane, api_client: Any, core: Any,
     kubectl: Path, allocator: Allocator, volumes: dict[str, Path], gpu_nodes: list[str],
-    webhook_tls: Path
+    webhook_tls: Path, shipped: Path
 ) -> None:
     # The identity a kubeadm control plane gives its scheduler (CN system:kube-scheduler).
     kubeconfig = control_plane.write_kubeconfig("deploy-kube-scheduler", "system:kube-scheduler")
-    text = (MANIFESTS / "scheduler" / "kube-scheduler-config.yaml").read_text()
-    text = text.replace(SERVICE_URL, f"https://127.0.0.1:{allocator.port}")
-    text = text.replace("/etc/kubernetes/tessera/", f"{volumes['scheduler']}/")
-    text = text.replace("/etc/kubernetes/scheduler.conf", str(kubeconfig))
+    # The dev cluster's own substitution (addresses and credentials only), with the mounted
+    # TLS files of the Secret in place of the control-plane host's.
+    client_tls = volumes["scheduler"]
+    address = ExtenderAddress(
+        f"https://127.0.0.1:{allocator.port}",
+        {"serverName": "tessera-allocator.tessera-system.svc",
+         "caFile": str(client_tls / "ca.crt"), "certFile": str(client_tls / "tls.crt"),
+         "keyFile": str(client_tls / "tls.key")})
+    config = localise_scheduler_configuration(
+        load_scheduler_configuration(shipped), {"kubeconfig": str(kubeconfig)}, address)
     command = ["kube-scheduler", "--config=/etc/kubernetes/kube-scheduler-config.yaml"]
-    scheduler = start_scheduler(binaries, control_plane, "kube-scheduler-snippet", command,
-                                text, kubeconfig)
+    name = f"kube-scheduler-{shipped.stem}"
+    scheduler = start_scheduler(binaries, control_plane, name, command,
+                                yaml.safe_dump(config), kubeconfig)
     # The webhook as the self-signed overlay runs it: no schedulerName of its own.
     plain = kustomize(kubectl, MANIFESTS / "overlays" / "self-signed")
     try:
         with running_webhook(plain, webhook_tls, api_client, control_plane.log_dir):
             core.create_namespaced_pod(
-                USERS, user_pod("via-default-scheduler", {"aliyun.com/gpu-mem": "2"}))
-        pod = bound_through_allocator(core, "via-default-scheduler", gpu_nodes)
+                USERS, user_pod(f"via-{shipped.stem}", {"aliyun.com/gpu-mem": "2"}))
+        pod = bound_through_allocator(core, f"via-{shipped.stem}", gpu_nodes)
         assert pod.spec.scheduler_name == "default-scheduler"
+        # A CPU-only pod is placed by the scheduler itself, with the CPU-only entry too.
+        cpu_pod = make_pod(f"cpu-{shipped.stem}", [pod_container(requests={"cpu": "100m"})])
+        cpu_pod["spec"]["nodeSelector"] = {"kubernetes.io/hostname": gpu_nodes[0]}
+        core.create_namespaced_pod(USERS, cpu_pod)
+        wait_for(f"CPU-only pod on {gpu_nodes[0]}",
+                 lambda: core.read_namespaced_pod(f"cpu-{shipped.stem}", USERS).spec.node_name,
+                 timeout=60)
     finally:
         scheduler.stop()

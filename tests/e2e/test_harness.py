@@ -5,15 +5,24 @@ from __future__ import annotations
 import base64
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit
 
 import pytest
+import yaml
 from cryptography import x509
 from cryptography.x509.oid import NameOID
 
 from devcluster import DevClusterError
+from devcluster.binaries import repo_root
 from devcluster.checks import admission_problems, allocation_problems, fits_now
-from devcluster.cluster import extender_spec
-from devcluster.controlplane import kubeconfig_document, scheduler_configuration
+from devcluster.cluster import Options, scheduler_setup
+from devcluster.controlplane import (
+    ExtenderAddress,
+    kubeconfig_document,
+    localise_scheduler_configuration,
+    scheduler_client_connection,
+    tls_data,
+)
 from devcluster.nodes import Card, GpuNodeSpec, Inventory, node_object, node_status, uniform
 from devcluster.pki import ClusterCA
 from devcluster.services import service_account_subject, webhook_configuration
@@ -32,6 +41,7 @@ from webhook.cli import dialects_from_args, parse_args
 from webhook.registration import match_conditions
 
 VOCAB = Vocabulary()
+MANIFESTS = repo_root() / "manifests" / "scheduler"
 
 
 def make_node(spec: GpuNodeSpec) -> dict[str, Any]:
@@ -132,25 +142,53 @@ def test_gfd_labels_refuse_to_describe_mixed_cards() -> None:
                     VOCAB)
 
 
-def test_the_scheduler_configuration_hands_gpu_resources_to_our_extender_alone() -> None:
+def _without_addresses(config: dict[str, Any]) -> dict[str, Any]:
+    """``config`` minus what the dev cluster may substitute (addresses and credentials)."""
+    rest = {k: v for k, v in config.items() if k != "clientConnection"}
+    rest["extenders"] = [
+        {**{k: v for k, v in e.items() if k not in ("urlPrefix", "tlsConfig")},
+         "path": urlsplit(e["urlPrefix"]).path}
+        for e in config.get("extenders") or []]
+    return rest
+
+
+@pytest.mark.parametrize("score_cpu_only_pods", [False, True])
+def test_the_dev_cluster_runs_the_shipped_scheduler_configuration_with_only_addresses_changed(
+    score_cpu_only_pods: bool,
+) -> None:
     ca = ClusterCA()
     client = ca.client("scheduler")
-    spec = extender_spec("https://127.0.0.1:1/scheduler", VOCAB, ca.cert_pem, client)
-    config = scheduler_configuration(Path("/k.yaml"), spec)
-    (entry,) = config["extenders"]
-    assert config["percentageOfNodesToScore"] == 100
-    assert config["leaderElection"] == {"leaderElect": False}
-    assert entry["nodeCacheCapable"] is True and entry["ignorable"] is False
-    assert (entry["filterVerb"], entry["prioritizeVerb"], entry["bindVerb"]) == (
-        "filter", "prioritize", "bind")
-    assert entry["managedResources"] == [
-        {"name": "elasticgpu.io/gpu-core", "ignoredByScheduler": True},
-        {"name": "elasticgpu.io/gpu-memory", "ignoredByScheduler": True},
-    ]
-    assert entry["enableHTTPS"] is True
-    assert base64.b64decode(entry["tlsConfig"]["caData"]) == ca.cert_pem
-    assert base64.b64decode(entry["tlsConfig"]["certData"]) == client.cert_pem
-    assert "extenders" not in scheduler_configuration(Path("/k.yaml"), None)
+    address = ExtenderAddress("https://127.0.0.1:1", tls_data(ca.cert_pem, client, "127.0.0.1"))
+    shipped, extender = scheduler_setup(Options(score_cpu_only_pods=score_cpu_only_pods), VOCAB,
+                                        address)
+    config = localise_scheduler_configuration(
+        shipped, scheduler_client_connection(Path("/k.yaml")), extender)
+    expected = MANIFESTS / ("kube-scheduler-config-score-cpu-only.yaml" if score_cpu_only_pods
+                            else "kube-scheduler-config.yaml")
+    assert _without_addresses(config) == _without_addresses(yaml.safe_load(expected.read_text()))
+    assert config["clientConnection"] == {"kubeconfig": "/k.yaml", "qps": 200, "burst": 400}
+    assert len(config["extenders"]) == (2 if score_cpu_only_pods else 1)
+    for entry in config["extenders"]:
+        assert entry["urlPrefix"] == "https://127.0.0.1:1/scheduler"
+        tls = entry["tlsConfig"]
+        assert set(tls) == {"serverName", "caData", "certData", "keyData"}
+        assert base64.b64decode(tls["caData"]) == ca.cert_pem
+        assert base64.b64decode(tls["certData"]) == client.cert_pem
+        assert tls["serverName"] == "127.0.0.1"
+
+
+def test_without_an_allocator_the_scheduler_runs_the_shipped_file_without_extenders() -> None:
+    shipped, _ = scheduler_setup(Options(), VOCAB, None)
+    config = localise_scheduler_configuration(
+        shipped, scheduler_client_connection(Path("/k.yaml")), None)
+    assert "extenders" not in config
+    assert config["percentageOfNodesToScore"] == shipped["percentageOfNodesToScore"]
+
+
+def test_a_vocabulary_the_shipped_entries_do_not_manage_is_refused() -> None:
+    address = ExtenderAddress("https://127.0.0.1:1", {})
+    with pytest.raises(DevClusterError, match="manages"):
+        scheduler_setup(Options(), Vocabulary(domain="example.org"), address)
 
 
 def test_the_shipped_webhook_registration_is_pointed_at_loopback_and_keeps_its_rules() -> None:
