@@ -1,25 +1,26 @@
 """The Kubernetes API adapter: the only module of the allocator that imports ``kubernetes``.
 
 It uses the official client for what it is good at — loading a kubeconfig or the in-cluster
-service account, TLS, bearer-token refresh, a pooled HTTP connection — and speaks JSON to the
-API server directly, returning plain dicts exactly as the server sends them (no model
-objects: the state reads the same shapes in tests and in production, and decoding a list of
-5,000 nodes into pydantic models would be wasted work). Every ``ApiException`` and transport
-error is wrapped once into :mod:`allocator.errors`.
+service account, TLS, bearer-token refresh, the pooled (kept-alive) HTTP connections its
+``rest_client`` builds from them — and speaks JSON to the API server directly, returning
+plain dicts exactly as the server sends them (no model objects: the state reads the same
+shapes in tests and in production, and decoding a list of 5,000 nodes into pydantic models
+would be wasted work). Requests go straight to that connection pool: the client's generic
+request path (``param_serialize``, ``sanitize_for_serialization``, ``call_api``) walked
+every body in Python and was a third of a bind's own CPU (docs/benchmarks.md, issue 13).
+Every transport error and error status is wrapped once into :mod:`allocator.errors`.
 """
 
 from __future__ import annotations
 
-import json
 from collections.abc import Iterator, Mapping
 from typing import Any
-from urllib.parse import quote
+from urllib.parse import quote, urlencode
 
+import orjson
 import urllib3
 from kubernetes import client, config
-from kubernetes.client.exceptions import ApiException
 from kubernetes.config.config_exception import ConfigException
-from kubernetes.watch.watch import iter_resp_lines
 
 from allocator.errors import ApiError, Conflict, Gone, NotFound
 from allocator.ports import Obj, WatchEvent
@@ -39,7 +40,7 @@ def _error(status: int, body: bytes | str | None, what: str) -> ApiError:
     message = ""
     if body:
         try:
-            doc = json.loads(body)
+            doc = orjson.loads(body)
             message = doc.get("message", "") if isinstance(doc, dict) else ""
         except ValueError:
             message = body.decode(errors="replace") if isinstance(body, bytes) else body
@@ -51,6 +52,16 @@ def _error(status: int, body: bytes | str | None, what: str) -> ApiError:
     if status == 410:
         return Gone(text, status)
     return ApiError(text, status)
+
+
+def _lines(resp: urllib3.BaseHTTPResponse) -> Iterator[bytes]:
+    """The non-empty lines of a streamed watch response, as they arrive (one event each)."""
+    pending = b""
+    for chunk in resp.stream(amt=None, decode_content=False):
+        *lines, pending = (pending + chunk).split(b"\n")
+        yield from (line for line in lines if line)
+    if pending:
+        yield pending
 
 
 class KubeClient:
@@ -86,33 +97,43 @@ class KubeClient:
         return cls(client.ApiClient(cfg))
 
     # ------------------------------------------------------------------ transport
+    def _headers(self, content_type: str | None) -> dict[str, str]:
+        """The client's default headers (User-Agent) and its auth header, whose token the
+        client refreshes itself (in-cluster token file, exec plugins) in ``auth_settings``."""
+        headers = {**self._api.default_headers, "Accept": "application/json"}
+        if content_type:
+            headers["Content-Type"] = content_type
+        for setting in self._api.configuration.auth_settings().values():
+            if setting["in"] == "header" and setting["value"]:
+                headers[setting["key"]] = setting["value"]
+        return headers
+
     def _send(self, method: str, path: str, query: list[tuple[str, Any]] | None = None,
               body: Any = None, content_type: str = "application/json",
-              timeout: Any = REQUEST_TIMEOUT) -> Any:
-        headers = {"Accept": "application/json", "Content-Type": content_type}
-        what = f"{method} {path}"
+              timeout: tuple[float, float] = REQUEST_TIMEOUT) -> urllib3.BaseHTTPResponse:
+        """Send one request on the pooled connections; the response is not read yet."""
+        url = self._api.configuration.host + path + ("?" + urlencode(query) if query else "")
+        payload = None if body is None else orjson.dumps(body)
         try:
-            params = self._api.param_serialize(
-                method, path, query_params=query or [], header_params=headers, body=body,
-                auth_settings=["BearerToken"],
-            )
-            return self._api.call_api(*params, _request_timeout=timeout)
-        except ApiException as exc:
-            raise _error(int(exc.status or 0), exc.body, what) from exc
+            return self._api.rest_client.pool_manager.request(
+                method, url, body=payload,
+                headers=self._headers(content_type if payload is not None else None),
+                timeout=urllib3.Timeout(connect=timeout[0], read=timeout[1]),
+                preload_content=False)
         except (urllib3.exceptions.HTTPError, OSError) as exc:
-            raise ApiError(f"{what}: {exc}") from exc
+            raise ApiError(f"{method} {path}: {exc}") from exc
 
     def _json(self, method: str, path: str, **kwargs: Any) -> Obj:
         resp = self._send(method, path, **kwargs)
         what = f"{method} {path}"
         try:
-            data = resp.read()
+            data = resp.read()  # all of it: the connection goes back to the pool
         except (urllib3.exceptions.HTTPError, OSError) as exc:
             raise ApiError(f"{what}: {exc}") from exc
         if not 200 <= resp.status < 300:
             raise _error(resp.status, data, what)
         try:
-            doc = json.loads(data)
+            doc = orjson.loads(data)
         except ValueError as exc:
             raise ApiError(f"{what}: response is not JSON") from exc
         if not isinstance(doc, dict):
@@ -138,24 +159,26 @@ class KubeClient:
         q = [*query, ("watch", "true"), ("resourceVersion", resource_version),
              ("timeoutSeconds", timeout_seconds), ("allowWatchBookmarks", "true")]
         resp = self._send("GET", path, query=q, timeout=(2.0, timeout_seconds + 30))
-        raw = resp.response
         try:
             if not 200 <= resp.status < 300:
-                raise _error(resp.status, raw.data, f"watch {path}")
-            for line in iter_resp_lines(raw):  # type: ignore[no-untyped-call]
+                raise _error(resp.status, resp.read(), f"watch {path}")
+            for line in _lines(resp):
                 try:
-                    event = json.loads(line)
+                    event = orjson.loads(line)
                 except ValueError as exc:
                     raise ApiError(f"watch {path}: bad event line") from exc
-                kind, obj = event.get("type"), event.get("object") or {}
+                kind = event.get("type") if isinstance(event, dict) else None
+                obj = event.get("object") or {} if isinstance(event, dict) else None
+                if not isinstance(kind, str) or not isinstance(obj, dict):
+                    raise ApiError(f"watch {path}: bad event line")
                 if kind == "ERROR":
                     # A Status object; 410 means the resourceVersion was compacted away.
-                    raise _error(int(obj.get("code") or 0), json.dumps(obj), f"watch {path}")
+                    raise _error(int(obj.get("code") or 0), orjson.dumps(obj), f"watch {path}")
                 yield kind, obj
         except (urllib3.exceptions.HTTPError, OSError) as exc:
             raise ApiError(f"watch {path}: stream dropped: {exc}") from exc
         finally:
-            raw.release_conn()
+            resp.release_conn()
 
     # ------------------------------------------------------------------ KubeApi
     def list_nodes(self) -> tuple[list[Obj], str]:
