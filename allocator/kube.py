@@ -6,8 +6,8 @@ service account, TLS, bearer-token refresh, the pooled (kept-alive) HTTP connect
 plain dicts exactly as the server sends them (no model objects: the state reads the same
 shapes in tests and in production, and decoding a list of 5,000 nodes into pydantic models
 would be wasted work). Requests go straight to that connection pool: the client's generic
-request path (``param_serialize``, ``sanitize_for_serialization``, ``call_api``) walked
-every body in Python and was a third of a bind's own CPU (docs/benchmarks.md, issue 13).
+request path (``param_serialize``, ``sanitize_for_serialization``, ``call_api``) walks
+every body and parameter in Python on the way (measured in docs/benchmarks.md, issue 13).
 Every transport error and error status is wrapped once into :mod:`allocator.errors`.
 """
 
