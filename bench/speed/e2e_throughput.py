@@ -137,12 +137,15 @@ def _cpu(dev: DevCluster) -> dict[str, float]:
 
 
 def _start_py_spy(dev: DevCluster, out: Path) -> subprocess.Popen[bytes] | None:
-    """py-spy sampling the allocator (master and worker) into ``out`` (collapsed stacks)."""
+    """py-spy sampling the allocator (master and worker) into ``out`` (collapsed stacks).
+    Only samples of the thread holding the GIL count (``--gil``): Python at work, not threads
+    waiting for a socket (py-spy's idle detection misses those without pausing the process)."""
     exe = shutil.which("py-spy") or str(Path(sys.executable).with_name("py-spy"))
     pid = dev.services.allocator.pid
     out.parent.mkdir(parents=True, exist_ok=True)
     proc = subprocess.Popen([exe, "record", "--pid", str(pid), "--subprocesses", "--rate",
-                             "200", "--format", "raw", "--output", str(out), "--nonblocking"],
+                             "200", "--gil", "--format", "raw", "--output", str(out),
+                             "--nonblocking"],
                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     time.sleep(1.0)  # attached before the scheduler starts
     return proc
@@ -254,6 +257,7 @@ def main() -> None:
                     r["cpu_total_s_per_1k"] - base["cpu_total_s_per_1k"], 2)
         print_table(batch, COLUMNS)
         rows += batch
+        write_results(args.stem + "_partial", rows, {"note": "rows so far"})
     cpu_columns = [f"cpu_{n.replace('-', '_')}_s_per_1k" for n in COMPONENTS]
     medians = []
     for mode in args.modes:
