@@ -13,7 +13,8 @@ Every transport error and error status is wrapped once into :mod:`allocator.erro
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Mapping
+import time
+from collections.abc import Callable, Iterator, Mapping
 from typing import Any
 from urllib.parse import quote, urlencode
 
@@ -32,6 +33,10 @@ LIST_PAGE = 500
 #: Connections the allocator holds open besides those of its request threads: the node and
 #: pod watches, leader election, the pod resync, the Events thread, and slack.
 BACKGROUND_CONNECTIONS = 9
+#: How long the auth headers are reused before the client's refresh hook runs again. The
+#: hook of a kubeconfig re-applies the whole configuration (its ``host`` setter scans the
+#: environment for proxies) on every call; tokens are rotated minutes before they expire.
+AUTH_REUSE_SECONDS = 1.0
 LEASES = "/apis/coordination.k8s.io/v1/namespaces/{ns}/leases"
 EVENTS = "/apis/events.k8s.io/v1/namespaces/{ns}/events"
 
@@ -67,8 +72,11 @@ def _lines(resp: urllib3.BaseHTTPResponse) -> Iterator[bytes]:
 class KubeClient:
     """:class:`allocator.ports.KubeApi` against a real API server."""
 
-    def __init__(self, api_client: client.ApiClient) -> None:
+    def __init__(self, api_client: client.ApiClient,
+                 clock: Callable[[], float] = time.monotonic) -> None:
         self._api = api_client
+        self._clock = clock
+        self._auth: tuple[float, dict[str, str]] = (float("-inf"), {})
 
     @classmethod
     def from_config(cls, kubeconfig: str | None = None, context: str | None = None, *,
@@ -97,15 +105,25 @@ class KubeClient:
         return cls(client.ApiClient(cfg))
 
     # ------------------------------------------------------------------ transport
+    def _auth_headers(self) -> dict[str, str]:
+        """The auth header, whose token the client refreshes itself (in-cluster token file,
+        exec plugins) in ``auth_settings``; asked again after :data:`AUTH_REUSE_SECONDS`."""
+        now = self._clock()
+        since, headers = self._auth
+        if now - since < AUTH_REUSE_SECONDS:
+            return headers
+        headers = {setting["key"]: setting["value"]
+                   for setting in self._api.configuration.auth_settings().values()
+                   if setting["in"] == "header" and setting["value"]}
+        self._auth = (now, headers)
+        return headers
+
     def _headers(self, content_type: str | None) -> dict[str, str]:
-        """The client's default headers (User-Agent) and its auth header, whose token the
-        client refreshes itself (in-cluster token file, exec plugins) in ``auth_settings``."""
-        headers = {**self._api.default_headers, "Accept": "application/json"}
+        """The client's default headers (User-Agent), JSON, and the auth header."""
+        headers = {**self._api.default_headers, "Accept": "application/json",
+                   **self._auth_headers()}
         if content_type:
             headers["Content-Type"] = content_type
-        for setting in self._api.configuration.auth_settings().values():
-            if setting["in"] == "header" and setting["value"]:
-                headers[setting["key"]] = setting["value"]
         return headers
 
     def _send(self, method: str, path: str, query: list[tuple[str, Any]] | None = None,
