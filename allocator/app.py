@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import atexit
 import gc
-import json
 import logging
 import threading
 import time
@@ -46,7 +45,7 @@ from allocator.recorder import EventRecorder
 from allocator.resync import PodResync
 from allocator.state import ClusterState
 from allocator.watch import initial_sync, reflectors, resource_reflector
-from tessera.wire import BodyTooLarge, WireError, read_body
+from tessera.wire import BodyTooLarge, WireError, dump_json, read_body
 
 logger = logging.getLogger(__name__)
 
@@ -186,10 +185,10 @@ def create_app(
 def _json(doc: Any) -> Response:
     """A JSON reply without Flask's key sorting: the verb replies carry one entry per node,
     and sorting 5,000 ``FailedNodes`` keys is time on the scheduler's critical path."""
-    return _json_text(json.dumps(doc, separators=(",", ":")))
+    return _json_text(dump_json(doc))
 
 
-def _json_text(text: str) -> Response:
+def _json_text(text: str | bytes) -> Response:
     return Response(text, mimetype="application/json")
 
 

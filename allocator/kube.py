@@ -1,25 +1,27 @@
 """The Kubernetes API adapter: the only module of the allocator that imports ``kubernetes``.
 
 It uses the official client for what it is good at — loading a kubeconfig or the in-cluster
-service account, TLS, bearer-token refresh, a pooled HTTP connection — and speaks JSON to the
-API server directly, returning plain dicts exactly as the server sends them (no model
-objects: the state reads the same shapes in tests and in production, and decoding a list of
-5,000 nodes into pydantic models would be wasted work). Every ``ApiException`` and transport
-error is wrapped once into :mod:`allocator.errors`.
+service account, TLS, bearer-token refresh, the pooled (kept-alive) HTTP connections its
+``rest_client`` builds from them — and speaks JSON to the API server directly, returning
+plain dicts exactly as the server sends them (no model objects: the state reads the same
+shapes in tests and in production, and decoding a list of 5,000 nodes into pydantic models
+would be wasted work). Requests go straight to that connection pool: the client's generic
+request path (``param_serialize``, ``sanitize_for_serialization``, ``call_api``) walks
+every body and parameter in Python on the way (measured in docs/benchmarks.md, issue 13).
+Every transport error and error status is wrapped once into :mod:`allocator.errors`.
 """
 
 from __future__ import annotations
 
-import json
+import time
 from collections.abc import Callable, Iterator, Mapping
 from typing import Any, TypeVar
-from urllib.parse import quote
+from urllib.parse import quote, urlencode
 
+import orjson
 import urllib3
 from kubernetes import client, config
-from kubernetes.client.exceptions import ApiException
 from kubernetes.config.config_exception import ConfigException
-from kubernetes.watch.watch import iter_resp_lines
 
 from allocator.errors import ApiError, Conflict, Gone, NotFound
 from allocator.ports import Obj, WatchEvent
@@ -31,6 +33,10 @@ LIST_PAGE = 500
 #: Connections the allocator holds open besides those of its request threads: the node and
 #: pod watches, leader election, the pod resync, the Events thread, and slack.
 BACKGROUND_CONNECTIONS = 9
+#: How long the auth headers are reused before the client's refresh hook runs again. The
+#: hook of a kubeconfig re-applies the whole configuration (its ``host`` setter scans the
+#: environment for proxies) on every call; tokens are rotated minutes before they expire.
+AUTH_REUSE_SECONDS = 1.0
 LEASES = "/apis/coordination.k8s.io/v1/namespaces/{ns}/leases"
 EVENTS = "/apis/events.k8s.io/v1/namespaces/{ns}/events"
 _T = TypeVar("_T")
@@ -40,7 +46,7 @@ def _error(status: int, body: bytes | str | None, what: str) -> ApiError:
     message = ""
     if body:
         try:
-            doc = json.loads(body)
+            doc = orjson.loads(body)
             message = doc.get("message", "") if isinstance(doc, dict) else ""
         except ValueError:
             message = body.decode(errors="replace") if isinstance(body, bytes) else body
@@ -54,11 +60,24 @@ def _error(status: int, body: bytes | str | None, what: str) -> ApiError:
     return ApiError(text, status)
 
 
+def _lines(resp: urllib3.BaseHTTPResponse) -> Iterator[bytes]:
+    """The non-empty lines of a streamed watch response, as they arrive (one event each)."""
+    pending = b""
+    for chunk in resp.stream(amt=None, decode_content=False):
+        *lines, pending = (pending + chunk).split(b"\n")
+        yield from (line for line in lines if line)
+    if pending:
+        yield pending
+
+
 class KubeClient:
     """:class:`allocator.ports.KubeApi` against a real API server."""
 
-    def __init__(self, api_client: client.ApiClient) -> None:
+    def __init__(self, api_client: client.ApiClient,
+                 clock: Callable[[], float] = time.monotonic) -> None:
         self._api = api_client
+        self._clock = clock
+        self._auth: tuple[float, dict[str, str]] = (float("-inf"), {})
 
     @classmethod
     def from_config(cls, kubeconfig: str | None = None, context: str | None = None, *,
@@ -87,33 +106,53 @@ class KubeClient:
         return cls(client.ApiClient(cfg))
 
     # ------------------------------------------------------------------ transport
+    def _auth_headers(self) -> dict[str, str]:
+        """The auth header, whose token the client refreshes itself (in-cluster token file,
+        exec plugins) in ``auth_settings``; asked again after :data:`AUTH_REUSE_SECONDS`."""
+        now = self._clock()
+        since, headers = self._auth
+        if now - since < AUTH_REUSE_SECONDS:
+            return headers
+        headers = {setting["key"]: setting["value"]
+                   for setting in self._api.configuration.auth_settings().values()
+                   if setting["in"] == "header" and setting["value"]}
+        self._auth = (now, headers)
+        return headers
+
+    def _headers(self, content_type: str | None) -> dict[str, str]:
+        """The client's default headers (User-Agent), JSON, and the auth header."""
+        headers = {**self._api.default_headers, "Accept": "application/json",
+                   **self._auth_headers()}
+        if content_type:
+            headers["Content-Type"] = content_type
+        return headers
+
     def _send(self, method: str, path: str, query: list[tuple[str, Any]] | None = None,
               body: Any = None, content_type: str = "application/json",
-              timeout: Any = REQUEST_TIMEOUT) -> Any:
-        headers = {"Accept": "application/json", "Content-Type": content_type}
-        what = f"{method} {path}"
+              timeout: tuple[float, float] = REQUEST_TIMEOUT) -> urllib3.BaseHTTPResponse:
+        """Send one request on the pooled connections; the response is not read yet."""
+        url = self._api.configuration.host + path + ("?" + urlencode(query) if query else "")
+        payload = None if body is None else orjson.dumps(body)
         try:
-            params = self._api.param_serialize(
-                method, path, query_params=query or [], header_params=headers, body=body,
-                auth_settings=["BearerToken"],
-            )
-            return self._api.call_api(*params, _request_timeout=timeout)
-        except ApiException as exc:
-            raise _error(int(exc.status or 0), exc.body, what) from exc
+            return self._api.rest_client.pool_manager.request(
+                method, url, body=payload,
+                headers=self._headers(content_type if payload is not None else None),
+                timeout=urllib3.Timeout(connect=timeout[0], read=timeout[1]),
+                preload_content=False)
         except (urllib3.exceptions.HTTPError, OSError) as exc:
-            raise ApiError(f"{what}: {exc}") from exc
+            raise ApiError(f"{method} {path}: {exc}") from exc
 
     def _json(self, method: str, path: str, **kwargs: Any) -> Obj:
         resp = self._send(method, path, **kwargs)
         what = f"{method} {path}"
         try:
-            data = resp.read()
+            data = resp.read()  # all of it: the connection goes back to the pool
         except (urllib3.exceptions.HTTPError, OSError) as exc:
             raise ApiError(f"{what}: {exc}") from exc
         if not 200 <= resp.status < 300:
             raise _error(resp.status, data, what)
         try:
-            doc = json.loads(data)
+            doc = orjson.loads(data)
         except ValueError as exc:
             raise ApiError(f"{what}: response is not JSON") from exc
         if not isinstance(doc, dict):
@@ -143,24 +182,26 @@ class KubeClient:
         q = [*query, ("watch", "true"), ("resourceVersion", resource_version),
              ("timeoutSeconds", timeout_seconds), ("allowWatchBookmarks", "true")]
         resp = self._send("GET", path, query=q, timeout=(2.0, timeout_seconds + 30))
-        raw = resp.response
         try:
             if not 200 <= resp.status < 300:
-                raise _error(resp.status, raw.data, f"watch {path}")
-            for line in iter_resp_lines(raw):  # type: ignore[no-untyped-call]
+                raise _error(resp.status, resp.read(), f"watch {path}")
+            for line in _lines(resp):
                 try:
-                    event = json.loads(line)
+                    event = orjson.loads(line)
                 except ValueError as exc:
                     raise ApiError(f"watch {path}: bad event line") from exc
-                kind, obj = event.get("type"), event.get("object") or {}
+                kind = event.get("type") if isinstance(event, dict) else None
+                obj = event.get("object") or {} if isinstance(event, dict) else None
+                if not isinstance(kind, str) or not isinstance(obj, dict):
+                    raise ApiError(f"watch {path}: bad event line")
                 if kind == "ERROR":
                     # A Status object; 410 means the resourceVersion was compacted away.
-                    raise _error(int(obj.get("code") or 0), json.dumps(obj), f"watch {path}")
+                    raise _error(int(obj.get("code") or 0), orjson.dumps(obj), f"watch {path}")
                 yield kind, obj
         except (urllib3.exceptions.HTTPError, OSError) as exc:
             raise ApiError(f"watch {path}: stream dropped: {exc}") from exc
         finally:
-            raw.release_conn()
+            resp.release_conn()
 
     # ------------------------------------------------------------------ KubeApi
     def list_nodes(self) -> tuple[list[Obj], str]:

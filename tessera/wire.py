@@ -9,17 +9,20 @@ speaks plain WSGI).
 - :func:`read_body`: the request body with a hard cap, chunked or not (Werkzeug's own cap
   silently truncates a chunked body at the limit: ``werkzeug/wsgi.py`` ``get_input_stream``
   wraps it in a ``LimitedStream`` that stops reading there).
-- :func:`load_json`: ``json.loads`` whose only error is ``ValueError`` (it raises
-  ``RecursionError`` on deep nesting, which no caller expects), with a nesting bound.
+- :func:`load_json`: JSON text to Python, whose only error is ``ValueError``, with a nesting
+  bound; :func:`dump_json`: a reply's JSON bytes. Both are orjson's: strict JSON (no
+  ``NaN``, no lone surrogates, invalid UTF-8 refused), 3x faster than the json module on the
+  extender's bodies (docs/benchmarks.md), never a ``RecursionError``.
 - :func:`check_object_meta`: the ``metadata`` of a Kubernetes object, typed as the API server
   would send it (a forged body may put a string or a list anywhere).
 """
 
 from __future__ import annotations
 
-import json
 from collections.abc import Mapping
 from typing import Any, Final
+
+import orjson
 
 from tessera.vocabulary import TesseraError
 
@@ -82,12 +85,17 @@ def _read(stream: Any, size: int) -> bytes:
 
 
 def load_json(text: str | bytes, max_depth: int = MAX_JSON_DEPTH) -> Any:
-    """``json.loads(text)``, raising only :class:`ValueError` (bad UTF-8, bad JSON, nested
-    deeper than ``max_depth``)."""
+    """The document of JSON ``text``, raising only :class:`ValueError` (bad UTF-8, bad JSON,
+    nested deeper than ``max_depth``).
+
+    Differences from ``json.loads``, all refusals of what is not JSON (RFC 8259) or would
+    fail later anyway: ``NaN``/``Infinity`` and numbers beyond a double are refused; so are
+    strings with lone surrogates (they cannot be written back as UTF-8); integers beyond
+    64 bits become floats (no Kubernetes field holds one)."""
     try:
-        doc = json.loads(text)
-    except RecursionError:
-        raise ValueError(f"JSON nested deeper than {max_depth} levels") from None
+        doc = orjson.loads(text)
+    except orjson.JSONDecodeError as exc:  # a ValueError; its own depth cap is 1,024
+        raise ValueError(str(exc)) from None
     # Nesting needs an opening bracket per level: counting them (C speed, strings included,
     # so never too few) spares the walk for most bodies, e.g. 5,000 node names.
     opening = (text.count(b"[") + text.count(b"{") if isinstance(text, bytes)
@@ -95,6 +103,12 @@ def load_json(text: str | bytes, max_depth: int = MAX_JSON_DEPTH) -> Any:
     if opening > max_depth and isinstance(doc, dict | list) and _too_deep(doc, max_depth):
         raise ValueError(f"JSON nested deeper than {max_depth} levels")
     return doc
+
+
+def dump_json(doc: Any) -> bytes:
+    """Compact UTF-8 JSON of a reply built from dicts, lists, strings, ints and bools (keys in
+    insertion order, as ``json.dumps(doc, separators=(",", ":"), ensure_ascii=False)``)."""
+    return orjson.dumps(doc)
 
 
 def _too_deep(doc: dict[str, Any] | list[Any], max_depth: int) -> bool:

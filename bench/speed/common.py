@@ -1,4 +1,5 @@
-"""Shared helpers of the speed benchmarks: percentiles, tables, result files, HTTPS clients."""
+"""Shared helpers of the speed benchmarks: percentiles, tables, result files, HTTPS clients,
+CPU time of process groups."""
 
 from __future__ import annotations
 
@@ -112,3 +113,28 @@ def client_context(ca: Path, cert: Path | None = None, key: Path | None = None) 
     if cert is not None and key is not None:
         ctx.load_cert_chain(str(cert), str(key))
     return ctx
+
+
+_CLOCK_TICKS = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
+
+
+def group_cpu_seconds(pgid: int) -> float:
+    """User + system CPU seconds of every live process in process group ``pgid`` (Linux
+    ``/proc``), plus what their reaped children used. The dev cluster starts each component
+    in its own group, so gunicorn's master and worker count together."""
+    total = 0
+    for entry in os.scandir("/proc"):
+        if not entry.name.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry.name}/stat", "rb") as fh:
+                stat = fh.read()
+        except OSError:
+            continue  # exited meanwhile
+        # Fields after the command name (which may hold spaces) in parentheses:
+        # state ppid pgrp session tty tpgid flags minflt cminflt majflt cmajflt utime stime
+        # cutime cstime (proc(5)).
+        fields = stat[stat.rindex(b")") + 2:].split()
+        if int(fields[2]) == pgid:
+            total += sum(int(x) for x in fields[11:15])
+    return total / _CLOCK_TICKS

@@ -1,47 +1,73 @@
 """End to end: pods/s that the real kube-scheduler v1.34.4 schedules onto many fake nodes,
-without Tessera (whole cards as a plain extended resource) and with it (webhook + extender).
+without Tessera (whole cards as a plain extended resource) and with it (webhook + extender),
+and the CPU every control-plane process spends doing it.
 
-Both runs use the dev-cluster harness (devcluster) with the same nodes, pods and
+Every run uses the dev-cluster harness (devcluster) with the same nodes, pods and
 scheduler configuration: the shipped manifests/scheduler/kube-scheduler-config.yaml
-(percentageOfNodesToScore 100), the dev cluster's clientConnection (qps 200 / burst 400), and
-for the baseline no extenders:
+(percentageOfNodesToScore 100) with the dev cluster's clientConnection (qps 200 / burst 400);
+the baseline has no extenders. Modes:
 
-- *baseline*: ``Options(webhook=False, allocator=False)``; nodes advertise
+- ``baseline``: ``Options(webhook=False, allocator=False)``; nodes advertise
   ``example.com/gpu: 8``; each pod asks ``example.com/gpu: 1``; the scheduler's own
   NodeResourcesFit decides and its DefaultBinder binds;
-- *tessera*: the harness's full setup; nodes advertise 8 cards through ``elasticgpu.io``;
+- ``whole``: the harness's full setup; nodes advertise 8 cards through ``elasticgpu.io``;
   each pod asks ``elasticgpu.io/gpu-core: 100`` (one whole card), the webhook rewrites it at
-  CREATE, and the scheduler calls the allocator's filter, prioritize and bind (mutual TLS).
+  CREATE, and the scheduler calls the allocator's filter, prioritize and bind (mutual TLS);
+- ``share25``: as ``whole``, each pod asking a quarter card (``gpu-core: 25``,
+  ``gpu-memory: 4096`` of 16,384 MiB).
 
 Method: the scheduler is stopped while the nodes and all pods are created (pod creation,
 including admission, is not part of the number), then started again; a raw watch on the
 namespace records when each pod first shows ``spec.nodeName``. Throughput = pods bound
 between the 10th and 90th percentile of bind times / that interval (start-up and tail
-excluded); the overall rate (all pods / first-to-last) is reported too.
+excluded); the overall rate (all pods / first-to-last) is reported too. CPU: user + system
+seconds of each component's process group (``/proc``) from the scheduler's start until
+:data:`SETTLE_S` after the last bind, per 1,000 pods; *added* is a mode's total minus the
+baseline's of the same repeat. ``--repeat N`` runs every mode N times (interleaved) and
+reports medians.
 
-Usage: ``.venv/bin/python -m bench.speed.e2e_throughput [--nodes 1000] [--pods 2000]``
+Usage: ``.venv/bin/python -m bench.speed.e2e_throughput [--nodes 1000] [--pods 2000]
+[--repeat 3] [--modes baseline whole share25] [--py-spy DIR]``
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import shutil
+import signal
+import statistics
+import subprocess
 import sys
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
 from typing import Any
 
-from bench.speed.common import percentile, print_table, write_results
+from bench.speed.common import group_cpu_seconds, percentile, print_table, write_results
 from devcluster.binaries import ensure_binaries
 from devcluster.cluster import DevCluster, Options
 from devcluster.nodes import GpuNodeSpec, create_nodes, uniform
+from devcluster.process import ManagedProcess
 from devcluster.workloads import container, ensure_namespace, make_pod
 
 NAMESPACE = "e2e-bench"
 PLAIN = "example.com/gpu"
-COLUMNS = ["mode", "nodes", "pods", "bound", "p10_p90_pods_per_s", "overall_pods_per_s",
-           "first_to_last_s", "ratio_vs_baseline"]
+#: What each pod asks, per mode.
+LIMITS: dict[str, dict[str, str]] = {
+    "baseline": {PLAIN: "1"},
+    "whole": {"elasticgpu.io/gpu-core": "100"},
+    "share25": {"elasticgpu.io/gpu-core": "25", "elasticgpu.io/gpu-memory": "4096"},
+}
+#: Seconds after the last bind still counted as CPU of the run (watch events of the last
+#: binds, KWOK marking the last pods running): the same in every mode.
+SETTLE_S = 3.0
+COMPONENTS = ["etcd", "kube-apiserver", "kube-scheduler", "kube-controller-manager", "kwok",
+              "allocator", "webhook"]
+COLUMNS = ["mode", "run", "bound", "p10_p90_pods_per_s", "overall_pods_per_s",
+           "first_to_last_s", "ratio_vs_baseline", "cpu_total_s_per_1k",
+           "cpu_added_s_per_1k", "cpu_allocator_s_per_1k"]
 
 
 def _core(dev: DevCluster) -> Any:
@@ -96,8 +122,39 @@ class BindWatch:
                     break
 
 
-def run_mode(mode: str, nodes: int, pods: int, threads: int, timeout: float) -> dict[str, Any]:
-    tessera = mode == "tessera"
+def _processes(dev: DevCluster) -> dict[str, ManagedProcess]:
+    procs = {p.name: p for p in dev.control_plane.processes}
+    if dev.services is not None:
+        for name in ("allocator", "webhook"):
+            proc = getattr(dev.services, name)
+            if proc is not None:
+                procs[name] = proc
+    return procs
+
+
+def _cpu(dev: DevCluster) -> dict[str, float]:
+    return {name: group_cpu_seconds(p.pid) for name, p in _processes(dev).items()
+            if p.pid is not None}
+
+
+def _start_py_spy(dev: DevCluster, out: Path) -> subprocess.Popen[bytes] | None:
+    """py-spy sampling the allocator (master and worker) into ``out`` (collapsed stacks).
+    Only samples of the thread holding the GIL count (``--gil``): Python at work, not threads
+    waiting for a socket (py-spy's idle detection misses those without pausing the process)."""
+    exe = shutil.which("py-spy") or str(Path(sys.executable).with_name("py-spy"))
+    pid = dev.services.allocator.pid
+    out.parent.mkdir(parents=True, exist_ok=True)
+    proc = subprocess.Popen([exe, "record", "--pid", str(pid), "--subprocesses", "--rate",
+                             "200", "--gil", "--format", "raw", "--output", str(out),
+                             "--nonblocking"],
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    time.sleep(1.0)  # attached before the scheduler starts
+    return proc
+
+
+def run_mode(mode: str, nodes: int, pods: int, threads: int, timeout: float,
+             profile: Path | None = None) -> dict[str, Any]:
+    tessera = mode != "baseline"
     dev = DevCluster(ensure_binaries(), None,
                      Options(webhook=tessera, allocator=tessera))
     try:
@@ -111,7 +168,7 @@ def run_mode(mode: str, nodes: int, pods: int, threads: int, timeout: float) -> 
         ]
         _parallel(dev, specs, lambda core, chunk: create_nodes(core, chunk, dev.vocabulary),
                   threads)
-        limits = {"elasticgpu.io/gpu-core": "100"} if tessera else {PLAIN: "1"}
+        limits = LIMITS[mode]
 
         def create(core: Any, names: list[str]) -> None:
             for name in names:
@@ -123,11 +180,18 @@ def run_mode(mode: str, nodes: int, pods: int, threads: int, timeout: float) -> 
             # The allocator must know every node before the scheduler asks about them.
             time.sleep(2.0)
         watch = BindWatch(dev)
+        spy = _start_py_spy(dev, profile) if tessera and profile is not None else None
+        cpu_before = _cpu(dev)
         t_start = time.perf_counter()
         dev.control_plane.start_scheduler()  # the configuration dev.start() ran
         deadline = time.perf_counter() + timeout
         while len(watch.bound) < pods and time.perf_counter() < deadline:
             time.sleep(0.5)
+        time.sleep(SETTLE_S)
+        cpu_after = _cpu(dev)
+        if spy is not None:
+            spy.send_signal(signal.SIGINT)
+            spy.wait(timeout=60)
         watch.stop.set()
         times = sorted(watch.bound.values())
         row: dict[str, Any] = {"mode": mode, "nodes": nodes, "pods": pods, "bound": len(times)}
@@ -138,9 +202,22 @@ def run_mode(mode: str, nodes: int, pods: int, threads: int, timeout: float) -> 
             row["overall_pods_per_s"] = round((len(times) - 1) / (times[-1] - times[0]), 1)
             row["first_to_last_s"] = round(times[-1] - times[0], 1)
             row["scheduler_start_to_first_s"] = round(times[0] - t_start, 1)
+        per_1k = 1000 / max(1, len(times))
+        total = 0.0
+        for name in COMPONENTS:
+            if name in cpu_after:
+                used = cpu_after[name] - cpu_before.get(name, 0.0)
+                row[f"cpu_{name.replace('-', '_')}_s_per_1k"] = round(used * per_1k, 2)
+                total += used
+        row["cpu_total_s_per_1k"] = round(total * per_1k, 2)
         return row
     finally:
         dev.stop()
+
+
+def _median(rows: list[dict[str, Any]], key: str) -> float | None:
+    values = [r[key] for r in rows if r.get(key) is not None]
+    return round(statistics.median(values), 3) if values else None
 
 
 def main() -> None:
@@ -149,26 +226,56 @@ def main() -> None:
     parser.add_argument("--pods", type=int, default=2000)
     parser.add_argument("--threads", type=int, default=6, help="setup threads")
     parser.add_argument("--timeout", type=float, default=900.0)
-    parser.add_argument("--modes", nargs="+", default=["baseline", "tessera"])
+    parser.add_argument("--modes", nargs="+", choices=sorted(LIMITS),
+                        default=["baseline", "whole", "share25"])
+    parser.add_argument("--repeat", type=int, default=1,
+                        help="runs of every mode (interleaved); medians are reported")
+    parser.add_argument("--py-spy", type=Path, default=None, metavar="DIR",
+                        help="record the allocator with py-spy into DIR/<mode>-<run>.txt "
+                             "(collapsed stacks)")
     parser.add_argument("--stem", default="speed_e2e")
     args = parser.parse_args()
-    rows = []
+    rows: list[dict[str, Any]] = []
+    for run in range(1, args.repeat + 1):
+        batch = []
+        for mode in args.modes:
+            profile = None if args.py_spy is None else args.py_spy / f"{mode}-{run}.txt"
+            row = run_mode(mode, args.nodes, args.pods, args.threads, args.timeout, profile)
+            row["run"] = run
+            batch.append(row)
+        base = next((r for r in batch if r["mode"] == "baseline"), None)
+        for r in batch:
+            if base and base.get("p10_p90_pods_per_s") and r.get("p10_p90_pods_per_s"):
+                r["ratio_vs_baseline"] = round(
+                    r["p10_p90_pods_per_s"] / base["p10_p90_pods_per_s"], 3)
+            if base and r is not base:
+                r["cpu_added_s_per_1k"] = round(
+                    r["cpu_total_s_per_1k"] - base["cpu_total_s_per_1k"], 2)
+        print_table(batch, COLUMNS)
+        rows += batch
+        write_results(args.stem + "_partial", rows, {"note": "rows so far"})
+    cpu_columns = [f"cpu_{n.replace('-', '_')}_s_per_1k" for n in COMPONENTS]
+    medians = []
     for mode in args.modes:
-        rows.append(run_mode(mode, args.nodes, args.pods, args.threads, args.timeout))
-        print_table(rows[-1:], COLUMNS)
-    base = next((r for r in rows if r["mode"] == "baseline"), None)
-    for r in rows:
-        if base and base.get("p10_p90_pods_per_s") and r.get("p10_p90_pods_per_s"):
-            r["ratio_vs_baseline"] = round(r["p10_p90_pods_per_s"] / base["p10_p90_pods_per_s"], 3)
+        mine = [r for r in rows if r["mode"] == mode]
+        medians.append({"mode": mode, "run": f"median of {len(mine)}", **{
+            key: _median(mine, key) for key in
+            ["bound", "p10_p90_pods_per_s", "overall_pods_per_s", "first_to_last_s",
+             "ratio_vs_baseline", "cpu_total_s_per_1k", "cpu_added_s_per_1k",
+             *cpu_columns]}})
     print()
-    print_table(rows, [*COLUMNS, "scheduler_start_to_first_s"])
-    write_results(args.stem, rows, {
+    print_table(rows + medians, [*COLUMNS, "scheduler_start_to_first_s"])
+    print()
+    print_table(medians, ["mode", "run", *cpu_columns])
+    write_results(args.stem, rows + medians, {
         "command": "python -m bench.speed.e2e_throughput " + " ".join(sys.argv[1:]),
         "control_plane": "etcd + kube-apiserver + kube-scheduler v1.34.4 on loopback "
                          "(devcluster), scheduler qps 200 / burst 400",
         "nodes": "8 cards x 16 GiB each (fake, no kubelet)",
-        "pods": "one container, one whole card; baseline via example.com/gpu, tessera via "
-                "elasticgpu.io/gpu-core: 100 through webhook + extender",
+        "pods": "one container; baseline one example.com/gpu; whole elasticgpu.io/gpu-core: "
+                "100; share25 gpu-core 25 + gpu-memory 4096 (webhook + extender)",
+        "cpu": "user+system s of each process group from the scheduler's start to "
+               f"{SETTLE_S:g} s after the last bind, per 1,000 bound pods",
     })
 
 

@@ -110,7 +110,7 @@ def test_request_errors_and_bind_errors_carry_no_percent_sign_either() -> None:
                               "(largest 5 percent)")
 
 
-def test_prioritize_returns_a_host_priority_list_scored_0_to_10() -> None:
+def test_prioritize_names_only_the_nodes_above_the_lowest_score_0_to_10() -> None:
     fake = _cluster()
     app, rt = make_app(fake)
     fake.add_pod(make_gpu_pod("first", request(share(core=50, mem=8000))))
@@ -119,7 +119,18 @@ def test_prioritize_returns_a_host_priority_list_scored_0_to_10() -> None:
     resp = app.test_client().post("/scheduler/prioritize", json=_args(pod, ["n1", "n2"]))
     assert resp.status_code == 200
     body = resp.get_json()
-    assert body == [{"Host": "n1", "Score": 0}, {"Host": "n2", "Score": 10}]
+    assert body == [{"Host": "n2", "Score": 10}]  # n1 scored 0: left out, the same to the scheduler
+
+
+def test_prioritize_names_no_node_when_every_node_scores_the_same() -> None:
+    fake = FakeKube()
+    for name in ("n1", "n2"):
+        fake.add_node(make_node(name, count=2, memory_mib=16000))
+    app, _ = make_app(fake)
+    pod = make_gpu_pod("p", request(share(core=10, mem=1000)))
+    resp = app.test_client().post("/scheduler/prioritize", json=_args(pod, ["n1", "n2"]))
+    assert resp.status_code == 200
+    assert resp.get_json() == []
 
 
 def test_a_pod_may_choose_its_policy_by_annotation() -> None:
@@ -130,7 +141,7 @@ def test_a_pod_may_choose_its_policy_by_annotation() -> None:
     pod = make_gpu_pod("p", request(share(core=10, mem=1000), policy="spread"))
     body = app.test_client().post("/scheduler/prioritize",
                                   json=_args(pod, ["n1", "n2"])).get_json()
-    assert body == [{"Host": "n1", "Score": 10}, {"Host": "n2", "Score": 0}]
+    assert body == [{"Host": "n1", "Score": 10}]
 
 
 def test_bind_writes_the_allocation_then_creates_the_binding() -> None:

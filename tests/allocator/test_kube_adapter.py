@@ -11,13 +11,13 @@ from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 import pytest
 from kubernetes import client
 
 from allocator.errors import ApiError, Conflict, Gone, NotFound
-from allocator.kube import KubeClient
+from allocator.kube import AUTH_REUSE_SECONDS, KubeClient
 
 SEEN: list[tuple[str, str, str, Any]] = []
 
@@ -180,3 +180,41 @@ def test_a_burst_as_wide_as_the_request_threads_reuses_pooled_connections(
         server.shutdown()
         server.server_close()
     assert [r.getMessage() for r in caplog.records if "pool is full" in r.getMessage()] == []
+
+
+class _AuthHandler(BaseHTTPRequestHandler):
+    seen: ClassVar[list[str | None]] = []
+
+    def log_message(self, *args: Any) -> None:
+        pass
+
+    def do_GET(self) -> None:
+        _AuthHandler.seen.append(self.headers.get("Authorization"))
+        data = b'{"metadata": {"name": "p"}}'
+        self.send_response(200)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(data)))
+        self.end_headers()
+        self.wfile.write(data)
+
+
+def test_the_auth_header_is_the_clients_own_and_asked_again_only_after_a_while() -> None:
+    server = ThreadingHTTPServer(("127.0.0.1", 0), _AuthHandler)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    tokens = iter(["Bearer one", "Bearer two"])
+    cfg = client.Configuration()
+    cfg.host = f"http://127.0.0.1:{server.server_port}"
+    cfg.api_key = {"BearerToken": "unused"}
+    cfg.refresh_api_key_hook = lambda c: c.api_key.update(BearerToken=next(tokens))
+    now = [100.0]
+    kube = KubeClient(client.ApiClient(cfg), clock=lambda: now[0])
+    try:
+        kube.get_pod("ns", "p")
+        now[0] += AUTH_REUSE_SECONDS / 2
+        kube.get_pod("ns", "p")  # the same header: the hook is not run again
+        now[0] += AUTH_REUSE_SECONDS
+        kube.get_pod("ns", "p")  # stale: the hook runs and its new token is sent
+    finally:
+        server.shutdown()
+        server.server_close()
+    assert _AuthHandler.seen == ["Bearer one", "Bearer one", "Bearer two"]
