@@ -183,9 +183,13 @@ def test_the_cpu_only_verb_speaks_prioritizes_wire_format() -> None:
                                    json={"Pod": _cpu_only(), "Nodes": None, "NodeNames": names})
     assert reply.status_code == 200
     body = reply.get_json()
-    assert [e["Host"] for e in body] == names
-    assert [e["Score"] for e in body] == rt.allocator.scores_cpu_only(_cpu_only(), names)
-    assert all(0 <= e["Score"] <= 10 for e in body)
+    scores = rt.allocator.scores_cpu_only(_cpu_only(), names)
+    low = min(scores)
+    # Like prioritize: each score less the lowest, only the nodes left above zero.
+    assert max(scores) > low
+    assert {e["Host"]: e["Score"] for e in body} == {
+        n: s - low for n, s in zip(names, scores, strict=True) if s > low}
+    assert all(0 < e["Score"] <= 10 for e in body)
 
 
 @pytest.mark.parametrize("body", [
