@@ -149,8 +149,36 @@ def chooser(policy: Policy, ctx: PolicyContext) -> Chooser:
     return choose
 
 
+def _min_max(raw: Mapping[str, float]) -> dict[str, int]:
+    """Min-max scaled to 0..10 across the candidates (rounded half to even); all equal: 10."""
+    low, high = min(raw.values()), max(raw.values())
+    if high - low <= _EQUAL:
+        return dict.fromkeys(raw, MAX_SCORE)
+    span = high - low
+    return {name: round((value - low) / span * MAX_SCORE) for name, value in raw.items()}
+
+
+def _best_alone(raw: Mapping[str, float]) -> dict[str, int]:
+    """Min-max, except that only the best node(s) get 10: every other node gets 9 at most."""
+    scaled = _min_max(raw)
+    high = max(raw.values())
+    return {name: (MAX_SCORE if raw[name] >= high - _EQUAL else min(value, MAX_SCORE - 1))
+            for name, value in scaled.items()}
+
+
+#: Raw scores closer than this are equal (float rounding between alike nodes).
+_EQUAL = 1e-9
+
+#: The ways raw scores can become extender scores, by name (the openb deployed-mode replay
+#: compares them; :func:`normalise` is the one shipped).
+SCALINGS: dict[str, Callable[[Mapping[str, float]], dict[str, int]]] = {
+    "min-max": _min_max,
+    "best-alone": _best_alone,
+}
+
+
 def normalise(raw: Mapping[str, float]) -> dict[str, int]:
-    """Raw scores -> integers 0..10, min-max scaled across the candidate nodes.
+    """Raw scores -> the extender's integers 0..10 across the candidate nodes.
 
     Min-max keeps the policy decisive even when raw differences are tiny (binpack between two
     nearly empty nodes); when every node scores the same, every node gets 10, which leaves the
@@ -158,11 +186,7 @@ def normalise(raw: Mapping[str, float]) -> dict[str, int]:
     """
     if not raw:
         return {}
-    low, high = min(raw.values()), max(raw.values())
-    if high - low <= 1e-12:
-        return dict.fromkeys(raw, MAX_SCORE)
-    span = high - low
-    return {name: round((value - low) / span * MAX_SCORE) for name, value in raw.items()}
+    return _min_max(raw)
 
 
 def mean_square_utilisation(node: NodeState) -> float:
