@@ -178,15 +178,20 @@ SCALINGS: dict[str, Callable[[Mapping[str, float]], dict[str, int]]] = {
 
 
 def normalise(raw: Mapping[str, float]) -> dict[str, int]:
-    """Raw scores -> the extender's integers 0..10 across the candidate nodes.
+    """Raw scores -> the extender's integers 0..10 across the candidate nodes: best-alone.
 
-    Min-max keeps the policy decisive even when raw differences are tiny (binpack between two
-    nearly empty nodes); when every node scores the same, every node gets 10, which leaves the
-    scheduler's other plugins to decide.
+    kube-scheduler adds these, times the extender's weight and times 10, to its own plugins'
+    0..100 scores (LeastAllocated + BalancedAllocation differ by up to ~100 between nodes).
+    Min-max would give 10 to every node within 5% of the best, and the scheduler's plugins
+    would then spread the pod over them, undoing a first-fit order; best-alone keeps 10 for
+    the best node(s) only (fgd-ff and fgd-cpu have a unique best: their fixed node order),
+    so with the shipped weight (10) the policy's choice wins by 100 points or more over any
+    other node. When every node scores the same, every node gets 10 and the scheduler's
+    plugins decide. Measured in the openb deployed-mode replay (docs/benchmarks.md).
     """
     if not raw:
         return {}
-    return _min_max(raw)
+    return _best_alone(raw)
 
 
 def mean_square_utilisation(node: NodeState) -> float:

@@ -116,16 +116,16 @@ class Deployed:
     """The shipped path's settings (deployed mode)."""
 
     #: Extender ``weight`` in the KubeSchedulerConfiguration.
-    extender_weight: int = 1
+    extender_weight: int = 10
     #: Weight of the opt-in CPU-only scoring entry; 0 = not configured.
     cpu_only_weight: int = 0
     #: Name in :data:`allocator.policies.base.SCALINGS`: raw scores -> integers 0..10.
-    scaling: str = "min-max"
+    scaling: str = "best-alone"
     #: True: :class:`allocator.mix.LiveMix` from the arriving GPU pods; False: the oracle
     #: typical pods of the whole trace.
     live_mix: bool = True
     #: ``LiveMix.refresh`` (observations between two published workloads).
-    mix_refresh: int = 64
+    mix_refresh: int = LiveMix().refresh
 
 
 def workload_context(typical: Sequence[TypicalPod]) -> Workload:
