@@ -150,12 +150,12 @@ def chooser(policy: Policy, ctx: PolicyContext) -> Chooser:
 
 
 def _min_max(raw: Mapping[str, float]) -> dict[str, int]:
-    """Min-max scaled to 0..10 across the candidates (rounded half to even); all equal: 10."""
+    """Min-max scaled to 0..10 across the candidates (halves round up); all equal: 10."""
     low, high = min(raw.values()), max(raw.values())
     if high - low <= _EQUAL:
         return dict.fromkeys(raw, MAX_SCORE)
-    span = high - low
-    return {name: round((value - low) / span * MAX_SCORE) for name, value in raw.items()}
+    factor = MAX_SCORE / (high - low)
+    return {name: int((value - low) * factor + 0.5) for name, value in raw.items()}
 
 
 def _best_alone(raw: Mapping[str, float]) -> dict[str, int]:
