@@ -14,7 +14,7 @@ Two roles, kept apart:
 
 Speed without a second implementation: a node's answer (fits or not, the cards chosen, the
 score) depends only on its card usage, its type, and — for a policy that reads the node's
-CPU (:class:`~bench.openb.policy_hooks.ReadsNodeCpu`) — which CPU thresholds its free CPU is above,
+CPU (its ``Policy.cpu_thresholds``) — which CPU thresholds its free CPU is above,
 before and after the pod. Nodes are grouped into classes by that signature and each
 (class, request shape) is computed once by the real code and memoised; the memo is shared by
 every seed replayed in the process. Identical nodes are common (1,213 nodes of 15 types), so
@@ -80,7 +80,6 @@ from allocator.fit import (
 from allocator.mix import LiveMix
 from allocator.policies import NodeFacts, Policy, PolicyContext, Workload, chooser
 from allocator.policies.base import MAX_SCORE, SCALINGS
-from bench.openb.policy_hooks import ReadsNodeCpu
 from bench.openb.trace import MILLI, TraceNode, TracePod, TypicalPod, gpu_request
 from tessera.vocabulary import ContainerAllocation, PodRequest
 
@@ -238,7 +237,6 @@ class Replay:
         self.classes = classes or Classes()
         self.oracle = workload_context(typical)
         #: the policy's hooks for node CPU, when it reads node CPU (fgd and its kin)
-        self.reads_cpu = policy if isinstance(policy, ReadsNodeCpu) else None
         self._set_workload(self.oracle)
         type_ids: dict[tuple[object, ...], int] = {}
         self.type_of = np.array(
@@ -267,12 +265,10 @@ class Replay:
         answers for another one)."""
         self.workload = workload
         self.typical_cpu = workload.cpu_milli
-        self.thresholds: tuple[int, ...] = ()
-        if self.reads_cpu is not None:
-            # The CPU values the policy's score can tell apart (fgd: the typical pods' CPU
-            # requests); nodes whose free CPU is between the same two share its answers.
-            self.thresholds = tuple(self.reads_cpu.cpu_thresholds(
-                self.typical_cpu, max(n.cpu_milli for n in self.nodes)))
+        # The CPU values the policy's score can tell apart (fgd: the typical pods' CPU
+        # requests); nodes whose free CPU is between the same two share its answers.
+        self.thresholds: tuple[int, ...] = tuple(self.policy.cpu_thresholds(
+            self.typical_cpu, max(n.cpu_milli for n in self.nodes)))
         self.n_buckets = len(self.thresholds) + 1
         self._thr = np.array(self.thresholds, dtype=np.int64)
 
@@ -457,17 +453,17 @@ class Replay:
 
     def _cpu_only_values(self, idx: IntArray, cls: IntArray, cpu_free: IntArray,
                          pod: TracePod) -> FloatArray:
-        """The policy's ``score_cpu_only`` of every candidate (name bias included)."""
-        reads_cpu = self.reads_cpu
-        assert reads_cpu is not None
+        """The policy's ``score_cpu_only`` of every candidate (name bias included); 0 where
+        the policy cannot score such pods (every node equal)."""
+        policy = self.policy
 
         def compute(code: int) -> float:
             cid, b_after = divmod(code, self.n_buckets)
             rep = self.classes.reps[cid]
-            value = reads_cpu.score_cpu_only(
+            value = policy.score_cpu_only(
                 rep, self._bucket_rep(self.classes.buckets[cid]), self._bucket_rep(b_after),
                 self.workload)
-            return float(value) - self._bias_of(rep.name)
+            return 0.0 if value is None else float(value) - self._bias_of(rep.name)
 
         codes = self._codes(idx, cls, cpu_free, pod.cpu_milli)
         values = self._values(_CPU_ONLY, codes, compute)
@@ -504,23 +500,20 @@ class Replay:
             return -1
         if self.deployed is not None:
             total = self.kube_scores(idx, pod, cpu_free, mem_free)
-            if self.deployed.cpu_only_weight and self.reads_cpu is not None:
+            if self.deployed.cpu_only_weight:
                 total = total + self.extender_scores(self._cpu_only_values(idx, cls, cpu_free, pod),
                                                self.deployed.cpu_only_weight)
             return int(idx[self._best(total, rng)])
-        if self.cpu_pods == "policy" and self.reads_cpu is not None:
-            # The authors' simulator scores CPU-only pods with the policy under test too
-            # (for FGD: the growth of the node's fragmentation caused by the CPU the pod
-            # takes, fgd_score.go's nodeRes.Sub branch). Tessera's extender never sees these
-            # pods; this mode exists to compare with the published numbers.
-            values = self._cpu_only_values(idx, cls, cpu_free, pod)
-            return int(idx[self._tie(idx, values, rng)])
         if self.cpu_pods == "policy":
             if self.policy.per_pod:
                 # random places every pod at random (the simulator's RandomScore does).
                 return int(idx[rng.integers(idx.size)])
-            # A policy that cannot score them: every node that fits ties.
-            return int(idx[self._tie(idx, np.zeros(idx.size), rng)])
+            # The authors' simulator scores CPU-only pods with the policy under test too
+            # (for FGD: the growth of the node's fragmentation caused by the CPU the pod
+            # takes, fgd_score.go's nodeRes.Sub branch); a policy that cannot score them
+            # leaves every node that fits tied.
+            values = self._cpu_only_values(idx, cls, cpu_free, pod)
+            return int(idx[self._tie(idx, values, rng)])
         # kube-scheduler NodeResourcesFit scoring (pkg/scheduler/framework/plugins/
         # noderesources/least_allocated.go, most_allocated.go): mean over CPU and memory of
         # the free (or used) fraction after the pod, equal weights.
