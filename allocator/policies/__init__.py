@@ -32,7 +32,8 @@ REGISTRY: dict[str, Policy] = {
     FGDCpu.name: FGDCpu(),
 }
 
-DEFAULT_POLICY = Binpack.name
+#: The cluster default: chosen in the openb deployed-mode replay (docs/benchmarks.md).
+DEFAULT_POLICY = FGDCpu.name
 
 
 def get_policy(name: str) -> Policy:

@@ -149,20 +149,49 @@ def chooser(policy: Policy, ctx: PolicyContext) -> Chooser:
     return choose
 
 
-def normalise(raw: Mapping[str, float]) -> dict[str, int]:
-    """Raw scores -> integers 0..10, min-max scaled across the candidate nodes.
+def _min_max(raw: Mapping[str, float]) -> dict[str, int]:
+    """Min-max scaled to 0..10 across the candidates (halves round up); all equal: 10."""
+    low, high = min(raw.values()), max(raw.values())
+    if high - low <= _EQUAL:
+        return dict.fromkeys(raw, MAX_SCORE)
+    factor = MAX_SCORE / (high - low)
+    return {name: int((value - low) * factor + 0.5) for name, value in raw.items()}
 
-    Min-max keeps the policy decisive even when raw differences are tiny (binpack between two
-    nearly empty nodes); when every node scores the same, every node gets 10, which leaves the
-    scheduler's other plugins to decide.
+
+def _best_alone(raw: Mapping[str, float]) -> dict[str, int]:
+    """Min-max, except that only the best node(s) get 10: every other node gets 9 at most."""
+    scaled = _min_max(raw)
+    high = max(raw.values())
+    return {name: (MAX_SCORE if raw[name] >= high - _EQUAL else min(value, MAX_SCORE - 1))
+            for name, value in scaled.items()}
+
+
+#: Raw scores closer than this are equal (float rounding between alike nodes).
+_EQUAL = 1e-9
+
+#: The ways raw scores can become extender scores, by name (the openb deployed-mode replay
+#: compares them; :func:`normalise` is the one shipped).
+SCALINGS: dict[str, Callable[[Mapping[str, float]], dict[str, int]]] = {
+    "min-max": _min_max,
+    "best-alone": _best_alone,
+}
+
+
+def normalise(raw: Mapping[str, float]) -> dict[str, int]:
+    """Raw scores -> the extender's integers 0..10 across the candidate nodes: best-alone.
+
+    kube-scheduler adds these, times the extender's weight and times 10, to its own plugins'
+    0..100 scores (LeastAllocated + BalancedAllocation differ by up to ~100 between nodes).
+    Min-max would give 10 to every node within 5% of the best, and the scheduler's plugins
+    would then spread the pod over them, undoing a first-fit order; best-alone keeps 10 for
+    the best node(s) only (fgd-ff and fgd-cpu have a unique best: their fixed node order),
+    so with the shipped weight (10) the policy's choice wins by 100 points or more over any
+    other node. When every node scores the same, every node gets 10 and the scheduler's
+    plugins decide. Measured in the openb deployed-mode replay (docs/benchmarks.md).
     """
     if not raw:
         return {}
-    low, high = min(raw.values()), max(raw.values())
-    if high - low <= 1e-12:
-        return dict.fromkeys(raw, MAX_SCORE)
-    span = high - low
-    return {name: round((value - low) / span * MAX_SCORE) for name, value in raw.items()}
+    return _best_alone(raw)
 
 
 def mean_square_utilisation(node: NodeState) -> float:

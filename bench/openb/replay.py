@@ -14,11 +14,40 @@ Two roles, kept apart:
 
 Speed without a second implementation: a node's answer (fits or not, the cards chosen, the
 score) depends only on its card usage, its type, and — for a policy that reads the node's
-CPU (:class:`~bench.openb.policy_hooks.ReadsNodeCpu`) — which CPU thresholds its free CPU is above,
+CPU (its ``Policy.cpu_thresholds``) — which CPU thresholds its free CPU is above,
 before and after the pod. Nodes are grouped into classes by that signature and each
 (class, request shape) is computed once by the real code and memoised; the memo is shared by
 every seed replayed in the process. Identical nodes are common (1,213 nodes of 15 types), so
 most pods cost a handful of numpy operations and dictionary lookups.
+
+**Deployed mode** (:class:`Deployed`): what the shipped path does behind a stock kube-scheduler
+v1.34 with the default profile, for every pod. The score of a node is the sum of
+
+- ``NodeResourcesFit`` LeastAllocated (cpu and memory, weight 1 each, plugin weight 1), in
+  integers as pkg/scheduler/framework/plugins/noderesources/least_allocated.go:
+  ``((alloc - req) * 100) / alloc`` per resource, then ``(cpu + mem) / 2``, where ``req`` is
+  the node's *non-zero* requests plus the pod's (a container without a CPU or memory request
+  counts 100m / 200 MiB: resource_allocation.go, ``useRequested`` false);
+- ``NodeResourcesBalancedAllocation`` (plugin weight 1), balanced_allocation.go: with the
+  real requests (``useRequested`` true), fractions capped at 1,
+  ``int64((1 - |f_cpu - f_mem| / 2) * 100)``; skipped for a pod without requests;
+- for a GPU pod, the extender's integer 0..10 (the policy's raw scores over the nodes that
+  pass the filters, scaled by ``allocator.policies`` :data:`SCALINGS`) times the extender
+  weight times ``MaxNodeScore / MaxExtenderPriority`` = 10 (pkg/scheduler/schedule_one.go
+  ``prioritizeNodes``); optionally, for a CPU-only pod, the opt-in CPU-only entry's integer
+  0..10 (the policy's ``score_cpu_only``, scaled the same way) times its own weight times 10.
+
+The default profile's other scoring plugins (TaintToleration, NodeAffinity, PodTopologySpread,
+InterPodAffinity, ImageLocality, VolumeBinding) give every node the same score for these
+pods — no taints, affinities, spread constraints, volumes or images — so they never change a
+choice and are left out. The best total wins; equal totals at random (``selectHost``).
+The extender sees a node's free CPU as allocatable minus the requests of the pods bound to it.
+The workload mix is the allocator's :class:`allocator.mix.LiveMix`, fed with each arriving
+GPU pod in sequence order (what the allocator observes at filter), or the oracle typical pods.
+
+Memoisation stays honest with a changing workload: the memo holds answers for one published
+workload; when the live mix publishes a new one, the classes, memo and tables are dropped and
+every node is classified again (the policy's CPU thresholds depend on the mix too).
 
 A policy with ``per_pod`` scores (random) cannot be memoised across nodes: its node choice is
 a uniformly random pick among the nodes that fit (which is what the maximum of its per-node
@@ -48,8 +77,9 @@ from allocator.fit import (
     node_signature,
     place,
 )
+from allocator.mix import LiveMix
 from allocator.policies import NodeFacts, Policy, PolicyContext, Workload, chooser
-from bench.openb.policy_hooks import ReadsNodeCpu
+from allocator.policies.base import MAX_SCORE, SCALINGS
 from bench.openb.trace import MILLI, TraceNode, TracePod, TypicalPod, gpu_request
 from tessera.vocabulary import ContainerAllocation, PodRequest
 
@@ -69,6 +99,32 @@ _CPU_ONLY: _Shape = (0, 0, "")
 _CardSig = tuple[CardSignature, ...]
 #: memo value: (score, containers) when the request fits, None when it does not
 _Answer = tuple[float, tuple[ContainerAllocation, ...]] | None
+
+
+#: kube-scheduler's MaxNodeScore (pkg/scheduler/framework/interface.go).
+MAX_NODE_SCORE = 100
+#: What kube-scheduler counts for a container without a CPU / memory request when scoring
+#: (pkg/scheduler/util/pod_resources.go DefaultMilliCPURequest, DefaultMemoryRequest).
+DEFAULT_MILLI_CPU = 100
+DEFAULT_MEMORY_BYTES = 200 * 1024 * 1024
+MIB = 1024 * 1024
+
+
+@dataclass(frozen=True)
+class Deployed:
+    """The shipped path's settings (deployed mode)."""
+
+    #: Extender ``weight`` in the KubeSchedulerConfiguration.
+    extender_weight: int = 10
+    #: Weight of the opt-in CPU-only scoring entry; 0 = not configured.
+    cpu_only_weight: int = 0
+    #: Name in :data:`allocator.policies.base.SCALINGS`: raw scores -> integers 0..10.
+    scaling: str = "best-alone"
+    #: True: :class:`allocator.mix.LiveMix` from the arriving GPU pods; False: the oracle
+    #: typical pods of the whole trace.
+    live_mix: bool = True
+    #: ``LiveMix.refresh`` (observations between two published workloads).
+    mix_refresh: int = LiveMix().refresh
 
 
 def workload_context(typical: Sequence[TypicalPod]) -> Workload:
@@ -101,6 +157,8 @@ class Classes:
     tables: dict[_Shape, FloatArray] = field(default_factory=dict)
     misses: int = 0
     resets: int = 0
+    #: content of the workload the memo's answers were computed for
+    workload_key: object = None
 
     def reset(self) -> None:
         """Forget every class (bounds memory; the caller re-classifies its nodes)."""
@@ -165,25 +223,21 @@ class Replay:
     def __init__(self, nodes: Sequence[TraceNode], policy: Policy,
                  typical: Sequence[TypicalPod], *, trace: str = "",
                  cpu_pods: CpuPods = "least", ties: Ties = "random",
-                 classes: Classes | None = None) -> None:
+                 classes: Classes | None = None, deployed: Deployed | None = None) -> None:
         self.nodes = list(nodes)
+        self.deployed = deployed
+        if deployed is not None and policy.per_pod:
+            raise ValueError("deployed mode scores every node; per-pod policies are not modelled")
+        self._scale = SCALINGS[deployed.scaling] if deployed is not None else None
         self.ties = ties
         self._rank: IntArray = np.arange(len(self.nodes), dtype=np.int64)
         self.policy = policy
         self.trace = trace
         self.cpu_pods = cpu_pods
         self.classes = classes or Classes()
-        self.workload = workload_context(typical)
-        self.typical_cpu = self.workload.cpu_milli
+        self.oracle = workload_context(typical)
         #: the policy's hooks for node CPU, when it reads node CPU (fgd and its kin)
-        self.reads_cpu = policy if isinstance(policy, ReadsNodeCpu) else None
-        self.thresholds: tuple[int, ...] = ()
-        if self.reads_cpu is not None:
-            # The CPU values the policy's score can tell apart (fgd: the typical pods' CPU
-            # requests); nodes whose free CPU is between the same two share its answers.
-            self.thresholds = tuple(self.reads_cpu.cpu_thresholds(
-                self.typical_cpu, max(n.cpu_milli for n in self.nodes)))
-        self.n_buckets = len(self.thresholds) + 1
+        self._set_workload(self.oracle)
         type_ids: dict[tuple[object, ...], int] = {}
         self.type_of = np.array(
             [type_ids.setdefault(tuple(n.cards), len(type_ids)) for n in self.nodes],
@@ -194,15 +248,30 @@ class Replay:
         self._models = np.array([n.model for n in self.nodes])
         self._access: dict[str, npt.NDArray[np.bool_]] = {}
         self._requests: dict[_Shape, PodRequest | None] = {}
-        self._thr = np.array(self.thresholds, dtype=np.int64)
         bias = policy.name_bias()
         self._has_bias = bias is not None
         self._bias: FloatArray = np.array(
             [float(bias(n.name)) if bias is not None else 0.0 for n in self.nodes])
+        #: kube-scheduler's non-zero requests of the bound pods (LeastAllocated reads them;
+        #: memory in bytes)
+        self.cpu_nonzero: IntArray = np.zeros(len(self.nodes), dtype=np.int64)
+        self.memory_nonzero: IntArray = np.zeros(len(self.nodes), dtype=np.int64)
         self._bias_by_name = dict(zip((n.name for n in self.nodes), self._bias.tolist(),
                                       strict=True))
 
     # ------------------------------------------------------------------ helpers
+    def _set_workload(self, workload: Workload) -> None:
+        """Use ``workload`` from now on (the memo must be dropped by the caller if it held
+        answers for another one)."""
+        self.workload = workload
+        self.typical_cpu = workload.cpu_milli
+        # The CPU values the policy's score can tell apart (fgd: the typical pods' CPU
+        # requests); nodes whose free CPU is between the same two share its answers.
+        self.thresholds: tuple[int, ...] = tuple(self.policy.cpu_thresholds(
+            self.typical_cpu, max(n.cpu_milli for n in self.nodes)))
+        self.n_buckets = len(self.thresholds) + 1
+        self._thr = np.array(self.thresholds, dtype=np.int64)
+
     def _bias_of(self, name: str) -> float:
         return self._bias_by_name.get(name, 0.0) if self._has_bias else 0.0
 
@@ -298,11 +367,9 @@ class Replay:
         b_after = np.searchsorted(self._thr, cpu_free[idx] - cpu, side="right")
         return cls[idx] * self.n_buckets + b_after
 
-    def _pick(self, idx: IntArray, cls: IntArray, cpu_free: IntArray, pod: TracePod,
-              request: PodRequest, rng: np.random.Generator,
-              ) -> tuple[int, tuple[ContainerAllocation, ...]]:
-        if idx.size == 0:
-            return -1, ()
+    def _policy_values(self, idx: IntArray, cls: IntArray, cpu_free: IntArray, pod: TracePod,
+                       request: PodRequest) -> tuple[IntArray, FloatArray]:
+        """(memo code, policy score) of every candidate; -inf where the request does not fit."""
         shape = pod.shape
         codes = self._codes(idx, cls, cpu_free, pod.cpu_milli)
 
@@ -316,12 +383,93 @@ class Replay:
         values = self._values(shape, codes, compute)
         if self._has_bias:
             values = values + self._bias[idx]
+        return codes, values
+
+    def _pick(self, idx: IntArray, cls: IntArray, cpu_free: IntArray, pod: TracePod,
+              request: PodRequest, rng: np.random.Generator,
+              ) -> tuple[int, tuple[ContainerAllocation, ...]]:
+        if idx.size == 0:
+            return -1, ()
+        codes, values = self._policy_values(idx, cls, cpu_free, pod, request)
         k = self._tie(idx, values, rng)
         if k < 0:
             return -1, ()
-        answer = self.classes.memo[(shape, int(codes[k]))]
+        answer = self.classes.memo[(pod.shape, int(codes[k]))]
         assert answer is not None
         return int(idx[k]), answer[1]
+
+    # ------------------------------------------------------------------ deployed mode
+    def kube_scores(self, idx: IntArray, pod: TracePod, cpu_free: IntArray,
+                     mem_free: IntArray) -> IntArray:
+        """kube-scheduler's LeastAllocated + BalancedAllocation of the candidates, integers."""
+        cpu_cap = self.cpu_cap[idx]
+        mem_cap = self.mem_cap[idx] * MIB
+        cpu_nz = self.cpu_nonzero[idx] + (pod.cpu_milli or DEFAULT_MILLI_CPU)
+        mem_nz = self.memory_nonzero[idx] + (pod.memory_mib * MIB or DEFAULT_MEMORY_BYTES)
+        least_cpu = np.where(cpu_nz > cpu_cap, 0, (cpu_cap - cpu_nz) * MAX_NODE_SCORE // cpu_cap)
+        least_mem = np.where(mem_nz > mem_cap, 0, (mem_cap - mem_nz) * MAX_NODE_SCORE // mem_cap)
+        least = (least_cpu + least_mem) // 2
+        if pod.cpu_milli == 0 and pod.memory_mib == 0:
+            return least  # BalancedAllocation skips a pod without requests
+        f_cpu = np.minimum((cpu_cap - cpu_free[idx] + pod.cpu_milli) / cpu_cap, 1.0)
+        f_mem = np.minimum(((self.mem_cap[idx] - mem_free[idx] + pod.memory_mib) * MIB)
+                           / mem_cap, 1.0)
+        balanced = ((1.0 - np.abs((f_cpu - f_mem) / 2)) * MAX_NODE_SCORE).astype(np.int64)
+        return least + balanced
+
+    def extender_scores(self, values: FloatArray, weight: int) -> IntArray:
+        """The extender's integers 0..10 for these raw scores, weighted and scaled to
+        kube-scheduler's 0..100 as schedule_one.go does."""
+        assert self._scale is not None
+        distinct = np.unique(values)  # the scaling depends only on the set of values
+        ints = self._scale({str(i): float(v) for i, v in enumerate(distinct.tolist())})
+        table = np.array([ints[str(i)] for i in range(distinct.size)], dtype=np.int64)
+        return table[np.searchsorted(distinct, values)] * weight * (MAX_NODE_SCORE // MAX_SCORE)
+
+    @staticmethod
+    def _best(total: IntArray, rng: np.random.Generator) -> int:
+        """selectHost: the best total, equal ones at random."""
+        tied = np.flatnonzero(total == total.max())
+        return int(tied[rng.integers(tied.size)]) if tied.size > 1 else int(tied[0])
+
+    def _pick_deployed(self, idx: IntArray, cls: IntArray, cpu_free: IntArray,
+                       mem_free: IntArray, pod: TracePod, request: PodRequest,
+                       rng: np.random.Generator,
+                       ) -> tuple[int, tuple[ContainerAllocation, ...]]:
+        assert self.deployed is not None
+        if idx.size == 0:
+            return -1, ()
+        codes, values = self._policy_values(idx, cls, cpu_free, pod, request)
+        ok = np.isfinite(values)  # the extender's filter
+        if not ok.any():
+            return -1, ()
+        idx, codes, values = idx[ok], codes[ok], values[ok]
+        total = (self.kube_scores(idx, pod, cpu_free, mem_free)
+                 + self.extender_scores(values, self.deployed.extender_weight))
+        k = self._best(total, rng)
+        answer = self.classes.memo[(pod.shape, int(codes[k]))]
+        assert answer is not None
+        return int(idx[k]), answer[1]
+
+    def _cpu_only_values(self, idx: IntArray, cls: IntArray, cpu_free: IntArray,
+                         pod: TracePod) -> FloatArray:
+        """The policy's ``score_cpu_only`` of every candidate (name bias included); 0 where
+        the policy cannot score such pods (every node equal)."""
+        policy = self.policy
+
+        def compute(code: int) -> float:
+            cid, b_after = divmod(code, self.n_buckets)
+            rep = self.classes.reps[cid]
+            value = policy.score_cpu_only(
+                rep, self._bucket_rep(self.classes.buckets[cid]), self._bucket_rep(b_after),
+                self.workload)
+            return 0.0 if value is None else float(value) - self._bias_of(rep.name)
+
+        codes = self._codes(idx, cls, cpu_free, pod.cpu_milli)
+        values = self._values(_CPU_ONLY, codes, compute)
+        if self._has_bias:
+            values = values + self._bias[idx]
+        return values
 
     def _pick_per_pod(self, idx: IntArray, cls: IntArray, states: list[NodeState],
                       pod: TracePod, request: PodRequest, seed: int, uid: str,
@@ -350,31 +498,22 @@ class Replay:
         idx = np.flatnonzero(fit)
         if idx.size == 0:
             return -1
-        reads_cpu = self.reads_cpu
-        if self.cpu_pods == "policy" and reads_cpu is not None:
-            # The authors' simulator scores CPU-only pods with the policy under test too
-            # (for FGD: the growth of the node's fragmentation caused by the CPU the pod
-            # takes, fgd_score.go's nodeRes.Sub branch). Tessera's extender never sees these
-            # pods; this mode exists to compare with the published numbers.
-            def compute(code: int) -> float:
-                cid, b_after = divmod(code, self.n_buckets)
-                rep = self.classes.reps[cid]
-                value = reads_cpu.score_cpu_only(
-                    rep, self._bucket_rep(self.classes.buckets[cid]), self._bucket_rep(b_after),
-                    self.workload)
-                return float(value) - self._bias_of(rep.name)
-
-            codes = self._codes(idx, cls, cpu_free, pod.cpu_milli)
-            values = self._values(_CPU_ONLY, codes, compute)
-            if self._has_bias:
-                values = values + self._bias[idx]
-            return int(idx[self._tie(idx, values, rng)])
+        if self.deployed is not None:
+            total = self.kube_scores(idx, pod, cpu_free, mem_free)
+            if self.deployed.cpu_only_weight:
+                total = total + self.extender_scores(self._cpu_only_values(idx, cls, cpu_free, pod),
+                                               self.deployed.cpu_only_weight)
+            return int(idx[self._best(total, rng)])
         if self.cpu_pods == "policy":
             if self.policy.per_pod:
                 # random places every pod at random (the simulator's RandomScore does).
                 return int(idx[rng.integers(idx.size)])
-            # A policy that cannot score them: every node that fits ties.
-            return int(idx[self._tie(idx, np.zeros(idx.size), rng)])
+            # The authors' simulator scores CPU-only pods with the policy under test too
+            # (for FGD: the growth of the node's fragmentation caused by the CPU the pod
+            # takes, fgd_score.go's nodeRes.Sub branch); a policy that cannot score them
+            # leaves every node that fits tied.
+            values = self._cpu_only_values(idx, cls, cpu_free, pod)
+            return int(idx[self._tie(idx, values, rng)])
         # kube-scheduler NodeResourcesFit scoring (pkg/scheduler/framework/plugins/
         # noderesources/least_allocated.go, most_allocated.go): mean over CPU and memory of
         # the free (or used) fraction after the pod, equal weights.
@@ -389,6 +528,20 @@ class Replay:
                                                self.bucket(int(cpu_free[i])))
                          for i in range(len(states))], dtype=np.int64)
 
+    def _use_workload(self, workload: Workload, states: list[NodeState],
+                      cpu_free: IntArray) -> IntArray:
+        """Score against ``workload`` from now on; the node classes of the current state.
+
+        The memo is kept when it was computed for an equal workload (the oracle's, shared by
+        the seeds of a task); otherwise it is dropped with the classes, whose CPU buckets
+        depend on the workload's thresholds."""
+        self._set_workload(workload)
+        key = (workload.typical, workload.cpu_milli)
+        if self.classes.workload_key != key:
+            self.classes.reset()
+            self.classes.workload_key = key
+        return self._classify_all(states, cpu_free)
+
     def run(self, pods: Sequence[TracePod], seed: int) -> RunResult:
         rng = np.random.default_rng(seed)
         # "ordered" ties: the authors' simulator prefixes node names with a seeded random
@@ -399,7 +552,13 @@ class Replay:
         states = [empty_node(n.name, n.cards) for n in self.nodes]
         cpu_free = self.cpu_cap.copy()
         mem_free = self.mem_cap.copy()
-        cls = self._classify_all(states, cpu_free)
+        self.cpu_nonzero[:] = 0
+        self.memory_nonzero[:] = 0
+        deployed = self.deployed
+        live = (LiveMix(refresh=deployed.mix_refresh)
+                if deployed is not None and deployed.live_mix else None)
+        cls = self._use_workload(self.oracle if live is None else live.workload(),
+                                 states, cpu_free)
         records: list[list[tuple[str, tuple[ContainerAllocation, ...]]]] = [
             [] for _ in self.nodes]
         arrived = np.zeros(len(pods), dtype=np.int64)
@@ -423,12 +582,20 @@ class Replay:
                 if chosen < 0:
                     failed_cpu += 1
             else:
+                if live is not None:
+                    # What the allocator observes at filter, before it scores the pod.
+                    live.observe(request, pod.cpu_milli)
+                    if live.workload() is not self.workload:
+                        cls = self._use_workload(live.workload(), states, cpu_free)
                 if pod.gpu_spec:
                     fit &= self.access(pod.gpu_spec)
                 idx = np.flatnonzero(fit)
                 if per_pod:
                     chosen, containers = self._pick_per_pod(
                         idx, cls, states, pod, request, seed, uid, rng)
+                elif deployed is not None:
+                    chosen, containers = self._pick_deployed(
+                        idx, cls, cpu_free, mem_free, pod, request, rng)
                 else:
                     chosen, containers = self._pick(idx, cls, cpu_free, pod, request, rng)
                 if chosen < 0:
@@ -441,6 +608,8 @@ class Replay:
                 placed += 1
                 cpu_free[chosen] -= pod.cpu_milli
                 mem_free[chosen] -= pod.memory_mib
+                self.cpu_nonzero[chosen] += pod.cpu_milli or DEFAULT_MILLI_CPU
+                self.memory_nonzero[chosen] += pod.memory_mib * MIB or DEFAULT_MEMORY_BYTES
                 cls[chosen] = self.classes.classify(int(self.type_of[chosen]), states[chosen],
                                                     self.bucket(int(cpu_free[chosen])))
             arrived[i] = arr

@@ -13,8 +13,11 @@ Two scheduler profiles (what the replay does in kube-scheduler's place):
   them; otherwise first fit in that order; random for the random policy). This is the setting
   of the published numbers.
 - ``kube``: stock kube-scheduler defaults — equal scores at random (``selectHost``), CPU-only
-  pods by NodeResourcesFit LeastAllocated. This is what Tessera gets in production today,
-  where the extender never sees CPU-only pods.
+  pods by NodeResourcesFit LeastAllocated, GPU pods by the raw policy score alone.
+- ``deployed``: the shipped path (:class:`bench.openb.replay.Deployed`): every pod scored by
+  kube-scheduler's integer LeastAllocated + BalancedAllocation, GPU pods also by the
+  extender's scaled 0..10 times its weight, random ties, the allocator's live workload mix
+  (``--extender-weight``, ``--scaling``, ``--mix``, ``--cpu-only-weight`` vary it).
 """
 
 from __future__ import annotations
@@ -32,7 +35,8 @@ from multiprocessing import get_context
 from pathlib import Path
 
 from allocator.policies import REGISTRY
-from bench.openb.replay import MAX_ARRIVED_PERCENT, Classes, CpuPods, Replay, Ties
+from allocator.policies.base import SCALINGS
+from bench.openb.replay import MAX_ARRIVED_PERCENT, Classes, CpuPods, Deployed, Replay, Ties
 from bench.openb.trace import (
     MILLI,
     SEEDS,
@@ -52,7 +56,11 @@ POLICIES: tuple[str, ...] = ("random", "spread", "binpack", "fgd", "fgd-ff", "fg
 PROFILES: dict[str, tuple[CpuPods, Ties]] = {
     "paper": ("policy", "ordered"),
     "kube": ("least", "random"),
+    "deployed": ("least", "random"),
 }
+#: The shipped path's settings: the extender's weight and scaling in the shipped
+#: KubeSchedulerConfiguration and ``allocator.policies.normalise``, the live mix.
+SHIPPED = Deployed()
 #: ``--small``: nodes kept (every k-th of the trace's node list) and pods replayed.
 SMALL_NODES = 150
 
@@ -68,6 +76,8 @@ class Task:
     #: overrides of the profile's scheduler behaviour (ablations)
     cpu_pods: CpuPods | None = None
     ties: Ties | None = None
+    #: profile ``deployed``: the shipped path's settings
+    deployed: Deployed | None = None
 
 
 @dataclass(frozen=True)
@@ -100,7 +110,8 @@ def run_task(task: Task) -> list[SeedResult]:
     pods = load_pods(task.trace)
     typical = typical_pods(pods)
     capacity = MILLI * sum(n.gpus for n in nodes)
-    cpu_pods, ties = PROFILES.get(task.profile, PROFILES["paper"])
+    cpu_pods, ties = PROFILES["deployed" if task.deployed else task.profile] if (
+        task.deployed or task.profile in PROFILES) else PROFILES["paper"]
     cpu_pods, ties = task.cpu_pods or cpu_pods, task.ties or ties
     classes = Classes()  # shared by the seeds of this task: most node states recur
     out = []
@@ -109,7 +120,7 @@ def run_task(task: Task) -> list[SeedResult]:
         if task.max_pods:
             seq = seq[: task.max_pods]
         replay = Replay(nodes, REGISTRY[task.policy], typical, trace=task.trace,
-                        cpu_pods=cpu_pods, ties=ties, classes=classes)
+                        cpu_pods=cpu_pods, ties=ties, classes=classes, deployed=task.deployed)
         start = time.perf_counter()
         res = replay.run(seq, seed)
         seconds = time.perf_counter() - start
@@ -226,6 +237,18 @@ def build_parser() -> argparse.ArgumentParser:
                    help="override the profile: how CPU-only pods are placed")
     p.add_argument("--ties", choices=["random", "ordered"], default=None,
                    help="override the profile: how equal scores are broken")
+    p.add_argument("--extender-weight", type=int, default=SHIPPED.extender_weight,
+                   help="profile deployed: the extender's weight")
+    p.add_argument("--cpu-only-weight", type=int, default=SHIPPED.cpu_only_weight,
+                   help="profile deployed: weight of the opt-in CPU-only scoring entry "
+                        "(0: not configured)")
+    p.add_argument("--scaling", choices=sorted(SCALINGS), default=SHIPPED.scaling,
+                   help="profile deployed: raw scores -> the extender's 0..10")
+    p.add_argument("--mix", choices=["live", "oracle"],
+                   default="live" if SHIPPED.live_mix else "oracle",
+                   help="profile deployed: the allocator's live mix or the trace's typical pods")
+    p.add_argument("--mix-refresh", type=int, default=SHIPPED.mix_refresh,
+                   help="profile deployed: GPU pods between two published live mixes")
     p.add_argument("--nodes", type=int, default=0,
                    help="keep only this many nodes (every k-th); 0 = all 1,213")
     p.add_argument("--max-pods", type=int, default=0, help="replay only a prefix of the pods")
@@ -245,12 +268,29 @@ def tasks_for(args: argparse.Namespace) -> list[Task]:
         return [Task("default", p, (42,), args.profile, SMALL_NODES)
                 for p in ("random", "fgd")]
     profile = args.profile
-    if args.cpu_pods or args.ties:
+    deployed = None
+    if profile == "deployed":
+        deployed = Deployed(args.extender_weight, args.cpu_only_weight, args.scaling,
+                            args.mix == "live", args.mix_refresh)
+        profile = deployed_label(deployed)
+    elif args.cpu_pods or args.ties:
         cpu, ties = PROFILES[profile]
         profile = f"cpu-{args.cpu_pods or cpu}/ties-{args.ties or ties}"
     return [Task(t, p, tuple(args.seeds), profile, args.nodes, args.max_pods,
-                 args.cpu_pods, args.ties)
+                 args.cpu_pods, args.ties, deployed)
             for t in args.traces for p in args.policies]
+
+
+def deployed_label(d: Deployed) -> str:
+    """The profile column of a deployed-mode run: ``deployed`` for the shipped settings."""
+    if d == SHIPPED:
+        return "deployed"
+    parts = [f"w{d.extender_weight}", d.scaling, "live" if d.live_mix else "oracle"]
+    if d.live_mix and d.mix_refresh != SHIPPED.mix_refresh:
+        parts.append(f"r{d.mix_refresh}")
+    if d.cpu_only_weight:
+        parts.append(f"cpu{d.cpu_only_weight}")
+    return "deployed-" + "-".join(parts)
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -15,7 +15,7 @@ from tessera.vocabulary import ConfigError
 def test_defaults_are_valid_and_single_process() -> None:
     settings = Settings.from_env({})
     assert settings.url_prefix == "/scheduler"
-    assert settings.core.default_policy == "binpack"
+    assert settings.core.default_policy == "fgd-cpu"
     assert settings.core.agent_dialects == ("elastic",)
     assert settings.leader_election is True
     options = cli.gunicorn_options(settings)

@@ -15,6 +15,7 @@ from allocator import events
 from allocator.decisions import DecisionHooks, Fanout, PodRef, refusal_summary
 from allocator.errors import ApiError, BindError
 from allocator.events import Correlator, EventSpec, Held, Limits, Write
+from allocator.policies import DEFAULT_POLICY
 from allocator.recorder import EventRecorder
 
 POD = PodRef("team-a", "trainer", "uid-1")
@@ -236,7 +237,8 @@ def test_the_core_tells_of_an_allocation_with_node_cards_and_policy() -> None:
     told = Told()
     alloc.hooks = told
     alloc.bind("default", "p", "u-1", "n1")
-    assert told.said == [("allocated", PodRef("default", "p", "u-1"), "n1", (0, 1), "binpack")]
+    assert told.said == [("allocated", PodRef("default", "p", "u-1"), "n1", (0, 1),
+                          DEFAULT_POLICY)]
     alloc.bind("default", "p", "u-1", "n1")  # an idempotent repeat tells nothing new
     assert len(told.said) == 1
 
@@ -296,7 +298,7 @@ def test_the_app_records_an_allocated_event_and_counts_it() -> None:
     assert fake.api_events == {}  # the verb only enqueued
     rt.recorder.process()
     [event] = fake.api_events.values()
-    assert event["note"] == "allocated card 0 of node n1 (policy binpack)"
+    assert event["note"] == f"allocated card 0 of node n1 (policy {DEFAULT_POLICY})"
     assert event["regarding"]["uid"] == "u-1"
     metrics = client.get("/metrics").get_data(as_text=True)
     assert 'tessera_allocator_events_total{outcome="created"} 1.0' in metrics

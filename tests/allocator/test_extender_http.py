@@ -115,7 +115,7 @@ def test_prioritize_names_only_the_nodes_above_the_lowest_score_0_to_10() -> Non
     app, rt = make_app(fake)
     fake.add_pod(make_gpu_pod("first", request(share(core=50, mem=8000))))
     rt.allocator.bind("default", "first", "uid-first", "n2")
-    pod = make_gpu_pod("p", request(share(core=10, mem=1000)))
+    pod = make_gpu_pod("p", request(share(core=10, mem=1000), policy="binpack"))
     resp = app.test_client().post("/scheduler/prioritize", json=_args(pod, ["n1", "n2"]))
     assert resp.status_code == 200
     body = resp.get_json()
@@ -127,7 +127,8 @@ def test_prioritize_names_no_node_when_every_node_scores_the_same() -> None:
     for name in ("n1", "n2"):
         fake.add_node(make_node(name, count=2, memory_mib=16000))
     app, _ = make_app(fake)
-    pod = make_gpu_pod("p", request(share(core=10, mem=1000)))
+    # binpack: two empty nodes score the same (the default's fixed node order would not)
+    pod = make_gpu_pod("p", request(share(core=10, mem=1000), policy="binpack"))
     resp = app.test_client().post("/scheduler/prioritize", json=_args(pod, ["n1", "n2"]))
     assert resp.status_code == 200
     assert resp.get_json() == []

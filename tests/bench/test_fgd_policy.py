@@ -16,7 +16,6 @@ from allocator.policies import (
 from allocator.policies.fgd import FGD, compile_mix, fragmentation, mix_of
 from allocator.policies.fgd_cpu import FGDCpu, cpu_stranding
 from allocator.policies.fgd_ff import TOLERANCE, FGDFirstFit
-from bench.openb.policy_hooks import ReadsNodeCpu
 from tessera.vocabulary import ContainerRequest, PodRequest
 
 
@@ -166,11 +165,14 @@ def test_fgd_cpu_declares_every_cpu_value_its_measure_can_tell_apart() -> None:
     assert FGD().cpu_thresholds([11300, 3152, 11300], 16000) == (3152, 11300)
 
 
-def test_the_fgd_family_offers_the_replays_cpu_hooks_and_no_other_policy_does() -> None:
-    offering: ReadsNodeCpu = FGDCpu()  # conformance checked by type, too
-    assert isinstance(offering, ReadsNodeCpu)
-    assert sorted(n for n, p in REGISTRY.items() if isinstance(p, ReadsNodeCpu)) == [
-        "fgd", "fgd-cpu", "fgd-ff"]
+def test_the_fgd_family_reads_node_cpu_and_scores_cpu_only_pods_and_no_other_policy_does(
+) -> None:
+    node = NodeState("n", ())
+    workload = Workload(((share(50), 1.0),), (4000,))
+    reading = sorted(n for n, p in REGISTRY.items() if p.cpu_thresholds([4000], 8000))
+    scoring = sorted(n for n, p in REGISTRY.items()
+                     if p.score_cpu_only(node, 8000, 4000, workload) is not None)
+    assert reading == scoring == ["fgd", "fgd-cpu", "fgd-ff"]
 
 
 def test_a_workload_digests_its_mix_once_and_keeps_it() -> None:

@@ -55,8 +55,10 @@ def test_a_cpu_pod_bound_to_a_node_counts_until_it_is_deleted(
 
     reply = _call(cluster, "/scheduler/prioritize-cpu-only",
                   {"Pod": pod, "Nodes": None, "NodeNames": [node, "ghost"]})
-    assert [entry["Host"] for entry in reply] == [node, "ghost"]
-    assert all(0 <= entry["Score"] <= 10 for entry in reply)
+    scores = {entry["Host"]: entry["Score"] for entry in reply}
+    assert set(scores) <= {node, "ghost"}  # nodes at the lowest score may be left out
+    assert all(0 <= score <= 10 for score in scores.values())
+    assert scores.get("ghost", 0) <= scores.get(node, 0)  # an unknown node never leads
 
     core_v1.delete_namespaced_pod("cpu-only", namespace, grace_period_seconds=0)
     wait_for("the deleted pod's CPU to be released",

@@ -8,6 +8,7 @@ from typing import Any
 
 import pytest
 
+from allocator.policies import DEFAULT_POLICY
 from devcluster.cluster import DevCluster
 from devcluster.nodes import uniform
 from devcluster.workloads import (
@@ -55,7 +56,7 @@ def test_kubectl_describe_shows_which_cards_of_which_node_the_pod_got(
     line = next(ln for ln in events.splitlines() if "Allocated" in ln)
     assert line.split()[:2] == ["Normal", "Allocated"]
     assert "tessera-allocator" in line
-    assert line.endswith(f"allocated cards 0,1 of node {node} (policy binpack)")
+    assert line.endswith(f"allocated cards 0,1 of node {node} (policy {DEFAULT_POLICY})")
 
 
 def test_a_pod_no_node_can_take_gets_one_warning_whose_count_grows(
