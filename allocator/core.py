@@ -39,13 +39,13 @@ from allocator.mix import LiveMix
 from allocator.nodelookup import NodeLookup
 from allocator.policies import (
     DEFAULT_POLICY,
-    MAX_SCORE,
     NodeFacts,
     Policy,
     PolicyContext,
     Workload,
     chooser,
     get_policy,
+    scaled,
 )
 from allocator.ports import KubeApi, Obj
 from allocator.resources import ResourceError, pod_requests
@@ -340,12 +340,12 @@ class Allocator:
             # a seeded hash of pod and node); feasibility is filter's, shared by content.
             contents = self.state.node_contents.ids(names)
             fitting = self._fit_verdicts(request, names, contents).per_node()
-            return scale([rank(name) if verdict is None else None
+            return scaled([rank(name) if verdict is None else None
                           for name, verdict in zip(names, fitting, strict=True)])
         if policy.per_pod:
             # The score depends on the pod's identity: placed and scored node by node, never
             # shared.
-            return scale([None if view is None else _placed_score(request, policy, ctx,
+            return scaled([None if view is None else _placed_score(request, policy, ctx,
                                                                   view.state)
                           for view in self.state.views(names)])
         # Every other score is a function of the node's content (and, for a policy that reads
@@ -417,10 +417,10 @@ class Allocator:
                 names, contents, memo, lambda state: raw_score(state, 0, 0), unknown=None)
         bias = policy.name_bias()
         if bias is None:
-            # Min-max scaling depends only on the distinct values: scale those, then fan out.
-            return by_content.map_distinct(scale).per_node()
+            # The scaling depends only on the distinct values: scale those, then fan out.
+            return by_content.map_distinct(scaled).per_node()
         biases = node_contents.name_biases.of(policy.name, bias, names)
-        return scale([None if base is None else base + rank
+        return scaled([None if base is None else base + rank
                       for base, rank in zip(by_content.per_node(), biases, strict=True)])
 
     # ------------------------------------------------------------------ bind
@@ -614,19 +614,6 @@ class Allocator:
         except ApiError as exc:
             raise BindError(f"pod {namespace}/{name} was bound to {node} without an allocation, "
                             f"and recording it failed: {exc}") from exc
-
-
-def scale(raw: Sequence[float | None]) -> list[int]:
-    """Raw scores (None = not placeable) -> 0..10, min-max scaled like
-    :func:`allocator.policies.normalise` (all equal -> all 10; None -> 0)."""
-    present = [s for s in raw if s is not None]
-    if not present:
-        return [0] * len(raw)
-    low, high = min(present), max(present)
-    if high - low <= 1e-12:
-        return [0 if s is None else MAX_SCORE for s in raw]
-    factor = MAX_SCORE / (high - low)
-    return [0 if s is None else int((s - low) * factor + 0.5) for s in raw]
 
 
 def describe_error(exc: BaseException) -> str:

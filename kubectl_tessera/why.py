@@ -4,7 +4,7 @@ A Pending pod gets, per node, the allocator's own filter answer
 (:func:`allocator.fit.unfit_reason`, the text kube-scheduler relays in its events), whether
 evicting other pods could ever help (``Unfit.resolvable``, what the extender reports as
 unresolvable), and for the nodes where it fits now, the policy's 0-10 score as prioritize
-would give it (:func:`allocator.core.scale` over :func:`kubectl_tessera.placing.raw_scores`).
+would give it (:func:`allocator.policies.scaled` over :func:`kubectl_tessera.placing.raw_scores`).
 
 A bound pod gets its cards from its allocation record, and the same ranking computed on
 today's cards with the pod taken out: where the policy would put it if it arrived now. That is
@@ -19,9 +19,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from allocator.core import scale
 from allocator.fit import NodeState, unfit_reason
-from allocator.policies import PolicyContext, get_policy
+from allocator.policies import PolicyContext, get_policy, scaled
 from kubectl_tessera.picture import GpuNode, GpuPod, Picture, selector_excludes
 from kubectl_tessera.placing import raw_scores
 from tessera.vocabulary import PodRequest
@@ -98,7 +97,7 @@ def verdicts(pod: GpuPod, request: PodRequest, nodes: Sequence[GpuNode],
     policy = get_policy(policy_name)
     ctx = PolicyContext(request, pod_key=f"{pod.namespace}/{pod.name}/{pod.uid}", seed=seed)
     open_states = [s for n, s in zip(nodes, states, strict=True) if not selector_excludes(pod, n)]
-    scores = iter(scale(raw_scores(request, policy, ctx, open_states)))
+    scores = iter(scaled(raw_scores(request, policy, ctx, open_states)))
     out: list[Verdict] = []
     for node, state in zip(nodes, states, strict=True):
         free = _free(state)

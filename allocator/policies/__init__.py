@@ -13,6 +13,7 @@ from allocator.policies.base import (
     chooser,
     mean_square_utilisation,
     normalise,
+    scaled,
 )
 from allocator.policies.binpack import Binpack
 from allocator.policies.fgd import FGD
@@ -59,4 +60,5 @@ __all__ = [
     "get_policy",
     "mean_square_utilisation",
     "normalise",
+    "scaled",
 ]

@@ -19,6 +19,7 @@ from __future__ import annotations
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
+from functools import partial
 from typing import ClassVar, TypeVar, cast
 
 from allocator.fit import Chooser, NodeState
@@ -149,49 +150,55 @@ def chooser(policy: Policy, ctx: PolicyContext) -> Chooser:
     return choose
 
 
-def _min_max(raw: Mapping[str, float]) -> dict[str, int]:
-    """Min-max scaled to 0..10 across the candidates (halves round up); all equal: 10."""
-    low, high = min(raw.values()), max(raw.values())
+def scaled(raw: Sequence[float | None], *, best_alone: bool = True) -> list[int]:
+    """Raw scores (None = not placeable) -> the extender's integers 0..10, position by
+    position: min-max scaled across the candidates, halves rounded up, None -> 0, all equal
+    -> all 10. With ``best_alone`` (shipped) only the best node(s) keep 10; every other node
+    gets 9 at most.
+
+    kube-scheduler adds these, times the extender's weight and times 10, to its own plugins'
+    0..100 scores (LeastAllocated + BalancedAllocation differ by up to ~100 between nodes).
+    Min-max alone gives 10 to every node within 5% of the best, and the scheduler's plugins
+    then spread the pod over them, undoing a first-fit order; best-alone keeps 10 for the best
+    node(s) only (fgd-ff and fgd-cpu have a unique best: their fixed node order), so with the
+    shipped weight (10) the policy's choice leads every other node by 100 points. When every
+    node scores the same, every node gets 10 and the scheduler's plugins decide. Measured in
+    the openb deployed-mode replay (docs/benchmarks.md).
+    """
+    present = [v for v in raw if v is not None]
+    if not present:
+        return [0] * len(raw)
+    low, high = min(present), max(present)
     if high - low <= _EQUAL:
-        return dict.fromkeys(raw, MAX_SCORE)
+        return [0 if v is None else MAX_SCORE for v in raw]
     factor = MAX_SCORE / (high - low)
-    return {name: int((value - low) * factor + 0.5) for name, value in raw.items()}
-
-
-def _best_alone(raw: Mapping[str, float]) -> dict[str, int]:
-    """Min-max, except that only the best node(s) get 10: every other node gets 9 at most."""
-    scaled = _min_max(raw)
-    high = max(raw.values())
-    return {name: (MAX_SCORE if raw[name] >= high - _EQUAL else min(value, MAX_SCORE - 1))
-            for name, value in scaled.items()}
+    out = [0 if v is None else int((v - low) * factor + 0.5) for v in raw]
+    if best_alone:
+        top = high - _EQUAL
+        out = [MAX_SCORE if v is not None and v >= top else min(o, MAX_SCORE - 1)
+               for v, o in zip(raw, out, strict=True)]
+    return out
 
 
 #: Raw scores closer than this are equal (float rounding between alike nodes).
 _EQUAL = 1e-9
 
+
+def _by_name(raw: Mapping[str, float], best_alone: bool) -> dict[str, int]:
+    return dict(zip(raw, scaled(list(raw.values()), best_alone=best_alone), strict=True))
+
+
 #: The ways raw scores can become extender scores, by name (the openb deployed-mode replay
 #: compares them; :func:`normalise` is the one shipped).
 SCALINGS: dict[str, Callable[[Mapping[str, float]], dict[str, int]]] = {
-    "min-max": _min_max,
-    "best-alone": _best_alone,
+    "min-max": partial(_by_name, best_alone=False),
+    "best-alone": partial(_by_name, best_alone=True),
 }
 
 
 def normalise(raw: Mapping[str, float]) -> dict[str, int]:
-    """Raw scores -> the extender's integers 0..10 across the candidate nodes: best-alone.
-
-    kube-scheduler adds these, times the extender's weight and times 10, to its own plugins'
-    0..100 scores (LeastAllocated + BalancedAllocation differ by up to ~100 between nodes).
-    Min-max would give 10 to every node within 5% of the best, and the scheduler's plugins
-    would then spread the pod over them, undoing a first-fit order; best-alone keeps 10 for
-    the best node(s) only (fgd-ff and fgd-cpu have a unique best: their fixed node order),
-    so with the shipped weight (10) the policy's choice wins by 100 points or more over any
-    other node. When every node scores the same, every node gets 10 and the scheduler's
-    plugins decide. Measured in the openb deployed-mode replay (docs/benchmarks.md).
-    """
-    if not raw:
-        return {}
-    return _best_alone(raw)
+    """Raw scores by node name -> the shipped extender scores (:func:`scaled`)."""
+    return _by_name(raw, best_alone=True)
 
 
 def mean_square_utilisation(node: NodeState) -> float:

@@ -11,7 +11,7 @@ from builders import VOCAB, make_gpu_pod, make_node, request, share, whole
 
 from allocator.core import Allocator, AllocatorConfig, event_safe
 from allocator.fit import Unfit, place, unfit_reason
-from allocator.policies import MAX_SCORE, PolicyContext, chooser, get_policy
+from allocator.policies import MAX_SCORE, PolicyContext, chooser, get_policy, scaled
 from allocator.state import ClusterState
 from tessera.vocabulary import (
     Allocation,
@@ -93,12 +93,7 @@ def test_prioritize_equals_the_per_node_scores(req: PodRequest, policy: str) -> 
         placed = place(req, view.state, chooser(pol, ctx))
         if not isinstance(placed, Unfit):
             raw[name] = pol.score(view.state, placed.after, ctx)
-    low, high = min(raw.values(), default=0.0), max(raw.values(), default=0.0)
-    expected = {
-        n: 0 if n not in raw else MAX_SCORE if high - low <= 1e-12
-        else int((raw[n] - low) * MAX_SCORE / (high - low) + 0.5)
-        for n in names
-    }
+    expected = dict(zip(names, scaled([raw.get(n) for n in names]), strict=True))
     for _ in range(2):
         pod = make_gpu_pod("p", req, namespace="ns", uid="u")
         assert dict(alloc.prioritize(pod, names)) == expected

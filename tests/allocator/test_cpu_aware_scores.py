@@ -16,9 +16,9 @@ from fake_kube import FakeKube
 from flask import Flask
 
 from allocator.app import Runtime
-from allocator.core import Allocator, AllocatorConfig, scale
+from allocator.core import Allocator, AllocatorConfig
 from allocator.fit import Unfit, place
-from allocator.policies import NO_WORKLOAD, Policy, PolicyContext, chooser, get_policy
+from allocator.policies import NO_WORKLOAD, Policy, PolicyContext, chooser, get_policy, scaled
 from tessera.vocabulary import (
     Allocation,
     ContainerAllocation,
@@ -85,7 +85,7 @@ def _expected(alloc: Allocator, policy: Policy, req: PodRequest, pod: dict[str, 
         placed = None if view is None else place(req, view.state, chooser(policy, ctx))
         raw.append(None if view is None or placed is None or isinstance(placed, Unfit)
                    else policy.score(view.state, placed.after, ctx))
-    return scale(raw)
+    return scaled(raw)
 
 
 @pytest.mark.parametrize("policy_name", ["fgd", "fgd-ff", "fgd-cpu", "binpack"])
@@ -164,7 +164,7 @@ def test_cpu_only_pods_are_scored_by_the_default_policys_cpu_only_score(
             view.state, free, free - 8000, workload))
     for _ in range(2):
         scores = alloc.scores_cpu_only(_cpu_only(), names)
-        assert scores == scale(expected_raw)
+        assert scores == scaled(expected_raw)
     assert len(set(scores)) > 2
 
 
