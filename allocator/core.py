@@ -216,7 +216,6 @@ class Allocator:
         uid = (pod.get("metadata") or {}).get("uid")
         if not isinstance(uid, str) or not uid:
             return
-        cpu = pod_cpu_milli(pod)
         with self._mix_lock:
             if uid in self._observed:
                 self._observed.move_to_end(uid)
@@ -224,7 +223,8 @@ class Allocator:
             self._observed[uid] = None
             if len(self._observed) > OBSERVED_PODS:
                 self._observed.popitem(last=False)
-            self.mix.observe(request, cpu)
+            # Read only for a pod not yet counted: filter calls this for every pod it sees.
+            self.mix.observe(request, pod_cpu_milli(pod))
 
     def seed_mix(self, pods: Iterable[Mapping[str, Any]]) -> None:
         """Count the GPU pods already in the cluster (a list at start), oldest first, so a

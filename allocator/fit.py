@@ -433,15 +433,15 @@ def _short_of_one_model(request: PodRequest, cards: Sequence[CardState]) -> Unfi
     """Cause: enough whole cards, but not of one model for a multi-card container."""
     if request.mixed_models:
         return None
+    total: dict[str, int] = {}
+    idle: dict[str, int] = {}
+    for x in cards:
+        total[x.card.model] = total.get(x.card.model, 0) + 1
+        idle[x.card.model] = idle.get(x.card.model, 0) + int(x.idle)
     for i in _order(request):
         c = request.containers[i]
         if c.cards < 2:
             continue
-        total: dict[str, int] = {}
-        idle: dict[str, int] = {}
-        for x in cards:
-            total[x.card.model] = total.get(x.card.model, 0) + 1
-            idle[x.card.model] = idle.get(x.card.model, 0) + int(x.idle)
         if max(total.values()) < c.cards:
             have = ", ".join(f"{n} {m or 'unknown'}" for m, n in sorted(total.items()))
             return Unfit(f"needs {c.cards} whole cards of one model, node has {have}",
