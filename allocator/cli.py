@@ -30,6 +30,7 @@ _FLAGS: serving.EnvFlags = {
     "agent_dialects": ("--agent-dialects", "TESSERA_AGENT_DIALECTS"),
     "seed": ("--seed", "TESSERA_SEED"),
     "node_resources": ("--node-resources", "TESSERA_NODE_RESOURCES"),
+    "filter_best": ("--filter-best", "TESSERA_FILTER_BEST"),
     "url_prefix": ("--url-prefix", "TESSERA_ALLOCATOR_URL_PREFIX"),
     "max_body_bytes": ("--max-body-bytes", "TESSERA_ALLOCATOR_MAX_BODY_BYTES"),
     "leader_election": ("--leader-election", "TESSERA_LEADER_ELECTION"),

@@ -43,6 +43,9 @@ ENV_VARS: Final = {
     "TESSERA_SEED": "seed of the random policy (default 0)",
     "TESSERA_NODE_RESOURCES": "'true' (default) to track every node's free CPU and memory "
     "for the placement policies (watches every bound pod); 'false' to watch GPU pods only",
+    "TESSERA_FILTER_BEST": "'true' (default): filter answers a GPU pod with the nodes the "
+    "policy scores best only (the scheduler config then needs no prioritizeVerb); 'false': "
+    "with every node it fits on, for prioritize to rank",
     "TESSERA_ALLOCATOR_URL_PREFIX": "URL prefix of the extender verbs (default /scheduler)",
     "TESSERA_ALLOCATOR_MAX_BODY_BYTES": "largest request body accepted "
     f"(default {DEFAULT_MAX_BODY_BYTES})",
@@ -90,6 +93,7 @@ class Settings:
                 agent_dialects=agent_dialects,
                 seed=read.integer("TESSERA_SEED", 0, 0, 2**63 - 1),
                 node_resources=read.flag("TESSERA_NODE_RESOURCES", True),
+                filter_best=read.flag("TESSERA_FILTER_BEST", True),
             ),
             url_prefix=prefix,
             serving=serving,

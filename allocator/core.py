@@ -39,6 +39,7 @@ from allocator.mix import LiveMix
 from allocator.nodelookup import NodeLookup
 from allocator.policies import (
     DEFAULT_POLICY,
+    MAX_SCORE,
     NodeFacts,
     Policy,
     PolicyContext,
@@ -86,6 +87,10 @@ class AllocatorConfig:
     seed: int = 0
     #: Track every node's CPU and memory (all bound pods are watched) for the policies.
     node_resources: bool = True
+    #: Filter answers a GPU pod with the nodes the policy scores best only (not every node it
+    #: fits): the policy's choice is final, and kube-scheduler, left with one node, neither
+    #: scores nor calls prioritize (see :meth:`Allocator.filter`).
+    filter_best: bool = True
 
     @property
     def vocabulary(self) -> Vocabulary:
@@ -245,6 +250,16 @@ class Allocator:
 
     # ------------------------------------------------------------------ filter
     def filter(self, pod: Mapping[str, Any], names: Sequence[str]) -> FilterOutcome:
+        """The nodes the GPU pod fits on, and why not on the others; with
+        :attr:`AllocatorConfig.filter_best`, only the nodes the policy scores best.
+
+        Filtering to the best is what prioritize would say, said where kube-scheduler cannot
+        blur it: its own plugins then judge only among the policy's tied best nodes, and with
+        one node left it skips scoring (``schedulePod``: ``len(feasibleNodes) == 1``). The
+        other fitting nodes are left out of the reply, not reported as failed: kube-scheduler
+        drops nodes a nodeCacheCapable filter does not name, and reads the failure reasons only
+        when no node is left (they are all there then).
+        """
         out = self._filter_pod(pod, names)
         if out.nodes:
             self.hooks.fits(PodRef.of(pod))
@@ -266,7 +281,9 @@ class Allocator:
         self.remember(pod)
         self.observe(pod, request)
         out, short = self._filter(request, names)
-        if out.nodes or not short or self.resync is None:
+        if out.nodes:
+            return self._best_of(pod, request, out)
+        if not short or self.resync is None:
             return out
         # No node left, some only for lack of room: perhaps a release our watch has not
         # delivered yet (allocator/resync.py). Decide again on a consistent picture.
@@ -275,9 +292,20 @@ class Allocator:
             out, short = self._filter(request, names)
         if out.nodes:
             self.resync.forget(uid)
-        else:
-            self.resync.rejected(uid)
+            return self._best_of(pod, request, out)
+        self.resync.rejected(uid)
         return out
+
+    def _best_of(self, pod: Mapping[str, Any], request: PodRequest,
+                 out: FilterOutcome) -> FilterOutcome:
+        """``out`` narrowed to the fitting nodes the policy scores best (see :meth:`filter`),
+        when configured and there is a choice."""
+        if not self.config.filter_best or len(out.nodes) < 2:
+            return out
+        scores = self._scores(pod, request, out.nodes)
+        best = [name for name, score in zip(out.nodes, scores, strict=True)
+                if score == MAX_SCORE]
+        return FilterOutcome(best, {}, {}) if best else out
 
     def _filter(self, request: PodRequest, names: Sequence[str]) -> tuple[FilterOutcome, bool]:
         """(the outcome, whether some node was rejected only for lack of free room)."""
@@ -332,6 +360,10 @@ class Allocator:
         request = self.pod_request(pod)
         if request is None:
             return [0] * len(names)
+        return self._scores(pod, request, names)
+
+    def _scores(self, pod: Mapping[str, Any], request: PodRequest,
+                names: Sequence[str]) -> list[int]:
         policy = self.policy_for(request)
         ctx = self.context(request, pod)
         rank = policy.node_ranker(ctx)

@@ -61,7 +61,8 @@ REQUESTS = [
 @pytest.mark.parametrize("seed", [1, 2])
 def test_filter_equals_the_per_node_answer(req: PodRequest, seed: int) -> None:
     state = _cluster(seed)
-    alloc = Allocator(state, api=None, config=AllocatorConfig())  # type: ignore[arg-type]
+    alloc = Allocator(state, api=None,  # type: ignore[arg-type]
+                      config=AllocatorConfig(filter_best=False))
     names = [*state.node_names(), "ghost"]
     for _ in range(2):  # cold, then from the shared cache
         out = alloc.filter(make_gpu_pod("p", req, namespace="ns", uid="u"), names)
@@ -102,7 +103,8 @@ def test_prioritize_equals_the_per_node_scores(req: PodRequest, policy: str) -> 
 def test_random_ranks_only_feasible_nodes_reproducibly_and_differently_per_pod() -> None:
     state = _cluster(4)
     alloc = Allocator(state, api=None,  # type: ignore[arg-type]
-                      config=AllocatorConfig(default_policy="random", seed=5))
+                      config=AllocatorConfig(default_policy="random", seed=5,
+                                             filter_best=False))
     req = request(whole(cards=2))
     names = state.node_names()
     pod = make_gpu_pod("p", req, namespace="ns", uid="u")
@@ -119,7 +121,8 @@ def test_a_node_change_is_seen_by_the_next_filter() -> None:
     state = ClusterState(VOCAB)
     state.replace_nodes([make_node("a", count=1), make_node("b", count=1)])
     state.mark_synced()
-    alloc = Allocator(state, api=None, config=AllocatorConfig())  # type: ignore[arg-type]
+    alloc = Allocator(state, api=None,  # type: ignore[arg-type]
+                      config=AllocatorConfig(filter_best=False))
     req = request(whole(cards=1))
     pod = make_gpu_pod("p", req, namespace="ns", uid="u")
     assert alloc.filter(pod, ["a", "b"]).nodes == ["a", "b"]

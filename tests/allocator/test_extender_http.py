@@ -276,7 +276,7 @@ def test_the_url_prefix_is_configurable() -> None:
 
 
 def test_a_non_cache_capable_body_with_full_nodes_is_understood() -> None:
-    app, _ = make_app(_cluster())
+    app, _ = make_app(_cluster(), core=AllocatorConfig(filter_best=False))
     body = {"Pod": make_gpu_pod(), "Nodes": {"items": [make_node("n1"), make_node("n2")]},
             "NodeNames": None}
     reply = app.test_client().post("/scheduler/filter", data=json.dumps(body),

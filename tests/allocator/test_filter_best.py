@@ -1,0 +1,107 @@
+"""Filter answers with the nodes the policy scores best (``filter_best``, the default): exactly
+the fitting nodes prioritize would give the top score, never a node the pod does not fit, and
+every reason when no node fits."""
+
+from __future__ import annotations
+
+import pytest
+from builders import VOCAB, make_gpu_pod, make_node, request, share, whole
+from test_content_sharing import REQUESTS, _cluster
+
+from allocator.config import Settings
+from allocator.core import Allocator, AllocatorConfig
+from allocator.policies import MAX_SCORE, REGISTRY
+from allocator.state import ClusterState
+from tessera.vocabulary import ConfigError, PodRequest
+
+
+def _allocators(state: ClusterState, policy: str) -> tuple[Allocator, Allocator]:
+    """(filter_best on, off) over the same state."""
+    best = Allocator(state, api=None,  # type: ignore[arg-type]
+                     config=AllocatorConfig(default_policy=policy, seed=3))
+    every = Allocator(state, api=None,  # type: ignore[arg-type]
+                      config=AllocatorConfig(default_policy=policy, seed=3, filter_best=False))
+    return best, every
+
+
+@pytest.mark.parametrize("req", REQUESTS)
+@pytest.mark.parametrize("policy", sorted(REGISTRY))
+def test_filter_keeps_exactly_the_fitting_nodes_prioritize_scores_best(
+        req: PodRequest, policy: str) -> None:
+    state = _cluster(5)
+    best, every = _allocators(state, policy)
+    names = [*state.node_names(), "ghost"]
+    pod = make_gpu_pod("p", req, namespace="ns", uid="u")
+    fitting = every.filter(pod, names).nodes
+    scores = dict(every.prioritize(pod, fitting))
+    expected = [n for n in fitting if scores[n] == MAX_SCORE]
+    for _ in range(2):  # cold, then from the shared memos
+        out = best.filter(pod, names)
+        assert out.nodes == expected
+        assert out.failed == {} and out.unresolvable == {}
+    assert expected, "some node fits every request of this cluster"
+    if len(fitting) > 1 and len(set(scores.values())) > 1:
+        assert len(expected) < len(fitting)
+
+
+@pytest.mark.parametrize("policy", ["fgd-ff", "fgd-cpu"])
+def test_a_first_fit_order_leaves_one_node_of_many_alike(policy: str) -> None:
+    state = ClusterState(VOCAB)
+    state.replace_nodes(make_node(f"n{i}", count=4) for i in range(50))
+    state.mark_synced()
+    best, _ = _allocators(state, policy)
+    out = best.filter(make_gpu_pod("p", request(whole(cards=1)), uid="u"), state.node_names())
+    assert len(out.nodes) == 1
+
+
+def test_alike_nodes_without_an_order_all_stay_for_the_scheduler_to_choose() -> None:
+    state = ClusterState(VOCAB)
+    state.replace_nodes(make_node(f"n{i}", count=4) for i in range(20))
+    state.mark_synced()
+    best, _ = _allocators(state, "binpack")
+    names = state.node_names()
+    assert best.filter(make_gpu_pod("p", request(whole(cards=1)), uid="u"), names).nodes == names
+
+
+def test_when_no_node_fits_every_reason_is_given_as_without_filter_best() -> None:
+    state = ClusterState(VOCAB)
+    state.replace_nodes([make_node("a", count=1), make_node("b", count=1)])
+    state.mark_synced()
+    best, every = _allocators(state, "fgd-cpu")
+    pod = make_gpu_pod("p", request(whole(cards=2)), uid="u")
+    out = best.filter(pod, ["a", "b", "ghost"])
+    assert out.nodes == []
+    assert out == every.filter(pod, ["a", "b", "ghost"])
+    assert set(out.failed) | set(out.unresolvable) == {"a", "b", "ghost"}
+
+
+def test_one_fitting_node_is_answered_without_scoring() -> None:
+    state = ClusterState(VOCAB)
+    state.replace_nodes([make_node("a", count=1), make_node("b", count=4)])
+    state.mark_synced()
+    best, _ = _allocators(state, "fgd-cpu")
+    out = best.filter(make_gpu_pod("p", request(whole(cards=3)), uid="u"), ["a", "b"])
+    assert out.nodes == ["b"]
+    assert set(out.failed) | set(out.unresolvable) == {"a"}
+
+
+def test_a_pod_without_gpu_request_passes_every_node() -> None:
+    state = _cluster(1)
+    best, _ = _allocators(state, "fgd-cpu")
+    pod = make_gpu_pod("p", request(share(core=30, mem=1000)), uid="u")
+    pod["metadata"]["annotations"] = {}
+    pod["spec"]["containers"][0]["resources"] = {}
+    names = state.node_names()
+    assert best.filter(pod, names).nodes == names
+
+
+@pytest.mark.parametrize(("env", "on"), [({}, True), ({"TESSERA_FILTER_BEST": "false"}, False),
+                                         ({"TESSERA_FILTER_BEST": "true"}, True)])
+def test_filter_best_is_on_by_default_and_can_be_turned_off(env: dict[str, str],
+                                                            on: bool) -> None:
+    assert Settings.from_env(env).core.filter_best is on
+
+
+def test_a_bad_filter_best_switch_is_refused() -> None:
+    with pytest.raises(ConfigError, match="TESSERA_FILTER_BEST"):
+        Settings.from_env({"TESSERA_FILTER_BEST": "maybe"})
