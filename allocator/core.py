@@ -23,7 +23,9 @@ import time
 from collections import OrderedDict
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
-from typing import Any, Final
+from itertools import compress
+from operator import add
+from typing import Any, Final, cast
 
 from allocator import agents
 from allocator.content_memo import (
@@ -44,6 +46,7 @@ from allocator.policies import (
     Policy,
     PolicyContext,
     Workload,
+    best_floor,
     chooser,
     get_policy,
     scaled,
@@ -115,6 +118,56 @@ class BindOutcome:
 
     outcome: str
     cards: tuple[int, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class Ranking:
+    """Raw policy scores of some nodes (None: the pod does not fit), as prioritize derives
+    them: shared per content (or :data:`CpuKey`) with each node's name bias added, or one per
+    node. Both the extender's 0..10 scores and filter's best nodes come from it."""
+
+    #: Scores shared by content, or None when :attr:`per_node` holds them.
+    shared: PerContent[RawScore] | None
+    #: The policy's name bias of each node, added to the shared score (None: no bias).
+    biases: list[float] | None = None
+    #: Scores computed node by node (random's rank, a per-pod policy).
+    one_by_one: list[RawScore] | None = None
+
+    def raw(self) -> list[RawScore]:
+        if self.shared is None:
+            return list(self.one_by_one or [])
+        base = self.shared.per_node()
+        if self.biases is None:
+            return base
+        if None not in base:
+            return list(map(add, cast(list[float], base), self.biases))
+        return [None if b is None else b + r for b, r in zip(base, self.biases, strict=True)]
+
+    def scaled(self) -> list[int]:
+        """The extender's scores 0..10 (:func:`allocator.policies.scaled`)."""
+        if self.shared is not None and self.biases is None:
+            # The scaling depends only on the distinct values: scale those, then fan out.
+            return self.shared.map_distinct(scaled).per_node()
+        return scaled(self.raw())
+
+    def best(self, names: Sequence[str]) -> list[str]:
+        """The names whose score :meth:`scaled` makes the top one, in order (none when no
+        node fits). Selected by C-level maps, no Python code per node."""
+        if self.shared is not None and self.biases is None:
+            present = [v for v in self.shared.answers.values() if v is not None]
+            if not present:
+                return []
+            floor = best_floor(max(present))
+            top = {k for k, v in self.shared.answers.items() if v is not None and v >= floor}
+            return list(compress(names, map(top.__contains__, self.shared.contents)))
+        raw = self.raw()
+        if None in raw:
+            return [n for n, s in zip(names, self.scaled(), strict=True) if s == MAX_SCORE]
+        values = cast(list[float], raw)
+        if not values:
+            return []
+        floor = best_floor(max(values))
+        return list(compress(names, map(floor.__le__, values)))
 
 
 def pod_key(pod: Mapping[str, Any]) -> str:
@@ -302,9 +355,7 @@ class Allocator:
         when configured and there is a choice."""
         if not self.config.filter_best or len(out.nodes) < 2:
             return out
-        scores = self._scores(pod, request, out.nodes)
-        best = [name for name, score in zip(out.nodes, scores, strict=True)
-                if score == MAX_SCORE]
+        best = self._ranking(pod, request, out.nodes).best(out.nodes)
         return FilterOutcome(best, {}, {}) if best else out
 
     def _filter(self, request: PodRequest, names: Sequence[str]) -> tuple[FilterOutcome, bool]:
@@ -314,6 +365,12 @@ class Allocator:
             return FilterOutcome(list(names), {}, {}), False  # the common case: one pass less
         short = any(verdict is not None and verdict is not UNKNOWN_NODE and verdict.resolvable
                     for verdict in verdicts.distinct())
+        if self.config.filter_best:
+            fits = {content: verdict is None for content, verdict in verdicts.answers.items()}
+            fitting = list(compress(names, map(fits.__getitem__, verdicts.contents)))
+            if fitting:
+                # No reasons: kube-scheduler reads them only when no node is left (filter).
+                return FilterOutcome(fitting, {}, {}), short
         ok: list[str] = []
         failed: dict[str, str] = {}
         unresolvable: dict[str, str] = {}
@@ -360,10 +417,11 @@ class Allocator:
         request = self.pod_request(pod)
         if request is None:
             return [0] * len(names)
-        return self._scores(pod, request, names)
+        return self._ranking(pod, request, names).scaled()
 
-    def _scores(self, pod: Mapping[str, Any], request: PodRequest,
-                names: Sequence[str]) -> list[int]:
+    def _ranking(self, pod: Mapping[str, Any], request: PodRequest,
+                 names: Sequence[str]) -> Ranking:
+        """The policy's raw scores of the pod on each named node."""
         policy = self.policy_for(request)
         ctx = self.context(request, pod)
         rank = policy.node_ranker(ctx)
@@ -372,14 +430,15 @@ class Allocator:
             # a seeded hash of pod and node); feasibility is filter's, shared by content.
             contents = self.state.node_contents.ids(names)
             fitting = self._fit_verdicts(request, names, contents).per_node()
-            return scaled([rank(name) if verdict is None else None
-                          for name, verdict in zip(names, fitting, strict=True)])
+            return Ranking(None, one_by_one=[rank(name) if verdict is None else None
+                                             for name, verdict in zip(names, fitting,
+                                                                      strict=True)])
         if policy.per_pod:
             # The score depends on the pod's identity: placed and scored node by node, never
             # shared.
-            return scaled([None if view is None else _placed_score(request, policy, ctx,
-                                                                  view.state)
-                          for view in self.state.views(names)])
+            return Ranking(None, one_by_one=[
+                None if view is None else _placed_score(request, policy, ctx, view.state)
+                for view in self.state.views(names)])
         # Every other score is a function of the node's content (and, for a policy that reads
         # node CPU, of where the node's free CPU lies among the policy's thresholds), plus,
         # for a policy with a name bias (fgd-ff's fixed first-fit order), that bias on top:
@@ -420,7 +479,8 @@ class Allocator:
                 return score
             return score - bias(state.name)
 
-        return self._fan_out(names, shape, thresholds, pod_cpu_milli(pod), raw_score, policy)
+        return self._fan_out(names, shape, thresholds, pod_cpu_milli(pod), raw_score,
+                             policy).scaled()
 
     def _cpu_thresholds(self, policy: Policy, workload: Workload) -> tuple[int, ...]:
         if not self.config.node_resources:
@@ -431,10 +491,10 @@ class Allocator:
     def _fan_out(self, names: Sequence[str], shape: tuple[object, ...],
                  thresholds: tuple[int, ...], pod_cpu: int,
                  raw_score: Callable[[NodeState, int, int], RawScore],
-                 policy: Policy) -> list[int]:
+                 policy: Policy) -> Ranking:
         """Raw scores shared per distinct content (with ``thresholds``: per content and CPU
-        buckets before and after ``pod_cpu``), memoised per ``shape``, the policy's name bias
-        added back per node, scaled 0..10."""
+        buckets before and after ``pod_cpu``), memoised per ``shape``, with the policy's name
+        bias to add back per node."""
         node_contents = self.state.node_contents
         memo = node_contents.raw_scores.answers(shape)
         contents = node_contents.ids(names)
@@ -449,11 +509,8 @@ class Allocator:
                 names, contents, memo, lambda state: raw_score(state, 0, 0), unknown=None)
         bias = policy.name_bias()
         if bias is None:
-            # The scaling depends only on the distinct values: scale those, then fan out.
-            return by_content.map_distinct(scaled).per_node()
-        biases = node_contents.name_biases.of(policy.name, bias, names)
-        return scaled([None if base is None else base + rank
-                      for base, rank in zip(by_content.per_node(), biases, strict=True)])
+            return Ranking(by_content)
+        return Ranking(by_content, node_contents.name_biases.of(policy.name, bias, names))
 
     # ------------------------------------------------------------------ bind
     def bind(self, namespace: str, name: str, uid: str, node: str) -> BindOutcome:

@@ -281,6 +281,9 @@ def gunicorn_options(
         "bind": [serving.bind],
         "workers": serving.workers if workers is None else workers,
         "worker_class": transport.WORKER_CLASS,
+        # uvloop: the worker's event loop and TLS transport in Cython instead of asyncio's
+        # pure-Python ones (allocator CPU per verb: docs/benchmarks.md).
+        "asgi_loop": "uvloop",
         "threads": 1,
         "proc_name": proc_name,
         "loglevel": serving.log_level.lower(),

@@ -174,7 +174,7 @@ def scaled(raw: Sequence[float | None], *, best_alone: bool = True) -> list[int]
     factor = MAX_SCORE / (high - low)
     out = [0 if v is None else int((v - low) * factor + 0.5) for v in raw]
     if best_alone:
-        top = high - _EQUAL
+        top = best_floor(high)
         out = [MAX_SCORE if v is not None and v >= top else min(o, MAX_SCORE - 1)
                for v, o in zip(raw, out, strict=True)]
     return out
@@ -182,6 +182,12 @@ def scaled(raw: Sequence[float | None], *, best_alone: bool = True) -> list[int]
 
 #: Raw scores closer than this are equal (float rounding between alike nodes).
 _EQUAL = 1e-9
+
+
+def best_floor(high: float) -> float:
+    """The lowest raw score that :func:`scaled` still gives the top score when ``high`` is
+    the highest: the best node(s), float rounding aside."""
+    return high - _EQUAL
 
 
 def _by_name(raw: Mapping[str, float], best_alone: bool) -> dict[str, int]:

@@ -35,7 +35,14 @@ from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
-from bench.speed.common import Client, client_context, print_table, summary, write_results
+from bench.speed.common import (
+    Client,
+    client_context,
+    group_cpu_seconds,
+    print_table,
+    summary,
+    write_results,
+)
 from devcluster.binaries import ensure_binaries
 from devcluster.cluster import DevCluster, Options
 from devcluster.nodes import create_nodes, uniform
@@ -47,7 +54,7 @@ from webhook.mutation import MutationConfig, mutate_pod
 NAMESPACE = "bench"
 CARDS, CARD_MIB = 8, 16384
 COLUMNS = ["nodes", "verb", "regime", "n", "p50_ms", "p90_ms", "p99_ms", "mean_ms",
-           "per_s", "reply_kb"]
+           "per_s", "reply_kb", "allocator_cpu_ms"]
 
 
 def _new_core_v1(dev: DevCluster) -> Any:
@@ -124,10 +131,12 @@ def wait_known(cli: Client, template: dict[str, Any], names: Sequence[str],
 
 
 def time_verbs(cli: Client, nodes: int, regime: str, bodies: Sequence[tuple[bytes, bytes]],
-               filter_names: Callable[[bytes], list[str]] | None = None) -> list[dict[str, Any]]:
-    """Per body pair: filter (all nodes) then prioritize (the nodes filter kept)."""
+               allocator_cpu: Callable[[], float]) -> list[dict[str, Any]]:
+    """Per body pair: filter (all nodes) then prioritize (the nodes filter kept); with the
+    allocator's CPU per pair (its process group, all threads: TLS, HTTP, the verbs)."""
     samples: dict[str, list[float]] = {"filter": [], "prioritize": [], "filter+prioritize": []}
     sizes: dict[str, int] = {"filter": 0, "prioritize": 0}
+    cpu_before = allocator_cpu()
     for filt, pod_json in bodies:
         status, data, took_f = cli.post("/scheduler/filter", filt)
         reply = json.loads(data)
@@ -140,10 +149,13 @@ def time_verbs(cli: Client, nodes: int, regime: str, bodies: Sequence[tuple[byte
         samples["prioritize"].append(took_p * 1000)
         samples["filter+prioritize"].append((took_f + took_p) * 1000)
         sizes["filter"], sizes["prioritize"] = len(data), len(pdata)
+    cpu_ms = (allocator_cpu() - cpu_before) * 1000 / max(1, len(bodies))
     rows = []
     for verb, s in samples.items():
         rows.append({"nodes": nodes, "verb": verb, "regime": regime, **summary(s),
-                     "reply_kb": round(sizes.get(verb, 0) / 1024, 1) or None})
+                     "reply_kb": round(sizes.get(verb, 0) / 1024, 1) or None,
+                     "allocator_cpu_ms": round(cpu_ms, 2) if verb == "filter+prioritize"
+                     else None})
     return rows
 
 
@@ -206,6 +218,12 @@ def main() -> None:
         pki = dev.control_plane.pki_dir
         ctx = client_context(dev.control_plane.ca_file, pki / "admin.crt", pki / "admin.key")
         port = dev.services.allocator_port
+        allocator_pid = dev.services.allocator.pid
+        assert allocator_pid is not None
+
+        def allocator_cpu() -> float:
+            return group_cpu_seconds(allocator_pid)
+
         core = dev.core_v1()
         ensure_namespace(core, NAMESPACE)
         create_pods(dev, ["template"], 1)
@@ -224,13 +242,13 @@ def main() -> None:
             print(f"# {n} nodes created and known to the allocator in "
                   f"{time.perf_counter() - t0:.0f} s", flush=True)
             warm = [(args_body(template, names), template_json)] * args.warm
-            rows += time_verbs(cli, n, "warm", warm)
+            rows += time_verbs(cli, n, "warm", warm, allocator_cpu)
             cold = []
             for _ in range(args.cold):
                 shape_seq += 1
                 pod = with_shape(template, 1 + shape_seq % 97, 1000 + 7 * shape_seq)
                 cold.append((args_body(pod, names), json.dumps(pod).encode()))
-            rows += time_verbs(cli, n, "cold", cold)
+            rows += time_verbs(cli, n, "cold", cold, allocator_cpu)
             print_table(rows[-6:], COLUMNS)
 
             pod_names = [f"p{pod_seq + i:05d}" for i in range(args.serial_binds + args.binds)]
@@ -244,7 +262,8 @@ def main() -> None:
                                          args.bind_threads, rng)
             rows.append({"nodes": n, "verb": "bind", "regime": f"{args.bind_threads} threads",
                          **summary(lat), "per_s": round(len(lat) / wall, 1), "errors": errors})
-            rows += time_verbs(cli, n, "warm, after binds", warm[: max(1, args.warm // 2)])
+            rows += time_verbs(cli, n, "warm, after binds", warm[: max(1, args.warm // 2)],
+                               allocator_cpu)
             print_table(rows[-5:], COLUMNS)
         cli.close()
     finally:

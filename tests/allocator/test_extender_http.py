@@ -32,7 +32,7 @@ def _args(pod: dict[str, Any], names: list[str]) -> dict[str, Any]:
 
 def test_filter_replies_with_every_upstream_key_and_a_reason_per_failed_node() -> None:
     fake = _cluster()
-    app, _ = make_app(fake)
+    app, _ = make_app(fake, core=AllocatorConfig(filter_best=False))
     pod = make_gpu_pod("p", request(whole(cards=2)))
     resp = app.test_client().post("/scheduler/filter", json=_args(pod, ["n1", "n2", "ghost"]))
     assert resp.status_code == 200

@@ -9,7 +9,7 @@ from builders import VOCAB, make_gpu_pod, make_node, request, share, whole
 from test_content_sharing import REQUESTS, _cluster
 
 from allocator.config import Settings
-from allocator.core import Allocator, AllocatorConfig
+from allocator.core import Allocator, AllocatorConfig, FilterOutcome
 from allocator.policies import MAX_SCORE, REGISTRY
 from allocator.state import ClusterState
 from tessera.vocabulary import ConfigError, PodRequest
@@ -75,14 +75,17 @@ def test_when_no_node_fits_every_reason_is_given_as_without_filter_best() -> Non
     assert set(out.failed) | set(out.unresolvable) == {"a", "b", "ghost"}
 
 
-def test_one_fitting_node_is_answered_without_scoring() -> None:
+def test_one_fitting_node_is_the_answer_and_the_others_need_no_reason() -> None:
     state = ClusterState(VOCAB)
-    state.replace_nodes([make_node("a", count=1), make_node("b", count=4)])
+    state.replace_nodes([make_node("a", count=1), make_node("b", count=4),
+                         make_node("c", count=2)])
     state.mark_synced()
-    best, _ = _allocators(state, "fgd-cpu")
-    out = best.filter(make_gpu_pod("p", request(whole(cards=3)), uid="u"), ["a", "b"])
+    best, every = _allocators(state, "fgd-cpu")
+    pod = make_gpu_pod("p", request(whole(cards=3)), uid="u")
+    assert best.filter(pod, ["a", "b", "c", "ghost"]) == FilterOutcome(["b"], {}, {})
+    out = every.filter(pod, ["a", "b", "c", "ghost"])
     assert out.nodes == ["b"]
-    assert set(out.failed) | set(out.unresolvable) == {"a"}
+    assert set(out.failed) | set(out.unresolvable) == {"a", "c", "ghost"}
 
 
 def test_a_pod_without_gpu_request_passes_every_node() -> None:

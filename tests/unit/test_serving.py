@@ -328,6 +328,14 @@ def test_gunicorn_serves_https_with_a_certificate_and_requires_clients_with_a_ca
     assert options["worker_class"] == "tessera.worker.Worker"
 
 
+def test_the_worker_runs_on_uvloop_which_is_installed() -> None:
+    import uvloop
+
+    options = gunicorn_options(ServingConfig(), proc_name="p", keepalive=5)
+    assert options["asgi_loop"] == "uvloop"
+    assert callable(uvloop.new_event_loop)
+
+
 @pytest.mark.parametrize(("workers", "expected"), [(None, 3), (1, 1)])
 def test_the_worker_count_can_be_forced(workers: int | None, expected: int) -> None:
     serving = ServingConfig(host="::", port=9, threads=7, workers=3, log_level="WARNING")
@@ -335,7 +343,7 @@ def test_the_worker_count_can_be_forced(workers: int | None, expected: int) -> N
                                workers=workers)
     assert options == {
         "bind": ["[::]:9"], "workers": expected, "worker_class": "tessera.worker.Worker",
-        "threads": 1, "proc_name": "tessera-x", "loglevel": "warning",
+        "asgi_loop": "uvloop", "threads": 1, "proc_name": "tessera-x", "loglevel": "warning",
         "logger_class": "tessera.logs.GunicornLogger", "accesslog": None, "errorlog": "-",
         "timeout": 20, "graceful_timeout": 10, "keepalive": 30, "control_socket_disable": True,
     }
