@@ -14,11 +14,11 @@ from devcluster import DevClusterError
 from devcluster.binaries import Binaries
 from devcluster.controlplane import (
     SCHEDULER_CONFIG,
-    SCHEDULER_CONFIG_SCORE_CPU_ONLY,
     ControlPlane,
     ExtenderAddress,
     load_scheduler_configuration,
     managed_resources,
+    without_cpu_only_scoring,
 )
 from devcluster.nodes import GpuNodeSpec, create_nodes
 from tessera.vocabulary import Vocabulary
@@ -39,18 +39,20 @@ class Options:
     webhook_args: tuple[str, ...] = ()
     #: The allocator's RBAC documents (default: manifests/base/allocator-rbac.yaml).
     allocator_rbac: Path | None = None
-    #: Run the shipped configuration with the opt-in entry that scores CPU-only pods
-    #: (manifests/scheduler/kube-scheduler-config-score-cpu-only.yaml).
-    score_cpu_only_pods: bool = False
+    #: Keep the shipped configuration's entry that scores CPU-only pods; False deletes it, as
+    #: a cluster that turns it off does (docs/deploy.md).
+    score_cpu_only_pods: bool = True
 
 
 def scheduler_setup(options: Options, vocabulary: Vocabulary, extender: ExtenderAddress | None
                     ) -> tuple[dict[str, Any], ExtenderAddress | None]:
-    """The shipped KubeSchedulerConfiguration this cluster runs (with the opt-in CPU-only entry
-    when asked) and where its extenders are; refuses a vocabulary whose resources the shipped
-    entries do not manage (the dev cluster substitutes addresses and credentials only)."""
-    shipped = load_scheduler_configuration(
-        SCHEDULER_CONFIG_SCORE_CPU_ONLY if options.score_cpu_only_pods else SCHEDULER_CONFIG)
+    """The shipped KubeSchedulerConfiguration this cluster runs (without its CPU-only scoring
+    entry when asked) and where its extenders are; refuses a vocabulary whose resources the
+    shipped entries do not manage (the dev cluster substitutes addresses and credentials
+    only)."""
+    shipped = load_scheduler_configuration(SCHEDULER_CONFIG)
+    if not options.score_cpu_only_pods:
+        shipped = without_cpu_only_scoring(shipped)
     if extender is not None and managed_resources(shipped) != set(vocabulary.managed_resources):
         raise DevClusterError(
             f"the shipped KubeSchedulerConfiguration manages {sorted(managed_resources(shipped))},"

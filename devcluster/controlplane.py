@@ -56,12 +56,12 @@ MASTERS_GROUP = "system:masters"  # superuser group, hard-wired in kube-apiserve
 START_TIMEOUT = 120.0
 
 
-#: The KubeSchedulerConfigurations Tessera ships for a cluster's own kube-scheduler; the dev
-#: cluster runs one of them with only addresses and credentials substituted.
+#: The KubeSchedulerConfiguration Tessera ships for a cluster's own kube-scheduler; the dev
+#: cluster runs it with only addresses and credentials substituted.
 SCHEDULER_CONFIG = Path("manifests/scheduler/kube-scheduler-config.yaml")
-#: The same plus the opt-in entry that scores CPU-only pods (docs/deploy.md).
-SCHEDULER_CONFIG_SCORE_CPU_ONLY = Path(
-    "manifests/scheduler/kube-scheduler-config-score-cpu-only.yaml")
+#: The verb of the shipped entry that scores CPU-only pods; docs/deploy.md turns it off by
+#: deleting that entry, and so does :func:`without_cpu_only_scoring`.
+CPU_ONLY_SCORING_VERB = "prioritize-cpu-only"
 #: kube-scheduler's client towards the API server in the dev cluster. ``clientConnection`` is
 #: the host's own block (the shipped file says "keep whatever your kube-scheduler uses today"):
 #: the dev cluster puts its kubeconfig there and raises upstream's qps 50 / burst 100, so that
@@ -125,6 +125,15 @@ def localise_scheduler_configuration(
         path = urllib.parse.urlsplit(entry["urlPrefix"]).path
         entry["urlPrefix"] = extender.base_url.rstrip("/") + path
         entry["tlsConfig"] = dict(extender.tls)
+    return config
+
+
+def without_cpu_only_scoring(shipped: dict[str, Any]) -> dict[str, Any]:
+    """``shipped`` without its CPU-only scoring entry (pure): what a cluster that turns it off
+    runs (docs/deploy.md, "Scoring CPU-only pods")."""
+    config = copy.deepcopy(shipped)
+    config["extenders"] = [e for e in config.get("extenders") or []
+                           if e.get("prioritizeVerb") != CPU_ONLY_SCORING_VERB]
     return config
 
 

@@ -11,8 +11,9 @@ mapping of :func:`bench.openb.trace.gpu_request`): a share of one card as
 ``elasticgpu.io/gpu-percent`` (the same percent of compute and memory), whole cards as
 ``elasticgpu.io/gpu-core: 100·k``, allowed models as the ``elasticgpu.io/gpu-model``
 annotation; CPU and memory as requests. Everything else is the product as shipped: the
-webhook normalises, kube-scheduler runs manifests/scheduler/kube-scheduler-config.yaml, the
-allocator runs with its default flags.
+webhook normalises, kube-scheduler runs manifests/scheduler/kube-scheduler-config.yaml (its
+GPU entry and its entry scoring CPU-only pods; ``--no-score-cpu-only-pods`` deletes the
+second), the allocator runs with its default flags.
 
 Pods go in until the arrived GPU request reaches 100% of the cluster's cards (the pod that
 crosses it included); the result is the share of the cards allocated then, read from the API
@@ -235,7 +236,7 @@ class Summary:
     def line(self) -> str:
         alloc = 100.0 * self.allocated_milli / self.capacity_milli
         arrived = 100.0 * self.arrived_milli / self.capacity_milli
-        cpu_only = ", CPU-only pods scored" if self.score_cpu_only_pods else ""
+        cpu_only = "" if self.score_cpu_only_pods else ", CPU-only pods not scored"
         return (f"allocated {alloc:.2f}% of GPUs at 100% arrived ("
                 f"{self.trace} seed {self.seed}, {self.nodes} nodes, "
                 f"{self.capacity_milli // MILLI} GPUs, arrived {arrived:.2f}%; "
@@ -404,7 +405,8 @@ class Settings:
     nodes_every: int = 1
     max_pods: int | None = None
     in_flight: int = 1
-    score_cpu_only_pods: bool = False
+    #: The shipped scheduler configuration scores CPU-only pods; False deletes that entry.
+    score_cpu_only_pods: bool = True
     allocator_args: tuple[str, ...] = ()
     stall_seconds: float = STALL_SECONDS
     heartbeat_seconds: float = HEARTBEAT_SECONDS
@@ -475,8 +477,11 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
                         help="stop after N pods even before 100%% arrived")
     parser.add_argument("--in-flight", type=int, default=1, metavar="N",
                         help="pods between creation and outcome at once (1: as the simulator)")
-    parser.add_argument("--score-cpu-only-pods", action="store_true",
-                        help="run manifests/scheduler/kube-scheduler-config-score-cpu-only.yaml")
+    parser.add_argument("--score-cpu-only-pods", action=argparse.BooleanOptionalAction,
+                        default=True,
+                        help="keep the shipped scheduler configuration's entry that scores "
+                             "CPU-only pods (default); --no-score-cpu-only-pods deletes it, as "
+                             "docs/deploy.md turns it off")
     parser.add_argument("--allocator-arg", action="append", default=[], metavar="ARG",
                         help="an extra flag for 'tessera allocator' (default: none, as shipped)")
     parser.add_argument("--stall-seconds", type=float, default=STALL_SECONDS)

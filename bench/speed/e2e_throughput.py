@@ -1,20 +1,27 @@
 """End to end: pods/s that the real kube-scheduler v1.34.4 schedules onto many fake nodes,
-without Tessera (whole cards as a plain extended resource) and with it (webhook + extender),
-and the CPU every control-plane process spends doing it.
+without Tessera (whole cards as a plain extended resource; CPU-only pods) and with it
+(webhook + extender), and the CPU every control-plane process spends doing it.
 
 Every run uses the dev-cluster harness (devcluster) with the same nodes, pods and
 scheduler configuration: the shipped manifests/scheduler/kube-scheduler-config.yaml
-(percentageOfNodesToScore 100) with the dev cluster's clientConnection (qps 200 / burst 400);
-the baseline has no extenders. Modes:
+(percentageOfNodesToScore 100, both extender entries) with the dev cluster's
+clientConnection (qps 200 / burst 400); the baselines have no extenders. Modes:
 
 - ``baseline``: ``Options(webhook=False, allocator=False)``; nodes advertise
   ``example.com/gpu: 8``; each pod asks ``example.com/gpu: 1``; the scheduler's own
   NodeResourcesFit decides and its DefaultBinder binds;
 - ``whole``: the harness's full setup; nodes advertise 8 cards through ``elasticgpu.io``;
   each pod asks ``elasticgpu.io/gpu-core: 100`` (one whole card), the webhook rewrites it at
-  CREATE, and the scheduler calls the allocator's filter, prioritize and bind (mutual TLS);
+  CREATE, and the scheduler calls the allocator's filter and bind (mutual TLS), and the
+  CPU-only entry's prioritize when filter leaves it more than one node;
 - ``share25``: as ``whole``, each pod asking a quarter card (``gpu-core: 25``,
-  ``gpu-memory: 4096`` of 16,384 MiB).
+  ``gpu-memory: 4096`` of 16,384 MiB);
+- ``cpu-baseline``: no extenders, the nodes of ``whole``; each pod requests ``cpu: 100m``
+  and nothing else; the scheduler filters, scores and binds alone;
+- ``cpu-only``: the same pods and nodes with the full setup: the webhook is not called
+  (its matchConditions), the scheduler calls the allocator's ``prioritize-cpu-only`` for each
+  pod over every node and binds itself. Its ratio and added CPU are against
+  ``cpu-baseline``: the cost of the shipped CPU-only scoring entry.
 
 Method: the scheduler is stopped while the nodes and all pods are created (pod creation,
 including admission, is not part of the number), then started again; a raw watch on the
@@ -24,10 +31,11 @@ excluded); the overall rate (all pods / first-to-last) is reported too. CPU: use
 seconds of each component's process group (``/proc``) from the scheduler's start until
 :data:`SETTLE_S` after the last bind, per 1,000 pods; *added* is a mode's total minus the
 baseline's of the same repeat. ``--repeat N`` runs every mode N times (interleaved) and
-reports medians.
+reports medians. ``calls_cpu_only`` is how often the allocator answered
+``prioritize-cpu-only`` in the run (its /metrics).
 
 Usage: ``.venv/bin/python -m bench.speed.e2e_throughput [--nodes 1000] [--pods 2000]
-[--repeat 3] [--modes baseline whole share25] [--py-spy DIR]``
+[--repeat 3] [--modes baseline whole share25 cpu-baseline cpu-only] [--py-spy DIR]``
 """
 
 from __future__ import annotations
@@ -36,14 +44,19 @@ import argparse
 import json
 import shutil
 import signal
+import ssl
 import statistics
 import subprocess
 import sys
 import threading
 import time
+import urllib.request
 from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
+
+from prometheus_client.parser import text_string_to_metric_families
 
 from bench.speed.common import group_cpu_seconds, percentile, print_table, write_results
 from devcluster.binaries import ensure_binaries
@@ -54,11 +67,28 @@ from devcluster.workloads import container, ensure_namespace, make_pod
 
 NAMESPACE = "e2e-bench"
 PLAIN = "example.com/gpu"
-#: What each pod asks, per mode.
-LIMITS: dict[str, dict[str, str]] = {
-    "baseline": {PLAIN: "1"},
-    "whole": {"elasticgpu.io/gpu-core": "100"},
-    "share25": {"elasticgpu.io/gpu-core": "25", "elasticgpu.io/gpu-memory": "4096"},
+
+
+@dataclass(frozen=True)
+class Mode:
+    #: Tessera's webhook and allocator run, and the scheduler has the shipped extenders.
+    tessera: bool
+    #: The mode this one's ratio and added CPU are measured against.
+    baseline: str
+    #: What each pod's one container asks.
+    limits: dict[str, str] = field(default_factory=dict)
+    requests: dict[str, str] = field(default_factory=dict)
+    #: Nodes advertise their cards as ``example.com/gpu`` (no Tessera resources asked).
+    plain_gpus: bool = False
+
+
+MODES: dict[str, Mode] = {
+    "baseline": Mode(False, "baseline", limits={PLAIN: "1"}, plain_gpus=True),
+    "whole": Mode(True, "baseline", limits={"elasticgpu.io/gpu-core": "100"}),
+    "share25": Mode(True, "baseline", limits={"elasticgpu.io/gpu-core": "25",
+                                              "elasticgpu.io/gpu-memory": "4096"}),
+    "cpu-baseline": Mode(False, "cpu-baseline", requests={"cpu": "100m"}),
+    "cpu-only": Mode(True, "cpu-baseline", requests={"cpu": "100m"}),
 }
 #: Seconds after the last bind still counted as CPU of the run (watch events of the last
 #: binds, KWOK marking the last pods running): the same in every mode.
@@ -67,7 +97,7 @@ COMPONENTS = ["etcd", "kube-apiserver", "kube-scheduler", "kube-controller-manag
               "allocator", "webhook"]
 COLUMNS = ["mode", "run", "bound", "p10_p90_pods_per_s", "overall_pods_per_s",
            "first_to_last_s", "ratio_vs_baseline", "cpu_total_s_per_1k",
-           "cpu_added_s_per_1k", "cpu_allocator_s_per_1k"]
+           "cpu_added_s_per_1k", "cpu_allocator_s_per_1k", "calls_cpu_only"]
 
 
 def _core(dev: DevCluster) -> Any:
@@ -137,6 +167,18 @@ def _cpu(dev: DevCluster) -> dict[str, float]:
             if p.pid is not None}
 
 
+def _verb_calls(dev: DevCluster, verb: str) -> float:
+    """How often the allocator answered ``verb`` (its /metrics, over mutual TLS as the admin)."""
+    cp = dev.control_plane
+    context = ssl.create_default_context(cafile=str(cp.ca_file))
+    context.load_cert_chain(str(cp.pki_dir / "admin.crt"), str(cp.pki_dir / "admin.key"))
+    url = f"https://127.0.0.1:{dev.services.allocator_port}/metrics"
+    with urllib.request.urlopen(url, timeout=10, context=context) as response:
+        text = response.read().decode()
+    return sum(s.value for family in text_string_to_metric_families(text) for s in family.samples
+               if s.name == "tessera_allocator_verb_seconds_count" and s.labels.get("verb") == verb)
+
+
 def _start_py_spy(dev: DevCluster, out: Path) -> subprocess.Popen[bytes] | None:
     """py-spy sampling the allocator (master and worker) into ``out`` (collapsed stacks).
     Only samples of the thread holding the GIL count (``--gil``): Python at work, not threads
@@ -154,7 +196,8 @@ def _start_py_spy(dev: DevCluster, out: Path) -> subprocess.Popen[bytes] | None:
 
 def run_mode(mode: str, nodes: int, pods: int, threads: int, timeout: float,
              profile: Path | None = None) -> dict[str, Any]:
-    tessera = mode != "baseline"
+    spec = MODES[mode]
+    tessera = spec.tessera
     dev = DevCluster(ensure_binaries(), None,
                      Options(webhook=tessera, allocator=tessera))
     try:
@@ -163,16 +206,15 @@ def run_mode(mode: str, nodes: int, pods: int, threads: int, timeout: float,
         ensure_namespace(dev.core_v1(), NAMESPACE)
         specs: list[GpuNodeSpec] = [
             uniform(f"n{i:05d}", 8, "T4", 16384,
-                    extra_resources={} if tessera else {PLAIN: "8"})
+                    extra_resources={PLAIN: "8"} if spec.plain_gpus else {})
             for i in range(nodes)
         ]
         _parallel(dev, specs, lambda core, chunk: create_nodes(core, chunk, dev.vocabulary),
                   threads)
-        limits = LIMITS[mode]
-
         def create(core: Any, names: list[str]) -> None:
             for name in names:
-                pod = make_pod(name, [container("main", limits=limits)])
+                pod = make_pod(name, [container("main", limits=spec.limits or None,
+                                                requests=spec.requests or None)])
                 core.create_namespaced_pod(NAMESPACE, pod)
 
         _parallel(dev, [f"p{i:05d}" for i in range(pods)], create, threads)
@@ -181,6 +223,7 @@ def run_mode(mode: str, nodes: int, pods: int, threads: int, timeout: float,
             time.sleep(2.0)
         watch = BindWatch(dev)
         spy = _start_py_spy(dev, profile) if tessera and profile is not None else None
+        calls_before = _verb_calls(dev, "prioritize-cpu-only") if tessera else 0.0
         cpu_before = _cpu(dev)
         t_start = time.perf_counter()
         dev.control_plane.start_scheduler()  # the configuration dev.start() ran
@@ -189,12 +232,15 @@ def run_mode(mode: str, nodes: int, pods: int, threads: int, timeout: float,
             time.sleep(0.5)
         time.sleep(SETTLE_S)
         cpu_after = _cpu(dev)
+        calls = _verb_calls(dev, "prioritize-cpu-only") - calls_before if tessera else None
         if spy is not None:
             spy.send_signal(signal.SIGINT)
             spy.wait(timeout=60)
         watch.stop.set()
         times = sorted(watch.bound.values())
         row: dict[str, Any] = {"mode": mode, "nodes": nodes, "pods": pods, "bound": len(times)}
+        if calls is not None:
+            row["calls_cpu_only"] = int(calls)
         if len(times) >= 10:
             p10, p90 = percentile(times, 0.10), percentile(times, 0.90)
             inside = sum(1 for t in times if p10 <= t <= p90)
@@ -226,7 +272,7 @@ def main() -> None:
     parser.add_argument("--pods", type=int, default=2000)
     parser.add_argument("--threads", type=int, default=6, help="setup threads")
     parser.add_argument("--timeout", type=float, default=900.0)
-    parser.add_argument("--modes", nargs="+", choices=sorted(LIMITS),
+    parser.add_argument("--modes", nargs="+", choices=list(MODES),
                         default=["baseline", "whole", "share25"])
     parser.add_argument("--repeat", type=int, default=1,
                         help="runs of every mode (interleaved); medians are reported")
@@ -243,8 +289,8 @@ def main() -> None:
             row = run_mode(mode, args.nodes, args.pods, args.threads, args.timeout, profile)
             row["run"] = run
             batch.append(row)
-        base = next((r for r in batch if r["mode"] == "baseline"), None)
         for r in batch:
+            base = next((b for b in batch if b["mode"] == MODES[r["mode"]].baseline), None)
             if base and base.get("p10_p90_pods_per_s") and r.get("p10_p90_pods_per_s"):
                 r["ratio_vs_baseline"] = round(
                     r["p10_p90_pods_per_s"] / base["p10_p90_pods_per_s"], 3)
@@ -262,7 +308,7 @@ def main() -> None:
             key: _median(mine, key) for key in
             ["bound", "p10_p90_pods_per_s", "overall_pods_per_s", "first_to_last_s",
              "ratio_vs_baseline", "cpu_total_s_per_1k", "cpu_added_s_per_1k",
-             *cpu_columns]}})
+             "calls_cpu_only", *cpu_columns]}})
     print()
     print_table(rows + medians, [*COLUMNS, "scheduler_start_to_first_s"])
     print()
@@ -273,7 +319,9 @@ def main() -> None:
                          "(devcluster), scheduler qps 200 / burst 400",
         "nodes": "8 cards x 16 GiB each (fake, no kubelet)",
         "pods": "one container; baseline one example.com/gpu; whole elasticgpu.io/gpu-core: "
-                "100; share25 gpu-core 25 + gpu-memory 4096 (webhook + extender)",
+                "100; share25 gpu-core 25 + gpu-memory 4096 (webhook + extender); "
+                "cpu-baseline and cpu-only request cpu 100m only (cpu-only: the shipped "
+                "prioritize-cpu-only entry; ratio and added CPU against cpu-baseline)",
         "cpu": "user+system s of each process group from the scheduler's start to "
                f"{SETTLE_S:g} s after the last bind, per 1,000 bound pods",
     })

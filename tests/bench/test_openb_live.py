@@ -11,6 +11,7 @@ from bench.openb.live import (
     Summary,
     arrivals,
     node_spec,
+    parse_args,
     pod_manifest,
     pod_name,
     tally,
@@ -118,6 +119,18 @@ def test_the_last_line_has_the_agreed_form() -> None:
     assert LINE.match(line), line
     assert line.startswith("allocated 94.98% of GPUs at 100% arrived (default seed 42")
     assert "313 failed (290 GPU pods)" in line
+
+
+@pytest.mark.parametrize(("argv", "scored"), [
+    ([], True), (["--score-cpu-only-pods"], True), (["--no-score-cpu-only-pods"], False)])
+def test_the_replay_runs_the_shipped_cpu_only_entry_unless_told_to_delete_it(
+    argv: list[str], scored: bool
+) -> None:
+    assert parse_args(argv).score_cpu_only_pods is scored
+    summary = Summary("default", 42, 31, 147_000, 147_000, 140_000, 200, 190, 10, 10, 1, 60.0,
+                      20.0, 0, scored)
+    # The line names the setting only when it differs from the shipped configuration.
+    assert ("CPU-only pods not scored" in summary.line()) is not scored
 
 
 def test_pod_names_sort_in_arrival_order() -> None:

@@ -7,6 +7,7 @@ the webhook, consistency of Secret names and scheduler names across objects, lea
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 from typing import Any
 
@@ -226,47 +227,62 @@ def test_the_second_scheduler_is_the_one_the_webhook_names(
     assert "--tls-client-ca=/etc/tessera/tls/ca.crt" in allocator_args
 
 
-def _extender(config: dict[str, Any]) -> dict[str, Any]:
-    (entry,) = config["extenders"]
+def _comparable(entry: dict[str, Any]) -> dict[str, Any]:
+    """An extender entry with its TLS files reduced to their names (the paths differ)."""
     entry = {**entry, "tlsConfig": dict(entry["tlsConfig"])}
     for key in ("caFile", "certFile", "keyFile"):
         entry["tlsConfig"][key] = Path(entry["tlsConfig"][key]).name
     return entry
 
 
-def test_both_shipped_scheduler_configurations_call_the_allocator_the_same_way() -> None:
+def _seconds(duration: str) -> float:
+    """A metav1.Duration as the shipped files write it ("1s", "10s")."""
+    assert re.fullmatch(r"\d+s", duration), duration
+    return float(duration[:-1])
+
+
+def _shipped_configurations() -> tuple[dict[str, Any], dict[str, Any]]:
     snippet = yaml.safe_load((MANIFESTS / "scheduler" / "kube-scheduler-config.yaml").read_text())
     second = yaml.safe_load(
         (MANIFESTS / "components" / "second-scheduler" / "kube-scheduler-config.yaml").read_text())
-    assert _extender(snippet) == _extender(second)
+    return snippet, second
+
+
+def test_both_shipped_scheduler_configurations_place_gpu_pods_through_the_same_entry() -> None:
+    snippet, second = _shipped_configurations()
+    # The second scheduler only ever sees GPU pods: the GPU entry alone.
+    (gpu_entry,) = second["extenders"]
+    assert _comparable(snippet["extenders"][0]) == _comparable(gpu_entry)
     for config in (snippet, second):
         assert config["apiVersion"] == "kubescheduler.config.k8s.io/v1"
         assert config["percentageOfNodesToScore"] == 100
         entry = config["extenders"][0]
+        assert (entry["filterVerb"], entry["bindVerb"]) == ("filter", "bind")
+        # Filter answers with the best nodes only (the allocator's --filter-best default):
+        # nothing left to score, so no prioritize and no weight.
+        assert not {"prioritizeVerb", "weight"} & set(entry)
         assert entry["nodeCacheCapable"] is True
-        assert (entry["filterVerb"], entry["prioritizeVerb"], entry["bindVerb"]) == (
-            "filter", "prioritize", "bind")
+        assert entry["ignorable"] is False  # GPU pods wait for the allocator
         assert entry["enableHTTPS"] is True
         assert entry["tlsConfig"]["caFile"]  # else the scheduler does not verify us
         assert {r["name"] for r in entry["managedResources"]} == {
             "elasticgpu.io/gpu-core", "elasticgpu.io/gpu-memory"}
+        assert all(r["ignoredByScheduler"] is True for r in entry["managedResources"])
 
 
-def test_the_opt_in_cpu_only_configuration_is_the_shipped_one_plus_an_ignorable_scoring_entry(
-) -> None:
-    snippet = yaml.safe_load((MANIFESTS / "scheduler" / "kube-scheduler-config.yaml").read_text())
-    opt_in = yaml.safe_load(
-        (MANIFESTS / "scheduler" / "kube-scheduler-config-score-cpu-only.yaml").read_text())
-    first, second = opt_in["extenders"]
-    assert {**opt_in, "extenders": [first]} == snippet
+def test_the_shipped_snippet_scores_cpu_only_pods_through_an_ignorable_quick_entry() -> None:
+    snippet, _ = _shipped_configurations()
+    gpu_entry, cpu_entry = snippet["extenders"]
     # Prioritize only, for every pod (no managedResources), never in the way of a pod.
-    assert second["prioritizeVerb"] == "prioritize-cpu-only"
-    assert not {"filterVerb", "bindVerb", "preemptVerb", "managedResources"} & set(second)
-    assert second["ignorable"] is True and second["nodeCacheCapable"] is True
-    assert isinstance(second["weight"], int) and second["weight"] >= 1
+    assert cpu_entry["prioritizeVerb"] == "prioritize-cpu-only"
+    assert not {"filterVerb", "bindVerb", "preemptVerb", "managedResources"} & set(cpu_entry)
+    assert cpu_entry["ignorable"] is True and cpu_entry["nodeCacheCapable"] is True
+    assert cpu_entry["weight"] == 10
+    # Every pod of the cluster waits for it: a short timeout, well under the GPU entry's.
+    assert 0 < _seconds(cpu_entry["httpTimeout"]) <= 2 < _seconds(gpu_entry["httpTimeout"])
     # The same allocator, reached the same way.
     for key in ("urlPrefix", "enableHTTPS", "tlsConfig"):
-        assert second[key] == first[key]
+        assert cpu_entry[key] == gpu_entry[key]
 
 
 @pytest.mark.parametrize("overlay", ALL)

@@ -7,9 +7,10 @@ ServiceAccount tessera-allocator. Then kube-scheduler is started with
 
 * the ConfigMap of the second-scheduler overlay, as ServiceAccount tessera-scheduler (so the
   overlay's RBAC is what it runs under), and
-* manifests/scheduler/kube-scheduler-config.yaml, and its opt-in variant that scores CPU-only
-  pods, as system:kube-scheduler (a control plane's own scheduler), localised by the dev
-  cluster's own substitution (devcluster.controlplane.localise_scheduler_configuration),
+* manifests/scheduler/kube-scheduler-config.yaml, as shipped and without its entry that
+  scores CPU-only pods (as docs/deploy.md turns it off), as system:kube-scheduler (a control
+  plane's own scheduler), localised by the dev cluster's own substitution
+  (devcluster.controlplane.localise_scheduler_configuration),
 
 each with only the allocator's address, the TLS files and the kubeconfig substituted.
 Each places a GPU pod through the allocator over mutual TLS (and a CPU-only pod on its own).
@@ -45,16 +46,17 @@ from deploy_helpers import (
     service_account_kubeconfig,
     tessera_command,
 )
+from prometheus_client.parser import text_string_to_metric_families
 
 from certs.builder import build_ca, build_leaf
 from devcluster.binaries import Binaries
 from devcluster.controlplane import (
     SCHEDULER_CONFIG,
-    SCHEDULER_CONFIG_SCORE_CPU_ONLY,
     ControlPlane,
     ExtenderAddress,
     load_scheduler_configuration,
     localise_scheduler_configuration,
+    without_cpu_only_scoring,
 )
 from devcluster.nodes import create_nodes, uniform
 from devcluster.process import ManagedProcess, free_port, wait_until
@@ -108,9 +110,23 @@ def volumes(second_scheduler: list[Doc], core: Any, tmp_path_factory: pytest.Tem
 
 
 class Allocator:
-    def __init__(self, port: int, probe: list[str]) -> None:
+    def __init__(self, port: int, probe: list[str], client_tls: Path) -> None:
         self.port = port
         self.probe = probe
+        self.client_tls = client_tls
+
+    def verb_calls(self, verb: str) -> float:
+        """How often the allocator answered ``verb`` (its /metrics, as the scheduler's client)."""
+        context = ssl.create_default_context(cafile=str(self.client_tls / "ca.crt"))
+        context.check_hostname = False
+        context.load_cert_chain(str(self.client_tls / "tls.crt"), str(self.client_tls / "tls.key"))
+        with urllib.request.urlopen(f"https://127.0.0.1:{self.port}/metrics", context=context,
+                                    timeout=5) as resp:
+            text = resp.read().decode()
+        return sum(s.value for family in text_string_to_metric_families(text)
+                   for s in family.samples
+                   if s.name == "tessera_allocator_verb_seconds_count"
+                   and s.labels.get("verb") == verb)
 
     def probe_exit_code(self, path: str) -> int:
         """Run the Deployment's exec probe (localised) the way the kubelet would."""
@@ -139,7 +155,7 @@ def allocator(second_scheduler: list[Doc], volumes: dict[str, Path], control_pla
     probe = localise(main["readinessProbe"]["exec"]["command"],
                      {**paths, "https://127.0.0.1:8443": f"https://127.0.0.1:{port}"})
     assert probe[0] == "python"  # the image's PATH leads to its virtualenv's python
-    ready = Allocator(port, [sys.executable, *probe[1:]])
+    ready = Allocator(port, [sys.executable, *probe[1:]], volumes["scheduler"])
     process.start()
     try:
         wait_until("allocator ready (its own readiness probe)",
@@ -344,12 +360,12 @@ def test_the_second_scheduler_places_gpu_pods_through_the_allocator_under_its_ow
         scheduler.stop()
 
 
-@pytest.mark.parametrize("shipped", [SCHEDULER_CONFIG, SCHEDULER_CONFIG_SCORE_CPU_ONLY],
-                         ids=["snippet", "snippet+score-cpu-only"])
+@pytest.mark.parametrize("score_cpu_only_pods", [True, False],
+                         ids=["snippet", "snippet-without-cpu-only-scoring"])
 def test_the_control_plane_snippet_places_gpu_pods_through_the_allocator(
     binaries: Binaries, control_plane: ControlPlane, api_client: Any, core: Any,
     kubectl: Path, allocator: Allocator, volumes: dict[str, Path], gpu_nodes: list[str],
-    webhook_tls: Path, shipped: Path
+    webhook_tls: Path, score_cpu_only_pods: bool
 ) -> None:
     # The identity a kubeadm control plane gives its scheduler (CN system:kube-scheduler).
     kubeconfig = control_plane.write_kubeconfig("deploy-kube-scheduler", "system:kube-scheduler")
@@ -361,10 +377,13 @@ def test_the_control_plane_snippet_places_gpu_pods_through_the_allocator(
         {"serverName": "tessera-allocator.tessera-system.svc",
          "caFile": str(client_tls / "ca.crt"), "certFile": str(client_tls / "tls.crt"),
          "keyFile": str(client_tls / "tls.key")})
-    config = localise_scheduler_configuration(
-        load_scheduler_configuration(shipped), {"kubeconfig": str(kubeconfig)}, address)
+    shipped = load_scheduler_configuration(SCHEDULER_CONFIG)
+    if not score_cpu_only_pods:
+        shipped = without_cpu_only_scoring(shipped)
+    config = localise_scheduler_configuration(shipped, {"kubeconfig": str(kubeconfig)}, address)
     command = ["kube-scheduler", "--config=/etc/kubernetes/kube-scheduler-config.yaml"]
-    name = f"kube-scheduler-{shipped.stem}"
+    stem = "snippet" if score_cpu_only_pods else "snippet-without-cpu-only"
+    name = f"kube-scheduler-{stem}"
     scheduler = start_scheduler(binaries, control_plane, name, command,
                                 yaml.safe_dump(config), kubeconfig)
     # The webhook as the self-signed overlay runs it: no schedulerName of its own.
@@ -372,15 +391,18 @@ def test_the_control_plane_snippet_places_gpu_pods_through_the_allocator(
     try:
         with running_webhook(plain, webhook_tls, api_client, control_plane.log_dir):
             core.create_namespaced_pod(
-                USERS, user_pod(f"via-{shipped.stem}", {"aliyun.com/gpu-mem": "2"}))
-        pod = bound_through_allocator(core, f"via-{shipped.stem}", gpu_nodes)
+                USERS, user_pod(f"via-{stem}", {"aliyun.com/gpu-mem": "2"}))
+        pod = bound_through_allocator(core, f"via-{stem}", gpu_nodes)
         assert pod.spec.scheduler_name == "default-scheduler"
-        # A CPU-only pod is placed by the scheduler itself, with the CPU-only entry too.
-        cpu_pod = make_pod(f"cpu-{shipped.stem}", [pod_container(requests={"cpu": "100m"})])
-        cpu_pod["spec"]["nodeSelector"] = {"kubernetes.io/hostname": gpu_nodes[0]}
+        # A CPU-only pod is filtered and bound by the scheduler itself; with the shipped
+        # second entry the allocator scores it (two GPU nodes fit, so the scheduler scores).
+        scored_before = allocator.verb_calls("prioritize-cpu-only")
+        cpu_pod = make_pod(f"cpu-{stem}", [pod_container(requests={"cpu": "100m"})])
         core.create_namespaced_pod(USERS, cpu_pod)
-        wait_for(f"CPU-only pod on {gpu_nodes[0]}",
-                 lambda: core.read_namespaced_pod(f"cpu-{shipped.stem}", USERS).spec.node_name,
+        wait_for(f"CPU-only pod {stem} bound",
+                 lambda: core.read_namespaced_pod(f"cpu-{stem}", USERS).spec.node_name,
                  timeout=60)
+        scored = allocator.verb_calls("prioritize-cpu-only") - scored_before
+        assert (scored >= 1) if score_cpu_only_pods else (scored == 0), scored
     finally:
         scheduler.stop()
