@@ -13,9 +13,10 @@ Upstream sources of the keys:
   only: the agent reads ``pod.Annotations`` (``pkg/plugins/gpushare.go``, and the GC in
   ``pkg/plugins/base.go``) from a pod informer selected by field ``spec.nodeName``
   (``pkg/kube/sitter.go``, ``nodeNameFilter``); no version of it that speaks these keys
-  selects by label. The scheduler's ``elasticgpu.io/assumed`` label only let it list its own
-  pods, and Tessera replaces that scheduler, so the label is not written: a bind of a
-  webhook-admitted pod is then one API write, the Binding.
+  selects by label. The scheduler wrote the label too (``pkg/scheduler/pod.go``) only to list
+  its own pods by it (``pkg/scheduler/scheduler.go``); Tessera replaces that scheduler, so
+  the label is not written: a bind of a webhook-admitted pod is then one API write, the
+  Binding.
 - nano-gpu 0.3: nano-gpu scheduler/agent constants ``AnnotationGPUContainerOn =
   "nano-gpu/container-%s"`` and ``GPUAssume = "nano-gpu/assume"`` used as annotation and label;
   a single index. The label is needed: nano-gpu-agent 0.3 (nano-gpu/nano-gpu-agent, whose
