@@ -9,10 +9,22 @@ Upstream sources of the keys:
 - elastic: elastic-ai/elastic-gpu-scheduler ``pkg/utils`` constants ``EGPUAssumed =
   "elasticgpu.io/assumed"``, ``AnnotationEGPUContainer = "elasticgpu.io/container-%s"``; the
   agent (elastic-ai/elastic-gpu-agent) parses the value as comma-separated card indices. The
-  domain follows :class:`Vocabulary` so a non-default domain stays consistent.
+  domain follows :class:`Vocabulary` so a non-default domain stays consistent. Annotations
+  only: the agent reads ``pod.Annotations`` (``pkg/plugins/gpushare.go``, and the GC in
+  ``pkg/plugins/base.go``) from a pod informer selected by field ``spec.nodeName``
+  (``pkg/kube/sitter.go``, ``nodeNameFilter``); no version of it that speaks these keys
+  selects by label. The scheduler wrote the label too (``pkg/scheduler/pod.go``) only to list
+  its own pods by it (``pkg/scheduler/scheduler.go``); Tessera replaces that scheduler, so
+  the label is not written: a bind of a webhook-admitted pod is then one API write, the
+  Binding.
 - nano-gpu 0.3: nano-gpu scheduler/agent constants ``AnnotationGPUContainerOn =
-  "nano-gpu/container-%s"`` and ``GPUAssume = "nano-gpu/assume"`` used as annotation and label
-  (also mirrored in elastic-ai/elastic-gpu-agent ``pkg/common/const.go``); a single index.
+  "nano-gpu/container-%s"`` and ``GPUAssume = "nano-gpu/assume"`` used as annotation and label;
+  a single index. The label is needed: nano-gpu-agent 0.3 (nano-gpu/nano-gpu-agent, whose
+  history elastic-ai/elastic-gpu-agent continues; tag ``v0.2.0`` and commit ``adacffa``
+  "update nano-gpu-agent image version to 0.3.0") builds its pod informer with
+  ``labelFilter(NanoGPUAssumedLabel)`` (``pkg/kube/sitter.go``; it is the last
+  ``WithTweakListOptions``, so it replaces the node-name filter) and ``PreStartContainer``
+  finds the pod through that informer's lister (``pkg/plugins/server.go``).
 - Aliyun gpushare: AliyunContainerService/gpushare-scheduler-extender ``pkg/utils/const.go``
   and ``pkg/utils/pod.go`` (``PatchPodAnnotationSpec``): ``ALIYUN_COM_GPU_MEM_IDX`` (card),
   ``ALIYUN_COM_GPU_MEM_DEV`` (card total), ``ALIYUN_COM_GPU_MEM_POD`` (pod total, both in the
@@ -48,12 +60,13 @@ class AgentMetadata:
     """Annotations and labels to write on the pod, and dialects that could not express it."""
 
     annotations: dict[str, str] = field(default_factory=dict)
+    #: Only for agents that select pods by label (nano-gpu); each costs a PATCH per bind.
     labels: dict[str, str] = field(default_factory=dict)
     skipped: dict[str, str] = field(default_factory=dict)  # dialect -> why
 
 
 def elastic_keys(vocabulary: Vocabulary) -> tuple[str, str]:
-    """(container annotation prefix, assumed annotation+label key)."""
+    """(container annotation prefix, assumed annotation key)."""
     return f"{vocabulary.domain}/container-", f"{vocabulary.domain}/assumed"
 
 
@@ -62,7 +75,6 @@ def _elastic(allocation: Allocation, vocabulary: Vocabulary, out: AgentMetadata)
     for c in allocation.containers:
         out.annotations[prefix + c.name] = ",".join(str(i) for i in c.card_indices)
     out.annotations[assumed] = "true"
-    out.labels[assumed] = "true"
 
 
 def _nano(allocation: Allocation, out: AgentMetadata) -> None:

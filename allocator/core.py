@@ -641,8 +641,11 @@ class Allocator:
         ``for k, v := range annotations { pod.Annotations[k] = v }``). So a record exists only
         on a bound pod, and no crash can leave one on a pod that is not. Labels are copied
         there only behind the PodTopologyLabelsAdmission gate, so the labels that must be on
-        the pod — the GPU-pod label our watch selects by, the agents' labels — are PATCHed
-        first (harmless on an unbound pod), with the UID as precondition.
+        the pod — the GPU-pod label our watch selects by, the labels of agents that select
+        by label (nano-gpu) — are PATCHed first (harmless on an unbound pod), with the UID as
+        precondition. A webhook-admitted pod already has the GPU-pod label and the default
+        elastic dialect wants none (see :mod:`allocator.agents`), so its bind is the Binding
+        alone.
         """
         vocab = self.config.vocabulary
         meta = pod.get("metadata") or {}

@@ -82,7 +82,6 @@ def allocation_problems(
     the agent annotations (empty = fine). ``cards``: the inventory of the pod's node."""
     meta = pod.get("metadata") or {}
     annotations = meta.get("annotations") or {}
-    labels = meta.get("labels") or {}
     node = (pod.get("spec") or {}).get("nodeName")
     try:
         request = decode_request(annotations[vocabulary.request_annotation])
@@ -132,9 +131,10 @@ def allocation_problems(
         expected = ",".join(str(i) for i in alloc.card_indices)
         if annotations.get(key) != expected:
             problems.append(f"agent annotation {key}={annotations.get(key)!r}, want {expected!r}")
+    # An annotation only: elastic-gpu-agent never selects by label (allocator/agents.py).
     assumed = f"{vocabulary.domain}/assumed"
-    if annotations.get(assumed) != "true" or labels.get(assumed) != "true":
-        problems.append(f"{assumed} annotation/label missing")
+    if annotations.get(assumed) != "true":
+        problems.append(f"{assumed} annotation missing")
     return problems
 
 

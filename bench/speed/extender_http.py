@@ -13,8 +13,9 @@ Per cluster size it measures, with one kept-alive mutual-TLS connection like the
   for a pod mutated by Tessera's webhook code (managedFields, defaults, annotations). Regimes:
   *warm* — the same request shape again (a scheduler working through a batch of alike pods);
   *cold* — a request shape the allocator has never seen (a new core/memory pair each call);
-- ``bind`` one pod at a time (latency: PATCH annotations and create the Binding over
-  loopback HTTPS to the real API server; the pod was sent to filter first, untimed, as in a
+- ``bind`` one pod at a time (latency: create the Binding, which carries the annotations,
+  over loopback HTTPS to the real API server; a pod the webhook admitted has every label it
+  needs, so no PATCH comes first; the pod was sent to filter first, untimed, as in a
   scheduling cycle, so bind does not read it again), then ``--bind-threads`` concurrent binders
   (kube-scheduler binds asynchronously) for sustained binds/s;
 - ``filter``/``prioritize`` *warm* again after the binds, when node contents are diverse.

@@ -16,10 +16,17 @@ from allocator.state import Stage
 from tessera.vocabulary import PodRequest, decode_allocation
 
 
-def _setup(req: PodRequest | None = None, **config: object) -> tuple[FakeKube, Allocator]:
+def _setup(req: PodRequest | None = None, webhook_labelled: bool = True,
+           **config: object) -> tuple[FakeKube, Allocator]:
+    """A pending GPU pod ``default/p`` (uid ``u-1``) and a node ``n1`` with two cards;
+    ``webhook_labelled=False``: the pod was admitted without the webhook, so it lacks the
+    GPU-pod label and its bind must PATCH it."""
     fake = FakeKube()
     fake.add_node(make_node("n1", count=2, memory_mib=16384))
-    fake.add_pod(make_gpu_pod("p", req or request(share(core=30, mem=2048)), uid="u-1"))
+    pod = make_gpu_pod("p", req or request(share(core=30, mem=2048)), uid="u-1")
+    if not webhook_labelled:
+        pod["metadata"]["labels"] = {"team": "a"}
+    fake.add_pod(pod)
     return fake, synced_allocator(fake, **config)  # type: ignore[arg-type]
 
 
@@ -51,9 +58,9 @@ def test_a_bind_records_the_allocation_and_the_pod_is_bound(
 @pytest.mark.parametrize(
     ("dialects", "req", "expected_annotations", "expected_labels"),
     [
+        # elastic-gpu-agent reads annotations only (allocator/agents.py): no label.
         (("elastic",), request(whole("a", cards=2)),
-         {"elasticgpu.io/container-a": "0,1", "elasticgpu.io/assumed": "true"},
-         {"elasticgpu.io/assumed": "true"}),
+         {"elasticgpu.io/container-a": "0,1", "elasticgpu.io/assumed": "true"}, {}),
         (("nano-gpu",), request(share("a", core=20)),
          {"nano-gpu/container-a": "0", "nano-gpu/assume": "true"},
          {"nano-gpu/assume": "true"}),
@@ -72,10 +79,7 @@ def test_each_agent_dialect_is_written_as_its_agent_reads_it(
     annotations = _annotations(fake)
     for key, value in expected_annotations.items():
         assert annotations[key] == value
-    labels = _labels(fake)
-    for key, value in expected_labels.items():
-        assert labels[key] == value
-    assert labels[VOCAB.gpu_pod_label] == "true"
+    assert _labels(fake) == {VOCAB.gpu_pod_label: "true", **expected_labels}
 
 
 @pytest.mark.parametrize(
@@ -92,25 +96,52 @@ def test_a_dialect_that_cannot_express_the_allocation_writes_nothing(
     assert VOCAB.allocation_annotation in _annotations(fake)
 
 
-def test_the_record_and_agent_annotations_travel_in_the_binding_and_the_patch_only_labels(
+def test_a_webhook_labelled_pod_after_filter_is_bound_with_one_api_call_the_binding(
 ) -> None:
-    fake, alloc = _setup()
-    alloc.bind("default", "p", "u-1", "n1")
-    ((name, patch),) = fake.patches
-    assert name == "p"
-    assert patch == {"metadata": {"uid": "u-1", "labels": {"elasticgpu.io/assumed": "true"}}}
+    fake, alloc = _setup()  # the default elastic dialect
+    alloc.remember(fake.get_pod("default", "p"))  # the copy filter received
+    fake.calls.clear()
+    assert alloc.bind("default", "p", "u-1", "n1").outcome == "bound"
+    assert fake.calls == [("bind_pod", "p")]
+    assert fake.patches == []
     ((_, node, annotations),) = fake.bindings
     assert node == "n1"
     assert decode_allocation(annotations[VOCAB.allocation_annotation]).card_indices() == (0,)
     assert annotations["elasticgpu.io/container-main"] == "0"
     assert annotations["elasticgpu.io/assumed"] == "true"
+    assert _labels(fake) == {VOCAB.gpu_pod_label: "true"}
 
 
-def test_a_pod_that_already_carries_every_label_is_bound_with_the_binding_alone() -> None:
-    fake, alloc = _setup(agent_dialects=("aliyun",))  # gpushare writes no labels
+@pytest.mark.parametrize("dialects", [("elastic",), ("aliyun",), ("elastic", "aliyun")])
+def test_no_dialect_but_nano_gpu_makes_a_webhook_labelled_pod_need_a_patch(
+    dialects: tuple[str, ...],
+) -> None:
+    fake, alloc = _setup(agent_dialects=dialects)
     alloc.bind("default", "p", "u-1", "n1")
     assert [c for c in fake.calls if c[0] in ("patch_pod", "bind_pod")] == [("bind_pod", "p")]
-    assert _annotations(fake)["ALIYUN_COM_GPU_MEM_IDX"] == "0"
+
+
+@pytest.mark.parametrize(
+    ("webhook_labelled", "dialects", "labels"),
+    [
+        # admitted without the webhook: our pod watch selects by the GPU-pod label
+        (False, ("elastic",), {VOCAB.gpu_pod_label: "true"}),
+        # nano-gpu-agent 0.3 finds pods through a label-selected informer
+        (True, ("nano-gpu",), {"nano-gpu/assume": "true"}),
+        (False, ("nano-gpu",), {VOCAB.gpu_pod_label: "true", "nano-gpu/assume": "true"}),
+    ],
+)
+def test_a_pod_lacking_a_label_it_must_carry_is_patched_with_the_uid_before_the_binding(
+    webhook_labelled: bool, dialects: tuple[str, ...], labels: dict[str, str],
+) -> None:
+    fake, alloc = _setup(request(share("main", core=20)), webhook_labelled=webhook_labelled,
+                         agent_dialects=dialects)
+    alloc.bind("default", "p", "u-1", "n1")
+    assert [c for c in fake.calls if c[0] in ("patch_pod", "bind_pod")] == [
+        ("patch_pod", "p"), ("bind_pod", "p")]
+    assert fake.patches == [("p", {"metadata": {"uid": "u-1", "labels": labels}})]
+    for key, value in labels.items():
+        assert _labels(fake)[key] == value
 
 
 def test_agent_keys_an_older_attempt_left_on_the_unbound_pod_are_cleared() -> None:
@@ -118,18 +149,36 @@ def test_agent_keys_an_older_attempt_left_on_the_unbound_pod_are_cleared() -> No
     fake.pods[("default", "p")]["metadata"]["annotations"].update(
         {"nano-gpu/container-main": "1", "nano-gpu/assume": "true"})
     alloc.bind("default", "p", "u-1", "n1")
+    # the webhook-labelled pod needs no label, but the stale keys still cost a PATCH
+    assert fake.patches == [("p", {"metadata": {"uid": "u-1", "labels": {}, "annotations": {
+        "nano-gpu/container-main": None, "nano-gpu/assume": None}}})]
     annotations = _annotations(fake)
     assert "nano-gpu/container-main" not in annotations and "nano-gpu/assume" not in annotations
     assert annotations["elasticgpu.io/container-main"] == "0"
 
 
-def test_an_api_error_on_the_binding_rolls_back_cache_and_annotations() -> None:
+def test_a_pod_an_earlier_release_labelled_assumed_keeps_it_and_binds_with_one_call() -> None:
     fake, alloc = _setup()
+    # an unbound pod whose earlier bind failed and whose label rollback failed too
+    fake.pods[("default", "p")]["metadata"]["labels"]["elasticgpu.io/assumed"] = "true"
+    alloc.bind("default", "p", "u-1", "n1")
+    assert fake.patches == []
+    assert _labels(fake)["elasticgpu.io/assumed"] == "true"
+    assert _annotations(fake)["elasticgpu.io/assumed"] == "true"
+
+
+@pytest.mark.parametrize("webhook_labelled", [True, False])
+def test_an_api_error_on_the_binding_rolls_back_cache_annotations_and_labels(
+    webhook_labelled: bool,
+) -> None:
+    fake, alloc = _setup(webhook_labelled=webhook_labelled)
     before = _annotations(fake)
     labels_before = _labels(fake)
     fake.fail("bind_pod", ApiError("POST binding: HTTP 500: etcd timeout", 500))
     with pytest.raises(BindError, match="etcd timeout; allocation rolled back"):
         alloc.bind("default", "p", "u-1", "n1")
+    # without the webhook's label the bind PATCHed it first, and undid that
+    assert len(fake.patches) == (0 if webhook_labelled else 2)
     assert _annotations(fake) == before
     assert _labels(fake) == labels_before
     assert alloc.state.record("u-1") is None
@@ -140,7 +189,7 @@ def test_an_api_error_on_the_binding_rolls_back_cache_and_annotations() -> None:
 
 
 def test_a_failed_rollback_is_reported_and_the_cache_is_still_released() -> None:
-    fake, alloc = _setup()
+    fake, alloc = _setup(webhook_labelled=False)
     fake.fail("bind_pod", ApiError("connection refused"))
     fake.fail("patch_pod", ApiError("still down"), times=0)
     orig = fake.patch_pod
@@ -162,7 +211,7 @@ def test_a_failed_rollback_is_reported_and_the_cache_is_still_released() -> None
 
 
 def test_an_api_error_on_the_patch_releases_the_reservation() -> None:
-    fake, alloc = _setup()
+    fake, alloc = _setup(webhook_labelled=False)
     fake.fail("patch_pod", ApiError("HTTP 403: forbidden", 403))
     with pytest.raises(BindError, match="labelling pod default/p for its allocation failed"):
         alloc.bind("default", "p", "u-1", "n1")

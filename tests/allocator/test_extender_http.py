@@ -145,7 +145,7 @@ def test_a_pod_may_choose_its_policy_by_annotation() -> None:
     assert body == [{"Host": "n1", "Score": 10}]
 
 
-def test_bind_writes_the_allocation_then_creates_the_binding() -> None:
+def test_bind_writes_the_allocation_in_the_binding_alone() -> None:
     fake = _cluster()
     app, _ = make_app(fake)
     fake.add_pod(make_gpu_pod("p", request(share(core=30, mem=2000)), uid="u-1"))
@@ -158,9 +158,10 @@ def test_bind_writes_the_allocation_then_creates_the_binding() -> None:
     allocation = decode_allocation(pod["metadata"]["annotations"][VOCAB.allocation_annotation])
     assert allocation.node == "n1" and allocation.pod_uid == "u-1"
     assert pod["metadata"]["annotations"]["elasticgpu.io/container-main"] == "0"
-    assert pod["metadata"]["labels"]["elasticgpu.io/assumed"] == "true"
+    assert pod["metadata"]["annotations"]["elasticgpu.io/assumed"] == "true"
+    assert "elasticgpu.io/assumed" not in pod["metadata"]["labels"]
     methods = [c[0] for c in fake.calls if c[0] in ("patch_pod", "bind_pod")]
-    assert methods == ["patch_pod", "bind_pod"]
+    assert methods == ["bind_pod"]  # the webhook's pod has every label it needs
 
 
 @pytest.mark.parametrize("verb", ["filter", "bind"])

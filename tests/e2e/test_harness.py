@@ -267,7 +267,7 @@ def bound_pod(request: PodRequest, allocation: Allocation, annotations: dict[str
               ) -> dict[str, Any]:
     return {
         "metadata": {
-            "name": "p", "uid": "u1", "labels": {"elasticgpu.io/assumed": "true"},
+            "name": "p", "uid": "u1", "labels": {VOCAB.gpu_pod_label: "true"},
             "annotations": {VOCAB.request_annotation: encode_request(request),
                             VOCAB.allocation_annotation: encode_allocation(allocation),
                             "elasticgpu.io/assumed": "true", **annotations},

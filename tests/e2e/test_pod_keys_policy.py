@@ -136,11 +136,17 @@ def test_the_allocators_bind_still_writes_the_record(
     pod["spec"]["nodeSelector"] = selector
     core_v1.create_namespaced_pod(namespace, pod)
 
-    def recorded() -> dict[str, str] | None:
+    def recorded() -> Any:
         p = core_v1.read_namespaced_pod("bound", namespace)
         annotations = p.metadata.annotations or {}
-        return annotations if p.spec.node_name and \
+        return p if p.spec.node_name and \
             cluster.vocabulary.allocation_annotation in annotations else None
 
-    annotations = wait_for("bound pod with its allocation record", recorded, 60)
-    assert annotations["elasticgpu.io/assumed"] == "true"
+    bound = wait_for("bound pod with its allocation record", recorded, 60)
+    assert bound.metadata.annotations["elasticgpu.io/assumed"] == "true"
+    assert bound.metadata.annotations["elasticgpu.io/container-main"] in ("0", "1")
+    # elastic-gpu-agent reads annotations only: the bind wrote no agent label, just the
+    # Binding (the webhook's GPU-pod label was there from admission).
+    labels = bound.metadata.labels or {}
+    assert "elasticgpu.io/assumed" not in labels
+    assert labels[cluster.vocabulary.gpu_pod_label] == "true"
