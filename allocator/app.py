@@ -12,9 +12,9 @@ Routes (verbs under the URL prefix, ``/scheduler`` by default):
 Malformed verb bodies get **HTTP 200 with ``Error`` set**: kube-scheduler treats any other
 status as an error too (``pkg/scheduler/framework/extender.go``, ``send``), but then shows only
 the status code, whereas ``Error`` reaches the pod's events verbatim. Bodies over the cap are
-refused with 413, chunked or not (:func:`tessera.wire.read_body`). Every other error (unknown
-route, wrong method, a bug) goes through one app-wide handler and is JSON ``{"Error": ...}``
-too; input never gets a 500.
+refused with 413, chunked or not (:func:`tessera.wire.read_body`). The verbs are served in
+front of Flask (:class:`VerbRoutes`); every other error (unknown route, wrong method, a bug)
+goes through one app-wide handler and is JSON ``{"Error": ...}`` too; input never gets a 500.
 """
 
 from __future__ import annotations
@@ -24,8 +24,9 @@ import gc
 import logging
 import threading
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
+from http import HTTPStatus
 from typing import Any
 
 from flask import Flask, Response, jsonify, request
@@ -177,52 +178,93 @@ def create_app(
     app.config["MAX_CONTENT_LENGTH"] = settings.max_body_bytes
     app.extensions[EXTENSION] = runtime
     _routes(app, runtime, settings.url_prefix)
+    app.wsgi_app = VerbRoutes(  # type: ignore[method-assign]
+        app.wsgi_app, _verbs(runtime, settings.url_prefix), settings.max_body_bytes)
     if start:
         runtime.start()
     return app
 
 
-def _json(doc: Any) -> Response:
-    """A JSON reply without Flask's key sorting: the verb replies carry one entry per node,
-    and sorting 5,000 ``FailedNodes`` keys is time on the scheduler's critical path."""
-    return _json_text(dump_json(doc))
+#: What a verb makes of a request body: the reply's JSON.
+Verb = Callable[[bytes], bytes]
+StartResponse = Callable[..., Any]
+WsgiApp = Callable[[dict[str, Any], StartResponse], Iterable[bytes]]
 
 
-def _json_text(text: str | bytes) -> Response:
-    return Response(text, mimetype="application/json")
+class VerbRoutes:
+    """WSGI in front of Flask: ``POST <prefix>/<verb>`` goes straight to the verb, everything
+    else (other routes, other methods on a verb's path) to Flask.
+
+    Why not Flask routes: Flask's request and response objects and its context cost more per
+    call than filter's decision over a thousand nodes (docs/benchmarks.md, issue 13), and a
+    verb needs none of them — a body in, JSON out, always 200 (module doc). What Flask's error
+    handler did for the verbs is here: a body over the cap is 413, a malformed length 400,
+    both with ``Error``; a bug is logged and answered 200 with ``Error``.
+    """
+
+    def __init__(self, app: WsgiApp, verbs: Mapping[str, Verb], max_body_bytes: int) -> None:
+        self.app = app
+        self.verbs = dict(verbs)
+        self.max_body_bytes = max_body_bytes
+
+    def __call__(self, environ: dict[str, Any], start_response: StartResponse
+                 ) -> Iterable[bytes]:
+        verb = self.verbs.get(environ.get("PATH_INFO", ""))
+        if verb is None:
+            return self.app(environ, start_response)
+        headers = [("Content-Type", "application/json")]
+        method = str(environ.get("REQUEST_METHOD", ""))
+        if method != "POST":
+            status = HTTPStatus.METHOD_NOT_ALLOWED
+            headers.append(("Allow", "POST"))
+            reply = dump_json({"Error": f"method {method[:16]} not allowed: the extender "
+                                        "verbs take POST"})
+        else:
+            status, reply = self._answer(verb, environ)
+        headers.append(("Content-Length", str(len(reply))))
+        start_response(f"{status.value} {status.phrase}", headers)
+        return [reply]
+
+    def _answer(self, verb: Verb, environ: dict[str, Any]) -> tuple[HTTPStatus, bytes]:
+        try:
+            return HTTPStatus.OK, verb(read_body(environ, self.max_body_bytes))
+        except WireError as exc:
+            return HTTPStatus(exc.status), dump_json({"Error": event_safe(str(exc))})
+        except Exception as exc:  # a bug: still an answer the scheduler shows (module doc)
+            logger.exception("unexpected error serving POST %s", environ.get("PATH_INFO"))
+            return HTTPStatus.OK, dump_json({"Error": describe_error(exc)})
+
+
+def _verbs(rt: Runtime, prefix: str) -> dict[str, Verb]:
+    timer = rt.metrics.verb_seconds
+
+    def filter_verb(body: bytes) -> bytes:
+        with timer.labels("filter").time():
+            return dump_json(extender.filter_reply(rt.allocator, body))
+
+    def prioritize_verb(body: bytes) -> bytes:
+        with timer.labels("prioritize").time():
+            names, scores = extender.prioritize_scores(rt.allocator, body)
+            return extender.encode_priorities(names, scores).encode()
+
+    def prioritize_cpu_only_verb(body: bytes) -> bytes:
+        with timer.labels("prioritize-cpu-only").time():
+            names, scores = extender.prioritize_scores(rt.allocator, body, cpu_only=True)
+            return extender.encode_priorities(names, scores).encode()
+
+    def bind_verb(body: bytes) -> bytes:
+        with timer.labels("bind").time():
+            reply, outcome = extender.bind_reply(rt.allocator, body)
+        rt.metrics.binds.labels(outcome).inc()
+        return dump_json(reply)
+
+    return {f"{prefix}/filter": filter_verb, f"{prefix}/prioritize": prioritize_verb,
+            f"{prefix}/prioritize-cpu-only": prioritize_cpu_only_verb,
+            f"{prefix}/bind": bind_verb}
 
 
 def _routes(app: Flask, rt: Runtime, prefix: str) -> None:
-    timer = rt.metrics.verb_seconds
     cap = rt.settings.max_body_bytes
-
-    def _body() -> bytes:
-        """The raw body (the verb handlers decode it); over the cap: 413, below."""
-        return read_body(request.environ, cap)
-
-    @app.post(f"{prefix}/filter")
-    def filter_verb() -> Response:
-        with timer.labels("filter").time():
-            return _json(extender.filter_reply(rt.allocator, _body()))
-
-    @app.post(f"{prefix}/prioritize")
-    def prioritize_verb() -> Response:
-        with timer.labels("prioritize").time():
-            names, scores = extender.prioritize_scores(rt.allocator, _body())
-            return _json_text(extender.encode_priorities(names, scores))
-
-    @app.post(f"{prefix}/prioritize-cpu-only")
-    def prioritize_cpu_only_verb() -> Response:
-        with timer.labels("prioritize-cpu-only").time():
-            names, scores = extender.prioritize_scores(rt.allocator, _body(), cpu_only=True)
-            return _json_text(extender.encode_priorities(names, scores))
-
-    @app.post(f"{prefix}/bind")
-    def bind_verb() -> Response:
-        with timer.labels("bind").time():
-            reply, outcome = extender.bind_reply(rt.allocator, _body())
-        rt.metrics.binds.labels(outcome).inc()
-        return _json(reply)
 
     @app.get("/healthz")
     def healthz() -> tuple[str, int]:

@@ -110,3 +110,29 @@ def test_a_chunked_verb_body_over_the_cap_is_413() -> None:
         headers={"Transfer-Encoding": "chunked"})
     assert response.status_code == 413
     assert response.get_json() == {"Error": "request body larger than 4096 bytes"}
+
+
+def test_a_bug_in_a_verb_is_logged_and_answered_200_with_error(
+        app: Flask, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture) -> None:
+    from allocator import extender
+
+    def broken(*_args: Any) -> None:
+        raise KeyError("bug")
+
+    monkeypatch.setattr(extender, "bind_reply", broken)
+    response = app.test_client().post("/scheduler/bind", data=b"{}",
+                                      content_type="application/json")
+    assert response.status_code == 200
+    assert response.get_json()["Error"].startswith("internal error in the GPU allocator")
+    assert "unexpected error serving POST /scheduler/bind" in caplog.text
+
+
+def test_the_verbs_do_not_go_through_flask(app: Flask) -> None:
+    # Flask runs before_request hooks for every request it serves: the verbs never reach it.
+    seen: list[str] = []
+    app.before_request(lambda: seen.append("flask") and None)
+    body = json.dumps({"Pod": _gpu_pod(), "NodeNames": ["n1"]}).encode()
+    assert app.test_client().post("/scheduler/filter", data=body).status_code == 200
+    assert seen == []
+    assert app.test_client().get("/healthz").status_code == 200
+    assert seen == ["flask"]
