@@ -117,9 +117,10 @@ class WsgiBridge:
         size = 0
         deadline = asyncio.get_running_loop().time() + self.body_seconds
         while True:
-            left = deadline - asyncio.get_running_loop().time()
             try:
-                message = await asyncio.wait_for(receive(), max(left, 0.0))
+                # timeout_at, not wait_for: no task is made per message
+                async with asyncio.timeout_at(deadline):
+                    message = await receive()
             except TimeoutError:
                 await _refuse(send, 408, f"request body not received within "
                                          f"{self.body_seconds:g} s")
