@@ -101,6 +101,9 @@ _CardSig = tuple[CardSignature, ...]
 _Answer = tuple[float, tuple[ContainerAllocation, ...]] | None
 
 
+#: Raw policy scores closer than this are equal (float rounding between alike nodes; the
+#: value of ``allocator.policies.base.scaled``).
+_EQUAL_SCORE = 1e-9
 #: kube-scheduler's MaxNodeScore (pkg/scheduler/framework/interface.go).
 MAX_NODE_SCORE = 100
 #: What kube-scheduler counts for a container without a CPU / memory request when scoring
@@ -110,14 +113,23 @@ DEFAULT_MEMORY_BYTES = 200 * 1024 * 1024
 MIB = 1024 * 1024
 
 
+#: How the extender steers a GPU pod: ``filter-best`` (shipped) — its filter passes only the
+#: nodes with the best raw policy score, kube-scheduler's own plugins choose among them;
+#: ``prioritize`` — every node that fits passes, and the extender's scaled 0..10 times its
+#: weight is added to kube-scheduler's scores.
+Extender = Literal["filter-best", "prioritize"]
+
+
 @dataclass(frozen=True)
 class Deployed:
     """The shipped path's settings (deployed mode)."""
 
-    #: Extender ``weight`` in the KubeSchedulerConfiguration.
+    #: How the extender's answer reaches kube-scheduler (:data:`Extender`).
+    extender: Extender = "filter-best"
+    #: Extender ``weight`` in the KubeSchedulerConfiguration (``prioritize`` only).
     extender_weight: int = 10
-    #: Weight of the opt-in CPU-only scoring entry; 0 = not configured.
-    cpu_only_weight: int = 0
+    #: Weight of the CPU-only scoring entry (shipped on); 0 = not configured.
+    cpu_only_weight: int = 10
     #: Name in :data:`allocator.policies.base.SCALINGS`: raw scores -> integers 0..10.
     scaling: str = "best-alone"
     #: True: :class:`allocator.mix.LiveMix` from the arriving GPU pods; False: the oracle
@@ -444,8 +456,13 @@ class Replay:
         if not ok.any():
             return -1, ()
         idx, codes, values = idx[ok], codes[ok], values[ok]
-        total = (self.kube_scores(idx, pod, cpu_free, mem_free)
-                 + self.extender_scores(values, self.deployed.extender_weight))
+        if self.deployed.extender == "filter-best":
+            best = values >= values.max() - _EQUAL_SCORE
+            idx, codes = idx[best], codes[best]
+            total = self.kube_scores(idx, pod, cpu_free, mem_free)
+        else:
+            total = (self.kube_scores(idx, pod, cpu_free, mem_free)
+                     + self.extender_scores(values, self.deployed.extender_weight))
         k = self._best(total, rng)
         answer = self.classes.memo[(pod.shape, int(codes[k]))]
         assert answer is not None
