@@ -292,8 +292,8 @@ def deployed_label(d: Deployed) -> str:
     """The profile column of a deployed-mode run: ``deployed`` for the shipped settings."""
     if d == SHIPPED:
         return "deployed"
-    parts = ([d.extender] if d.extender == SHIPPED.extender
-             else [f"w{d.extender_weight}", d.scaling])
+    parts: list[str] = ([d.extender] if d.extender == SHIPPED.extender
+                        else [f"w{d.extender_weight}", d.scaling])
     parts.append("live" if d.live_mix else "oracle")
     if d.live_mix and d.mix_refresh != SHIPPED.mix_refresh:
         parts.append(f"r{d.mix_refresh}")
