@@ -31,11 +31,13 @@ v1.34 with the default profile, for every pod. The score of a node is the sum of
 - ``NodeResourcesBalancedAllocation`` (plugin weight 1), balanced_allocation.go: with the
   real requests (``useRequested`` true), fractions capped at 1,
   ``int64((1 - |f_cpu - f_mem| / 2) * 100)``; skipped for a pod without requests;
-- for a GPU pod, the extender's integer 0..10 (the policy's raw scores over the nodes that
-  pass the filters, scaled by ``allocator.policies`` :data:`SCALINGS`) times the extender
-  weight times ``MaxNodeScore / MaxExtenderPriority`` = 10 (pkg/scheduler/schedule_one.go
-  ``prioritizeNodes``); optionally, for a CPU-only pod, the opt-in CPU-only entry's integer
-  0..10 (the policy's ``score_cpu_only``, scaled the same way) times its own weight times 10.
+- for a GPU pod, with ``extender="prioritize"``, the extender's integer 0..10 (the policy's
+  raw scores over the nodes that pass the filters, scaled by ``allocator.policies``
+  :data:`SCALINGS`) times the extender weight times ``MaxNodeScore / MaxExtenderPriority`` =
+  10 (pkg/scheduler/schedule_one.go ``prioritizeNodes``); with ``extender="filter-best"``
+  (shipped) nothing, but only the nodes the policy scores best pass the extender's filter;
+- for a CPU-only pod, the CPU-only entry's integer 0..10 (the policy's ``score_cpu_only``,
+  scaled the same way) times its own weight times 10 (weight 0: no such entry).
 
 The default profile's other scoring plugins (TaintToleration, NodeAffinity, PodTopologySpread,
 InterPodAffinity, ImageLocality, VolumeBinding) give every node the same score for these
