@@ -6,17 +6,24 @@ is below that pod's CPU request. Until then, taking CPU costs nothing in its mea
 on nodes whose CPU will run out long before their GPUs (in openb, a G2 node has 96 cores for
 8 GPUs while the most popular one-GPU pods ask 11.3 cores each).
 
-This policy adds, for every typical pod t that still fits the node, the free GPU capacity
-that t's CPU appetite leaves unusable when the node is filled with t alone:
+This policy adds the free GPU capacity that the node's free CPU cannot feed when the node
+is filled with the typical pods that still fit it, in their mix proportions:
 
-    stranded_t = max(0, usable_t - n_t * g_t),   n_t = floor(free CPU / cpu_t)
+    stranded = max(0, U - W * C * G_bar / C_bar)
 
-(usable_t: free capacity on the cards t can use; g_t: GPUs per t pod). The measure is
-``F + sum_t w_t * stranded_t``; scoring, the tolerance and the fixed first-fit order are
-fgd-ff's (:mod:`allocator.policies.fgd_ff`). Free CPU is read in steps of
-:data:`CPU_STEP_MILLI` (rounded down, but never below a pod that fits), so that the measure
-depends on CPU only through ``free >= threshold`` for the thresholds :meth:`cpu_thresholds`
-lists — what lets callers memoise it.
+over the typical pods t that fit the node (GPU request and CPU) and ask for CPU and GPU:
+U = sum_t w_t * usable_t (usable_t: free capacity on the cards t can use), W = sum_t w_t,
+G_bar / C_bar = sum_t w_t * g_t / sum_t w_t * cpu_t (GPUs per milli-CPU of a pod drawn from
+the mix; g_t: GPUs per t pod), C the node's free CPU. Filling with the mix, not with each t
+alone (``max(0, usable_t - floor(C / cpu_t) * g_t)`` summed over t, the first version):
+the CPU-hungry pods' shortfall is offset by the CPU-light ones, as it is when a node is
+really filled, so the term no longer over-counts stranding on nodes whose CPU suits the mix
+on average; measured in the openb replay (docs/benchmarks.md, "fgd-cpu: filling with the
+mix"). The measure is ``F + stranded``; scoring, the tolerance and the fixed first-fit
+order are fgd-ff's (:mod:`allocator.policies.fgd_ff`). Free CPU is read in steps of
+:data:`CPU_STEP_MILLI` (rounded down), so that the measure depends on CPU only through
+``free >= threshold`` for the thresholds :meth:`cpu_thresholds` lists — what lets callers
+memoise it.
 
 Without node CPU (``ctx.node_facts`` empty, as in the extender today) it is fgd-ff.
 """
@@ -45,21 +52,26 @@ def _gpus(t: Typical) -> float:
 
 
 def cpu_stranding(node: NodeState, mix: Mix, cpu_free: int) -> float:
-    """Expected free GPU capacity (cards) the node's free CPU cannot feed."""
+    """Expected free GPU capacity (cards) the node's free CPU cannot feed, the node filled
+    with the typical pods that fit it in their mix proportions."""
     stepped = cpu_free // CPU_STEP_MILLI * CPU_STEP_MILLI
     total, per_typical = usable_capacity(node, mix)
     if total <= 0.0:
         return 0.0
-    stranded = 0.0
+    weight = usable_free = gpus = cpu = 0.0
     for t, (usable, runs) in zip(mix.typical, per_typical, strict=True):
         if not runs or t.cpu_milli <= 0 or t.cpu_milli > cpu_free:
             continue  # FGD already counts these nodes as fully fragmented for t
         g = _gpus(t)
         if g <= 0.0:
             continue
-        pods = max(stepped, t.cpu_milli) // t.cpu_milli
-        stranded += t.weight * max(0.0, usable - pods * g)
-    return stranded
+        weight += t.weight
+        usable_free += t.weight * usable
+        gpus += t.weight * g
+        cpu += t.weight * t.cpu_milli
+    if weight <= 0.0:
+        return 0.0
+    return max(0.0, usable_free - weight * stepped * gpus / cpu)
 
 
 class FGDCpu(FGDFirstFit):

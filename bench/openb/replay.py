@@ -31,11 +31,13 @@ v1.34 with the default profile, for every pod. The score of a node is the sum of
 - ``NodeResourcesBalancedAllocation`` (plugin weight 1), balanced_allocation.go: with the
   real requests (``useRequested`` true), fractions capped at 1,
   ``int64((1 - |f_cpu - f_mem| / 2) * 100)``; skipped for a pod without requests;
-- for a GPU pod, the extender's integer 0..10 (the policy's raw scores over the nodes that
-  pass the filters, scaled by ``allocator.policies`` :data:`SCALINGS`) times the extender
-  weight times ``MaxNodeScore / MaxExtenderPriority`` = 10 (pkg/scheduler/schedule_one.go
-  ``prioritizeNodes``); optionally, for a CPU-only pod, the opt-in CPU-only entry's integer
-  0..10 (the policy's ``score_cpu_only``, scaled the same way) times its own weight times 10.
+- for a GPU pod, with ``extender="prioritize"``, the extender's integer 0..10 (the policy's
+  raw scores over the nodes that pass the filters, scaled by ``allocator.policies``
+  :data:`SCALINGS`) times the extender weight times ``MaxNodeScore / MaxExtenderPriority`` =
+  10 (pkg/scheduler/schedule_one.go ``prioritizeNodes``); with ``extender="filter-best"``
+  (shipped) nothing, but only the nodes the policy scores best pass the extender's filter;
+- for a CPU-only pod, the CPU-only entry's integer 0..10 (the policy's ``score_cpu_only``,
+  scaled the same way) times its own weight times 10 (weight 0: no such entry).
 
 The default profile's other scoring plugins (TaintToleration, NodeAffinity, PodTopologySpread,
 InterPodAffinity, ImageLocality, VolumeBinding) give every node the same score for these
@@ -101,6 +103,9 @@ _CardSig = tuple[CardSignature, ...]
 _Answer = tuple[float, tuple[ContainerAllocation, ...]] | None
 
 
+#: Raw policy scores closer than this are equal (float rounding between alike nodes; the
+#: value of ``allocator.policies.base.scaled``).
+_EQUAL_SCORE = 1e-9
 #: kube-scheduler's MaxNodeScore (pkg/scheduler/framework/interface.go).
 MAX_NODE_SCORE = 100
 #: What kube-scheduler counts for a container without a CPU / memory request when scoring
@@ -110,14 +115,23 @@ DEFAULT_MEMORY_BYTES = 200 * 1024 * 1024
 MIB = 1024 * 1024
 
 
+#: How the extender steers a GPU pod: ``filter-best`` (shipped) — its filter passes only the
+#: nodes with the best raw policy score, kube-scheduler's own plugins choose among them;
+#: ``prioritize`` — every node that fits passes, and the extender's scaled 0..10 times its
+#: weight is added to kube-scheduler's scores.
+Extender = Literal["filter-best", "prioritize"]
+
+
 @dataclass(frozen=True)
 class Deployed:
     """The shipped path's settings (deployed mode)."""
 
-    #: Extender ``weight`` in the KubeSchedulerConfiguration.
+    #: How the extender's answer reaches kube-scheduler (:data:`Extender`).
+    extender: Extender = "filter-best"
+    #: Extender ``weight`` in the KubeSchedulerConfiguration (``prioritize`` only).
     extender_weight: int = 10
-    #: Weight of the opt-in CPU-only scoring entry; 0 = not configured.
-    cpu_only_weight: int = 0
+    #: Weight of the CPU-only scoring entry (shipped on); 0 = not configured.
+    cpu_only_weight: int = 10
     #: Name in :data:`allocator.policies.base.SCALINGS`: raw scores -> integers 0..10.
     scaling: str = "best-alone"
     #: True: :class:`allocator.mix.LiveMix` from the arriving GPU pods; False: the oracle
@@ -444,8 +458,13 @@ class Replay:
         if not ok.any():
             return -1, ()
         idx, codes, values = idx[ok], codes[ok], values[ok]
-        total = (self.kube_scores(idx, pod, cpu_free, mem_free)
-                 + self.extender_scores(values, self.deployed.extender_weight))
+        if self.deployed.extender == "filter-best":
+            best = values >= values.max() - _EQUAL_SCORE
+            idx, codes = idx[best], codes[best]
+            total = self.kube_scores(idx, pod, cpu_free, mem_free)
+        else:
+            total = (self.kube_scores(idx, pod, cpu_free, mem_free)
+                     + self.extender_scores(values, self.deployed.extender_weight))
         k = self._best(total, rng)
         answer = self.classes.memo[(pod.shape, int(codes[k]))]
         assert answer is not None

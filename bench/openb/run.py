@@ -15,9 +15,11 @@ Two scheduler profiles (what the replay does in kube-scheduler's place):
 - ``kube``: stock kube-scheduler defaults — equal scores at random (``selectHost``), CPU-only
   pods by NodeResourcesFit LeastAllocated, GPU pods by the raw policy score alone.
 - ``deployed``: the shipped path (:class:`bench.openb.replay.Deployed`): every pod scored by
-  kube-scheduler's integer LeastAllocated + BalancedAllocation, GPU pods also by the
-  extender's scaled 0..10 times its weight, random ties, the allocator's live workload mix
-  (``--extender-weight``, ``--scaling``, ``--mix``, ``--cpu-only-weight`` vary it).
+  kube-scheduler's integer LeastAllocated + BalancedAllocation, random ties, the allocator's
+  live workload mix; a GPU pod only among the nodes the policy scores best (the extender's
+  filter), a CPU-only pod also by the CPU-only entry's scaled 0..10 times its weight (10)
+  (``--extender prioritize`` with ``--extender-weight`` and ``--scaling``, ``--mix``,
+  ``--cpu-only-weight`` vary it).
 """
 
 from __future__ import annotations
@@ -237,10 +239,15 @@ def build_parser() -> argparse.ArgumentParser:
                    help="override the profile: how CPU-only pods are placed")
     p.add_argument("--ties", choices=["random", "ordered"], default=None,
                    help="override the profile: how equal scores are broken")
+    p.add_argument("--extender", choices=["filter-best", "prioritize"],
+                   default=SHIPPED.extender,
+                   help="profile deployed: the extender's filter passes only the nodes the "
+                        "policy scores best (filter-best, shipped), or every node that fits "
+                        "and prioritize adds its weighted scores (prioritize)")
     p.add_argument("--extender-weight", type=int, default=SHIPPED.extender_weight,
-                   help="profile deployed: the extender's weight")
+                   help="profile deployed, --extender prioritize: the extender's weight")
     p.add_argument("--cpu-only-weight", type=int, default=SHIPPED.cpu_only_weight,
-                   help="profile deployed: weight of the opt-in CPU-only scoring entry "
+                   help="profile deployed: weight of the CPU-only scoring entry "
                         "(0: not configured)")
     p.add_argument("--scaling", choices=sorted(SCALINGS), default=SHIPPED.scaling,
                    help="profile deployed: raw scores -> the extender's 0..10")
@@ -270,8 +277,8 @@ def tasks_for(args: argparse.Namespace) -> list[Task]:
     profile = args.profile
     deployed = None
     if profile == "deployed":
-        deployed = Deployed(args.extender_weight, args.cpu_only_weight, args.scaling,
-                            args.mix == "live", args.mix_refresh)
+        deployed = Deployed(args.extender, args.extender_weight, args.cpu_only_weight,
+                            args.scaling, args.mix == "live", args.mix_refresh)
         profile = deployed_label(deployed)
     elif args.cpu_pods or args.ties:
         cpu, ties = PROFILES[profile]
@@ -285,10 +292,12 @@ def deployed_label(d: Deployed) -> str:
     """The profile column of a deployed-mode run: ``deployed`` for the shipped settings."""
     if d == SHIPPED:
         return "deployed"
-    parts = [f"w{d.extender_weight}", d.scaling, "live" if d.live_mix else "oracle"]
+    parts: list[str] = ([d.extender] if d.extender == SHIPPED.extender
+                        else [f"w{d.extender_weight}", d.scaling])
+    parts.append("live" if d.live_mix else "oracle")
     if d.live_mix and d.mix_refresh != SHIPPED.mix_refresh:
         parts.append(f"r{d.mix_refresh}")
-    if d.cpu_only_weight:
+    if d.cpu_only_weight != SHIPPED.cpu_only_weight:
         parts.append(f"cpu{d.cpu_only_weight}")
     return "deployed-" + "-".join(parts)
 

@@ -145,6 +145,22 @@ def test_fgd_cpu_counts_the_gpus_a_nodes_cpu_cannot_feed() -> None:
     assert FGDCpu().measure(eight, mix, None) == fragmentation(eight, mix, None)
 
 
+def test_fgd_cpu_fills_the_node_with_the_mix_so_cpu_light_pods_offset_cpu_hungry_ones() -> None:
+    # Half the pods ask 16 cores per GPU, half 4: a pod of the mix asks 10 cores per GPU on
+    # average, so 64 free cores feed 6.4 of the 8 idle GPUs and 1.6 are stranded (filling
+    # with each pod alone would count 0.5 * (8 - 4) + 0.5 * 0 = 2).
+    mix = compile_mix([(whole(), 0.5), (share(50), 0.5)], [16000, 2000])
+    eight = node("g2", 0, 0, 0, 0, 0, 0, 0, 0)
+    assert cpu_stranding(eight, mix, 64000) == pytest.approx(8 - 64000 * 0.75 / 9000)
+    mix = compile_mix([(whole(), 0.5), (whole(), 0.5)], [16000, 4000])
+    assert cpu_stranding(eight, mix, 64000) == pytest.approx(1.6)
+    # Free CPU is read in 4-core steps: 67 cores count as 64.
+    assert cpu_stranding(eight, mix, 67000) == pytest.approx(1.6)
+    # A typical pod whose CPU the node cannot cover is FGD's to count, not the mix's: with
+    # 12 cores only the 4-core half fits, and 12 cores feed 3 of its 8 GPUs.
+    assert cpu_stranding(eight, mix, 12000) == pytest.approx(0.5 * (8 - 3))
+
+
 def test_fgd_cpu_sends_a_cpu_only_pod_to_the_node_with_cpu_to_spare_where_fgd_sees_no_difference(
         ) -> None:
     workload = Workload(((whole(), 1.0),), (11300,))

@@ -44,8 +44,8 @@ def test_a_pod_without_requests_counts_kube_schedulers_defaults_and_skips_balanc
 
 
 def test_extender_scores_are_scaled_weighted_and_multiplied_by_ten() -> None:
-    replay = _replay([_node("a", 1000, 1000)], deployed=Deployed(extender_weight=3,
-                                                                 live_mix=False))
+    replay = _replay([_node("a", 1000, 1000)], deployed=Deployed(
+        extender="prioritize", extender_weight=3, live_mix=False))
     values = np.array([0.0, 1.0, 0.5, 1.0])
     assert replay.extender_scores(values, 3).tolist() == [0, 300, 150, 300]
 
@@ -80,7 +80,8 @@ def test_with_a_weight_kube_scheduler_cannot_outvote_gpu_pods_go_where_the_polic
     pods = load_pods("default")
     seq = [p for p in pods if p.num_gpu][:300]
     placed: list[list[int]] = []  # per node: the CPU its pods took, i.e. where they went
-    for deployed in (None, Deployed(extender_weight=25, scaling="best-alone", live_mix=False)):
+    for deployed in (None, Deployed(extender="prioritize", extender_weight=25,
+                                    scaling="best-alone", live_mix=False)):
         replay = Replay(nodes, REGISTRY["fgd-ff"], typical_pods(pods), cpu_pods="least",
                         ties="random", deployed=deployed)
         res = replay.run(seq, 42)
@@ -90,10 +91,31 @@ def test_with_a_weight_kube_scheduler_cannot_outvote_gpu_pods_go_where_the_polic
     assert sum(1 for taken in placed[1] if taken) > 10
 
 
+def test_filter_best_places_as_prioritize_with_a_weight_kube_scheduler_cannot_outvote() -> None:
+    # The extender's filter passing only the policy's best node(s) is what prioritize says
+    # when its margin is out of kube-scheduler's reach (best-alone, weight 1,000: 10,000
+    # points against at most 200): the same pods on the same nodes, CPU-only pods included.
+    nodes = pick_nodes(load_nodes(), SMALL_NODES)
+    pods = load_pods("default")
+    placed: list[list[int]] = []
+    for deployed in (Deployed(extender="filter-best", live_mix=False),
+                     Deployed(extender="prioritize", extender_weight=1000,
+                              scaling="best-alone", live_mix=False)):
+        replay = Replay(nodes, REGISTRY["fgd-cpu"], typical_pods(pods), deployed=deployed)
+        res = replay.run(pods[:400], 42)
+        assert res.problems == []
+        placed.append(replay.cpu_nonzero.tolist())
+    assert placed[0] == placed[1]
+    assert sum(1 for taken in placed[0] if taken) > 10
+
+
 def test_the_deployed_profile_is_labelled_by_what_differs_from_the_shipped_settings() -> None:
+    assert SHIPPED.extender == "filter-best" and SHIPPED.cpu_only_weight == 10
     assert deployed_label(SHIPPED) == "deployed"
-    assert deployed_label(Deployed(extender_weight=SHIPPED.extender_weight + 1)).startswith(
+    assert deployed_label(Deployed(extender="prioritize",
+                                   extender_weight=SHIPPED.extender_weight + 1)).startswith(
         f"deployed-w{SHIPPED.extender_weight + 1}-")
+    assert deployed_label(Deployed(cpu_only_weight=0)) == "deployed-filter-best-live-cpu0"
 
 
 def test_a_deployed_task_runs_and_passes_the_invariants() -> None:
