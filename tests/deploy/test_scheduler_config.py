@@ -216,12 +216,30 @@ def running_webhook(docs: list[Doc], tls: Path, api_client: Any, log_dir: Path
                                     timeout=3) as resp:
             return bool(resp.status == 200)
 
+    registrations = client.AdmissionregistrationV1Api(api_client)
     process.start()
     try:
         wait_until("webhook /readyz", ready, 60, interval=0.3, watch=[process])
-        client.AdmissionregistrationV1Api(api_client).patch_mutating_webhook_configuration(
+        registrations.patch_mutating_webhook_configuration(
             "tessera", [{"op": "replace", "path": "/webhooks/0/clientConfig/url",
                          "value": f"https://127.0.0.1:{port}/mutate"}])
+        # The API server reads webhook configurations from its own informer: until it has the
+        # patch, pods still go to the previous test's (stopped) webhook. A dry-run create
+        # passes through the webhooks (sideEffects: None) without storing anything.
+        core = client.CoreV1Api(api_client)
+
+        def mutated_by_the_new_webhook() -> bool:
+            try:
+                probe = core.create_namespaced_pod(
+                    USERS, user_pod("webhook-probe", {"aliyun.com/gpu-mem": "1"}), dry_run="All")
+            except client.ApiException as exc:
+                if exc.status == 500 and "failed calling webhook" in str(exc.body):
+                    return False
+                raise
+            return VOCAB.request_annotation in (probe.metadata.annotations or {})
+
+        wait_until("the API server calling the webhook at its new address",
+                   mutated_by_the_new_webhook, 30, interval=0.2, watch=[process])
         yield
     finally:
         process.stop()
