@@ -126,7 +126,7 @@ class Ranking:
     them: shared per content (or :data:`CpuKey`) with each node's name bias added, or one per
     node. Both the extender's 0..10 scores and filter's best nodes come from it."""
 
-    #: Scores shared by content, or None when :attr:`per_node` holds them.
+    #: Scores shared by content, or None when :attr:`one_by_one` holds them.
     shared: PerContent[RawScore] | None
     #: The policy's name bias of each node, added to the shared score (None: no bias).
     biases: list[float] | None = None
@@ -333,44 +333,51 @@ class Allocator:
             return FilterOutcome(list(names), {}, {})
         self.remember(pod)
         self.observe(pod, request)
-        out, short = self._filter(request, names)
+        out, short, contents = self._filter(request, names)
         if out.nodes:
-            return self._best_of(pod, request, out)
+            return self._best_of(pod, request, out, contents)
         if not short or self.resync is None:
             return out
         # No node left, some only for lack of room: perhaps a release our watch has not
         # delivered yet (allocator/resync.py). Decide again on a consistent picture.
         uid = (pod.get("metadata") or {}).get("uid") or ""
         if self.resync.ensure(self.resync.needed(uid)):
-            out, short = self._filter(request, names)
+            out, short, contents = self._filter(request, names)
         if out.nodes:
             self.resync.forget(uid)
-            return self._best_of(pod, request, out)
+            return self._best_of(pod, request, out, contents)
         self.resync.rejected(uid)
         return out
 
-    def _best_of(self, pod: Mapping[str, Any], request: PodRequest,
-                 out: FilterOutcome) -> FilterOutcome:
+    def _best_of(self, pod: Mapping[str, Any], request: PodRequest, out: FilterOutcome,
+                 contents: list[int | None] | None) -> FilterOutcome:
         """``out`` narrowed to the fitting nodes the policy scores best (see :meth:`filter`),
-        when configured and there is a choice."""
+        when configured and there is a choice; ``contents``: the content ids of ``out.nodes``
+        that fit was judged on (None: read again)."""
         if not self.config.filter_best or len(out.nodes) < 2:
             return out
-        best = self._ranking(pod, request, out.nodes).best(out.nodes)
+        best = self._ranking(pod, request, out.nodes, contents).best(out.nodes)
         return FilterOutcome(best, {}, {}) if best else out
 
-    def _filter(self, request: PodRequest, names: Sequence[str]) -> tuple[FilterOutcome, bool]:
-        """(the outcome, whether some node was rejected only for lack of free room)."""
-        verdicts = self._fit_verdicts(request, names, self._contents(names))
+    def _filter(self, request: PodRequest, names: Sequence[str]
+                ) -> tuple[FilterOutcome, bool, list[int | None] | None]:
+        """(the outcome, whether some node was rejected only for lack of free room, the
+        content ids of the outcome's nodes when filter_best will rank them, else None)."""
+        contents = self._contents(names)
+        verdicts = self._fit_verdicts(request, names, contents)
         if all(verdict is None for verdict in verdicts.distinct()):
-            return FilterOutcome(list(names), {}, {}), False  # the common case: one pass less
+            # the common case: one pass less
+            return FilterOutcome(list(names), {}, {}), False, contents
         short = any(verdict is not None and verdict is not UNKNOWN_NODE and verdict.resolvable
                     for verdict in verdicts.distinct())
         if self.config.filter_best:
             fits = {content: verdict is None for content, verdict in verdicts.answers.items()}
-            fitting = list(compress(names, map(fits.__getitem__, verdicts.contents)))
+            fit_mask = list(map(fits.__getitem__, verdicts.contents))
+            fitting = list(compress(names, fit_mask))
             if fitting:
                 # No reasons: kube-scheduler reads them only when no node is left (filter).
-                return FilterOutcome(fitting, {}, {}), short
+                return (FilterOutcome(fitting, {}, {}), short,
+                        list(compress(contents, fit_mask)))
         ok: list[str] = []
         failed: dict[str, str] = {}
         unresolvable: dict[str, str] = {}
@@ -381,7 +388,7 @@ class Allocator:
                 failed[name] = verdict.reason
             else:
                 unresolvable[name] = verdict.reason
-        return FilterOutcome(ok, failed, unresolvable), short
+        return FilterOutcome(ok, failed, unresolvable), short, None
 
     def _contents(self, names: Sequence[str]) -> list[int | None]:
         """The content id of every node (None: unknown); nodes our node watch has not
@@ -419,16 +426,18 @@ class Allocator:
             return [0] * len(names)
         return self._ranking(pod, request, names).scaled()
 
-    def _ranking(self, pod: Mapping[str, Any], request: PodRequest,
-                 names: Sequence[str]) -> Ranking:
-        """The policy's raw scores of the pod on each named node."""
+    def _ranking(self, pod: Mapping[str, Any], request: PodRequest, names: Sequence[str],
+                 contents: list[int | None] | None = None) -> Ranking:
+        """The policy's raw scores of the pod on each named node (``contents``: their content
+        ids when the caller has them already)."""
+        if contents is None:
+            contents = self.state.node_contents.ids(names)
         policy = self.policy_for(request)
         ctx = self.context(request, pod)
         rank = policy.node_ranker(ctx)
         if rank is not None:
             # The policy ranks feasible nodes by name, without placing the pod on each (random:
             # a seeded hash of pod and node); feasibility is filter's, shared by content.
-            contents = self.state.node_contents.ids(names)
             fitting = self._fit_verdicts(request, names, contents).per_node()
             return Ranking(None, one_by_one=[rank(name) if verdict is None else None
                                              for name, verdict in zip(names, fitting,
@@ -455,7 +464,8 @@ class Allocator:
                 return score
             return score - bias(state.name)
 
-        return self._fan_out(names, shape, thresholds, ctx.pod_cpu_milli, raw_score, policy)
+        return self._fan_out(names, contents, shape, thresholds, ctx.pod_cpu_milli, raw_score,
+                             policy)
 
     def scores_cpu_only(self, pod: Mapping[str, Any], names: Sequence[str]) -> list[int]:
         """``prioritize-cpu-only``'s scores 0..10, one per name, in order: a pod that asks
@@ -479,8 +489,8 @@ class Allocator:
                 return score
             return score - bias(state.name)
 
-        return self._fan_out(names, shape, thresholds, pod_cpu_milli(pod), raw_score,
-                             policy).scaled()
+        return self._fan_out(names, self.state.node_contents.ids(names), shape, thresholds,
+                             pod_cpu_milli(pod), raw_score, policy).scaled()
 
     def _cpu_thresholds(self, policy: Policy, workload: Workload) -> tuple[int, ...]:
         if not self.config.node_resources:
@@ -488,7 +498,8 @@ class Allocator:
         return tuple(policy.cpu_thresholds(workload.cpu_milli,
                                            self.state.resources.max_cpu_milli))
 
-    def _fan_out(self, names: Sequence[str], shape: tuple[object, ...],
+    def _fan_out(self, names: Sequence[str], contents: list[int | None],
+                 shape: tuple[object, ...],
                  thresholds: tuple[int, ...], pod_cpu: int,
                  raw_score: Callable[[NodeState, int, int], RawScore],
                  policy: Policy) -> Ranking:
@@ -497,7 +508,6 @@ class Allocator:
         bias to add back per node."""
         node_contents = self.state.node_contents
         memo = node_contents.raw_scores.answers(shape)
-        contents = node_contents.ids(names)
         by_content: PerContent[RawScore]
         if thresholds:
             keys = node_contents.cpu_buckets.keys(
