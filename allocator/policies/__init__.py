@@ -13,7 +13,6 @@ from allocator.policies.base import (
     best_floor,
     chooser,
     mean_square_utilisation,
-    normalise,
     scaled,
 )
 from allocator.policies.binpack import Binpack
@@ -61,6 +60,5 @@ __all__ = [
     "chooser",
     "get_policy",
     "mean_square_utilisation",
-    "normalise",
     "scaled",
 ]

@@ -195,16 +195,11 @@ def _by_name(raw: Mapping[str, float], best_alone: bool) -> dict[str, int]:
 
 
 #: The ways raw scores can become extender scores, by name (the openb deployed-mode replay
-#: compares them; :func:`normalise` is the one shipped).
+#: compares them; ``best-alone`` is the one shipped: :func:`scaled`'s default).
 SCALINGS: dict[str, Callable[[Mapping[str, float]], dict[str, int]]] = {
     "min-max": partial(_by_name, best_alone=False),
     "best-alone": partial(_by_name, best_alone=True),
 }
-
-
-def normalise(raw: Mapping[str, float]) -> dict[str, int]:
-    """Raw scores by node name -> the shipped extender scores (:func:`scaled`)."""
-    return _by_name(raw, best_alone=True)
 
 
 def mean_square_utilisation(node: NodeState) -> float:

@@ -61,7 +61,7 @@ PROFILES: dict[str, tuple[CpuPods, Ties]] = {
     "deployed": ("least", "random"),
 }
 #: The shipped path's settings: the extender's weight and scaling in the shipped
-#: KubeSchedulerConfiguration and ``allocator.policies.normalise``, the live mix.
+#: KubeSchedulerConfiguration and ``allocator.policies.scaled``, the live mix.
 SHIPPED = Deployed()
 #: ``--small``: nodes kept (every k-th of the trace's node list) and pods replayed.
 SMALL_NODES = 150

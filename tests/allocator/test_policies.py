@@ -12,7 +12,7 @@ from allocator.policies import (
     PolicyContext,
     chooser,
     get_policy,
-    normalise,
+    scaled,
 )
 from allocator.policies.base import SCALINGS
 from tessera.vocabulary import PodRequest, RequestError
@@ -84,39 +84,29 @@ def test_random_card_choice_is_seeded_by_pod_identity() -> None:
 
 
 @pytest.mark.parametrize(
-    ("raw", "expected"),
+    ("scaling", "raw", "expected"),
     [
-        ({"a": 0.2, "b": 0.7, "c": 0.45}, {"a": 0, "b": 10, "c": 5}),
-        ({"a": 0.2, "b": 0.7, "c": 0.69}, {"a": 0, "b": 10, "c": 9}),
-        ({"a": 3.0, "b": 3.0}, {"a": 10, "b": 10}),
-        ({}, {}),
-        ({"only": -5.0}, {"only": 10}),
+        ("min-max", {"a": 0.2, "b": 0.7, "c": 0.45}, {"a": 0, "b": 10, "c": 5}),
+        ("min-max", {"a": 0.2, "b": 0.7, "c": 0.69}, {"a": 0, "b": 10, "c": 10}),
+        ("best-alone", {"a": 0.2, "b": 0.7, "c": 0.45}, {"a": 0, "b": 10, "c": 5}),
+        ("best-alone", {"a": 0.2, "b": 0.7, "c": 0.69}, {"a": 0, "b": 10, "c": 9}),
+        ("best-alone", {"a": 0.2, "b": 0.7, "c": 0.68}, {"a": 0, "b": 10, "c": 9}),
+        ("best-alone", {"a": 0.2, "b": 0.7, "c": 0.7}, {"a": 0, "b": 10, "c": 10}),
+        ("best-alone", {"a": 3.0, "b": 3.0}, {"a": 10, "b": 10}),
+        ("best-alone", {}, {}),
+        ("best-alone", {"only": -5.0}, {"only": 10}),
     ],
 )
-def test_scores_are_normalised_to_integers_from_0_to_10(
-    raw: dict[str, float], expected: dict[str, int]
+def test_scores_become_integers_from_0_to_10_and_best_alone_keeps_10_for_the_best(
+    scaling: str, raw: dict[str, float], expected: dict[str, int]
 ) -> None:
-    assert normalise(raw) == expected
+    assert SCALINGS[scaling](raw) == expected
 
 
-@pytest.mark.parametrize(
-    ("raw", "expected"),
-    [
-        ({"a": 0.2, "b": 0.7, "c": 0.68}, {"a": 0, "b": 10, "c": 9}),
-        ({"a": 0.2, "b": 0.7, "c": 0.7}, {"a": 0, "b": 10, "c": 10}),
-        ({"a": 3.0, "b": 3.0}, {"a": 10, "b": 10}),
-        ({"only": -5.0}, {"only": 10}),
-    ],
-)
-def test_best_alone_scaling_gives_10_to_the_best_nodes_only(
-    raw: dict[str, float], expected: dict[str, int]
-) -> None:
-    assert SCALINGS["best-alone"](raw) == expected
-
-
-def test_the_shipped_scaling_is_one_of_those_the_benchmark_compares() -> None:
-    raw = {"a": 0.2, "b": 0.7, "c": 0.68, "d": 0.45}
-    assert any(normalise(raw) == scale(raw) for scale in SCALINGS.values())
+def test_the_allocators_scaling_is_the_benchmarks_best_alone() -> None:
+    raw = {"a": 0.2, "b": 0.7, "c": 0.69, "d": 0.45}
+    shipped = dict(zip(raw, scaled(list(raw.values())), strict=True))
+    assert shipped == SCALINGS["best-alone"](raw) != SCALINGS["min-max"](raw)
 
 
 def test_every_registered_policy_places_whole_cards_on_idle_cards_only() -> None:
