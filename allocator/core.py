@@ -258,10 +258,13 @@ class Allocator:
     def policy_for(self, request: PodRequest) -> Policy:
         return get_policy(request.policy or self.config.default_policy)
 
-    def context(self, request: PodRequest, pod: Mapping[str, Any]) -> PolicyContext:
+    def context(self, request: PodRequest, pod: Mapping[str, Any],
+                cpu_milli: int | None = None) -> PolicyContext:
+        """The policy's view of the pod (``cpu_milli``: its CPU request, when already read)."""
         return PolicyContext(request, pod_key=pod_key(pod), seed=self.config.seed,
                              workload=self.workload(), node_facts=self._node_facts,
-                             pod_cpu_milli=pod_cpu_milli(pod))
+                             pod_cpu_milli=pod_cpu_milli(pod) if cpu_milli is None
+                             else cpu_milli)
 
     # ------------------------------------------------------------------ workload mix
     def workload(self) -> Workload:
@@ -621,8 +624,9 @@ class Allocator:
     def _reserve(self, pod: Obj, request: PodRequest, policy: Policy, uid: str,
                  node: str) -> Placement:
         meta = pod.get("metadata") or {}
-        ctx = self.context(request, pod)
-        requests = _requests_or_zero(pod) if self.config.node_resources else None
+        cpu_and_memory = _requests_or_zero(pod)  # read once: the policy's and the reservation's
+        ctx = self.context(request, pod, cpu_and_memory[0])
+        requests = cpu_and_memory if self.config.node_resources else None
         with self.state.node_lock(node):
             for _attempt in range(100):
                 view = self.state.view(node)
