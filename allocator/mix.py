@@ -56,8 +56,10 @@ class LiveMix:
     #: most ``max_typical`` of them (a policy's cost grows with their number).
     coverage: float = 0.95
     max_typical: int = 24
-    #: Observations between two rebuilds of the published workload.
-    refresh: int = 64
+    #: Observations between two rebuilds of the published workload. Each rebuild that changes
+    #: the mix drops every score kept for the old one; 256 is what the deployed-mode tables
+    #: were measured with (docs/benchmarks.md: 0.03 points from 64 on ``default``).
+    refresh: int = 256
     _weights: dict[ShapeKey, float] = field(default_factory=dict, init=False)
     #: Weight of the next observation (grows instead of decaying every stored weight).
     _unit: float = field(default=1.0, init=False)
