@@ -33,8 +33,6 @@ from bisect import bisect_right
 from collections.abc import Callable, Hashable, Iterable, Sequence
 from dataclasses import dataclass
 from functools import partial
-from itertools import repeat
-from operator import sub
 from typing import Any, Generic, TypeVar
 
 from allocator.fit import CardSignature, NodeState, Unfit, node_signature
@@ -55,47 +53,67 @@ ContentKey = tuple[CardSignature, ...]
 FitVerdict = Unfit | None
 #: A raw policy score as prioritize memoises it: None when the pod does not fit.
 RawScore = float | None
-#: (content id or None for an unknown node, CPU bucket before, CPU bucket after the pod).
-CpuKey = tuple[int | None, int, int]
+#: A node's content id and where its free CPU lies among a policy's thresholds, before and
+#: after the pod, as one int: ``content * W * W + before * W + after`` with ``W`` the number
+#: of buckets (an unknown node's content counts as -1). Ints, not tuples: a call hashes one
+#: per node, and an int's hash costs nothing (:meth:`CpuBuckets.decode` splits one).
+CpuKey = int
+
+
+class _KeyTable(dict[tuple[int | None, int], CpuKey]):
+    """(content id, free milli-CPU) -> :data:`CpuKey`, for one set of thresholds and one pod
+    CPU request; a pair never seen is computed on the first read (C calls ``__missing__``
+    only then)."""
+
+    def __init__(self, thresholds: tuple[int, ...], pod_cpu_milli: int) -> None:
+        super().__init__()
+        self._bucket = partial(bisect_right, thresholds)
+        self._width = len(thresholds) + 1
+        self._pod_cpu = pod_cpu_milli
+
+    def __missing__(self, pair: tuple[int | None, int]) -> CpuKey:
+        content, free = pair
+        width = self._width
+        key = ((-1 if content is None else content) * width * width
+               + self._bucket(free) * width + self._bucket(free - self._pod_cpu))
+        self[pair] = key
+        return key
 
 
 class CpuBuckets:
-    """Each node's :data:`CpuKey`: its content id, and how many of a policy's thresholds its
-    free CPU reaches before and after the pod. The bucket of each free-CPU value is kept per
-    thresholds (values repeat across nodes and calls), so a call is C-level maps and
-    dictionary reads, no Python code per node."""
+    """Each node's :data:`CpuKey`. The key of each (content id, free CPU) pair is kept per
+    thresholds and pod CPU (pairs repeat across nodes and calls), so a call is one C-level
+    map with a dictionary read per node, no Python code per node."""
 
-    #: Free-CPU values kept per thresholds, and thresholds kept (beyond either: restart).
+    #: Pairs kept per table, and tables kept (beyond either: restart).
     VALUES = 200_000
     TABLES = 64
 
     def __init__(self) -> None:
-        self._tables: dict[tuple[int, ...], dict[int, int]] = {}
+        self._tables: dict[tuple[tuple[int, ...], int], _KeyTable] = {}
 
     def keys(self, contents: Sequence[int | None], free_cpu: Sequence[int],
              thresholds: tuple[int, ...], pod_cpu_milli: int) -> list[CpuKey]:
-        table = self._table(thresholds)
-        after = list(map(sub, free_cpu, repeat(pod_cpu_milli)))
-        try:
-            before_buckets = list(map(table.__getitem__, free_cpu))
-            after_buckets = list(map(table.__getitem__, after))
-        except KeyError:
-            bucket = partial(bisect_right, thresholds)
-            if len(table) > self.VALUES:
-                table.clear()
-            for value in set(free_cpu).union(after).difference(table):
-                table[value] = bucket(value)
-            # read through the function, not the table: another thread may restart it
-            before_buckets = list(map(bucket, free_cpu))
-            after_buckets = list(map(bucket, after))
-        return list(zip(contents, before_buckets, after_buckets, strict=True))
+        table = self._table(thresholds, pod_cpu_milli)
+        if len(table) > self.VALUES:
+            table.clear()  # bounded under churn; another thread's read refills it
+        return list(map(table.__getitem__, zip(contents, free_cpu, strict=True)))
 
-    def _table(self, thresholds: tuple[int, ...]) -> dict[int, int]:
-        table = self._tables.get(thresholds)
+    @staticmethod
+    def decode(key: CpuKey, thresholds: tuple[int, ...]) -> tuple[int | None, int, int]:
+        """(content id or None for an unknown node, bucket before, bucket after)."""
+        width = len(thresholds) + 1
+        content, buckets = divmod(key, width * width)
+        before, after = divmod(buckets, width)
+        return (None if content < 0 else content), before, after
+
+    def _table(self, thresholds: tuple[int, ...], pod_cpu_milli: int) -> _KeyTable:
+        table = self._tables.get((thresholds, pod_cpu_milli))
         if table is None:
             if len(self._tables) >= self.TABLES:
                 self._tables.clear()
-            table = self._tables.setdefault(thresholds, {})
+            table = self._tables.setdefault((thresholds, pod_cpu_milli),
+                                            _KeyTable(thresholds, pod_cpu_milli))
         return table
 
 
@@ -272,19 +290,23 @@ class NodeContents:
                         names[contents.index(content)], answer, unknown)
         return PerContent(contents, answers)
 
-    def per_content_cpu(self, names: Sequence[str], keys: list[CpuKey], memo: dict[Any, T],
+    def per_content_cpu(self, names: Sequence[str], keys: list[CpuKey],
+                        thresholds: tuple[int, ...], memo: dict[Any, T],
                         answer: Callable[[NodeState, int, int], T], *,
                         unknown: T) -> PerContent[T]:
         """:meth:`per_content` for answers that also depend on the CPU buckets: ``answer``
-        gets a representative state of the key's content and the key's two buckets.
+        gets a representative state of the key's content and the key's two buckets
+        (``keys`` from :meth:`CpuBuckets.keys` with ``thresholds``).
 
         Keys are many more than contents (a content spreads over several CPU buckets), so
         the answers already kept are gathered by C-level set and map operations, and Python
         runs only for the keys never seen."""
         distinct = set(keys)
         local: dict[Any, T] = {}  # answers not kept: unknown nodes, retired ids
-        for key in distinct.difference(memo.keys()):
-            content, before, after = key
+        # difference with the dict itself (not .keys()): C walks the few distinct keys
+        # instead of every key the memo ever kept
+        for key in distinct.difference(memo):
+            content, before, after = CpuBuckets.decode(key, thresholds)
             state = None if content is None else self._representative.get(content)
             if content is None:
                 local[key] = unknown

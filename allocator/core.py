@@ -21,8 +21,9 @@ import logging
 import threading
 import time
 from collections import OrderedDict
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Collection, Hashable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
+from functools import partial
 from itertools import compress
 from operator import add
 from typing import Any, Final, cast
@@ -120,6 +121,10 @@ class BindOutcome:
     cards: tuple[int, ...] = ()
 
 
+#: The policy's name bias of each named node, in order.
+NameBias = Callable[[Sequence[str]], list[float]]
+
+
 @dataclass(frozen=True, slots=True)
 class Ranking:
     """Raw policy scores of some nodes (None: the pod does not fit), as prioritize derives
@@ -128,41 +133,60 @@ class Ranking:
 
     #: Scores shared by content, or None when :attr:`one_by_one` holds them.
     shared: PerContent[RawScore] | None
-    #: The policy's name bias of each node, added to the shared score (None: no bias).
-    biases: list[float] | None = None
+    #: The policy's name bias of nodes, added to the shared score (None: no bias), and the
+    #: bound of its values (:attr:`allocator.policies.Policy.name_bias_bound`).
+    biases: NameBias | None = None
+    bias_bound: float = 0.0
     #: Scores computed node by node (random's rank, a per-pod policy).
     one_by_one: list[RawScore] | None = None
 
-    def raw(self) -> list[RawScore]:
+    def raw(self, names: Sequence[str]) -> list[RawScore]:
+        """The raw score of each of ``names`` (the nodes this ranking was made for)."""
         if self.shared is None:
             return list(self.one_by_one or [])
         base = self.shared.per_node()
         if self.biases is None:
             return base
+        biases = self.biases(names)
         if None not in base:
-            return list(map(add, cast(list[float], base), self.biases))
-        return [None if b is None else b + r for b, r in zip(base, self.biases, strict=True)]
+            return list(map(add, cast(list[float], base), biases))
+        return [None if b is None else b + r for b, r in zip(base, biases, strict=True)]
 
-    def scaled(self) -> list[int]:
+    def scaled(self, names: Sequence[str]) -> list[int]:
         """The extender's scores 0..10 (:func:`allocator.policies.scaled`)."""
         if self.shared is not None and self.biases is None:
             # The scaling depends only on the distinct values: scale those, then fan out.
             return self.shared.map_distinct(scaled).per_node()
-        return scaled(self.raw())
+        return scaled(self.raw(names))
 
     def best(self, names: Sequence[str]) -> list[str]:
         """The names whose score :meth:`scaled` makes the top one, in order (none when no
         node fits). Selected by C-level maps, no Python code per node."""
-        if self.shared is not None and self.biases is None:
-            present = [v for v in self.shared.answers.values() if v is not None]
+        if self.shared is not None:
+            answers, contents = self.shared.answers, self.shared.contents
+            fits_all = None not in answers.values()
+            present = (cast(Collection[float], answers.values()) if fits_all
+                       else [v for v in answers.values() if v is not None])
             if not present:
                 return []
-            floor = best_floor(max(present))
-            top = {k for k, v in self.shared.answers.items() if v is not None and v >= floor}
-            return list(compress(names, map(top.__contains__, self.shared.contents)))
-        raw = self.raw()
+            # A node's score is its shared one plus a bias in [0, bound): only nodes whose
+            # shared score is within the bound of the highest can be among the best.
+            floor = best_floor(max(present) - self.bias_bound)
+            candidates: Sequence[str] = names
+            keys: Iterable[Hashable] = contents
+            if not fits_all or min(present) < floor:
+                top = {k for k, v in answers.items() if v is not None and v >= floor}
+                mask = list(map(top.__contains__, contents))
+                candidates, keys = list(compress(names, mask)), compress(contents, mask)
+            if self.biases is None:
+                return list(candidates)
+            values = list(map(add, map(answers.__getitem__, keys), self.biases(candidates)))
+            floor = best_floor(max(values))
+            return list(compress(candidates, map(floor.__le__, values)))
+        raw = self.raw(names)
         if None in raw:
-            return [n for n, s in zip(names, self.scaled(), strict=True) if s == MAX_SCORE]
+            return [n for n, s in zip(names, self.scaled(names), strict=True)
+                    if s == MAX_SCORE]
         values = cast(list[float], raw)
         if not values:
             return []
@@ -427,7 +451,7 @@ class Allocator:
         request = self.pod_request(pod)
         if request is None:
             return [0] * len(names)
-        return self._ranking(pod, request, names).scaled()
+        return self._ranking(pod, request, names).scaled(names)
 
     def _ranking(self, pod: Mapping[str, Any], request: PodRequest, names: Sequence[str],
                  contents: list[int | None] | None = None) -> Ranking:
@@ -493,7 +517,7 @@ class Allocator:
             return score - bias(state.name)
 
         return self._fan_out(names, self.state.node_contents.ids(names), shape, thresholds,
-                             pod_cpu_milli(pod), raw_score, policy).scaled()
+                             pod_cpu_milli(pod), raw_score, policy).scaled(names)
 
     def _cpu_thresholds(self, policy: Policy, workload: Workload) -> tuple[int, ...]:
         if not self.config.node_resources:
@@ -515,15 +539,16 @@ class Allocator:
         if thresholds:
             keys = node_contents.cpu_buckets.keys(
                 contents, self.state.resources.free_cpu_of(names), thresholds, pod_cpu)
-            by_content = node_contents.per_content_cpu(names, keys, memo, raw_score,
-                                                       unknown=None)
+            by_content = node_contents.per_content_cpu(names, keys, thresholds, memo,
+                                                       raw_score, unknown=None)
         else:
             by_content = node_contents.per_content(
                 names, contents, memo, lambda state: raw_score(state, 0, 0), unknown=None)
         bias = policy.name_bias()
         if bias is None:
             return Ranking(by_content)
-        return Ranking(by_content, node_contents.name_biases.of(policy.name, bias, names))
+        return Ranking(by_content, partial(node_contents.name_biases.of, policy.name, bias),
+                       policy.name_bias_bound)
 
     # ------------------------------------------------------------------ bind
     def bind(self, namespace: str, name: str, uid: str, node: str) -> BindOutcome:

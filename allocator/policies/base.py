@@ -102,6 +102,10 @@ class Policy(ABC):
     #: shared between nodes or pods. False lets the allocator share a score between nodes of
     #: equal content and keep it per request shape until the node changes.
     per_pod: ClassVar[bool] = False
+    #: Every value of :meth:`name_bias` lies in ``[0, name_bias_bound)``: the best nodes are
+    #: then among those whose shared score is within the bound of the highest, and only
+    #: their biases need reading.
+    name_bias_bound: ClassVar[float] = 0.0
 
     @abstractmethod
     def score(self, before: NodeState, after: NodeState, ctx: PolicyContext) -> float:
@@ -115,8 +119,9 @@ class Policy(ABC):
         return None
 
     def name_bias(self) -> NodeRank | None:
-        """The part of every score that depends on the node's name alone; the rest must
-        depend on the node's content alone, so that it can be shared between alike nodes.
+        """The part of every score that depends on the node's name alone, in
+        ``[0, name_bias_bound)``; the rest must depend on the node's content alone, so that
+        it can be shared between alike nodes.
 
         Default None: no such part."""
         return None

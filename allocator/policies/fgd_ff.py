@@ -45,6 +45,7 @@ def _step(diff: float) -> float:
 
 class FGDFirstFit(FGD):
     name = "fgd-ff"
+    name_bias_bound = TOLERANCE
 
     def fixed_rank(self, node: str) -> float:
         """The node's fixed rank, in [0, TOLERANCE): never outweighs a fragmentation step."""

@@ -18,7 +18,16 @@ from flask import Flask
 from allocator.app import Runtime
 from allocator.core import Allocator, AllocatorConfig
 from allocator.fit import Unfit, place
-from allocator.policies import NO_WORKLOAD, Policy, PolicyContext, chooser, get_policy, scaled
+from allocator.mix import LiveMix
+from allocator.policies import (
+    NO_WORKLOAD,
+    REGISTRY,
+    Policy,
+    PolicyContext,
+    chooser,
+    get_policy,
+    scaled,
+)
 from tessera.vocabulary import (
     Allocation,
     ContainerAllocation,
@@ -67,6 +76,7 @@ def _cluster(seed: int, policy: str = "binpack") -> tuple[Flask, Runtime]:
                     "c", (card,), core_percent=pick, memory_mib=160 * pick)))
         fake.add_pod(_cpu_pod(f"{node}-cpu", node, str(rng.choice([0, 8, 30, 50, 60]))))
     app, rt = make_app(fake, core=AllocatorConfig(default_policy=policy))
+    rt.allocator.mix = LiveMix(refresh=1)  # publish every observation below
     # a mix of GPU pods with different CPU requests (each observed once, by uid)
     for k in range(40):
         req = SHAPES[k % len(SHAPES)]
@@ -102,6 +112,38 @@ def test_cpu_aware_prioritize_equals_the_per_node_answer(policy_name: str, req: 
                                  uid="u-p"), "6")
     for _ in range(2):  # cold, then from the shared memo
         assert alloc.scores(pod, names) == _expected(alloc, policy, req, pod, names)
+
+
+@pytest.mark.parametrize("policy_name", ["fgd", "fgd-ff", "fgd-cpu", "binpack"])
+@pytest.mark.parametrize("req", SHAPES)
+@pytest.mark.parametrize("seed", [1, 2, 3])
+def test_filter_best_is_prioritizes_top_with_node_cpu(policy_name: str, req: PodRequest,
+                                                     seed: int) -> None:
+    """filter-best picks the best from shared scores plus name biases, reading the biases
+    of the nodes within the policy's bias bound only; it must be prioritize's top."""
+    _, rt = _cluster(seed)
+    alloc = rt.allocator
+    names = alloc.state.node_names()
+    pod = _with_cpu(make_gpu_pod("p", PodRequest(req.containers, policy=policy_name),
+                                 uid="u-p"), "6")
+    alloc.filter(pod, names)  # counts the pod in the mix: the scores move
+    scores = _expected(alloc, get_policy(policy_name), req, pod, names)
+    top = [n for n, s in zip(names, scores, strict=True) if s == 10]
+    assert top, "some node fits every shape of this cluster"
+    for _ in range(2):  # then from the shared memos
+        assert alloc.filter(pod, names).nodes == top
+
+
+@pytest.mark.parametrize("policy_name", sorted(REGISTRY))
+def test_a_name_bias_stays_inside_its_declared_bound(policy_name: str) -> None:
+    policy = get_policy(policy_name)
+    bias = policy.name_bias()
+    if bias is None:
+        assert policy.name_bias_bound == 0.0
+        return
+    values = [bias(f"node-{i}") for i in range(2000)]
+    assert all(0.0 <= v < policy.name_bias_bound for v in values)
+    assert max(values) > 0.9 * policy.name_bias_bound  # the bound is not loose either
 
 
 def test_fgd_scores_are_not_flat_once_the_mix_is_known() -> None:
