@@ -208,6 +208,35 @@ class NameBiases:
             return list(map(known.__getitem__, names))
 
 
+class NodeNames:
+    """One string object per node name, shared by every per-node table of the picture (the
+    state's, the contents', the node resources', the name biases).
+
+    A verb's node names are decoded from the request: new string objects, equal to the
+    tables' keys but not the same. A dict read by an equal object compares characters, one
+    more memory read per node and table; by the same object it stops at the identity check.
+    :meth:`canonical` pays that once per call, and every table read after it is by identity.
+    Names never seen are passed through, so hostile names are never kept."""
+
+    def __init__(self, limit: int = CONTENT_LIMIT) -> None:
+        self._limit = limit
+        self._by_name: dict[str, str] = {}
+
+    def intern(self, name: str) -> str:
+        """The shared object for ``name`` (kept from now on: call for real nodes only)."""
+        found = self._by_name.get(name)
+        if found is not None:
+            return found
+        if len(self._by_name) >= self._limit:
+            self._by_name.clear()  # bounded under endless churn; only speed is lost
+        return self._by_name.setdefault(name, name)
+
+    def canonical(self, names: Iterable[str]) -> list[str]:
+        """``names`` in order, each as the shared object when there is one."""
+        get = self._by_name.get
+        return list(map(get, names, names))
+
+
 class NodeContents:
     """Content ids of the nodes of one cluster picture, and the answers memoised by them.
 

@@ -340,7 +340,7 @@ class Allocator:
         drops nodes a nodeCacheCapable filter does not name, and reads the failure reasons only
         when no node is left (they are all there then).
         """
-        out = self._filter_pod(pod, names)
+        out = self._filter_pod(pod, self.state.names.canonical(names))
         if out.nodes:
             self.hooks.fits(PodRef.of(pod))
         elif names:
@@ -451,6 +451,7 @@ class Allocator:
         request = self.pod_request(pod)
         if request is None:
             return [0] * len(names)
+        names = self.state.names.canonical(names)
         return self._ranking(pod, request, names).scaled(names)
 
     def _ranking(self, pod: Mapping[str, Any], request: PodRequest, names: Sequence[str],
@@ -503,6 +504,7 @@ class Allocator:
         self.check_ready()
         if self.pod_request(pod) is not None or not self.config.node_resources:
             return [0] * len(names)
+        names = self.state.names.canonical(names)
         policy = get_policy(self.config.default_policy)
         workload = self.workload()
         thresholds = self._cpu_thresholds(policy, workload)

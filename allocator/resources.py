@@ -30,6 +30,7 @@ from decimal import Decimal
 from itertools import repeat
 from typing import Any, Final
 
+from allocator.content_memo import NodeNames
 from allocator.policies import NodeFacts
 from tessera.quantity import QuantityError, parse_quantity
 
@@ -221,8 +222,10 @@ def pod_usage(pod: Mapping[str, Any]) -> PodUsage | None:
 class NodeResources:
     """Allocatable and requested CPU and memory per node (module doc)."""
 
-    def __init__(self) -> None:
+    def __init__(self, names: NodeNames | None = None) -> None:
         self._lock = threading.Lock()
+        #: node names as the shared objects of the cluster picture (allocator.content_memo)
+        self._names = names if names is not None else NodeNames()
         self._allocatable: dict[str, tuple[int, int]] = {}
         #: pod uid -> (node, milli-CPU, memory bytes): the compact record, nothing more
         self._pods: dict[str, tuple[str, int, int]] = {}
@@ -279,7 +282,7 @@ class NodeResources:
                 return
             if self._allocatable.get(name) == allocatable:
                 return
-            self._allocatable[self._intern(name)] = allocatable
+            self._allocatable[self._names.intern(name)] = allocatable
             self.max_cpu_milli = max(self.max_cpu_milli, allocatable[0])
             self._refresh(name)
 
@@ -382,7 +385,8 @@ class NodeResources:
             self._touched.pop(uid, None)
         else:
             node, cpu, memory = record
-            self._pods[uid] = (self._intern(node), self._intern(cpu), self._intern(memory))
+            self._pods[uid] = (self._names.intern(node), self._intern(cpu),
+                               self._intern(memory))
             self._add(node, cpu, memory)
         if old is not None:
             self._add(old[0], -old[1], -old[2])
@@ -393,7 +397,7 @@ class NodeResources:
         if used == (0, 0):
             self._used.pop(node, None)
         else:
-            self._used[self._intern(node)] = used
+            self._used[self._names.intern(node)] = used
         self._refresh(node)
 
     def _refresh(self, node: str) -> None:
@@ -401,7 +405,7 @@ class NodeResources:
         if allocatable is None:
             return  # pods of an unknown node count once it is known
         used_cpu, used_memory = self._used.get(node, (0, 0))
-        name = self._intern(node)
+        name = self._names.intern(node)
         self.free_cpu[name] = allocatable[0] - used_cpu
         self.free_memory[name] = allocatable[1] - used_memory
 

@@ -26,7 +26,7 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Any
 
-from allocator.content_memo import NodeContents
+from allocator.content_memo import NodeContents, NodeNames
 from allocator.fit import Card, NodeState, build_node_state
 from allocator.inventory import Inventory, read_inventory
 from allocator.resources import NodeResources
@@ -104,7 +104,9 @@ class ClusterState:
         #: content ids of the current views, and the verbs' answers memoised by them
         self.node_contents = NodeContents()
         #: every node's CPU and memory, allocatable and requested
-        self.resources = NodeResources()
+        #: one string object per node name, for every per-node table (content_memo.NodeNames)
+        self.names = NodeNames()
+        self.resources = NodeResources(self.names)
         # Pod records by the moment they last changed (a counter, not a clock): a consistent
         # read only releases records that did not change after it began (reconcile_pods).
         self._epoch = 0
@@ -156,6 +158,7 @@ class ClusterState:
         name = _name(node)
         if not name:
             return
+        name = self.names.intern(name)
         inv = self._inventory(node, name)
         with self._lock:
             looked_up = self._looked_up.get(name)
@@ -176,6 +179,7 @@ class ClusterState:
         name = _name(node)
         if not name:
             return False
+        name = self.names.intern(name)
         inv = self._inventory(node, name)
         with self._lock:
             if name in self._nodes:

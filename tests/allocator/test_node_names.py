@@ -1,0 +1,61 @@
+"""Node names as one shared string object per name (allocator.content_memo.NodeNames): a
+verb's names, decoded from JSON, are mapped to the picture's own objects once, so that every
+per-node table is read by identity; names the picture does not know pass through, unkept."""
+
+from __future__ import annotations
+
+import json
+
+from builders import VOCAB, make_gpu_pod, make_node, request, share
+
+from allocator.content_memo import NodeNames
+from allocator.core import Allocator, AllocatorConfig
+from allocator.state import ClusterState
+
+
+def _fresh(name: str) -> str:
+    """An equal string that is another object (what a decoded request body holds)."""
+    copy: str = json.loads(json.dumps(name))
+    assert copy == name and copy is not name
+    return copy
+
+
+def test_known_names_become_the_shared_object_and_unknown_ones_are_not_kept() -> None:
+    names = NodeNames()
+    shared = names.intern("node-a")
+    assert names.intern(_fresh("node-a")) is shared
+    asked = [_fresh("node-a"), "ghost"]
+    out = names.canonical(asked)
+    assert out == asked
+    assert out[0] is shared and out[1] is asked[1]
+    assert names.canonical(["ghost"])[0] is not shared
+    assert names.intern(_fresh("ghost")) == "ghost"  # only intern() keeps a name
+
+
+def test_every_per_node_table_of_the_picture_holds_the_same_name_object() -> None:
+    state = ClusterState(VOCAB)
+    # a bound pod's event before its node's: its nodeName is the first object seen
+    state.resources.apply_pod({"metadata": {"uid": "u"}, "spec": {"nodeName": _fresh("n1"),
+                               "containers": [{"name": "c", "resources": {
+                                   "requests": {"cpu": "1"}}}]}})
+    state.replace_nodes([make_node(_fresh("n1"), count=2), make_node(_fresh("n2"), count=2)])
+    state.mark_synced()
+    assert state.resources.free_cpu["n1"] < state.resources.free_cpu["n2"]
+    shared = state.names.canonical([_fresh("n1")])[0]
+    assert next(k for k in state.node_contents._of if k == "n1") is shared
+    assert next(k for k in state.resources.free_cpu if k == "n1") is shared
+    assert next(k for k in state._views if k == "n1") is shared
+
+
+def test_filter_answers_with_the_names_asked_for() -> None:
+    state = ClusterState(VOCAB)
+    state.replace_nodes([make_node(f"n{i}", count=2) for i in range(3)])
+    state.mark_synced()
+    allocator = Allocator(state, api=None,  # type: ignore[arg-type]
+                          config=AllocatorConfig(filter_best=False))
+    asked = [_fresh("n0"), _fresh("n1"), "ghost", _fresh("n2")]
+    out = allocator.filter(make_gpu_pod("p", request(share(core=30, mem=1000)), uid="u"), asked)
+    assert out.nodes == ["n0", "n1", "n2"]
+    assert set(out.failed) | set(out.unresolvable) == {"ghost"}
+    assert allocator.prioritize(make_gpu_pod("p", request(share(core=30, mem=1000)), uid="u"),
+                                asked)[2] == ("ghost", 0)
