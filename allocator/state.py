@@ -103,10 +103,14 @@ class ClusterState:
         self._views: dict[str, NodeView] = {}
         #: content ids of the current views, and the verbs' answers memoised by them
         self.node_contents = NodeContents()
-        #: every node's CPU and memory, allocatable and requested
         #: one string object per node name, for every per-node table (content_memo.NodeNames)
         self.names = NodeNames()
+        #: every node's CPU and memory, allocatable and requested
         self.resources = NodeResources(self.names)
+        #: What cards and CPU were last read from, per node (labels, annotations,
+        #: allocatable): a node update that changes none of them (a status heartbeat) is not
+        #: read again.
+        self._read_from: dict[str, tuple[object, object, object]] = {}
         # Pod records by the moment they last changed (a counter, not a clock): a consistent
         # read only releases records that did not change after it began (reconcile_pods).
         self._epoch = 0
@@ -159,6 +163,9 @@ class ClusterState:
         if not name:
             return
         name = self.names.intern(name)
+        inputs = _read_from(node)
+        if self._read_from.get(name) == inputs and name not in self._looked_up:
+            return  # nothing the cards or the CPU are read from has changed
         inv = self._inventory(node, name)
         with self._lock:
             looked_up = self._looked_up.get(name)
@@ -169,6 +176,7 @@ class ClusterState:
                 del self._looked_up[name]
             self._apply_inventory(name, inv)
             self.resources.apply_node(name, node)
+            self._read_from[name] = inputs
 
     def apply_looked_up_node(self, node: Mapping[str, Any]) -> bool:
         """A node read by name because the watch had not delivered it yet
@@ -189,6 +197,7 @@ class ClusterState:
                 self._looked_up[name] = version
             self._apply_inventory(name, inv)
             self.resources.apply_node(name, node)
+            self._read_from[name] = _read_from(node)
             return True
 
     def _inventory(self, node: Mapping[str, Any], name: str) -> Inventory:
@@ -222,6 +231,7 @@ class ClusterState:
     def remove_node(self, name: str) -> None:
         with self._lock:
             self._looked_up.pop(name, None)
+            self._read_from.pop(name, None)
             self._nodes.pop(name, None)
             self._views.pop(name, None)
             self.node_contents.forget(name)
@@ -239,6 +249,7 @@ class ClusterState:
             for name in list(self._nodes):
                 if name not in seen:
                     self._looked_up.pop(name, None)
+                    self._read_from.pop(name, None)
                     del self._nodes[name]
                     self._views.pop(name, None)
                     self.node_contents.forget(name)
@@ -528,6 +539,20 @@ def _meta_str(obj: Mapping[str, Any], key: str) -> str:
 
 def _uid(pod: Mapping[str, Any]) -> str:
     return _meta_str(pod, "uid")
+
+
+def _read_from(node: Mapping[str, Any]) -> tuple[object, object, object]:
+    """What a node's cards (:func:`allocator.inventory.read_inventory`) and CPU
+    (:func:`allocator.resources.node_allocatable`) are read from."""
+    meta = node.get("metadata")
+    status = node.get("status")
+    meta = meta if isinstance(meta, Mapping) else {}
+    status = status if isinstance(status, Mapping) else {}
+    # copies: a caller that changes a node object in place must not change what was kept
+    def kept(value: object) -> object:
+        return dict(value) if isinstance(value, Mapping) else value
+
+    return kept(meta.get("labels")), kept(meta.get("annotations")), kept(status.get("allocatable"))
 
 
 def _name(node: Mapping[str, Any]) -> str:

@@ -4,8 +4,11 @@ per-node table is read by identity; names the picture does not know pass through
 
 from __future__ import annotations
 
+import copy
 import json
+from typing import Any
 
+import pytest
 from builders import VOCAB, make_gpu_pod, make_node, request, share
 
 from allocator.content_memo import NodeNames
@@ -59,3 +62,33 @@ def test_filter_answers_with_the_names_asked_for() -> None:
     assert set(out.failed) | set(out.unresolvable) == {"ghost"}
     assert allocator.prioritize(make_gpu_pod("p", request(share(core=30, mem=1000)), uid="u"),
                                 asked)[2] == ("ghost", 0)
+
+
+def test_a_node_update_that_changes_no_input_of_its_cards_is_not_read_again(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    state = ClusterState(VOCAB)
+    reads: list[str] = []
+    inventory = state._inventory
+
+    def counting(node: Any, name: str) -> Any:
+        reads.append(name)
+        return inventory(node, name)
+
+    monkeypatch.setattr(state, "_inventory", counting)
+    node = make_node("n1", count=2)
+    node["status"]["allocatable"]["cpu"] = "8"
+    state.apply_node(node)
+    heartbeat = copy.deepcopy(node)
+    heartbeat["status"]["conditions"] = [{"type": "Ready", "status": "True"}]
+    state.apply_node(heartbeat)
+    assert reads == ["n1"]
+    node["status"]["allocatable"]["cpu"] = "4"  # changed in place: still seen as a change
+    state.apply_node(node)
+    assert reads == ["n1", "n1"] and state.resources.free_cpu["n1"] == 4000
+    relabelled = copy.deepcopy(node)
+    relabelled["metadata"]["labels"][VOCAB.node_model_label] = "A100"
+    state.apply_node(relabelled)
+    assert reads == ["n1"] * 3
+    state.remove_node("n1")
+    state.apply_node(relabelled)  # known again after its removal: read again
+    assert reads == ["n1"] * 4
