@@ -37,6 +37,7 @@ from allocator import extender, page
 from allocator.config import Settings
 from allocator.core import Allocator, describe_error, event_safe
 from allocator.decisions import Fanout
+from allocator.errors import WouldBlock
 from allocator.leader import LeaderElector
 from allocator.metrics import Metrics
 from allocator.nodelookup import NodeLookup
@@ -46,6 +47,7 @@ from allocator.recorder import EventRecorder
 from allocator.resync import PodResync
 from allocator.state import ClusterState
 from allocator.watch import initial_sync, reflectors, resource_reflector
+from tessera.transport import INLINE, NeedsThread
 from tessera.wire import BodyTooLarge, WireError, dump_json, read_body
 
 logger = logging.getLogger(__name__)
@@ -178,15 +180,25 @@ def create_app(
     app.config["MAX_CONTENT_LENGTH"] = settings.max_body_bytes
     app.extensions[EXTENSION] = runtime
     _routes(app, runtime, settings.url_prefix)
-    app.wsgi_app = VerbRoutes(  # type: ignore[method-assign]
-        app.wsgi_app, _verbs(runtime, settings.url_prefix), settings.max_body_bytes)
+    prefix = settings.url_prefix
+    routes = VerbRoutes(app.wsgi_app, _verbs(runtime, prefix), settings.max_body_bytes,
+                        inline=[f"{prefix}/{verb}" for verb in INLINE_VERBS])
+    app.wsgi_app = routes  # type: ignore[method-assign]
+    # read by tessera.transport.WsgiBridge, which serves these paths in its event loop
+    app.inline_paths = routes.inline_paths  # type: ignore[attr-defined]
     if start:
         runtime.start()
     return app
 
 
-#: What a verb makes of a request body: the reply's JSON.
-Verb = Callable[[bytes], bytes]
+#: The verbs that only read the picture (API reads aside, see :class:`VerbRoutes`), answered
+#: in the server's event loop; bind writes to the API and runs in a request thread.
+INLINE_VERBS = ("filter", "prioritize", "prioritize-cpu-only")
+
+#: What a verb makes of a request body: the reply's JSON. The flag is False when the verb is
+#: answered in the event loop (:data:`tessera.transport.INLINE`): it must not block then, and
+#: raises :class:`WouldBlock` instead.
+Verb = Callable[[bytes, bool], bytes]
 StartResponse = Callable[..., Any]
 WsgiApp = Callable[[dict[str, Any], StartResponse], Iterable[bytes]]
 
@@ -202,10 +214,14 @@ class VerbRoutes:
     both with ``Error``; a bug is logged and answered 200 with ``Error``.
     """
 
-    def __init__(self, app: WsgiApp, verbs: Mapping[str, Verb], max_body_bytes: int) -> None:
+    def __init__(self, app: WsgiApp, verbs: Mapping[str, Verb], max_body_bytes: int,
+                 inline: Iterable[str] = ()) -> None:
         self.app = app
         self.verbs = dict(verbs)
         self.max_body_bytes = max_body_bytes
+        #: verb paths the server may answer in its event loop (:mod:`tessera.transport`):
+        #: the verbs that only read the picture, unless an API read is due (then WouldBlock)
+        self.inline_paths = frozenset(inline)
 
     def __call__(self, environ: dict[str, Any], start_response: StartResponse
                  ) -> Iterable[bytes]:
@@ -227,7 +243,10 @@ class VerbRoutes:
 
     def _answer(self, verb: Verb, environ: dict[str, Any]) -> tuple[HTTPStatus, bytes]:
         try:
-            return HTTPStatus.OK, verb(read_body(environ, self.max_body_bytes))
+            return HTTPStatus.OK, verb(read_body(environ, self.max_body_bytes),
+                                       not environ.get(INLINE, False))
+        except WouldBlock:
+            raise NeedsThread from None
         except WireError as exc:
             return HTTPStatus(exc.status), dump_json({"Error": event_safe(str(exc))})
         except Exception as exc:  # a bug: still an answer the scheduler shows (module doc)
@@ -238,21 +257,21 @@ class VerbRoutes:
 def _verbs(rt: Runtime, prefix: str) -> dict[str, Verb]:
     timer = rt.metrics.verb_seconds
 
-    def filter_verb(body: bytes) -> bytes:
+    def filter_verb(body: bytes, may_block: bool) -> bytes:
         with timer.labels("filter").time():
-            return dump_json(extender.filter_reply(rt.allocator, body))
+            return dump_json(extender.filter_reply(rt.allocator, body, may_block=may_block))
 
-    def prioritize_verb(body: bytes) -> bytes:
+    def prioritize_verb(body: bytes, may_block: bool) -> bytes:
         with timer.labels("prioritize").time():
             names, scores = extender.prioritize_scores(rt.allocator, body)
             return extender.encode_priorities(names, scores).encode()
 
-    def prioritize_cpu_only_verb(body: bytes) -> bytes:
+    def prioritize_cpu_only_verb(body: bytes, may_block: bool) -> bytes:
         with timer.labels("prioritize-cpu-only").time():
             names, scores = extender.prioritize_scores(rt.allocator, body, cpu_only=True)
             return extender.encode_priorities(names, scores).encode()
 
-    def bind_verb(body: bytes) -> bytes:
+    def bind_verb(body: bytes, may_block: bool) -> bytes:
         with timer.labels("bind").time():
             reply, outcome = extender.bind_reply(rt.allocator, body)
         rt.metrics.binds.labels(outcome).inc()

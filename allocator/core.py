@@ -36,7 +36,7 @@ from allocator.content_memo import (
     bucket_value,
 )
 from allocator.decisions import NO_HOOKS, DecisionHooks, PodRef
-from allocator.errors import ApiError, BindError, Conflict, NotFound, NotReady
+from allocator.errors import ApiError, BindError, Conflict, NotFound, NotReady, WouldBlock
 from allocator.fit import NodeState, Placement, Unfit, place, unfit_reason
 from allocator.mix import LiveMix
 from allocator.nodelookup import NodeLookup
@@ -329,9 +329,12 @@ class Allocator:
                 self.observe(pod, request)
 
     # ------------------------------------------------------------------ filter
-    def filter(self, pod: Mapping[str, Any], names: Sequence[str]) -> FilterOutcome:
+    def filter(self, pod: Mapping[str, Any], names: Sequence[str], *,
+               may_block: bool = True) -> FilterOutcome:
         """The nodes the GPU pod fits on, and why not on the others; with
         :attr:`AllocatorConfig.filter_best`, only the nodes the policy scores best.
+        ``may_block`` False: :class:`WouldBlock` instead of reading nodes or pods from the API
+        (:mod:`allocator.nodelookup`, :mod:`allocator.resync`); ask again with True.
 
         Filtering to the best is what prioritize would say, said where kube-scheduler cannot
         blur it: its own plugins then judge only among the policy's tied best nodes, and with
@@ -340,14 +343,15 @@ class Allocator:
         drops nodes a nodeCacheCapable filter does not name, and reads the failure reasons only
         when no node is left (they are all there then).
         """
-        out = self._filter_pod(pod, self.state.names.canonical(names))
+        out = self._filter_pod(pod, self.state.names.canonical(names), may_block)
         if out.nodes:
             self.hooks.fits(PodRef.of(pod))
         elif names:
             self.hooks.refused(PodRef.of(pod), {**out.failed, **out.unresolvable})
         return out
 
-    def _filter_pod(self, pod: Mapping[str, Any], names: Sequence[str]) -> FilterOutcome:
+    def _filter_pod(self, pod: Mapping[str, Any], names: Sequence[str],
+                    may_block: bool) -> FilterOutcome:
         self.check_ready()
         try:
             request = self.pod_request(pod)
@@ -360,7 +364,7 @@ class Allocator:
             return FilterOutcome(list(names), {}, {})
         self.remember(pod)
         self.observe(pod, request)
-        out, short, contents = self._filter(request, names)
+        out, short, contents = self._filter(request, names, may_block)
         if out.nodes:
             return self._best_of(pod, request, out, contents)
         if not short or self.resync is None:
@@ -368,8 +372,11 @@ class Allocator:
         # No node left, some only for lack of room: perhaps a release our watch has not
         # delivered yet (allocator/resync.py). Decide again on a consistent picture.
         uid = (pod.get("metadata") or {}).get("uid") or ""
-        if self.resync.ensure(self.resync.needed(uid)):
-            out, short, contents = self._filter(request, names)
+        needed = self.resync.needed(uid)
+        if not may_block and not self.resync.fresh(needed):
+            raise WouldBlock("a consistent read of the GPU pods is due")
+        if self.resync.ensure(needed):
+            out, short, contents = self._filter(request, names, may_block)
         if out.nodes:
             self.resync.forget(uid)
             return self._best_of(pod, request, out, contents)
@@ -386,11 +393,11 @@ class Allocator:
         best = self._ranking(pod, request, out.nodes, contents).best(out.nodes)
         return FilterOutcome(best, {}, {}) if best else out
 
-    def _filter(self, request: PodRequest, names: Sequence[str]
+    def _filter(self, request: PodRequest, names: Sequence[str], may_block: bool
                 ) -> tuple[FilterOutcome, bool, list[int | None] | None]:
         """(the outcome, whether some node was rejected only for lack of free room, the
         content ids of the outcome's nodes when filter_best will rank them, else None)."""
-        contents = self._contents(names)
+        contents = self._contents(names, may_block)
         verdicts = self._fit_verdicts(request, names, contents)
         if all(verdict is None for verdict in verdicts.distinct()):
             # the common case: one pass less
@@ -417,14 +424,16 @@ class Allocator:
                 unresolvable[name] = verdict.reason
         return FilterOutcome(ok, failed, unresolvable), short, None
 
-    def _contents(self, names: Sequence[str]) -> list[int | None]:
+    def _contents(self, names: Sequence[str], may_block: bool) -> list[int | None]:
         """The content id of every node (None: unknown); nodes our node watch has not
         delivered yet are read by name first (:mod:`allocator.nodelookup`)."""
         ids = self.state.node_contents.ids
         contents = ids(names)
         if self.node_lookup is not None and None in contents:
-            self.node_lookup.ensure([n for n, c in zip(names, contents, strict=True)
-                                     if c is None])
+            unknown = [n for n, c in zip(names, contents, strict=True) if c is None]
+            if not may_block and not self.node_lookup.settled(unknown):
+                raise WouldBlock("nodes unknown to the node watch are to be read")
+            self.node_lookup.ensure(unknown)
             contents = ids(names)
         return contents
 

@@ -32,3 +32,8 @@ class BindError(TesseraError):
 
 class NotReady(TesseraError):
     """The allocator cannot answer yet (not synced, or not the leader)."""
+
+
+class WouldBlock(TesseraError):
+    """The verb needs an API read, and its caller asked it not to block (it answers in the
+    event loop first: :class:`allocator.app.VerbRoutes`)."""

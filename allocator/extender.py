@@ -24,7 +24,7 @@ from json.encoder import encode_basestring_ascii as _quote
 from typing import Any, TypedDict
 
 from allocator.core import Allocator, BindOutcome, describe_error, event_safe
-from allocator.errors import NotReady
+from allocator.errors import NotReady, WouldBlock
 from allocator.policies import MAX_SCORE
 from tessera.logs import pod_context, pod_ids_context
 from tessera.vocabulary import TesseraError
@@ -117,10 +117,15 @@ def decode_binding(body: bytes) -> ExtenderBindingArgs:
                                values["PodUID"], values["Node"])
 
 
-def filter_reply(allocator: Allocator, body: bytes) -> ExtenderFilterResult:
+def filter_reply(allocator: Allocator, body: bytes, *,
+                 may_block: bool = True) -> ExtenderFilterResult:
+    """The filter verb's reply; with ``may_block`` False, :class:`WouldBlock` instead of an
+    API read (:meth:`Allocator.filter`)."""
     try:
         args = decode_args(body)
-        out = allocator.filter(args.pod, args.node_names)
+        out = allocator.filter(args.pod, args.node_names, may_block=may_block)
+    except WouldBlock:
+        raise
     except (WireError, NotReady) as exc:
         return _filter_error(event_safe(str(exc)))
     except Exception as exc:  # a bug must still reach the user as an Error, never a 500

@@ -60,6 +60,15 @@ class NodeLookup:
         self._absent: OrderedDict[str, float] = OrderedDict()  # name -> when found absent
         self.reads = 0  # reads started (for tests and logs)
 
+    def settled(self, names: Sequence[str]) -> bool:
+        """Whether :meth:`ensure` would neither read nor wait: each name was found absent
+        too recently to be read again."""
+        with self._cond:
+            now = self._clock()
+            return not any(n in self._in_flight
+                           or now - self._absent.get(n, float("-inf")) >= self.min_interval
+                           for n in names)
+
     def ensure(self, names: Sequence[str]) -> None:
         """Try to make each of ``names`` known to the state, waiting at most ``max_wait``."""
         deadline = self._clock() + self.max_wait

@@ -89,6 +89,11 @@ class PodResync:
             self._rejected.pop(uid, None)
 
     # ------------------------------------------------------------------ the read
+    def fresh(self, since: float) -> bool:
+        """Whether :meth:`ensure` would return at once, True (no read, no wait)."""
+        with self._cond:
+            return self._fresh_since >= since
+
     def ensure(self, since: float) -> bool:
         """Make sure a list begun at or after ``since`` has been reconciled into the state,
         waiting at most ``max_wait``. False when that was not possible in time (the caller

@@ -16,6 +16,12 @@ time, and only then runs the app in one of ``threads`` threads. A request reache
 complete, so no client can hold one by being slow. (a2wsgi and asgiref's adapters stream the
 body to the app from inside the thread, which lets a slow body hold the thread again.)
 
+A request to one of the app's ``inline_paths`` (an attribute the app may declare: requests
+that only compute, such as the allocator's filter) runs in the event loop itself, without the
+hop to a request thread and back, which costs more than such a request's own work. The app
+sees ``environ[INLINE]`` and raises :class:`NeedsThread` when it would block after all; the
+request is then run again in a request thread. Only a request complete in memory gets there.
+
 TLS: :class:`CertificateFiles` is gunicorn's ``ssl_context`` hook. The event loop has one
 SSLContext for the listener, so rotated certificate files are picked up in its SNI callback,
 which OpenSSL calls for every ClientHello (with or without SNI): when the files changed, a new
@@ -55,11 +61,19 @@ BODY_SECONDS: Final = 10.0
 #: How often a run of failed TLS handshakes is reported (one line per interval at most).
 HANDSHAKE_REPORT_SECONDS: Final = 60.0
 
+#: Set (True) in the environ of a request run in the event loop (module doc).
+INLINE: Final = "tessera.inline"
+
 Scope = MutableMapping[str, Any]
 Message = MutableMapping[str, Any]
 Receive = Callable[[], Awaitable[Message]]
 Send = Callable[[Message], Awaitable[None]]
 WsgiApp = Callable[[dict[str, Any], Callable[..., Any]], Iterable[bytes]]
+
+
+class NeedsThread(Exception):
+    """Raised by an app serving a request in the event loop (``environ[INLINE]``) that would
+    block: the bridge runs the request again in a request thread."""
 
 
 class WsgiBridge:
@@ -75,6 +89,8 @@ class WsgiBridge:
     def __init__(self, app: WsgiApp, *, threads: int, max_body_bytes: int,
                  body_seconds: float = BODY_SECONDS) -> None:
         self.app = app
+        #: paths whose requests run in the event loop (module doc)
+        self.inline_paths: frozenset[str] = frozenset(getattr(app, "inline_paths", ()))
         self.max_body_bytes = max_body_bytes
         self.body_seconds = body_seconds
         self.threads = threads
@@ -99,16 +115,27 @@ class WsgiBridge:
         declared = _header(scope, b"content-length")
         if (declared is not None and declared.isascii() and declared.isdigit()
                 and int(declared) > self.max_body_bytes):
-            environ = wsgi_environ(scope, b"", content_length=declared)  # nothing read
+            body, length = b"", declared  # nothing read
         else:
-            body = await self._read_body(receive, send)
-            if body is None:
+            read = await self._read_body(receive, send)
+            if read is None:
                 return
-            environ = wsgi_environ(scope, body)
-        loop = asyncio.get_running_loop()
-        status, headers, content = await loop.run_in_executor(
-            self.pool, call_wsgi, self.app, environ)
+            body, length = read, None
+        if scope.get("path") in self.inline_paths:
+            try:
+                status, headers, content = call_wsgi(
+                    self.app, {**wsgi_environ(scope, body, length), INLINE: True})
+            except NeedsThread:
+                status, headers, content = await self._in_thread(scope, body, length)
+        else:
+            status, headers, content = await self._in_thread(scope, body, length)
         await _respond(send, status, headers, content)
+
+    async def _in_thread(self, scope: Scope, body: bytes, length: str | None
+                         ) -> tuple[int, list[tuple[str, str]], bytes]:
+        loop = asyncio.get_running_loop()
+        return await loop.run_in_executor(self.pool, call_wsgi, self.app,
+                                          wsgi_environ(scope, body, length))
 
     async def _read_body(self, receive: Receive, send: Send) -> bytes | None:
         """The whole body (or its first ``max_body_bytes`` + 1 bytes), or None after an
@@ -210,10 +237,11 @@ def wsgi_environ(scope: Scope, body: bytes, content_length: str | None = None
 
 
 def call_wsgi(app: WsgiApp, environ: dict[str, Any]) -> tuple[int, list[tuple[str, str]], bytes]:
-    """Run the app to completion in this (request) thread: (status, headers, body).
+    """Run the app to completion in this thread: (status, headers, body).
 
-    An app that raises gets a 500 and a logged traceback: a bug, never an answer to input
-    (both apps turn every input problem into a 4xx themselves)."""
+    :class:`NeedsThread` from a request run inline passes through (the bridge's to handle).
+    An app that raises anything else gets a 500 and a logged traceback: a bug, never an
+    answer to input (both apps turn every input problem into a 4xx themselves)."""
     started: list[Any] = []
     chunks: list[bytes] = []
 
@@ -230,7 +258,9 @@ def call_wsgi(app: WsgiApp, environ: dict[str, Any]) -> tuple[int, list[tuple[st
             close = getattr(result, "close", None)
             if close is not None:
                 close()
-    except Exception:
+    except Exception as exc:
+        if isinstance(exc, NeedsThread) and environ.get(INLINE):
+            raise  # the bridge runs it again in a request thread
         logger.exception("unexpected error serving %s %s", environ.get("REQUEST_METHOD"),
                          environ.get("PATH_INFO"))
         body = json.dumps({"code": 500, "message": "internal error"}).encode()

@@ -16,6 +16,7 @@ from allocator.core import Allocator
 from allocator.errors import ApiError
 from allocator.resync import PodResync
 from allocator.state import ClusterState
+from tessera.transport import INLINE, NeedsThread
 from tessera.vocabulary import Allocation, ContainerAllocation, encode_allocation
 
 
@@ -247,3 +248,21 @@ def test_a_relist_drives_replace_with_the_mark_taken_before_the_list_request() -
     assert order == ["mark", "list"]
     assert got == [41]
     assert reflector.resource_version == "7"
+
+
+def test_answered_in_the_event_loop_a_filter_asks_for_a_thread_before_a_consistent_read(
+) -> None:
+    fake = FakeKube()
+    _one_card_taken(fake)
+    app, rt = make_app(fake)
+    _release(fake, "deleted")
+    args = {"Pod": make_gpu_pod("b", request(whole()), uid="u-b"), "Nodes": None,
+            "NodeNames": ["n1"]}
+    lists = fake.calls.count(("list_pods", VOCAB.gpu_pod_selector))
+    with pytest.raises(NeedsThread):
+        app.test_client().post("/scheduler/filter", json=args, environ_overrides={INLINE: True})
+    assert fake.calls.count(("list_pods", VOCAB.gpu_pod_selector)) == lists  # none inline
+    body = app.test_client().post("/scheduler/filter", json=args).get_json()
+    assert body["NodeNames"] == ["n1"], body
+    assert rt.state.record("u-a") is None
+    assert fake.calls.count(("list_pods", VOCAB.gpu_pod_selector)) == lists + 1

@@ -11,6 +11,7 @@ import json
 import logging
 import os
 import ssl
+import threading
 from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
@@ -18,7 +19,14 @@ from typing import Any
 import pytest
 
 from certs.builder import build_ca, build_leaf
-from tessera.transport import CertificateFiles, HandshakeFailures, WsgiBridge, wsgi_environ
+from tessera.transport import (
+    INLINE,
+    CertificateFiles,
+    HandshakeFailures,
+    NeedsThread,
+    WsgiBridge,
+    wsgi_environ,
+)
 
 Message = dict[str, Any]
 
@@ -232,3 +240,51 @@ def test_a_garbage_handshake_is_counted(tmp_path: Path) -> None:
     with pytest.raises(ssl.SSLError):
         server.do_handshake()
     assert files.failures.total == 1
+
+
+class Inline:
+    """A WSGI app that declares /fast inline; on /fast it needs a thread when told to."""
+
+    inline_paths = ("/fast",)
+
+    def __init__(self, needs_thread: bool) -> None:
+        self.needs_thread = needs_thread
+        self.calls: list[tuple[str, bool, bytes]] = []
+
+    def __call__(self, environ: dict[str, Any], start_response: Any) -> list[bytes]:
+        inline = bool(environ.get(INLINE))
+        data = environ["wsgi.input"].read()
+        self.calls.append((threading.current_thread().name, inline, data))
+        if inline and self.needs_thread:
+            raise NeedsThread
+        start_response("200 OK", [("Content-Type", "text/plain")])
+        return [b"inline" if inline else b"thread", data]
+
+
+def test_an_inline_path_runs_in_the_event_loop_and_others_in_a_request_thread() -> None:
+    app = Inline(needs_thread=False)
+    bridge = WsgiBridge(app, threads=1, max_body_bytes=100)
+    assert body(run(bridge, scope(path="/fast"), [chunk(b"a", False)]))[2] == b"inlinea"
+    assert body(run(bridge, scope(path="/slow"), [chunk(b"b", False)]))[2] == b"threadb"
+    (fast_thread, _, _), (slow_thread, _, _) = app.calls
+    assert fast_thread == threading.current_thread().name  # asyncio.run's loop thread
+    assert slow_thread.startswith("request")
+
+
+def test_an_inline_request_that_would_block_runs_again_in_a_thread_with_its_whole_body() -> None:
+    app = Inline(needs_thread=True)
+    sent = run(WsgiBridge(app, threads=1, max_body_bytes=100), scope(path="/fast"),
+               [chunk(b"12", True), chunk(b"34", False)])
+    assert body(sent)[0] == 200 and body(sent)[2] == b"thread1234"
+    assert [(inline, data) for _, inline, data in app.calls] == [(True, b"1234"),
+                                                                (False, b"1234")]
+
+
+def test_needs_thread_outside_the_event_loop_is_a_bug_answered_500(
+        caplog: pytest.LogCaptureFixture) -> None:
+    def confused(environ: dict[str, Any], start_response: Any) -> list[bytes]:
+        raise NeedsThread
+
+    sent = run(WsgiBridge(confused, threads=1, max_body_bytes=10), scope(), [chunk(b"", False)])
+    assert body(sent)[0] == 500
+    assert "unexpected error" in caplog.text
