@@ -78,4 +78,7 @@ def create_app(config: WebhookConfig | None = None) -> Flask:
         return _json(400, {"code": 400, "message": "could not process request: "
                                                    f"{type(exc).__name__}: {exc}"})
 
+    # Admission only computes (no API call, no file): the server answers it in its event
+    # loop, without the hop to a request thread (tessera.transport).
+    app.inline_paths = ("/mutate",)  # type: ignore[attr-defined]
     return app

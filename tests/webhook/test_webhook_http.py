@@ -6,6 +6,7 @@ server would validate it: extended resources are integers, requested == limited.
 
 from __future__ import annotations
 
+import asyncio
 import base64
 import copy
 import json
@@ -25,6 +26,7 @@ from flask.testing import FlaskClient
 from tessera.dialects import Dialect, DialectConfig
 from tessera.quantity import parse_quantity
 from tessera.serving import ServingConfig
+from tessera.transport import WsgiBridge
 from tessera.vocabulary import ConfigError, Vocabulary, decode_request
 from webhook import admission
 from webhook.app import create_app
@@ -501,3 +503,32 @@ def test_admissions_are_logged_with_the_pods_identity(
         "default", "trainer", "review-7"
     )
     assert "default/trainer" in record.getMessage()
+
+
+def test_admission_is_answered_in_the_servers_event_loop_as_through_flask(app: Flask) -> None:
+    """The app declares /mutate inline (tessera.transport): the bridge answers it in its
+    event loop thread, with the same review Flask gives."""
+    review = json.dumps(make_review(load_example("aliyun-gpu-mem.yaml"), uid="u-inline")).encode()
+    bridge = WsgiBridge(app, threads=1, max_body_bytes=CONFIG.max_body_bytes)
+    assert bridge.inline_paths == {"/mutate"}
+    sent: list[dict[str, Any]] = []
+
+    async def main() -> None:
+        messages = [{"type": "http.request", "body": review, "more_body": False}]
+
+        async def receive() -> dict[str, Any]:
+            return messages.pop(0) if messages else {"type": "http.disconnect"}
+
+        async def send(message: dict[str, Any]) -> None:
+            sent.append(message)
+
+        await bridge({"type": "http", "method": "POST", "path": "/mutate", "headers": [
+            (b"content-type", b"application/json")], "query_string": b""}, receive, send)
+
+    asyncio.run(main())
+    assert sent[0]["status"] == 200
+    through_flask = app.test_client().post("/mutate", data=review,
+                                           content_type="application/json").get_json()
+    assert json.loads(sent[1]["body"]) == through_flask
+    assert through_flask["response"]["allowed"] is True
+    assert through_flask["response"].get("patch")  # the example asks for GPU: a mutation
