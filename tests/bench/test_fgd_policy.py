@@ -170,12 +170,13 @@ def test_fgd_cpu_counts_no_shortfall_below_half_a_card() -> None:
     assert cpu_stranding(seven, mix, 72000) == pytest.approx(0.5)  # feed 6: one card short
 
 
-def test_a_cpu_hungry_one_gpu_pod_does_not_open_the_cpu_richest_eight_gpu_node() -> None:
+def test_a_cpu_hungry_one_gpu_pod_scores_alike_on_a_fresh_96_and_128_core_eight_gpu_node(
+) -> None:
     # The mix asks 11 cores per GPU. A 1-GPU pod asking 24 cores leaves a fresh 96-core
     # 8-GPU node 72 cores for 7 GPUs: 0.45 of a card short, which counts as none, so the
     # 96-core and the 128-core node score alike (the fixed order decides), and the 128-core
-    # node stays whole for a pod only it can hold. Counting that shortfall (the version
-    # before) put every such pod on the 128-core node.
+    # node, the only home of a pod asking more than 96 cores, is not preferred. Counting that
+    # shortfall (the version before) preferred the 128-core node for every such pod.
     workload = Workload(((whole(), 1.0),), (11000,))
     req = whole()
     fresh = [0] * 8
