@@ -23,9 +23,9 @@ mix"). A shortfall below :data:`SHORTFALL_TOLERANCE` cards is not counted (``str
 the shortfall minus it): the mix's CPU per GPU is an average, and a node less than half a
 card short still feeds its cards with the CPU-light pods of the mix. Counting it made a
 fresh 96-core 8-GPU node look worse than a fresh 128-core one for every CPU-hungry 1-GPU
-pod, and those pods used up the few nodes the rare 120-core 8-GPU pods fit on (openb
-``multigpu*``; docs/benchmarks.md, "fgd-cpu: a CPU shortfall below half a card counts as none"). The measure
-is ``F + stranded``; scoring, the tolerance and the fixed first-fit
+pod, and those pods took the few nodes the rare 120-core 8-GPU pods fit on (openb
+``multigpu*``; docs/benchmarks.md, "fgd-cpu: a CPU shortfall below half a card counts as
+none"). The measure is ``F + stranded``; scoring, the tolerance and the fixed first-fit
 order are fgd-ff's (:mod:`allocator.policies.fgd_ff`). Free CPU is read in steps of
 :data:`CPU_STEP_MILLI` (rounded down), so that the measure depends on CPU only through
 ``free >= threshold`` for the thresholds :meth:`cpu_thresholds` lists — what lets callers
