@@ -9,7 +9,7 @@ on nodes whose CPU will run out long before their GPUs (in openb, a G2 node has 
 This policy adds the free GPU capacity that the node's free CPU cannot feed when the node
 is filled with the typical pods that still fit it, in their mix proportions:
 
-    stranded = max(0, U - W * C * G_bar / C_bar)
+    stranded = max(0, U - W * C * G_bar / C_bar - SHORTFALL_TOLERANCE)
 
 over the typical pods t that fit the node (GPU request and CPU) and ask for CPU and GPU:
 U = sum_t w_t * usable_t (usable_t: free capacity on the cards t can use), W = sum_t w_t,
@@ -19,7 +19,13 @@ alone (``max(0, usable_t - floor(C / cpu_t) * g_t)`` summed over t, the first ve
 the CPU-hungry pods' shortfall is offset by the CPU-light ones, as it is when a node is
 really filled, so the term no longer over-counts stranding on nodes whose CPU suits the mix
 on average; measured in the openb replay (docs/benchmarks.md, "fgd-cpu: filling with the
-mix"). The measure is ``F + stranded``; scoring, the tolerance and the fixed first-fit
+mix"). A shortfall below :data:`SHORTFALL_TOLERANCE` cards is not counted (``stranded`` is
+the shortfall minus it): the mix's CPU per GPU is an average, and a node less than half a
+card short still feeds its cards with the CPU-light pods of the mix. Counting it made a
+fresh 96-core 8-GPU node look worse than a fresh 128-core one for every CPU-hungry 1-GPU
+pod, and those pods took the few nodes the rare 120-core 8-GPU pods fit on (openb
+``multigpu*``; docs/benchmarks.md, "fgd-cpu: a CPU shortfall below half a card counts as
+none"). The measure is ``F + stranded``; scoring, the tolerance and the fixed first-fit
 order are fgd-ff's (:mod:`allocator.policies.fgd_ff`). Free CPU is read in steps of
 :data:`CPU_STEP_MILLI` (rounded down), so that the measure depends on CPU only through
 ``free >= threshold`` for the thresholds :meth:`cpu_thresholds` lists — what lets callers
@@ -39,6 +45,8 @@ from allocator.policies.fgd_ff import FGDFirstFit
 
 #: Free CPU is counted in steps of 4 cores (rounded down).
 CPU_STEP_MILLI: Final = 4000
+#: Cards of shortfall that count as none (the mix's CPU per GPU is an average).
+SHORTFALL_TOLERANCE: Final = 0.5
 
 
 def _gpus(t: Typical) -> float:
@@ -53,7 +61,8 @@ def _gpus(t: Typical) -> float:
 
 def cpu_stranding(node: NodeState, mix: Mix, cpu_free: int) -> float:
     """Expected free GPU capacity (cards) the node's free CPU cannot feed, the node filled
-    with the typical pods that fit it in their mix proportions."""
+    with the typical pods that fit it in their mix proportions, less
+    :data:`SHORTFALL_TOLERANCE`."""
     stepped = cpu_free // CPU_STEP_MILLI * CPU_STEP_MILLI
     total, per_typical = usable_capacity(node, mix)
     if total <= 0.0:
@@ -71,7 +80,7 @@ def cpu_stranding(node: NodeState, mix: Mix, cpu_free: int) -> float:
         cpu += t.weight * t.cpu_milli
     if weight <= 0.0:
         return 0.0
-    return max(0.0, usable_free - weight * stepped * gpus / cpu)
+    return max(0.0, usable_free - weight * stepped * gpus / cpu - SHORTFALL_TOLERANCE)
 
 
 class FGDCpu(FGDFirstFit):

@@ -14,7 +14,7 @@ from allocator.policies import (
     get_policy,
 )
 from allocator.policies.fgd import FGD, compile_mix, fragmentation, mix_of
-from allocator.policies.fgd_cpu import FGDCpu, cpu_stranding
+from allocator.policies.fgd_cpu import SHORTFALL_TOLERANCE, FGDCpu, cpu_stranding
 from allocator.policies.fgd_ff import TOLERANCE, FGDFirstFit
 from tessera.vocabulary import ContainerRequest, PodRequest
 
@@ -140,7 +140,8 @@ def test_fgd_ff_treats_tiny_fragmentation_differences_as_equal_and_prefers_its_f
 def test_fgd_cpu_counts_the_gpus_a_nodes_cpu_cannot_feed() -> None:
     mix = compile_mix([(whole(), 1.0)], [12000])
     eight = node("g2", 0, 0, 0, 0, 0, 0, 0, 0)
-    assert cpu_stranding(eight, mix, 48000) == pytest.approx(4.0)  # 4 pods' CPU for 8 GPUs
+    # 4 pods' CPU for 8 GPUs: 4 short, less the half card of tolerance
+    assert cpu_stranding(eight, mix, 48000) == pytest.approx(4.0 - SHORTFALL_TOLERANCE)
     assert cpu_stranding(eight, mix, 96000) == pytest.approx(0.0)
     assert FGDCpu().measure(eight, mix, None) == fragmentation(eight, mix, None)
 
@@ -151,14 +152,43 @@ def test_fgd_cpu_fills_the_node_with_the_mix_so_cpu_light_pods_offset_cpu_hungry
     # with each pod alone would count 0.5 * (8 - 4) + 0.5 * 0 = 2).
     mix = compile_mix([(whole(), 0.5), (share(50), 0.5)], [16000, 2000])
     eight = node("g2", 0, 0, 0, 0, 0, 0, 0, 0)
-    assert cpu_stranding(eight, mix, 64000) == pytest.approx(8 - 64000 * 0.75 / 9000)
+    assert cpu_stranding(eight, mix, 64000) == pytest.approx(8 - 64000 * 0.75 / 9000 - 0.5)
     mix = compile_mix([(whole(), 0.5), (whole(), 0.5)], [16000, 4000])
-    assert cpu_stranding(eight, mix, 64000) == pytest.approx(1.6)
+    assert cpu_stranding(eight, mix, 64000) == pytest.approx(1.6 - 0.5)
     # Free CPU is read in 4-core steps: 67 cores count as 64.
-    assert cpu_stranding(eight, mix, 67000) == pytest.approx(1.6)
+    assert cpu_stranding(eight, mix, 67000) == pytest.approx(1.6 - 0.5)
     # A typical pod whose CPU the node cannot cover is FGD's to count, not the mix's: with
     # 12 cores only the 4-core half fits, and 12 cores feed 3 of its 8 GPUs.
-    assert cpu_stranding(eight, mix, 12000) == pytest.approx(0.5 * (8 - 3))
+    assert cpu_stranding(eight, mix, 12000) == pytest.approx(0.5 * (8 - 3) - 0.5)
+
+
+def test_fgd_cpu_counts_no_shortfall_below_half_a_card() -> None:
+    mix = compile_mix([(whole(), 1.0)], [12000])
+    seven = node("g2", 0, 0, 0, 0, 0, 0, 0)
+    assert SHORTFALL_TOLERANCE == 0.5
+    assert cpu_stranding(seven, mix, 80000) == 0.0  # 80 cores feed 6.67 of 7 GPUs
+    assert cpu_stranding(seven, mix, 72000) == pytest.approx(0.5)  # feed 6: one card short
+
+
+def test_a_cpu_hungry_one_gpu_pod_scores_alike_on_a_fresh_96_and_128_core_eight_gpu_node(
+) -> None:
+    # The mix asks 11 cores per GPU. A 1-GPU pod asking 24 cores leaves a fresh 96-core
+    # 8-GPU node 72 cores for 7 GPUs: 0.45 of a card short, which counts as none, so the
+    # 96-core and the 128-core node score alike (the fixed order decides), and the 128-core
+    # node, the only home of a pod asking more than 96 cores, is not preferred. Counting that
+    # shortfall (the version before) preferred the 128-core node for every such pod.
+    workload = Workload(((whole(), 1.0),), (11000,))
+    req = whole()
+    fresh = [0] * 8
+    ctx = PolicyContext(req, workload=workload, pod_cpu_milli=24000, node_facts={
+        "cpu96": NodeFacts(96000), "cpu128": NodeFacts(128000)})
+    pol = FGDCpu()
+    scores = {}
+    for n in (node("cpu96", *fresh), node("cpu128", *fresh)):
+        placed = place(req, n, chooser(pol, ctx), "u")
+        assert isinstance(placed, Placement)
+        scores[n.name] = pol.score(n, placed.after, ctx) - pol.fixed_rank(n.name)
+    assert scores["cpu96"] == pytest.approx(scores["cpu128"])
 
 
 def test_fgd_cpu_sends_a_cpu_only_pod_to_the_node_with_cpu_to_spare_where_fgd_sees_no_difference(
