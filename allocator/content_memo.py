@@ -55,8 +55,9 @@ FitVerdict = Unfit | None
 RawScore = float | None
 #: A node's content id and where its free CPU lies among a policy's thresholds, before and
 #: after the pod, as one int: ``content * W * W + before * W + after`` with ``W`` the number
-#: of buckets (an unknown node's content counts as -1). Ints, not tuples: a call hashes one
-#: per node, and an int's hash costs nothing (:meth:`CpuBuckets.decode` splits one).
+#: of buckets (an unknown node's content counts as -1). An int, not a tuple: the set and memo
+#: reads downstream hash one per node, and an int's hash costs nothing
+#: (:meth:`CpuBuckets.decode` splits one).
 CpuKey = int
 
 

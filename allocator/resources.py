@@ -238,7 +238,7 @@ class NodeResources:
         self._epoch = 0
         self._touched: dict[str, int] = {}
         self._noted: dict[str, str] = {}
-        #: node names and amounts are shared between records instead of one copy each
+        #: amounts are shared between records instead of one copy each (node names: _names)
         self._interned: dict[object, Any] = {}
         self.max_cpu_milli = 0
 

@@ -176,7 +176,7 @@ class ClusterState:
                 del self._looked_up[name]
             self._apply_inventory(name, inv)
             self.resources.apply_node(name, node)
-            self._read_from[name] = inputs
+            self._read_from[name] = _kept(inputs)
 
     def apply_looked_up_node(self, node: Mapping[str, Any]) -> bool:
         """A node read by name because the watch had not delivered it yet
@@ -197,7 +197,7 @@ class ClusterState:
                 self._looked_up[name] = version
             self._apply_inventory(name, inv)
             self.resources.apply_node(name, node)
-            self._read_from[name] = _read_from(node)
+            self._read_from[name] = _kept(_read_from(node))
             return True
 
     def _inventory(self, node: Mapping[str, Any], name: str) -> Inventory:
@@ -543,16 +543,21 @@ def _uid(pod: Mapping[str, Any]) -> str:
 
 def _read_from(node: Mapping[str, Any]) -> tuple[object, object, object]:
     """What a node's cards (:func:`allocator.inventory.read_inventory`) and CPU
-    (:func:`allocator.resources.node_allocatable`) are read from."""
+    (:func:`allocator.resources.node_allocatable`) are read from (the node's own objects:
+    :func:`_kept` before keeping them)."""
     meta = node.get("metadata")
     status = node.get("status")
     meta = meta if isinstance(meta, Mapping) else {}
     status = status if isinstance(status, Mapping) else {}
-    # copies: a caller that changes a node object in place must not change what was kept
-    def kept(value: object) -> object:
-        return dict(value) if isinstance(value, Mapping) else value
+    return meta.get("labels"), meta.get("annotations"), status.get("allocatable")
 
-    return kept(meta.get("labels")), kept(meta.get("annotations")), kept(status.get("allocatable"))
+
+def _kept(inputs: tuple[object, object, object]) -> tuple[object, object, object]:
+    """Copies of :func:`_read_from`'s maps: a caller that changes a node object in place must
+    not change what was kept (a heartbeat compares without copying)."""
+    labels, annotations, allocatable = (
+        dict(v) if isinstance(v, Mapping) else v for v in inputs)
+    return labels, annotations, allocatable
 
 
 def _name(node: Mapping[str, Any]) -> str:

@@ -125,7 +125,7 @@ def test_a_name_bias_can_lift_a_node_over_a_higher_shared_score() -> None:
 
     ranking = Ranking(shared, biases, bias_bound=0.04)
     assert ranking.best(["a", "b", "c", "d"]) == ["c"]
-    assert ranking.raw(["a", "b", "c", "d"]) == [1.0, 0.991, 1.02, 0.539]
+    assert ranking.raw(["a", "b", "c", "d"]) == pytest.approx([1.0, 0.991, 1.02, 0.539])
     assert ranking.scaled(["a", "b", "c", "d"])[2] == MAX_SCORE
     # without a bias, every node of the highest shared score
     assert Ranking(shared).best(["a", "b", "c", "d"]) == ["a"]
