@@ -1,4 +1,4 @@
-"""Speed: one answer per distinct node content, memoised per request shape.
+"""Speed: one answer per distinct node content, memoised per request shape and per node slot.
 
 Filter and prioritize ask the same question of every node a scheduling cycle sends, and the
 nodes of a big cluster are mostly alike. What a fit answer or a content-only score depends on
@@ -7,21 +7,25 @@ holders or its card indices. So:
 
 - every node state gets a **content id** (:class:`NodeContents`); equal content, equal id, and
   one **representative** state is kept per id;
-- answers are **memoised per request shape** by content id (:class:`ShapeMemo`): a shape seen
-  before costs a dictionary read per distinct content, a new one one computation per distinct
-  content, and a node change needs no invalidation (changed content gets another id);
-- :meth:`NodeContents.per_content` **fans out**: it computes (or recalls) one answer per
-  distinct content among the asked nodes and hands back a :class:`PerContent`, from which each
-  node's answer is one C-level map;
 - an answer that also depends on the node's free CPU — as a policy declares it, through
-  thresholds (:meth:`allocator.policies.Policy.cpu_thresholds`) — is shared by
-  **(content, CPU bucket before, CPU bucket after)** instead (:class:`CpuBuckets`,
-  :meth:`NodeContents.per_content_cpu`): nodes alike in cards whose free CPU lies between the
-  same two thresholds, before and after the pod, get the same answer.
+  thresholds (:meth:`allocator.policies.Policy.cpu_thresholds`) — is keyed by
+  **(content, CPU bucket before, CPU bucket after)** instead (:data:`CpuKey`): nodes alike in
+  cards whose free CPU lies between the same two thresholds, before and after the pod, get
+  the same answer;
+- answers are **memoised per request shape** by key (:class:`ShapeMemo`): a node change needs
+  no invalidation (changed content gets another id);
+- every node name has a **slot** (:class:`NodeColumns`), and its content id and free CPU sit
+  at that slot in arrays: a verb gathers them for all its nodes with one dictionary read per
+  name, the rest is array indexing;
+- and per request shape, the last answer of each slot is kept with the key it answers
+  (:class:`SlotMemo`): a scheduling cycle changes a node or two, so a warm call compares
+  keys, answers the few slots whose key changed from the memo above, and reads the rest —
+  no Python code per node.
 
 Ids are never reused, so a memoised answer can never describe other content. Beyond
 :data:`CONTENT_LIMIT` distinct contents, ids no node holds any more are retired and the memos
-dropped (bounded memory under endless churn).
+dropped (bounded memory under endless churn); a verb that read a retired id answers that node
+as unknown, once.
 
 Nothing here decides anything: the caller passes the function whose answers are shared.
 """
@@ -29,19 +33,26 @@ Nothing here decides anything: the caller passes the function whose answers are 
 from __future__ import annotations
 
 import threading
-from bisect import bisect_right
 from collections.abc import Callable, Hashable, Iterable, Sequence
 from dataclasses import dataclass
-from functools import partial
-from typing import Any, Generic, TypeVar
+from itertools import repeat
+from typing import Any, Final, Generic, TypeVar
+
+import numpy as np
+import numpy.typing as npt
 
 from allocator.fit import CardSignature, NodeState, Unfit, node_signature
 
 T = TypeVar("T")
-U = TypeVar("U")
+
+#: Per-node integers and numbers as the verbs gather them.
+Ints = npt.NDArray[np.int64]
+Numbers = npt.NDArray[np.float64]
 
 #: Request shapes whose answers are kept, per memo (least recently used beyond that go).
 SHAPE_LIMIT = 256
+#: Request shapes whose answers are also kept per node slot (:class:`SlotMemos`).
+SLOT_SHAPE_LIMIT = 32
 #: Distinct node contents remembered (ids and answers); beyond it both restart.
 CONTENT_LIMIT = 100_000
 
@@ -55,67 +66,33 @@ FitVerdict = Unfit | None
 RawScore = float | None
 #: A node's content id and where its free CPU lies among a policy's thresholds, before and
 #: after the pod, as one int: ``content * W * W + before * W + after`` with ``W`` the number
-#: of buckets (an unknown node's content counts as -1). An int, not a tuple: the set and memo
-#: reads downstream hash one per node, and an int's hash costs nothing
-#: (:meth:`CpuBuckets.decode` splits one).
+#: of buckets (an unknown node's content counts as -1; :func:`decode_cpu_key` splits one).
 CpuKey = int
 
-
-class _KeyTable(dict[tuple[int | None, int], CpuKey]):
-    """(content id, free milli-CPU) -> :data:`CpuKey`, for one set of thresholds and one pod
-    CPU request; a pair never seen is computed on the first read (C calls ``__missing__``
-    only then)."""
-
-    def __init__(self, thresholds: tuple[int, ...], pod_cpu_milli: int) -> None:
-        super().__init__()
-        self._bucket = partial(bisect_right, thresholds)
-        self._width = len(thresholds) + 1
-        self._pod_cpu = pod_cpu_milli
-
-    def __missing__(self, pair: tuple[int | None, int]) -> CpuKey:
-        content, free = pair
-        width = self._width
-        key = ((-1 if content is None else content) * width * width
-               + self._bucket(free) * width + self._bucket(free - self._pod_cpu))
-        self[pair] = key
-        return key
+#: The content id of a node we do not know.
+UNKNOWN_CONTENT: Final = -1
+#: Free CPU (milli) of a node whose CPU we do not know: above every threshold.
+UNKNOWN_FREE: Final = 1 << 62
+#: A slot memo's key for "nothing kept" (no content id or CpuKey is this low).
+_NOTHING: Final = np.iinfo(np.int64).min
 
 
-class CpuBuckets:
-    """Each node's :data:`CpuKey`. The key of each (content id, free CPU) pair is kept per
-    thresholds and pod CPU (pairs repeat across nodes and calls), so a call is one C-level
-    map with a dictionary read per node, no Python code per node."""
+def cpu_keys(contents: Ints, free_cpu: Ints, thresholds: Sequence[int],
+             pod_cpu_milli: int) -> Ints:
+    """Each node's :data:`CpuKey` from its content id and free milli-CPU."""
+    steps = np.asarray(thresholds, dtype=np.int64)
+    width = len(thresholds) + 1
+    before = np.searchsorted(steps, free_cpu, side="right")
+    after = np.searchsorted(steps, free_cpu - pod_cpu_milli, side="right")
+    return contents * (width * width) + before * width + after
 
-    #: Pairs kept per table, and tables kept (beyond either: restart).
-    VALUES = 200_000
-    TABLES = 64
 
-    def __init__(self) -> None:
-        self._tables: dict[tuple[tuple[int, ...], int], _KeyTable] = {}
-
-    def keys(self, contents: Sequence[int | None], free_cpu: Sequence[int],
-             thresholds: tuple[int, ...], pod_cpu_milli: int) -> list[CpuKey]:
-        table = self._table(thresholds, pod_cpu_milli)
-        if len(table) > self.VALUES:
-            table.clear()  # bounded under churn; another thread's read refills it
-        return list(map(table.__getitem__, zip(contents, free_cpu, strict=True)))
-
-    @staticmethod
-    def decode(key: CpuKey, thresholds: tuple[int, ...]) -> tuple[int | None, int, int]:
-        """(content id or None for an unknown node, bucket before, bucket after)."""
-        width = len(thresholds) + 1
-        content, buckets = divmod(key, width * width)
-        before, after = divmod(buckets, width)
-        return (None if content < 0 else content), before, after
-
-    def _table(self, thresholds: tuple[int, ...], pod_cpu_milli: int) -> _KeyTable:
-        table = self._tables.get((thresholds, pod_cpu_milli))
-        if table is None:
-            if len(self._tables) >= self.TABLES:
-                self._tables.clear()
-            table = self._tables.setdefault((thresholds, pod_cpu_milli),
-                                            _KeyTable(thresholds, pod_cpu_milli))
-        return table
+def decode_cpu_key(key: CpuKey, thresholds: Sequence[int]) -> tuple[int, int, int]:
+    """(content id or :data:`UNKNOWN_CONTENT`, bucket before, bucket after)."""
+    width = len(thresholds) + 1
+    content, buckets = divmod(key, width * width)
+    before, after = divmod(buckets, width)
+    return max(content, UNKNOWN_CONTENT), before, after
 
 
 def bucket_value(thresholds: Sequence[int], bucket: int) -> int:
@@ -160,53 +137,198 @@ class ShapeMemo(Generic[T]):
 
 
 @dataclass(frozen=True, slots=True)
-class PerContent(Generic[T]):
-    """One answer per distinct content among some nodes, and the way back to each node."""
+class AskedNodes:
+    """The nodes one verb call is about, as :class:`NodeColumns` saw them: the names as
+    asked, and aligned with them each node's slot, content id and free milli-CPU."""
 
-    #: The content id (or :data:`CpuKey`) of each node asked about, in order (None: a node
-    #: we do not know).
-    contents: Sequence[Hashable]
-    #: The answer of each distinct content (key None: the answer for unknown nodes).
-    answers: dict[Any, T]
+    names: Sequence[str]
+    slots: Ints
+    contents: Ints
+    free_cpu: Ints
+    #: Slots the columns had room for when gathered (every slot here is below it).
+    capacity: int
+    #: Where each node is in :attr:`names` (None: every name, in order).
+    at: Ints | None = None
 
-    def distinct(self) -> Iterable[T]:
-        return self.answers.values()
+    def __len__(self) -> int:
+        return len(self.slots)
 
-    def per_node(self) -> list[T]:
-        return list(map(self.answers.__getitem__, self.contents))
+    def unknown(self) -> list[str]:
+        """The names of the nodes whose content is unknown."""
+        return self.names_at(np.flatnonzero(self.contents == UNKNOWN_CONTENT))
 
-    def map_distinct(self, convert: Callable[[list[T]], list[U]]) -> PerContent[U]:
-        """``convert`` applied to every distinct answer at once (e.g. min-max scaling, which
-        depends only on the distinct values)."""
-        converted = convert(list(self.answers.values()))
-        return PerContent(self.contents, dict(zip(self.answers, converted, strict=True)))
+    def names_at(self, positions: Ints) -> list[str]:
+        """The names at ``positions`` (into these nodes)."""
+        if self.at is not None:
+            positions = self.at[positions]
+        names = self.names
+        return [names[i] for i in positions.tolist()]
+
+    def name_list(self) -> list[str]:
+        if self.at is None:
+            return list(self.names)
+        return self.names_at(np.arange(len(self.slots)))
+
+    def where(self, mask: npt.NDArray[np.bool_]) -> AskedNodes:
+        """The nodes where ``mask`` holds, in order."""
+        positions = np.flatnonzero(mask)
+        at = positions if self.at is None else self.at[positions]
+        return AskedNodes(self.names, self.slots[positions], self.contents[positions],
+                          self.free_cpu[positions], self.capacity, at)
 
 
-def _at(answer: Callable[[NodeState, int, int], T], before: int, after: int,
-        state: NodeState) -> T:
-    return answer(state, before, after)
+class NodeColumns:
+    """A slot per node name, and at it the node's content id and free milli-CPU, in arrays.
+
+    The owners of the two facts (:class:`NodeContents` and
+    :class:`allocator.resources.NodeResources`) write them under their own locks, which call
+    in here (never the reverse); a slot whose both facts are unknown again is reused. The
+    verbs read lock-free: :meth:`asked` reads the slots first, then the arrays, which always
+    have room for every slot handed out (they grow before a slot beyond them is).
+    """
+
+    def __init__(self, capacity: int = 1024) -> None:
+        self._lock = threading.Lock()
+        self._slot: dict[str, int] = {}
+        self._spare: list[int] = []
+        # slot 0: every name we do not know (content and CPU unknown forever)
+        self._used = 1
+        self._arrays = (np.full(capacity, UNKNOWN_CONTENT, dtype=np.int64),
+                        np.full(capacity, UNKNOWN_FREE, dtype=np.int64))
+        #: per policy, the name bias of the node at each slot (NaN: not computed yet)
+        self._biases: dict[str, Numbers] = {}
+
+    def set_content(self, name: str, content: int) -> None:
+        self._set(name, 0, content)
+
+    def set_free_cpu(self, name: str, milli: int) -> None:
+        self._set(name, 1, milli)
+
+    def _set(self, name: str, column: int, value: int) -> None:
+        with self._lock:
+            slot = self._slot.get(name)
+            if slot is None:
+                if value == (UNKNOWN_CONTENT, UNKNOWN_FREE)[column]:
+                    return
+                slot = self._new_slot(name)
+            arrays = self._arrays
+            arrays[column][slot] = value
+            if arrays[0][slot] == UNKNOWN_CONTENT and arrays[1][slot] == UNKNOWN_FREE:
+                del self._slot[name]  # known by neither owner: the slot is free again
+                self._spare.append(slot)
+                for column in self._biases.values():
+                    if slot < len(column):
+                        column[slot] = np.nan
+
+    def _new_slot(self, name: str) -> int:
+        if self._spare:
+            slot = self._spare.pop()
+        else:
+            slot = self._used
+            self._used += 1
+            contents, free_cpu = self._arrays
+            if slot >= len(contents):
+                grown = 2 * len(contents)
+                self._arrays = (
+                    np.concatenate([contents, np.full(grown - len(contents), UNKNOWN_CONTENT,
+                                                      dtype=np.int64)]),
+                    np.concatenate([free_cpu, np.full(grown - len(free_cpu), UNKNOWN_FREE,
+                                                      dtype=np.int64)]))
+        self._slot[name] = slot
+        return slot
+
+    def asked(self, names: Sequence[str]) -> AskedNodes:
+        """Each named node's slot, content id and free CPU, in order (unknown names: slot 0,
+        :data:`UNKNOWN_CONTENT`, :data:`UNKNOWN_FREE`)."""
+        slots = np.fromiter(map(self._slot.get, names, repeat(0)), dtype=np.int64,
+                            count=len(names))
+        contents, free_cpu = self._arrays  # read after the slots: room for every one of them
+        return AskedNodes(names, slots, contents[slots], free_cpu[slots], len(contents))
 
 
-class NameBiases:
-    """Each policy's name bias (:meth:`allocator.policies.Policy.name_bias`) per node name,
-    computed once (a hash per node and call was most of a 5,000-node prioritize)."""
+    def biases(self, policy: str, bias: Callable[[str], float], nodes: AskedNodes,
+               positions: Ints) -> Numbers:
+        """The policy's name bias (:meth:`allocator.policies.Policy.name_bias`) of the nodes
+        at ``positions`` among ``nodes``: computed once per node, kept at its slot."""
+        slots = nodes.slots[positions]
+        with self._lock:
+            column = self._biases.get(policy)
+            capacity = len(self._arrays[0])
+            if column is None or len(column) < capacity:
+                grown = np.full(capacity, np.nan)
+                if column is not None:
+                    grown[:len(column)] = column
+                column = self._biases[policy] = grown
+            values = column[slots]
+        missing = np.flatnonzero(np.isnan(values) | (slots == 0))
+        if len(missing):
+            names = nodes.names_at(positions[missing])
+            fresh = [bias(name) for name in names]
+            values[missing] = fresh
+            with self._lock:
+                column = self._biases[policy]
+                for name, value in zip(names, fresh, strict=True):
+                    slot = self._slot.get(name)
+                    if slot is not None and slot < len(column):  # still this node's slot
+                        column[slot] = value
+        return values
 
-    def __init__(self, limit: int = CONTENT_LIMIT) -> None:
+
+class SlotMemo:
+    """For one request shape: the last answer (a number) of each node slot, and the key
+    (content id or :data:`CpuKey`) it answers."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._keys: Ints = np.full(0, _NOTHING, dtype=np.int64)
+        self._numbers: Numbers = np.zeros(0)
+
+    def numbers(self, nodes: AskedNodes, keys: Ints, answer: Callable[[Ints], Numbers]
+                ) -> Numbers:
+        """The number of each node for its key in ``keys``: kept ones read, the others from
+        ``answer`` (called with the keys not kept, outside the lock) and kept."""
+        slots = nodes.slots
+        with self._lock:
+            if len(self._keys) < nodes.capacity:
+                grow = nodes.capacity - len(self._keys)
+                self._keys = np.concatenate([self._keys, np.full(grow, _NOTHING, np.int64)])
+                self._numbers = np.concatenate([self._numbers, np.zeros(grow)])
+            kept = self._keys[slots]
+            numbers = self._numbers[slots]
+        # slot 0 (unknown names) is shared by all of them: never kept
+        stale = np.flatnonzero((kept != keys) | (slots == 0))
+        if len(stale):
+            fresh = answer(keys[stale])
+            numbers[stale] = fresh
+            with self._lock:
+                # a slot answered now by two calls gets either's answer, with its own key
+                self._numbers[slots[stale]] = fresh
+                self._keys[slots[stale]] = keys[stale]
+        return numbers
+
+
+class SlotMemos:
+    """A :class:`SlotMemo` per request shape, the least recently used beyond the limit
+    dropped."""
+
+    def __init__(self, limit: int = SLOT_SHAPE_LIMIT) -> None:
         self._limit = limit
-        self._by_policy: dict[str, dict[str, float]] = {}
+        self._shapes: dict[Hashable, SlotMemo] = {}
+        self._lock = threading.Lock()
 
-    def of(self, policy: str, bias: Callable[[str], float], names: Sequence[str]
-           ) -> list[float]:
-        known = self._by_policy.setdefault(policy, {})
-        try:
-            return list(map(known.__getitem__, names))
-        except KeyError:
-            if len(known) > self._limit:
-                known.clear()
-            for name in names:
-                if name not in known:
-                    known[name] = bias(name)
-            return list(map(known.__getitem__, names))
+    def of(self, shape: Hashable) -> SlotMemo:
+        with self._lock:
+            kept = self._shapes.pop(shape, None)
+            if kept is None:
+                kept = SlotMemo()
+                if len(self._shapes) >= self._limit:
+                    self._shapes.pop(next(iter(self._shapes)))
+            self._shapes[shape] = kept  # re-inserted last: LRU order
+            return kept
+
+    def clear(self) -> None:
+        with self._lock:
+            self._shapes.clear()
 
 
 class NodeNames:
@@ -245,8 +367,11 @@ class NodeContents:
     under its lock; the verbs read it without locking.
     """
 
-    def __init__(self, limit: int = CONTENT_LIMIT) -> None:
+    def __init__(self, columns: NodeColumns | None = None, limit: int = CONTENT_LIMIT
+                 ) -> None:
         self._limit = limit
+        #: every node's content id (and free CPU) at its slot, for the verbs
+        self.columns = columns if columns is not None else NodeColumns()
         self._of: dict[str, int] = {}  # node name -> content id of its current state
         self._ids: dict[ContentKey, int] = {}
         self._representative: dict[int, NodeState] = {}  # content id -> a state with it
@@ -255,24 +380,27 @@ class NodeContents:
         self.fit_verdicts: ShapeMemo[FitVerdict] = ShapeMemo()
         #: prioritize's content-only scores, per (policy, request shape)
         self.raw_scores: ShapeMemo[RawScore] = ShapeMemo()
-        #: the policies' name biases, per node name
-        self.name_biases = NameBiases()
-        #: free-CPU buckets per policy thresholds, for answers shared by :data:`CpuKey`
-        self.cpu_buckets = CpuBuckets()
+        #: the same two per node slot, as numbers (1.0: fits; a score, NaN: does not fit)
+        self.fit_slots = SlotMemos()
+        self.score_slots = SlotMemos()
 
     # ------------------------------------------------------------------ writes (owner's lock)
     def assign(self, name: str, state: NodeState) -> int:
         """Record ``state`` as the node's current state; its content id."""
         content = self._id(state)
         self._of[name] = content
+        self.columns.set_content(name, content)
         return content
 
     def forget(self, name: str) -> None:
         self._of.pop(name, None)
+        self.columns.set_content(name, UNKNOWN_CONTENT)
 
     def drop_memos(self) -> None:
         self.fit_verdicts.clear()
         self.raw_scores.clear()
+        self.fit_slots.clear()
+        self.score_slots.clear()
 
     def _id(self, state: NodeState) -> int:
         key = content_key(state)
@@ -291,68 +419,34 @@ class NodeContents:
         return found
 
     # ------------------------------------------------------------------ reads (lock-free)
-    def ids(self, names: Iterable[str]) -> list[int | None]:
-        """The content id of each named node (None for unknown ones), in order."""
-        return list(map(self._of.get, names))
-
     def representative(self, content: int) -> NodeState | None:
-        """A state with this content (None only if the id was retired meanwhile)."""
+        """A state with this content (None for :data:`UNKNOWN_CONTENT`, or if the id was
+        retired meanwhile)."""
         return self._representative.get(content)
 
-    def per_content(self, names: Sequence[str], contents: list[int | None],
-                    memo: dict[Any, T], answer: Callable[[NodeState], T], *,
-                    unknown: T) -> PerContent[T]:
-        """``answer`` for every distinct content among ``names`` (whose :meth:`ids` are
-        ``contents``), from ``memo`` or computed once on a representative (and kept);
-        ``unknown`` for nodes we do not know."""
-        answers: dict[int | None, T] = {}
-        for content in set(contents):
-            if content is None:
-                answers[None] = unknown
-            elif content in memo:
-                answers[content] = memo[content]
-            else:
-                state = self._representative.get(content)
-                if state is not None:
-                    answers[content] = memo[content] = answer(state)
-                else:
-                    answers[content] = self._answer_now(
-                        names[contents.index(content)], answer, unknown)
-        return PerContent(contents, answers)
-
-    def per_content_cpu(self, names: Sequence[str], keys: list[CpuKey],
-                        thresholds: tuple[int, ...], memo: dict[Any, T],
-                        answer: Callable[[NodeState, int, int], T], *,
-                        unknown: T) -> PerContent[T]:
-        """:meth:`per_content` for answers that also depend on the CPU buckets: ``answer``
-        gets a representative state of the key's content and the key's two buckets
-        (``keys`` from :meth:`CpuBuckets.keys` with ``thresholds``).
-
-        Keys are many more than contents (a content spreads over several CPU buckets), so
-        the answers already kept are gathered by C-level set and map operations, and Python
-        runs only for the keys never seen."""
+    def answers(self, keys: Iterable[int], memo: dict[Any, T], answer: Callable[[int], T]
+                ) -> dict[int, T]:
+        """``answer`` of every distinct key among ``keys``, from ``memo`` or computed once
+        (and kept)."""
         distinct = set(keys)
-        local: dict[Any, T] = {}  # answers not kept: unknown nodes, retired ids
         # difference with the dict itself (not .keys()): C walks the few distinct keys
         # instead of every key the memo ever kept
         for key in distinct.difference(memo):
-            content, before, after = CpuBuckets.decode(key, thresholds)
-            state = None if content is None else self._representative.get(content)
-            if content is None:
-                local[key] = unknown
-            elif state is not None:
-                memo[key] = answer(state, before, after)
-            else:
-                local[key] = self._answer_now(names[keys.index(key)],
-                                              partial(_at, answer, before, after), unknown)
-        kept = distinct.difference(local) if local else distinct
-        answers: dict[Any, T] = dict(zip(kept, map(memo.__getitem__, kept), strict=True))
-        answers.update(local)
-        return PerContent(keys, answers)
+            memo[key] = answer(key)
+        return dict(zip(distinct, map(memo.__getitem__, distinct), strict=True))
 
-    def _answer_now(self, name: str, answer: Callable[[NodeState], T], unknown: T) -> T:
-        """The id was retired after the names were read: answer from a state with the node's
-        current content, and keep nothing under either id."""
-        content = self._of.get(name)
-        state = None if content is None else self._representative.get(content)
-        return unknown if state is None else answer(state)
+    def numbers(self, memos: SlotMemos, shape: Hashable, nodes: AskedNodes, keys: Ints,
+                memo: dict[Any, T], answer: Callable[[int], T],
+                number: Callable[[T], float]) -> Numbers:
+        """``number(answer(key))`` of each node, with ``keys`` aligned with ``nodes``: kept
+        per slot (:class:`SlotMemo`), else per key (``memo``), else computed once per
+        distinct key."""
+
+        def fresh(missing: Ints) -> Numbers:
+            distinct, inverse = np.unique(missing, return_inverse=True)
+            found = self.answers(distinct.tolist(), memo, answer)
+            values = np.fromiter((number(found[k]) for k in distinct.tolist()),
+                                 dtype=np.float64, count=len(distinct))
+            return values[inverse]
+
+        return memos.of(shape).numbers(nodes, keys, fresh)

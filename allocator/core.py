@@ -18,22 +18,30 @@ every node's free CPU and memory (:mod:`allocator.resources`), through their
 from __future__ import annotations
 
 import logging
+import math
 import threading
 import time
 from collections import OrderedDict
-from collections.abc import Callable, Collection, Hashable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from functools import partial
 from itertools import compress
-from operator import add
 from typing import Any, Final, cast
+
+import numpy as np
+import numpy.typing as npt
 
 from allocator import agents
 from allocator.content_memo import (
+    UNKNOWN_CONTENT,
+    AskedNodes,
     FitVerdict,
-    PerContent,
+    Ints,
+    Numbers,
     RawScore,
     bucket_value,
+    cpu_keys,
+    decode_cpu_key,
 )
 from allocator.decisions import NO_HOOKS, DecisionHooks, PodRef
 from allocator.errors import ApiError, BindError, Conflict, NotFound, NotReady, WouldBlock
@@ -51,6 +59,7 @@ from allocator.policies import (
     chooser,
     get_policy,
     scaled,
+    scaled_numbers,
 )
 from allocator.ports import KubeApi, Obj
 from allocator.resources import ResourceError, pod_requests
@@ -121,68 +130,69 @@ class BindOutcome:
     cards: tuple[int, ...] = ()
 
 
-#: The policy's name bias of each named node, in order.
-NameBias = Callable[[Sequence[str]], list[float]]
+#: The policy's name bias of the nodes at some positions among a ranking's nodes, in order.
+NameBias = Callable[[Ints], Numbers]
 
 
 @dataclass(frozen=True, slots=True)
 class Ranking:
-    """Raw policy scores of some nodes (None: the pod does not fit), as prioritize derives
-    them: shared per content (or :data:`CpuKey`) with each node's name bias added, or one per
-    node. Both the extender's 0..10 scores and filter's best nodes come from it."""
+    """Raw policy scores of some nodes, as prioritize derives them: shared per content (or
+    :data:`CpuKey`) with each node's name bias added, or one per node. Both the extender's
+    0..10 scores and filter's best nodes come from it."""
 
-    #: Scores shared by content, or None when :attr:`one_by_one` holds them.
-    shared: PerContent[RawScore] | None
+    #: Each node's score shared by content (NaN: the pod does not fit), or None when
+    #: :attr:`one_by_one` holds the scores.
+    shared: Numbers | None
     #: The policy's name bias of nodes, added to the shared score (None: no bias), and the
     #: bound of its values (:attr:`allocator.policies.Policy.name_bias_bound`).
     biases: NameBias | None = None
     bias_bound: float = 0.0
     #: Scores computed node by node (random's rank, a per-pod policy).
     one_by_one: list[RawScore] | None = None
+    #: Where each scored node is among the names the ranking is read with (None: every
+    #: name, in order).
+    at: Ints | None = None
 
     def raw(self, names: Sequence[str]) -> list[RawScore]:
         """The raw score of each of ``names`` (the nodes this ranking was made for)."""
         if self.shared is None:
             return list(self.one_by_one or [])
-        base = self.shared.per_node()
-        if self.biases is None:
-            return base
-        biases = self.biases(names)
-        if None not in base:
-            return list(map(add, cast(list[float], base), biases))
-        return [None if b is None else b + r for b, r in zip(base, biases, strict=True)]
+        return [None if v != v else v for v in self._totals().tolist()]  # NaN: None
 
     def scaled(self, names: Sequence[str]) -> list[int]:
         """The extender's scores 0..10 (:func:`allocator.policies.scaled`)."""
-        if self.shared is not None and self.biases is None:
-            # The scaling depends only on the distinct values: scale those, then fan out.
-            return self.shared.map_distinct(scaled).per_node()
-        return scaled(self.raw(names))
+        if self.shared is None:
+            return scaled(self.raw(names))
+        return cast(list[int], scaled_numbers(self._totals()).tolist())
+
+    def _totals(self) -> Numbers:
+        assert self.shared is not None
+        if self.biases is None:
+            return self.shared
+        return self.shared + self.biases(np.arange(len(self.shared)))
 
     def best(self, names: Sequence[str]) -> list[str]:
         """The names whose score :meth:`scaled` makes the top one, in order (none when no
-        node fits). Selected by C-level maps, no Python code per node."""
-        if self.shared is not None:
-            answers, contents = self.shared.answers, self.shared.contents
-            fits_all = None not in answers.values()
-            present = (cast(Collection[float], answers.values()) if fits_all
-                       else [v for v in answers.values() if v is not None])
-            if not present:
-                return []
-            # A node's score is its shared one plus a bias in [0, bound): only nodes whose
-            # shared score is within the bound of the highest can be among the best.
-            floor = best_floor(max(present) - self.bias_bound)
-            candidates: Sequence[str] = names
-            keys: Iterable[Hashable] = contents
-            if not fits_all or min(present) < floor:
-                top = {k for k, v in answers.items() if v is not None and v >= floor}
-                mask = list(map(top.__contains__, contents))
-                candidates, keys = list(compress(names, mask)), compress(contents, mask)
-            if self.biases is None:
-                return list(candidates)
-            values = list(map(add, map(answers.__getitem__, keys), self.biases(candidates)))
-            floor = best_floor(max(values))
-            return list(compress(candidates, map(floor.__le__, values)))
+        node fits). Selected by array operations, no Python code per node."""
+        shared = self.shared
+        if shared is None:
+            return self._best_one_by_one(names)
+        high = float(np.fmax.reduce(shared)) if len(shared) else math.nan
+        if high != high:
+            return []  # no node fits (NaN everywhere)
+        # A node's score is its shared one plus a bias in [0, bound): only nodes whose
+        # shared score is within the bound of the highest can be among the best.
+        positions = np.flatnonzero(shared >= best_floor(high - self.bias_bound))
+        if self.biases is not None:
+            values = shared[positions] + self.biases(positions)
+            positions = positions[values >= best_floor(float(values.max()))]
+        if self.at is not None:
+            positions = self.at[positions]
+        return [names[i] for i in positions.tolist()]
+
+    def _best_one_by_one(self, names: Sequence[str]) -> list[str]:
+        if self.at is not None:
+            names = [names[i] for i in self.at.tolist()]
         raw = self.raw(names)
         if None in raw:
             return [n for n, s in zip(names, self.scaled(names), strict=True)
@@ -343,7 +353,7 @@ class Allocator:
         drops nodes a nodeCacheCapable filter does not name, and reads the failure reasons only
         when no node is left (they are all there then).
         """
-        out = self._filter_pod(pod, self.state.names.canonical(names), may_block)
+        out = self._filter_pod(pod, names, may_block)
         if out.nodes:
             self.hooks.fits(PodRef.of(pod))
         elif names:
@@ -364,11 +374,11 @@ class Allocator:
             return FilterOutcome(list(names), {}, {})
         self.remember(pod)
         self.observe(pod, request)
-        out, short, contents = self._filter(request, names, may_block)
-        if out.nodes:
-            return self._best_of(pod, request, out, contents)
-        if not short or self.resync is None:
-            return out
+        found, short = self._filter(request, names, may_block)
+        if isinstance(found, AskedNodes):
+            return self._best_of(pod, request, found)
+        if found.nodes or not short or self.resync is None:
+            return found
         # No node left, some only for lack of room: perhaps a release our watch has not
         # delivered yet (allocator/resync.py). Decide again on a consistent picture.
         uid = (pod.get("metadata") or {}).get("uid") or ""
@@ -376,79 +386,93 @@ class Allocator:
         if not may_block and not self.resync.fresh(needed):
             raise WouldBlock("a consistent read of the GPU pods is due")
         if self.resync.ensure(needed):
-            out, short, contents = self._filter(request, names, may_block)
-        if out.nodes:
+            found, short = self._filter(request, names, may_block)
+        if isinstance(found, AskedNodes) or found.nodes:
             self.resync.forget(uid)
-            return self._best_of(pod, request, out, contents)
+            return self._best_of(pod, request, found) if isinstance(found, AskedNodes) else found
         self.resync.rejected(uid)
-        return out
+        return found
 
-    def _best_of(self, pod: Mapping[str, Any], request: PodRequest, out: FilterOutcome,
-                 contents: list[int | None] | None) -> FilterOutcome:
-        """``out`` narrowed to the fitting nodes the policy scores best (see :meth:`filter`),
-        when configured and there is a choice; ``contents``: the content ids of ``out.nodes``
-        that fit was judged on (None: read again)."""
-        if not self.config.filter_best or len(out.nodes) < 2:
-            return out
-        best = self._ranking(pod, request, out.nodes, contents).best(out.nodes)
-        return FilterOutcome(best, {}, {}) if best else out
+    def _best_of(self, pod: Mapping[str, Any], request: PodRequest, fitting: AskedNodes
+                 ) -> FilterOutcome:
+        """The fitting nodes, narrowed to those the policy scores best (see :meth:`filter`)
+        when configured and there is a choice."""
+        if self.config.filter_best and len(fitting) > 1:
+            best = self._ranking(pod, request, fitting).best(fitting.names)
+            if best:
+                return FilterOutcome(best, {}, {})
+        return FilterOutcome(fitting.name_list(), {}, {})
 
     def _filter(self, request: PodRequest, names: Sequence[str], may_block: bool
-                ) -> tuple[FilterOutcome, bool, list[int | None] | None]:
-        """(the outcome, whether some node was rejected only for lack of free room, the
-        content ids of the outcome's nodes when filter_best will rank them, else None)."""
-        contents = self._contents(names, may_block)
-        verdicts = self._fit_verdicts(request, names, contents)
-        if all(verdict is None for verdict in verdicts.distinct()):
-            # the common case: one pass less
-            return FilterOutcome(list(names), {}, {}), False, contents
-        short = any(verdict is not None and verdict is not UNKNOWN_NODE and verdict.resolvable
-                    for verdict in verdicts.distinct())
-        if self.config.filter_best:
-            fits = {content: verdict is None for content, verdict in verdicts.answers.items()}
-            fit_mask = list(map(fits.__getitem__, verdicts.contents))
-            fitting = list(compress(names, fit_mask))
-            if fitting:
-                # No reasons: kube-scheduler reads them only when no node is left (filter).
-                return (FilterOutcome(fitting, {}, {}), short,
-                        list(compress(contents, fit_mask)))
+                ) -> tuple[FilterOutcome | AskedNodes, bool]:
+        """(the nodes the pod fits, to rank (filter_best, or all fit), or the outcome with
+        every node's reason; whether some node was rejected only for lack of free room)."""
+        asked = self._asked(names, may_block)
+        fits = self._fits(request, asked)
+        if fits.all():  # the common case
+            return asked, False
+        if self.config.filter_best and fits.any():
+            # No reasons: kube-scheduler reads them only when no node is left (filter). Nor
+            # whether a node lacked room: read only then (resync) too.
+            return asked.where(fits), False
+        verdicts = self._fit_verdicts(request, asked.contents.tolist())
         ok: list[str] = []
         failed: dict[str, str] = {}
         unresolvable: dict[str, str] = {}
-        for name, verdict in zip(names, verdicts.per_node(), strict=True):
+        for name, content in zip(names, asked.contents.tolist(), strict=True):
+            verdict = verdicts[content]
             if verdict is None:
                 ok.append(name)
             elif verdict.resolvable:
                 failed[name] = verdict.reason
             else:
                 unresolvable[name] = verdict.reason
-        return FilterOutcome(ok, failed, unresolvable), short, None
+        short = any(verdict is not None and verdict is not UNKNOWN_NODE and verdict.resolvable
+                    for verdict in verdicts.values())
+        return FilterOutcome(ok, failed, unresolvable), short
 
-    def _contents(self, names: Sequence[str], may_block: bool) -> list[int | None]:
-        """The content id of every node (None: unknown); nodes our node watch has not
-        delivered yet are read by name first (:mod:`allocator.nodelookup`)."""
-        ids = self.state.node_contents.ids
-        contents = ids(names)
-        if self.node_lookup is not None and None in contents:
-            unknown = [n for n, c in zip(names, contents, strict=True) if c is None]
+    def _asked(self, names: Sequence[str], may_block: bool) -> AskedNodes:
+        """Every named node as the columns see it; nodes our node watch has not delivered yet
+        are read by name first (:mod:`allocator.nodelookup`)."""
+        asked = self.state.columns.asked(names)
+        if self.node_lookup is not None and (asked.contents == UNKNOWN_CONTENT).any():
+            unknown = asked.unknown()
             if not may_block and not self.node_lookup.settled(unknown):
                 raise WouldBlock("nodes unknown to the node watch are to be read")
             self.node_lookup.ensure(unknown)
-            contents = ids(names)
-        return contents
+            asked = self.state.columns.asked(names)
+        return asked
 
-    def _fit_verdicts(self, request: PodRequest, names: Sequence[str],
-                      contents: list[int | None]) -> PerContent[FitVerdict]:
-        """Whether the pod fits, per distinct node content: fit depends on a node's cards and
-        usage only, so the thousands of alike nodes of a big cluster cost one
-        :func:`unfit_reason`."""
-        memo = self.state.node_contents.fit_verdicts.answers(encode_request(request))
+    def _fits(self, request: PodRequest, nodes: AskedNodes) -> npt.NDArray[np.bool_]:
+        """Whether the pod fits each node: fit depends on a node's cards and usage only, so
+        the thousands of alike nodes of a big cluster cost one :func:`unfit_reason`, kept per
+        content id and per node slot (:mod:`allocator.content_memo`)."""
+        contents = self.state.node_contents
+        shape = encode_request(request)
+        numbers = contents.numbers(
+            contents.fit_slots, shape, nodes, nodes.contents,
+            contents.fit_verdicts.answers(shape), self._verdict_of(request),
+            _fits_as_number)
+        fits: npt.NDArray[np.bool_] = numbers == 1.0
+        return fits
 
-        def verdict(state: NodeState) -> FitVerdict:
+    def _fit_verdicts(self, request: PodRequest, contents: Iterable[int]
+                      ) -> dict[int, FitVerdict]:
+        """The verdict of every distinct content among ``contents``."""
+        node_contents = self.state.node_contents
+        memo = node_contents.fit_verdicts.answers(encode_request(request))
+        return node_contents.answers(contents, memo, self._verdict_of(request))
+
+    def _verdict_of(self, request: PodRequest) -> Callable[[int], FitVerdict]:
+        representative = self.state.node_contents.representative
+
+        def verdict(content: int) -> FitVerdict:
+            state = representative(content)
+            if state is None:  # unknown, or an id retired since it was read
+                return UNKNOWN_NODE
             return _readable(unfit_reason(request, state))
 
-        return self.state.node_contents.per_content(names, contents, memo, verdict,
-                                                    unknown=UNKNOWN_NODE)
+        return verdict
 
     # ------------------------------------------------------------------ prioritize
     def prioritize(self, pod: Mapping[str, Any], names: Sequence[str]) -> list[tuple[str, int]]:
@@ -461,30 +485,27 @@ class Allocator:
         if request is None:
             return [0] * len(names)
         names = self.state.names.canonical(names)
-        return self._ranking(pod, request, names).scaled(names)
+        return self._ranking(pod, request, self.state.columns.asked(names)).scaled(names)
 
-    def _ranking(self, pod: Mapping[str, Any], request: PodRequest, names: Sequence[str],
-                 contents: list[int | None] | None = None) -> Ranking:
-        """The policy's raw scores of the pod on each named node (``contents``: their content
-        ids when the caller has them already)."""
-        if contents is None:
-            contents = self.state.node_contents.ids(names)
+    def _ranking(self, pod: Mapping[str, Any], request: PodRequest, nodes: AskedNodes
+                 ) -> Ranking:
+        """The policy's raw scores of the pod on each of ``nodes``."""
         policy = self.policy_for(request)
         ctx = self.context(request, pod)
         rank = policy.node_ranker(ctx)
         if rank is not None:
             # The policy ranks feasible nodes by name, without placing the pod on each (random:
             # a seeded hash of pod and node); feasibility is filter's, shared by content.
-            fitting = self._fit_verdicts(request, names, contents).per_node()
-            return Ranking(None, one_by_one=[rank(name) if verdict is None else None
-                                             for name, verdict in zip(names, fitting,
-                                                                      strict=True)])
+            fits = self._fits(request, nodes).tolist()
+            return Ranking(None, one_by_one=[
+                rank(name) if fit else None
+                for name, fit in zip(nodes.name_list(), fits, strict=True)], at=nodes.at)
         if policy.per_pod:
             # The score depends on the pod's identity: placed and scored node by node, never
             # shared.
             return Ranking(None, one_by_one=[
                 None if view is None else _placed_score(request, policy, ctx, view.state)
-                for view in self.state.views(names)])
+                for view in self.state.views(nodes.name_list())], at=nodes.at)
         # Every other score is a function of the node's content (and, for a policy that reads
         # node CPU, of where the node's free CPU lies among the policy's thresholds), plus,
         # for a policy with a name bias (fgd-ff's fixed first-fit order), that bias on top:
@@ -501,8 +522,7 @@ class Allocator:
                 return score
             return score - bias(state.name)
 
-        return self._fan_out(names, contents, shape, thresholds, ctx.pod_cpu_milli, raw_score,
-                             policy)
+        return self._fan_out(nodes, shape, thresholds, ctx.pod_cpu_milli, raw_score, policy)
 
     def scores_cpu_only(self, pod: Mapping[str, Any], names: Sequence[str]) -> list[int]:
         """``prioritize-cpu-only``'s scores 0..10, one per name, in order: a pod that asks
@@ -527,7 +547,7 @@ class Allocator:
                 return score
             return score - bias(state.name)
 
-        return self._fan_out(names, self.state.node_contents.ids(names), shape, thresholds,
+        return self._fan_out(self.state.columns.asked(names), shape, thresholds,
                              pod_cpu_milli(pod), raw_score, policy).scaled(names)
 
     def _cpu_thresholds(self, policy: Policy, workload: Workload) -> tuple[int, ...]:
@@ -536,8 +556,7 @@ class Allocator:
         return tuple(policy.cpu_thresholds(workload.cpu_milli,
                                            self.state.resources.max_cpu_milli))
 
-    def _fan_out(self, names: Sequence[str], contents: list[int | None],
-                 shape: tuple[object, ...],
+    def _fan_out(self, nodes: AskedNodes, shape: tuple[object, ...],
                  thresholds: tuple[int, ...], pod_cpu: int,
                  raw_score: Callable[[NodeState, int, int], RawScore],
                  policy: Policy) -> Ranking:
@@ -545,21 +564,24 @@ class Allocator:
         buckets before and after ``pod_cpu``), memoised per ``shape``, with the policy's name
         bias to add back per node."""
         node_contents = self.state.node_contents
-        memo = node_contents.raw_scores.answers(shape)
-        by_content: PerContent[RawScore]
-        if thresholds:
-            keys = node_contents.cpu_buckets.keys(
-                contents, self.state.resources.free_cpu_of(names), thresholds, pod_cpu)
-            by_content = node_contents.per_content_cpu(names, keys, thresholds, memo,
-                                                       raw_score, unknown=None)
-        else:
-            by_content = node_contents.per_content(
-                names, contents, memo, lambda state: raw_score(state, 0, 0), unknown=None)
+        representative = node_contents.representative
+        keys = (cpu_keys(nodes.contents, nodes.free_cpu, thresholds, pod_cpu) if thresholds
+                else nodes.contents)
+
+        def answer(key: int) -> RawScore:
+            content, before, after = (decode_cpu_key(key, thresholds) if thresholds
+                                      else (key, 0, 0))
+            state = representative(content)
+            return None if state is None else raw_score(state, before, after)
+
+        shared = node_contents.numbers(node_contents.score_slots, shape, nodes, keys,
+                                       node_contents.raw_scores.answers(shape), answer,
+                                       _score_as_number)
         bias = policy.name_bias()
         if bias is None:
-            return Ranking(by_content)
-        return Ranking(by_content, partial(node_contents.name_biases.of, policy.name, bias),
-                       policy.name_bias_bound)
+            return Ranking(shared, at=nodes.at)
+        return Ranking(shared, partial(self.state.columns.biases, policy.name, bias, nodes),
+                       policy.name_bias_bound, at=nodes.at)
 
     # ------------------------------------------------------------------ bind
     def bind(self, namespace: str, name: str, uid: str, node: str) -> BindOutcome:
@@ -807,6 +829,14 @@ def _at_buckets(ctx: PolicyContext, node: str, thresholds: Sequence[int], before
     cpu_after = bucket_value(thresholds, after)
     return replace(ctx, node_facts={node: NodeFacts(cpu_before)},
                    pod_cpu_milli=cpu_before - cpu_after)
+
+
+def _fits_as_number(verdict: FitVerdict) -> float:
+    return 1.0 if verdict is None else 0.0
+
+
+def _score_as_number(score: RawScore) -> float:
+    return math.nan if score is None else score
 
 
 def _placed_score(request: PodRequest, policy: Policy, ctx: PolicyContext,

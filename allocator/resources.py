@@ -27,10 +27,9 @@ import threading
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from decimal import Decimal
-from itertools import repeat
 from typing import Any, Final
 
-from allocator.content_memo import NodeNames
+from allocator.content_memo import UNKNOWN_FREE, NodeColumns, NodeNames
 from allocator.policies import NodeFacts
 from tessera.quantity import QuantityError, parse_quantity
 
@@ -44,9 +43,6 @@ BOUND_ACTIVE_PODS: Final = "spec.nodeName!=,status.phase!=Succeeded,status.phase
 TERMINAL_PHASES: Final = frozenset({"Succeeded", "Failed"})
 #: Pods whose requests could not be read, kept for ``/status`` (bounded: anyone may create pods).
 MAX_NOTED: Final = 256
-#: Free CPU reported for a node whose allocatable CPU is unknown: no constraint.
-UNKNOWN_FREE: Final = 1 << 62
-
 _CPU, _MEMORY = "cpu", "memory"
 
 
@@ -222,10 +218,13 @@ def pod_usage(pod: Mapping[str, Any]) -> PodUsage | None:
 class NodeResources:
     """Allocatable and requested CPU and memory per node (module doc)."""
 
-    def __init__(self, names: NodeNames | None = None) -> None:
+    def __init__(self, names: NodeNames | None = None, columns: NodeColumns | None = None
+                 ) -> None:
         self._lock = threading.Lock()
         #: node names as the shared objects of the cluster picture (allocator.content_memo)
         self._names = names if names is not None else NodeNames()
+        #: every node's free CPU at its slot, for the verbs (allocator.content_memo)
+        self._columns = columns if columns is not None else NodeColumns()
         self._allocatable: dict[str, tuple[int, int]] = {}
         #: pod uid -> (node, milli-CPU, memory bytes): the compact record, nothing more
         self._pods: dict[str, tuple[str, int, int]] = {}
@@ -251,10 +250,6 @@ class NodeResources:
 
     def view(self) -> NodeFactsView:
         return NodeFactsView(self)
-
-    def free_cpu_of(self, names: Iterable[str]) -> list[int]:
-        """Free milli-CPU of each named node, in order (:data:`UNKNOWN_FREE` if unknown)."""
-        return list(map(self.free_cpu.get, names, repeat(UNKNOWN_FREE)))
 
     def pod(self, uid: str) -> tuple[str, int, int] | None:
         return self._pods.get(uid)
@@ -301,6 +296,7 @@ class NodeResources:
             return
         self.free_cpu.pop(name, None)
         self.free_memory.pop(name, None)
+        self._columns.set_free_cpu(name, UNKNOWN_FREE)
         self.max_cpu_milli = max((a[0] for a in self._allocatable.values()), default=0)
 
     # ------------------------------------------------------------------ pods
@@ -408,6 +404,7 @@ class NodeResources:
         name = self._names.intern(node)
         self.free_cpu[name] = allocatable[0] - used_cpu
         self.free_memory[name] = allocatable[1] - used_memory
+        self._columns.set_free_cpu(name, allocatable[0] - used_cpu)
 
     def _note(self, uid: str, why: str) -> None:
         if uid not in self._noted and len(self._noted) >= MAX_NOTED:

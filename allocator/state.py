@@ -26,7 +26,7 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Any
 
-from allocator.content_memo import NodeContents, NodeNames
+from allocator.content_memo import NodeColumns, NodeContents, NodeNames
 from allocator.fit import Card, NodeState, build_node_state
 from allocator.inventory import Inventory, read_inventory
 from allocator.resources import NodeResources
@@ -101,12 +101,14 @@ class ClusterState:
         self._synced = threading.Event()
         # name -> current view: one dict read per node on the verbs' hot path (lock-free).
         self._views: dict[str, NodeView] = {}
+        #: every node's content id and free CPU in arrays, for the verbs (content_memo)
+        self.columns = NodeColumns()
         #: content ids of the current views, and the verbs' answers memoised by them
-        self.node_contents = NodeContents()
+        self.node_contents = NodeContents(self.columns)
         #: one string object per node name, for every per-node table (content_memo.NodeNames)
         self.names = NodeNames()
         #: every node's CPU and memory, allocatable and requested
-        self.resources = NodeResources(self.names)
+        self.resources = NodeResources(self.names, self.columns)
         #: What cards and CPU were last read from, per node (labels, annotations,
         #: allocatable): a node update that changes none of them (a status heartbeat) is not
         #: read again.

@@ -14,6 +14,7 @@ from allocator.policies.base import (
     chooser,
     mean_square_utilisation,
     scaled,
+    scaled_numbers,
 )
 from allocator.policies.binpack import Binpack
 from allocator.policies.fgd import FGD
@@ -61,4 +62,5 @@ __all__ = [
     "get_policy",
     "mean_square_utilisation",
     "scaled",
+    "scaled_numbers",
 ]

@@ -4,14 +4,13 @@ every reason when no node fits."""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-
+import numpy as np
+import numpy.typing as npt
 import pytest
 from builders import VOCAB, make_gpu_pod, make_node, request, share, whole
 from test_content_sharing import REQUESTS, _cluster
 
 from allocator.config import Settings
-from allocator.content_memo import PerContent
 from allocator.core import Allocator, AllocatorConfig, FilterOutcome, Ranking
 from allocator.policies import MAX_SCORE, REGISTRY
 from allocator.state import ClusterState
@@ -116,15 +115,17 @@ def test_a_bad_filter_best_switch_is_refused() -> None:
 def test_a_name_bias_can_lift_a_node_over_a_higher_shared_score() -> None:
     """Ranking.best reads the biases of every node within the bias bound of the highest
     shared score, not only of the nodes that have it."""
-    shared: PerContent[float | None] = PerContent(contents=[0, 1, 1, 2],
-                                                  answers={0: 1.0, 1: 0.99, 2: 0.5})
-    bias = {"a": 0.0, "b": 0.001, "c": 0.03, "d": 0.039}.__getitem__
+    shared = np.array([1.0, 0.99, 0.99, 0.5])
+    bias = np.array([0.0, 0.001, 0.03, 0.039])
+    read: list[int] = []
 
-    def biases(names: Sequence[str]) -> list[float]:
-        return [bias(n) for n in names]
+    def biases(positions: npt.NDArray[np.int64]) -> npt.NDArray[np.float64]:
+        read.extend(positions.tolist())
+        return bias[positions]
 
     ranking = Ranking(shared, biases, bias_bound=0.04)
     assert ranking.best(["a", "b", "c", "d"]) == ["c"]
+    assert sorted(read) == [0, 1, 2]  # d's shared score is beyond the bound: never read
     assert ranking.raw(["a", "b", "c", "d"]) == pytest.approx([1.0, 0.991, 1.02, 0.539])
     assert ranking.scaled(["a", "b", "c", "d"])[2] == MAX_SCORE
     # without a bias, every node of the highest shared score
