@@ -216,9 +216,9 @@ class NodeColumns:
             if arrays[0][slot] == UNKNOWN_CONTENT and arrays[1][slot] == UNKNOWN_FREE:
                 del self._slot[name]  # known by neither owner: the slot is free again
                 self._spare.append(slot)
-                for column in self._biases.values():
-                    if slot < len(column):
-                        column[slot] = np.nan
+                for biases in self._biases.values():
+                    if slot < len(biases):
+                        biases[slot] = np.nan
 
     def _new_slot(self, name: str) -> int:
         if self._spare:

@@ -256,3 +256,47 @@ def test_policy_context_defaults_keep_working_without_facts() -> None:
     ctx = PolicyContext(SHAPES[0])
     assert dict(ctx.node_facts) == {} and ctx.workload is NO_WORKLOAD
     assert get_policy("binpack").cpu_thresholds((1000,), 64000) == ()
+
+
+@pytest.mark.parametrize("policy_name", ["fgd-cpu", "fgd-ff", "binpack"])
+def test_answers_kept_per_node_slot_follow_every_change(policy_name: str) -> None:
+    """Nodes that go, come (taking freed slots), take and release cards and CPU: after each
+    change filter and prioritize still equal the plain per-node computation (the kept
+    answers of a slot are only ever read for the key they answer)."""
+    _, rt = _cluster(7, policy_name)
+    alloc = rt.allocator
+    state = alloc.state
+    rng = random.Random(7)
+    pods = [_with_cpu(make_gpu_pod(f"p{k}", PodRequest(req.containers, policy=policy_name),
+                                   uid=f"u-p{k}"), str(2 + 4 * k))
+            for k, req in enumerate(SHAPES)]
+    for pod in pods:
+        alloc.filter(pod, state.node_names())  # counted in the mix once, before comparing
+    fresh = 0
+    for step in range(60):
+        names = state.node_names()
+        change = rng.choice(["remove", "add", "bind", "cpu"])
+        if change == "remove" and len(names) > 4:
+            state.remove_node(rng.choice(names))
+        elif change == "add":
+            fresh += 1
+            node = make_node(f"new{fresh}", count=4, memory_mib=16000)
+            node["status"]["allocatable"]["cpu"] = str(rng.choice([32, 64]))
+            state.apply_node(node)
+        elif change == "bind" and names:
+            node = rng.choice(names)
+            card = rng.randrange(4)
+            state.apply_pod(_gpu_bound(f"s{step}", node, "1", ContainerAllocation(
+                "c", (card,), core_percent=10, memory_mib=100)))
+        elif names:
+            state.resources.apply_pod(_cpu_pod(f"c{step}", rng.choice(names),
+                                               str(rng.choice([1, 6, 20]))))
+        names = [*state.node_names(), "ghost"]
+        rng.shuffle(names)
+        for pod in pods:
+            req = alloc.pod_request(pod)
+            assert req is not None
+            expected = _expected(alloc, get_policy(policy_name), req, pod, names)
+            assert alloc.scores(pod, names) == expected, step
+            top = [n for n, s in zip(names, expected, strict=True) if s == 10]
+            assert alloc.filter(pod, names).nodes == top, step
