@@ -27,8 +27,13 @@ from allocator.ports import KubeApi
 logger = logging.getLogger(__name__)
 
 QUEUE_SIZE = 1000
-#: How often the thread wakes up to flush due series updates when nothing arrives.
+#: How often the thread wakes up to flush due series updates when nothing arrives, and how
+#: often it looks for due updates at most (a look walks every series tracked: per event, it
+#: cost more than the event itself once thousands were tracked).
 TICK_SECONDS = 1.0
+#: How long the thread lets events gather after a batch (fewer wake-ups under load; the
+#: verbs' enqueue then finds no waiter to notify).
+BATCH_SECONDS = 0.1
 
 
 class EventRecorder(DecisionHooks):
@@ -49,6 +54,7 @@ class EventRecorder(DecisionHooks):
         #: Called with "created", "updated", "dropped" or "failed" for every event.
         self._on_outcome = on_outcome
         self._queue: queue.Queue[tuple[EventSpec, float]] = queue.Queue(queue_size)
+        self._next_due = float("-inf")
 
     # ------------------------------------------------------------------ hooks (verbs' threads)
     def allocated(self, pod: PodRef, node: str, cards: tuple[int, ...], policy: str) -> None:
@@ -71,9 +77,11 @@ class EventRecorder(DecisionHooks):
     def run(self, stop: threading.Event) -> None:
         while not stop.is_set():
             self.process(timeout=TICK_SECONDS)
+            stop.wait(BATCH_SECONDS)
 
     def process(self, timeout: float = 0.0) -> None:
-        """Send what is queued (waiting up to ``timeout`` for the first), then what is due."""
+        """Send what is queued (waiting up to ``timeout`` for the first), then what is due
+        (looked for once per :data:`TICK_SECONDS` of the clock at most)."""
         try:
             item: tuple[EventSpec, float] | None = self._queue.get(timeout=timeout) \
                 if timeout > 0 else self._queue.get_nowait()
@@ -90,8 +98,11 @@ class EventRecorder(DecisionHooks):
                 item = self._queue.get_nowait()
             except queue.Empty:
                 item = None
-        for write in self._correlator.due(self._clock()):
-            self._send(write)
+        now = self._clock()
+        if now >= self._next_due:
+            self._next_due = now + TICK_SECONDS
+            for write in self._correlator.due(now):
+                self._send(write)
 
     def _send(self, write: Write) -> None:
         pod = write.spec.pod

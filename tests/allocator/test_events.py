@@ -16,7 +16,7 @@ from allocator.decisions import DecisionHooks, Fanout, PodRef, refusal_summary
 from allocator.errors import ApiError, BindError
 from allocator.events import Correlator, EventSpec, Held, Limits, Write
 from allocator.policies import DEFAULT_POLICY
-from allocator.recorder import EventRecorder
+from allocator.recorder import TICK_SECONDS, EventRecorder
 
 POD = PodRef("team-a", "trainer", "uid-1")
 
@@ -302,3 +302,26 @@ def test_the_app_records_an_allocated_event_and_counts_it() -> None:
     assert event["regarding"]["uid"] == "u-1"
     metrics = client.get("/metrics").get_data(as_text=True)
     assert 'tessera_allocator_events_total{outcome="created"} 1.0' in metrics
+
+
+def test_due_series_are_looked_for_once_a_tick_not_after_every_event() -> None:
+    """Looking for due updates walks every tracked series: per event, thousands of them
+    cost more than the event."""
+    looked: list[float] = []
+
+    class Counting(Correlator):
+        def due(self, now: float) -> list[Write]:
+            looked.append(now)
+            return super().due(now)
+
+    fake = FakeKube()
+    now = [NOW]
+    rec = EventRecorder(fake, "r", correlator=Counting(), clock=lambda: now[0])
+    for i in range(5):
+        rec.allocated(PodRef("ns", f"p{i}", f"u{i}"), "n1", (0,), "binpack")
+        rec.process()
+    assert looked == [NOW]
+    assert len(fake.api_events) == 5  # every event still sent at once
+    now[0] += TICK_SECONDS
+    rec.process()
+    assert looked == [NOW, NOW + TICK_SECONDS]
