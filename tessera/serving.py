@@ -296,6 +296,8 @@ def gunicorn_options(
         # gunicorn's control socket defaults to one path per user ($HOME/.gunicorn), shared by
         # every instance on the host; nothing of ours uses it.
         "control_socket_disable": True,
+        # the event loop waits for the GIL at most this long (transport.GIL_SWITCH_SECONDS)
+        "post_worker_init": transport.hand_over_the_gil_often,
     }
     if serving.tls_cert and serving.tls_key:
         options["certfile"] = serving.tls_cert

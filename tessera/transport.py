@@ -63,12 +63,22 @@ HANDSHAKE_REPORT_SECONDS: Final = 60.0
 
 #: Set (True) in the environ of a request run in the event loop (module doc).
 INLINE: Final = "tessera.inline"
+#: How long a thread may keep the GIL while another waits for it (CPython's default: 5 ms).
+#: The event loop answers requests inline; while the watches' threads are busy (a big
+#: cluster's node heartbeats), every hand-over made a request wait up to the interval
+#: (docs/benchmarks.md, issue 13's fourth pass).
+GIL_SWITCH_SECONDS: Final = 0.001
 
 Scope = MutableMapping[str, Any]
 Message = MutableMapping[str, Any]
 Receive = Callable[[], Awaitable[Message]]
 Send = Callable[[Message], Awaitable[None]]
 WsgiApp = Callable[[dict[str, Any], Callable[..., Any]], Iterable[bytes]]
+
+
+def hand_over_the_gil_often(_worker: Any) -> None:
+    """gunicorn's ``post_worker_init`` hook: :data:`GIL_SWITCH_SECONDS` in the worker."""
+    sys.setswitchinterval(GIL_SWITCH_SECONDS)
 
 
 class NeedsThread(Exception):

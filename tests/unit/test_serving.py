@@ -4,13 +4,14 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import sys
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from tessera import logs
+from tessera import logs, transport
 from tessera.serving import (
     EnvReader,
     Listener,
@@ -328,6 +329,17 @@ def test_gunicorn_serves_https_with_a_certificate_and_requires_clients_with_a_ca
     assert options["worker_class"] == "tessera.worker.Worker"
 
 
+def test_the_worker_hands_the_gil_over_every_millisecond() -> None:
+    options = gunicorn_options(ServingConfig(), proc_name="p", keepalive=5)
+    before = sys.getswitchinterval()
+    try:
+        sys.setswitchinterval(0.005)
+        options["post_worker_init"](object())
+        assert sys.getswitchinterval() == pytest.approx(transport.GIL_SWITCH_SECONDS)
+    finally:
+        sys.setswitchinterval(before)
+
+
 def test_the_worker_runs_on_uvloop_which_is_installed() -> None:
     import uvloop
 
@@ -346,6 +358,7 @@ def test_the_worker_count_can_be_forced(workers: int | None, expected: int) -> N
         "asgi_loop": "uvloop", "threads": 1, "proc_name": "tessera-x", "loglevel": "warning",
         "logger_class": "tessera.logs.GunicornLogger", "accesslog": None, "errorlog": "-",
         "timeout": 20, "graceful_timeout": 10, "keepalive": 30, "control_socket_disable": True,
+        "post_worker_init": transport.hand_over_the_gil_often,
     }
 
 
