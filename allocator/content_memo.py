@@ -245,7 +245,6 @@ class NodeColumns:
         contents, free_cpu = self._arrays  # read after the slots: room for every one of them
         return AskedNodes(names, slots, contents[slots], free_cpu[slots], len(contents))
 
-
     def biases(self, policy: str, bias: Callable[[str], float], nodes: AskedNodes,
                positions: Ints) -> Numbers:
         """The policy's name bias (:meth:`allocator.policies.Policy.name_bias`) of the nodes

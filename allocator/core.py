@@ -157,19 +157,18 @@ class Ranking:
         """The raw score of each of ``names`` (the nodes this ranking was made for)."""
         if self.shared is None:
             return list(self.one_by_one or [])
-        return [None if v != v else v for v in self._totals().tolist()]  # NaN: None
+        return [None if v != v else v for v in self._totals(self.shared).tolist()]  # NaN: None
 
     def scaled(self, names: Sequence[str]) -> list[int]:
         """The extender's scores 0..10 (:func:`allocator.policies.scaled`)."""
         if self.shared is None:
             return scaled(self.raw(names))
-        return cast(list[int], scaled_numbers(self._totals()).tolist())
+        return cast(list[int], scaled_numbers(self._totals(self.shared)).tolist())
 
-    def _totals(self) -> Numbers:
-        assert self.shared is not None
+    def _totals(self, shared: Numbers) -> Numbers:
         if self.biases is None:
-            return self.shared
-        return self.shared + self.biases(np.arange(len(self.shared)))
+            return shared
+        return shared + self.biases(np.arange(len(shared)))
 
     def best(self, names: Sequence[str]) -> list[str]:
         """The names whose score :meth:`scaled` makes the top one, in order (none when no
