@@ -44,6 +44,7 @@ import numpy.typing as npt
 from allocator.fit import CardSignature, NodeState, Unfit, node_signature
 
 T = TypeVar("T")
+U = TypeVar("U")
 
 #: Per-node integers and numbers as the verbs gather them.
 Ints = npt.NDArray[np.int64]
@@ -107,6 +108,33 @@ def content_key(state: NodeState) -> ContentKey:
     return tuple(sorted(node_signature(state)))
 
 
+class _PerShape(Generic[U]):
+    """One kept value per request shape (any hashable key), the least recently used dropped
+    beyond ``limit``."""
+
+    def __init__(self, limit: int, make: Callable[[], U],
+                 worn: Callable[[U], bool] = lambda _value: False) -> None:
+        self._limit = limit
+        self._make = make
+        self._worn = worn  # a kept value that has grown too big: made afresh
+        self._shapes: dict[Hashable, U] = {}
+        self._lock = threading.Lock()
+
+    def of(self, shape: Hashable) -> U:
+        with self._lock:
+            kept = self._shapes.pop(shape, None)
+            if kept is None or self._worn(kept):
+                kept = self._make()
+            if len(self._shapes) >= self._limit:
+                self._shapes.pop(next(iter(self._shapes)))
+            self._shapes[shape] = kept  # re-inserted last: LRU order
+            return kept
+
+    def clear(self) -> None:
+        with self._lock:
+            self._shapes.clear()
+
+
 class ShapeMemo(Generic[T]):
     """Answers per request shape (any hashable key), each a dict ``content id -> answer``
     (or :data:`CpuKey` -> answer).
@@ -117,23 +145,14 @@ class ShapeMemo(Generic[T]):
     """
 
     def __init__(self, limit: int = SHAPE_LIMIT) -> None:
-        self._limit = limit
-        self._shapes: dict[Hashable, dict[Any, T]] = {}
-        self._lock = threading.Lock()
+        self._kept: _PerShape[dict[Any, T]] = _PerShape(
+            limit, dict, lambda kept: len(kept) > CONTENT_LIMIT)
 
     def answers(self, shape: Hashable) -> dict[Any, T]:
-        with self._lock:
-            kept = self._shapes.pop(shape, None)
-            if kept is None or len(kept) > CONTENT_LIMIT:
-                kept = {}
-            if len(self._shapes) >= self._limit:
-                self._shapes.pop(next(iter(self._shapes)))
-            self._shapes[shape] = kept  # re-inserted last: LRU order
-            return kept
+        return self._kept.of(shape)
 
     def clear(self) -> None:
-        with self._lock:
-            self._shapes.clear()
+        self._kept.clear()
 
 
 @dataclass(frozen=True, slots=True)
@@ -311,23 +330,13 @@ class SlotMemos:
     dropped."""
 
     def __init__(self, limit: int = SLOT_SHAPE_LIMIT) -> None:
-        self._limit = limit
-        self._shapes: dict[Hashable, SlotMemo] = {}
-        self._lock = threading.Lock()
+        self._kept: _PerShape[SlotMemo] = _PerShape(limit, SlotMemo)
 
     def of(self, shape: Hashable) -> SlotMemo:
-        with self._lock:
-            kept = self._shapes.pop(shape, None)
-            if kept is None:
-                kept = SlotMemo()
-                if len(self._shapes) >= self._limit:
-                    self._shapes.pop(next(iter(self._shapes)))
-            self._shapes[shape] = kept  # re-inserted last: LRU order
-            return kept
+        return self._kept.of(shape)
 
     def clear(self) -> None:
-        with self._lock:
-            self._shapes.clear()
+        self._kept.clear()
 
 
 class NodeNames:
