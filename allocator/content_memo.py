@@ -256,6 +256,13 @@ class NodeColumns:
         self._slot[name] = slot
         return slot
 
+    def contents_held(self) -> set[int]:
+        """The content ids some node holds now."""
+        with self._lock:
+            held = set(self._arrays[0][:self._used].tolist())
+        held.discard(UNKNOWN_CONTENT)
+        return held
+
     def asked(self, names: Sequence[str]) -> AskedNodes:
         """Each named node's slot, content id and free CPU, in order (unknown names: slot 0,
         :data:`UNKNOWN_CONTENT`, :data:`UNKNOWN_FREE`)."""
@@ -341,13 +348,9 @@ class SlotMemos:
 
 class NodeNames:
     """One string object per node name, shared by every per-node table of the picture (the
-    state's, the contents', the node resources', the name biases).
-
-    A verb's node names are decoded from the request: new string objects, equal to the
-    tables' keys but not the same. A dict read by an equal object compares characters, one
-    more memory read per node and table; by the same object it stops at the identity check.
-    :meth:`canonical` pays that once per call, and every table read after it is by identity.
-    Names never seen are passed through, so hostile names are never kept."""
+    state's, the node resources', the columns' slots): one copy of each name in memory, and
+    the tables' reads of each other's keys stop at the identity check. Only real nodes'
+    names are kept (a verb's names are read through the columns' slots, never kept)."""
 
     def __init__(self, limit: int = CONTENT_LIMIT) -> None:
         self._limit = limit
@@ -362,11 +365,6 @@ class NodeNames:
             self._by_name.clear()  # bounded under endless churn; only speed is lost
         return self._by_name.setdefault(name, name)
 
-    def canonical(self, names: Iterable[str]) -> list[str]:
-        """``names`` in order, each as the shared object when there is one."""
-        get = self._by_name.get
-        return list(map(get, names, names))
-
 
 class NodeContents:
     """Content ids of the nodes of one cluster picture, and the answers memoised by them.
@@ -380,7 +378,6 @@ class NodeContents:
         self._limit = limit
         #: every node's content id (and free CPU) at its slot, for the verbs
         self.columns = columns if columns is not None else NodeColumns()
-        self._of: dict[str, int] = {}  # node name -> content id of its current state
         self._ids: dict[ContentKey, int] = {}
         self._representative: dict[int, NodeState] = {}  # content id -> a state with it
         self._next = 0  # never reused: an id always means one content
@@ -396,12 +393,10 @@ class NodeContents:
     def assign(self, name: str, state: NodeState) -> int:
         """Record ``state`` as the node's current state; its content id."""
         content = self._id(state)
-        self._of[name] = content
         self.columns.set_content(name, content)
         return content
 
     def forget(self, name: str) -> None:
-        self._of.pop(name, None)
         self.columns.set_content(name, UNKNOWN_CONTENT)
 
     def drop_memos(self) -> None:
@@ -416,7 +411,7 @@ class NodeContents:
         if found is not None:
             return found
         if len(self._ids) >= self._limit:
-            live = set(self._of.values())
+            live = self.columns.contents_held()
             self._ids = {k: i for k, i in self._ids.items() if i in live}
             self._representative = {
                 i: s for i, s in self._representative.items() if i in live}

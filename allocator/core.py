@@ -414,11 +414,12 @@ class Allocator:
             # No reasons: kube-scheduler reads them only when no node is left (filter). Nor
             # whether a node lacked room: read only then (resync) too.
             return asked.where(fits), False
-        verdicts = self._fit_verdicts(request, asked.contents.tolist())
+        contents = asked.contents.tolist()
+        verdicts = self._fit_verdicts(request, contents)
         ok: list[str] = []
         failed: dict[str, str] = {}
         unresolvable: dict[str, str] = {}
-        for name, content in zip(names, asked.contents.tolist(), strict=True):
+        for name, content in zip(names, contents, strict=True):
             verdict = verdicts[content]
             if verdict is None:
                 ok.append(name)
@@ -483,7 +484,6 @@ class Allocator:
         request = self.pod_request(pod)
         if request is None:
             return [0] * len(names)
-        names = self.state.names.canonical(names)
         return self._ranking(pod, request, self.state.columns.asked(names)).scaled(names)
 
     def _ranking(self, pod: Mapping[str, Any], request: PodRequest, nodes: AskedNodes
@@ -532,7 +532,6 @@ class Allocator:
         self.check_ready()
         if self.pod_request(pod) is not None or not self.config.node_resources:
             return [0] * len(names)
-        names = self.state.names.canonical(names)
         policy = get_policy(self.config.default_policy)
         workload = self.workload()
         thresholds = self._cpu_thresholds(policy, workload)

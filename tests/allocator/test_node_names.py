@@ -1,6 +1,6 @@
-"""Node names as one shared string object per name (allocator.content_memo.NodeNames): a
-verb's names, decoded from JSON, are mapped to the picture's own objects once, so that every
-per-node table is read by identity; names the picture does not know pass through, unkept."""
+"""Node names as one shared string object per name (allocator.content_memo.NodeNames), held
+by every per-node table of the picture; a verb's names, decoded from JSON, are answered
+without being kept."""
 
 from __future__ import annotations
 
@@ -23,16 +23,10 @@ def _fresh(name: str) -> str:
     return copy
 
 
-def test_known_names_become_the_shared_object_and_unknown_ones_are_not_kept() -> None:
+def test_a_name_interned_twice_is_one_object() -> None:
     names = NodeNames()
     shared = names.intern("node-a")
     assert names.intern(_fresh("node-a")) is shared
-    asked = [_fresh("node-a"), "ghost"]
-    out = names.canonical(asked)
-    assert out == asked
-    assert out[0] is shared and out[1] is asked[1]
-    assert names.canonical(["ghost"])[0] is not shared
-    assert names.intern(_fresh("ghost")) == "ghost"  # only intern() keeps a name
 
 
 def test_every_per_node_table_of_the_picture_holds_the_same_name_object() -> None:
@@ -44,8 +38,8 @@ def test_every_per_node_table_of_the_picture_holds_the_same_name_object() -> Non
     state.replace_nodes([make_node(_fresh("n1"), count=2), make_node(_fresh("n2"), count=2)])
     state.mark_synced()
     assert state.resources.free_cpu["n1"] < state.resources.free_cpu["n2"]
-    shared = state.names.canonical([_fresh("n1")])[0]
-    assert next(k for k in state.node_contents._of if k == "n1") is shared
+    shared = state.names.intern(_fresh("n1"))
+    assert next(k for k in state.columns._slot if k == "n1") is shared
     assert next(k for k in state.resources.free_cpu if k == "n1") is shared
     assert next(k for k in state._views if k == "n1") is shared
 
@@ -60,6 +54,7 @@ def test_filter_answers_with_the_names_asked_for() -> None:
     out = allocator.filter(make_gpu_pod("p", request(share(core=30, mem=1000)), uid="u"), asked)
     assert out.nodes == ["n0", "n1", "n2"]
     assert set(out.failed) | set(out.unresolvable) == {"ghost"}
+    assert "ghost" not in state.columns._slot  # a name asked about is never kept
     assert allocator.prioritize(make_gpu_pod("p", request(share(core=30, mem=1000)), uid="u"),
                                 asked)[2] == ("ghost", 0)
 

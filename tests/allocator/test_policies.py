@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+import random
+
 import pytest
 from builders import node_state, request, share, whole
 
 from allocator.fit import NodeState, Placement, place
 from allocator.policies import (
+    MAX_SCORE,
     REGISTRY,
     Policy,
     PolicyContext,
@@ -130,3 +133,32 @@ def test_every_registered_policy_is_a_policy_and_offers_only_the_hooks_it_declar
     biased = {name for name, policy in REGISTRY.items() if policy.name_bias()}
     per_pod = {name for name, policy in REGISTRY.items() if policy.per_pod}
     assert (ranking, biased, per_pod) == ({"random"}, {"fgd-ff", "fgd-cpu"}, {"random"})
+
+
+def _scaled_one_by_one(raw: list[float | None], best_alone: bool) -> list[int]:
+    """The scaling written out value by value (the list version it replaced): the oracle."""
+    present = [v for v in raw if v is not None]
+    if not present:
+        return [0] * len(raw)
+    low, high = min(present), max(present)
+    if high - low <= 1e-9:
+        return [0 if v is None else MAX_SCORE for v in raw]
+    factor = MAX_SCORE / (high - low)
+    out = [0 if v is None else int((v - low) * factor + 0.5) for v in raw]
+    if best_alone:
+        out = [MAX_SCORE if v is not None and v >= high - 1e-9 else min(o, MAX_SCORE - 1)
+               for v, o in zip(raw, out, strict=True)]
+    return out
+
+
+@pytest.mark.parametrize("best_alone", [True, False])
+def test_scaling_on_arrays_equals_the_value_by_value_scaling(best_alone: bool) -> None:
+    rng = random.Random(3)
+    for _ in range(3000):
+        raw = [None if rng.random() < 0.2 else rng.choice(
+                   [rng.random(), rng.randint(-3, 3) / 4, 1e-10 * rng.random(),
+                    -1e6 * rng.random()])
+               for _ in range(rng.randint(0, 12))]
+        got = scaled(raw, best_alone=best_alone)
+        assert got == _scaled_one_by_one(raw, best_alone), raw
+        assert all(type(v) is int for v in got)
