@@ -198,10 +198,13 @@ class ControlPlane:
     scheduler: ManagedProcess | None = None
     #: What kube-scheduler runs: a shipped configuration and the allocator's address.
     scheduler_setup: tuple[dict[str, Any], ExtenderAddress | None] | None = None
-    #: KWOK renews each node's Ready heartbeat this often (plus up to 2 s); the node lifecycle
-    #: controller taints a node whose heartbeat is older than ``node_monitor_grace_seconds``.
-    #: Large clusters on a small machine raise both (bench/openb/live.py).
-    node_heartbeat_seconds: float = 10.0
+    #: KWOK posts each node's unchanged status this often (a kubelet's
+    #: nodeStatusReportFrequency) and renews its Lease every quarter of ``node_lease_seconds``;
+    #: the node lifecycle controller taints a node whose Lease is older than
+    #: ``node_monitor_grace_seconds``. Large clusters on a small machine raise the grace
+    #: (bench/openb/live.py).
+    node_status_report_seconds: float = kwok.STATUS_REPORT_SECONDS
+    node_lease_seconds: int = kwok.LEASE_SECONDS
     node_monitor_grace_seconds: int = 50
     #: How long a Job's pod runs before KWOK marks it Succeeded (pods may say otherwise with
     #: the kwok.RUN_FOR_ANNOTATION annotation).
@@ -387,7 +390,7 @@ class ControlPlane:
         kubeconfig = self.write_kubeconfig("kwok", kwok.USER)
         config_path = self.workdir / "kwok.yaml"
         config_path.write_text(
-            yaml.safe_dump_all(kwok.node_stages(self.node_heartbeat_seconds)
+            yaml.safe_dump_all(kwok.node_stages(self.node_status_report_seconds)
                               + kwok.pod_stages(self.job_run_seconds),
                               sort_keys=False)
         )
@@ -402,6 +405,7 @@ class ControlPlane:
                 f"{kwok.MANAGED_ANNOTATION}={kwok.MANAGED_VALUE}",
                 # Room for every pod of the benchmarks (the default /24 holds 254 addresses).
                 "--cidr=10.64.0.0/10",
+                f"--node-lease-duration-seconds={self.node_lease_seconds}",
             ],
             self.log_dir / "kwok.log",
             env=_no_proxy_env(),

@@ -1,16 +1,20 @@
 """Node and pod lifecycle without kubelets: KWOK's configuration for the dev cluster (pure).
 
 KWOK (sigs.k8s.io/kwok) watches the nodes it manages and the pods bound to them, and applies
-*Stages*: a selector over the object and the status it moves to. Our node stages keep the
-fake GPU nodes Ready, renewing the Ready condition's heartbeat every 10-12 s as a kubelet does
-(its ``nodeStatusUpdateFrequency``), so kube-controller-manager's node lifecycle controller
-treats them as healthy (and taints them, as it would a dead kubelet's node, if KWOK stopped).
-KWOK's built-in heartbeat stage waits 20-45 s, which on a loaded machine crossed the lifecycle
-controller's 50 s grace period and got live nodes tainted ``unreachable``; its Lease mode
-(``--node-lease-duration-seconds``) managed no node at all in v0.7.0 out of cluster. The node
-lifecycle controller reads the status heartbeat as well (``pkg/controller/nodelifecycle``,
-tryUpdateNodeHealth). The pod stages make the dev cluster behave like a cluster whose pods
-run and end:
+*Stages*: a selector over the object and the status it moves to. The fake GPU nodes keep alive
+as a kubelet with node leases does (its defaults, pkg/kubelet/apis/config/v1beta1/defaults.go):
+KWOK renews each node's Lease in ``kube-node-lease`` every quarter of its 40 s duration (its
+``--node-lease-duration-seconds`` mode), and our node stages report the node's status once it
+is handed over, then every 5 minutes (``nodeStatusReportFrequency``) when nothing changes. The
+node lifecycle controller counts a renewed Lease as a heartbeat (``pkg/controller/
+nodelifecycle``, tryUpdateNodeHealth), so it taints a node only when KWOK stops, as it would a
+dead kubelet's. (Before leases the dev cluster rewrote every node's status every 10-12 s, a
+load on the API server, etcd and every node watcher that no cluster with kubelets carries:
+docs/benchmarks.md, issue 13.) KWOK's lease mode takes up only nodes whose first event it
+sees carries the managing annotation (v0.7.0 ``NodeController.watchResources``: a lease is
+tried on ADDED, never on MODIFIED), so the harness registers each node in one create with
+that annotation (devcluster/nodes.py).
+The pod stages make the dev cluster behave like a cluster whose pods run and end:
 
 * a bound pod becomes Running (podIP, conditions, container states), as a kubelet reports it;
 * a pod owned by a Job, or any pod annotated with :data:`RUN_FOR_ANNOTATION`, turns Succeeded
@@ -132,15 +136,22 @@ def _stage(name: str, selector: list[dict[str, Any]], next_: dict[str, Any],
             "spec": spec}
 
 
-def node_stages(heartbeat_seconds: float = 10.0) -> list[dict[str, Any]]:
-    """Ready once handed to KWOK, then a heartbeat every ``heartbeat_seconds`` (+ up to 2 s)."""
+#: A kubelet's ``nodeLeaseDurationSeconds``; KWOK renews the Lease every quarter of it.
+LEASE_SECONDS = 40
+#: A kubelet's ``nodeStatusReportFrequency``: the status is posted this often when unchanged.
+STATUS_REPORT_SECONDS = 300.0
+
+
+def node_stages(report_seconds: float = STATUS_REPORT_SECONDS) -> list[dict[str, Any]]:
+    """Ready once handed to KWOK, then the status reported every ``report_seconds`` (plus up
+    to a tenth of it, so that the nodes do not all report at once)."""
     def stage(name: str, selector: list[dict[str, Any]], template: str,
               delay: dict[str, Any] | None = None) -> dict[str, Any]:
         doc = _stage(name, selector, {"statusTemplate": template}, delay)
         doc["spec"]["resourceRef"]["kind"] = "Node"
         return doc
 
-    every = int(heartbeat_seconds * 1000)
+    every = int(report_seconds * 1000)
     return [
         stage("node-initialize", [{"key": _READY, "operator": "NotIn", "values": ["True"]}],
               _INITIALIZED),
@@ -148,7 +159,7 @@ def node_stages(heartbeat_seconds: float = 10.0) -> list[dict[str, Any]]:
               [{"key": ".status.phase", "operator": "In", "values": ["Running"]},
                {"key": _READY, "operator": "In", "values": ["True"]}],
               _CONDITIONS,
-              {"durationMilliseconds": every, "jitterDurationMilliseconds": every + 2000}),
+              {"durationMilliseconds": every, "jitterDurationMilliseconds": every + every // 10}),
     ]
 
 

@@ -67,9 +67,12 @@ def uniform(name: str, count: int, model: str, memory_mib: int, **kwargs: Any) -
 
 
 def node_object(spec: GpuNodeSpec, vocabulary: Vocabulary) -> dict[str, Any]:
-    """The Node to create (pure). Status is set separately: create ignores it."""
+    """The Node to create (pure), with its status (capacity) and handed to KWOK, as a kubelet
+    registers its node: one create (a Node's create keeps its status,
+    pkg/registry/core/node/strategy.go), so KWOK's first event for it is ADDED with
+    everything in place. KWOK's lease mode takes up only nodes it first sees as ADDED."""
     labels = {"kubernetes.io/hostname": spec.name, "kubernetes.io/os": "linux", **spec.labels}
-    annotations: dict[str, str] = {}
+    annotations: dict[str, str] = {kwok.MANAGED_ANNOTATION: kwok.MANAGED_VALUE}
     if len(spec.models) == 1:
         labels[vocabulary.node_model_label] = spec.models[0]
     if spec.inventory is Inventory.GFD:
@@ -90,11 +93,12 @@ def node_object(spec: GpuNodeSpec, vocabulary: Vocabulary) -> dict[str, Any]:
         "kind": "Node",
         "metadata": {"name": spec.name, "labels": labels, "annotations": annotations},
         "spec": {},
+        **node_status(spec, vocabulary),
     }
 
 
 def node_status(spec: GpuNodeSpec, vocabulary: Vocabulary) -> dict[str, Any]:
-    """The ``status`` patch: capacity == allocatable. Conditions are KWOK's to report (its
+    """The ``status``: capacity == allocatable. Conditions are KWOK's to report (its
     node-initialize stage keeps the capacity it finds)."""
     resources = {
         "cpu": spec.cpu,
@@ -107,24 +111,19 @@ def node_status(spec: GpuNodeSpec, vocabulary: Vocabulary) -> dict[str, Any]:
     return {"status": {"capacity": resources, "allocatable": resources}}
 
 
-#: Hands the node to KWOK, and lifts the ``node.kubernetes.io/not-ready:NoSchedule`` taint the
-#: TaintNodesByCondition admission plugin puts on every new Node (plugin/pkg/admission/
-#: nodetaint). The node lifecycle controller would lift it too once KWOK reports Ready, a few
-#: seconds later (its monitor period); a kubelet-less test needs no such wait.
-_ADOPT = {
-    "metadata": {"annotations": {kwok.MANAGED_ANNOTATION: kwok.MANAGED_VALUE}},
-    "spec": {"taints": []},
-}
+#: Lifts the ``node.kubernetes.io/not-ready:NoSchedule`` taint the TaintNodesByCondition
+#: admission plugin puts on every new Node (plugin/pkg/admission/nodetaint). The node lifecycle
+#: controller would lift it too once KWOK reports Ready, a few seconds later (its monitor
+#: period); a kubelet-less test needs no such wait.
+_UNTAINT: dict[str, Any] = {"spec": {"taints": []}}
 
 
 def create_nodes(core_v1: Any, specs: Iterable[GpuNodeSpec], vocabulary: Vocabulary) -> None:
-    """Create each node, PATCH its status, then hand it to KWOK (``core_v1``:
-    kubernetes.client.CoreV1Api). KWOK comes last so that it never sees the node without its
-    capacity (its node-initialize stage would fill in defaults)."""
+    """Register each node with its capacity, handed to KWOK, then lift the not-ready taint
+    (``core_v1``: kubernetes.client.CoreV1Api)."""
     for spec in specs:
         core_v1.create_node(node_object(spec, vocabulary))
-        core_v1.patch_node_status(spec.name, node_status(spec, vocabulary))
-        core_v1.patch_node(spec.name, _ADOPT)
+        core_v1.patch_node(spec.name, _UNTAINT)
 
 
 def delete_nodes(core_v1: Any, names: Iterable[str]) -> None:

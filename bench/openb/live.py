@@ -63,11 +63,9 @@ from tessera.vocabulary import WHOLE_CARD_PERCENT, Vocabulary, decode_allocation
 logger = logging.getLogger("bench.openb.live")
 
 NAMESPACE: Final = "openb"
-#: KWOK's Ready heartbeat for the live replay's nodes and the node lifecycle controller's
-#: grace period. 1,213 nodes at the dev cluster's 10-12 s would be ~110 status writes a second
-#: on a 2-core machine (API server, etcd and every node watcher); 30-32 s is ~40 a second, and
-#: 120 s of grace leaves four missed heartbeats before a node is tainted.
-HEARTBEAT_SECONDS: Final = 30.0
+#: The node lifecycle controller's grace period for the live replay's nodes: their 1,213
+#: Leases are renewed every 10 s (~120 writes a second on a 2-core machine that also runs the
+#: replay), and 120 s leaves a dozen missed renewals before a node is tainted.
 NODE_GRACE_SECONDS: Final = 120
 #: No outcome (bound or unschedulable) for this long: the run stops with an error.
 STALL_SECONDS: Final = 300.0
@@ -409,7 +407,6 @@ class Settings:
     score_cpu_only_pods: bool = True
     allocator_args: tuple[str, ...] = ()
     stall_seconds: float = STALL_SECONDS
-    heartbeat_seconds: float = HEARTBEAT_SECONDS
     node_grace_seconds: int = NODE_GRACE_SECONDS
 
 
@@ -433,7 +430,6 @@ def run(settings: Settings, binaries: Any = None) -> Result:
     options = Options(score_cpu_only_pods=settings.score_cpu_only_pods,
                       allocator_args=settings.allocator_args)
     dev = DevCluster(binaries or ensure_binaries(), None, options)
-    dev.control_plane.node_heartbeat_seconds = settings.heartbeat_seconds
     dev.control_plane.node_monitor_grace_seconds = settings.node_grace_seconds
     started = time.monotonic()
     failed = True

@@ -138,3 +138,36 @@ def group_cpu_seconds(pgid: int) -> float:
         if int(fields[2]) == pgid:
             total += sum(int(x) for x in fields[11:15])
     return total / _CLOCK_TICKS
+
+
+def _node_writes(apiserver: str, context: ssl.SSLContext) -> float:
+    """Node writes other than status (the TTL controller's annotation, taints) the API server
+    has served: a settled cluster's status reports and Lease renewals are not among them."""
+    from prometheus_client.parser import text_string_to_metric_families
+
+    conn = http.client.HTTPSConnection(apiserver, context=context, timeout=30)
+    try:
+        conn.request("GET", "/metrics")
+        text = conn.getresponse().read().decode()
+    finally:
+        conn.close()
+    return sum(s.value for family in text_string_to_metric_families(text)
+               for s in family.samples
+               if s.name == "apiserver_request_total" and s.labels.get("resource") == "nodes"
+               and s.labels.get("verb") in ("PATCH", "PUT") and not s.labels.get("subresource"))
+
+
+def settle(apiserver: str, context: ssl.SSLContext, quiet_s: float = 10.0,
+           timeout_s: float = 300.0) -> float:
+    """Wait until no node has been written (besides its status) for ``quiet_s``: after
+    nodes are registered, kube-controller-manager's TTL controller annotates each of them
+    again as the cluster grows (about 100 s at 1,000 nodes), which a long-running cluster does
+    not do. Returns the seconds waited; gives up (returns them too) after ``timeout_s``."""
+    start = last_change = time.monotonic()
+    seen = _node_writes(apiserver, context)
+    while time.monotonic() - last_change < quiet_s and time.monotonic() - start < timeout_s:
+        time.sleep(1.0)
+        now = _node_writes(apiserver, context)
+        if now != seen:
+            seen, last_change = now, time.monotonic()
+    return round(time.monotonic() - start, 1)

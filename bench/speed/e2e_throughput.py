@@ -24,7 +24,10 @@ clientConnection (qps 200 / burst 400); the baselines have no extenders. Modes:
   ``cpu-baseline``: the cost of the shipped CPU-only scoring entry.
 
 Method: the scheduler is stopped while the nodes and all pods are created (pod creation,
-including admission, is not part of the number), then started again; a raw watch on the
+including admission, is not part of the number) and until the control plane has settled (no
+node written besides its status for 10 s: kube-controller-manager's TTL controller
+re-annotates every node as the cluster grows, a long-running cluster does not;
+``settle_s``), then started again; a raw watch on the
 namespace records when each pod first shows ``spec.nodeName``. Throughput = pods bound
 between the 10th and 90th percentile of bind times / that interval (start-up and tail
 excluded); the overall rate (all pods / first-to-last) is reported too. CPU: user + system
@@ -58,7 +61,14 @@ from typing import Any
 
 from prometheus_client.parser import text_string_to_metric_families
 
-from bench.speed.common import group_cpu_seconds, percentile, print_table, write_results
+from bench.speed.common import (
+    client_context,
+    group_cpu_seconds,
+    percentile,
+    print_table,
+    settle,
+    write_results,
+)
 from devcluster.binaries import ensure_binaries
 from devcluster.cluster import DevCluster, Options
 from devcluster.nodes import GpuNodeSpec, create_nodes, uniform
@@ -218,6 +228,10 @@ def run_mode(mode: str, nodes: int, pods: int, threads: int, timeout: float,
                 core.create_namespaced_pod(NAMESPACE, pod)
 
         _parallel(dev, [f"p{i:05d}" for i in range(pods)], create, threads)
+        cp = dev.control_plane
+        settled_s = settle(f"127.0.0.1:{cp.apiserver_port}",
+                           client_context(cp.ca_file, cp.pki_dir / "admin.crt",
+                                          cp.pki_dir / "admin.key"))
         if tessera:
             # The allocator must know every node before the scheduler asks about them.
             time.sleep(2.0)
@@ -240,7 +254,8 @@ def run_mode(mode: str, nodes: int, pods: int, threads: int, timeout: float,
         calls = _verb_calls(dev, "prioritize-cpu-only") - calls_before if tessera else None
         watch.stop.set()
         times = sorted(watch.bound.values())
-        row: dict[str, Any] = {"mode": mode, "nodes": nodes, "pods": pods, "bound": len(times)}
+        row: dict[str, Any] = {"mode": mode, "nodes": nodes, "pods": pods, "bound": len(times),
+                               "settle_s": settled_s}
         if calls is not None:
             row["calls_cpu_only"] = int(calls)
         if len(times) >= 10:

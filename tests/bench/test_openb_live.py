@@ -17,7 +17,7 @@ from bench.openb.live import (
     tally,
 )
 from bench.openb.trace import MILLI, TraceNode, TracePod, gpu_request
-from devcluster.nodes import node_object, node_status
+from devcluster.nodes import node_object
 from kubectl_tessera.report import node_cards
 from tessera.dialects import DialectConfig, parse_pod
 from tessera.vocabulary import (
@@ -56,7 +56,7 @@ def test_a_cpu_only_pod_asks_for_no_gpu() -> None:
 
 def test_a_node_carries_the_trace_cpu_memory_and_cards_as_gfd_labels() -> None:
     spec = node_spec(TraceNode("openb-node-0007", 96000, 786432, 8, "G2"))
-    node = {**node_object(spec, VOCAB), **node_status(spec, VOCAB)}
+    node = node_object(spec, VOCAB)
     assert node["status"]["allocatable"]["cpu"] == "96000m"
     assert node["status"]["allocatable"]["memory"] == "786432Mi"
     assert node["status"]["allocatable"][VOCAB.core_resource] == "800"
@@ -74,7 +74,7 @@ def test_arrivals_stop_with_the_pod_that_reaches_full_capacity() -> None:
 
 def _node(name: str, cards: int) -> dict[str, Any]:
     spec = node_spec(TraceNode(name, 64000, 262144, cards, "T4"))
-    return {**node_object(spec, VOCAB), **node_status(spec, VOCAB)}
+    return node_object(spec, VOCAB)
 
 
 def _pod(name: str, node: str | None, containers: tuple[ContainerAllocation, ...],

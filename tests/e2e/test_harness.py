@@ -12,7 +12,7 @@ import yaml
 from cryptography import x509
 from cryptography.x509.oid import NameOID
 
-from devcluster import DevClusterError
+from devcluster import DevClusterError, kwok
 from devcluster.binaries import repo_root
 from devcluster.checks import admission_problems, allocation_problems, fits_now
 from devcluster.cluster import Options, scheduler_setup
@@ -23,7 +23,7 @@ from devcluster.controlplane import (
     scheduler_client_connection,
     tls_data,
 )
-from devcluster.nodes import Card, GpuNodeSpec, Inventory, node_object, node_status, uniform
+from devcluster.nodes import Card, GpuNodeSpec, Inventory, node_object, uniform
 from devcluster.pki import ClusterCA
 from devcluster.services import service_account_subject, webhook_configuration
 from devcluster.workloads import quantities_as_strings
@@ -45,7 +45,7 @@ MANIFESTS = repo_root() / "manifests" / "scheduler"
 
 
 def make_node(spec: GpuNodeSpec) -> dict[str, Any]:
-    return {**node_object(spec, VOCAB), **node_status(spec, VOCAB)}
+    return node_object(spec, VOCAB)
 
 
 def make_pod(
@@ -339,3 +339,19 @@ def test_the_admission_oracle_compares_quantities_as_the_api_server_stores_them(
                                  "resources": {"limits": stored, "requests": stored}}]},
     }
     assert len(admission_problems(pod, VOCAB)) == problems
+
+
+def test_a_fake_node_registers_in_one_create_with_its_capacity_and_handed_to_kwok() -> None:
+    """KWOK's lease mode takes up only nodes whose first event carries its annotation."""
+    node = node_object(uniform("n", 2, "T4", 16384), VOCAB)
+    assert node["metadata"]["annotations"][kwok.MANAGED_ANNOTATION] == kwok.MANAGED_VALUE
+    assert node["status"]["capacity"] == node["status"]["allocatable"]
+    assert node["status"]["allocatable"][VOCAB.core_resource] == "200"
+
+
+def test_kwok_reports_an_unchanged_node_status_as_rarely_as_a_kubelet() -> None:
+    (initialize, report) = kwok.node_stages()
+    assert "delay" not in initialize["spec"]
+    delay = report["spec"]["delay"]
+    assert delay["durationMilliseconds"] == kwok.STATUS_REPORT_SECONDS * 1000
+    assert delay["durationMilliseconds"] < delay["jitterDurationMilliseconds"]

@@ -159,33 +159,51 @@ def test_deleting_a_namespace_deletes_its_workloads_and_releases_their_cards(
              timeout=60)
 
 
-def test_fake_nodes_are_ready_and_keep_sending_heartbeats_like_kubelets(
+def test_fake_nodes_are_ready_and_renew_their_lease_like_kubelets(
     cluster: DevCluster, core_v1: Any, pool: NodePool, namespace: str
 ) -> None:
+    """A kubelet with node leases renews its Lease every quarter of 40 s and posts an
+    unchanged status every 5 minutes; the node lifecycle controller counts the Lease as the
+    heartbeat (devcluster/kwok.py)."""
+    from kubernetes import client
+
     pool([uniform(f"{namespace}-n", 1, "Tesla-T4", 15360)])
     name = f"{namespace}-n"
+    leases = client.CoordinationV1Api(core_v1.api_client)
 
-    def heartbeat() -> str | None:
+    def ready() -> dict[str, Any] | None:
         node = get_object(core_v1.read_node, name)
         conditions = {c["type"]: c for c in node["status"].get("conditions") or []}
-        ready = conditions.get("Ready") or {}
-        value: str | None = ready.get("lastHeartbeatTime") if ready.get("status") == "True" \
-            else None
-        return value
+        return node if (conditions.get("Ready") or {}).get("status") == "True" else None
 
-    first = wait_for("the node to be Ready", heartbeat, timeout=60)
-    node = get_object(core_v1.read_node, name)
+    node = wait_for("the node to be Ready", ready, timeout=60)
     assert node["status"]["allocatable"]["elasticgpu.io/gpu-core"] == "100"
     assert not node["spec"].get("taints")
+
+    def renewed_at() -> str | None:
+        try:
+            lease = get_object(leases.read_namespaced_lease, name, "kube-node-lease")
+        except client.ApiException as exc:
+            if exc.status == 404:
+                return None
+            raise
+        assert lease["spec"]["leaseDurationSeconds"] == kwok.LEASE_SECONDS
+        value: str | None = lease["spec"].get("renewTime")
+        return value
+
+    first = wait_for("the node's Lease", renewed_at, timeout=60)
+
     def later() -> str | None:
-        now = heartbeat()
+        now = renewed_at()
         return now if now not in (None, first) else None
 
-    second = wait_for("a later heartbeat", later, timeout=90)
-    # Well inside the node lifecycle controller's 50 s grace period, or live nodes get tainted
-    # unreachable (KWOK's built-in 20-45 s heartbeat did that on a loaded machine).
+    second = wait_for("a renewal of the Lease", later, timeout=60)
+    # A quarter of the lease's duration (plus jitter and a loaded machine), well inside the
+    # node lifecycle controller's 50 s grace period.
     gap = datetime.fromisoformat(second) - datetime.fromisoformat(first)
-    assert gap.total_seconds() < 40, gap
+    assert gap.total_seconds() < kwok.LEASE_SECONDS / 2, gap
+    lease = get_object(leases.read_namespaced_lease, name, "kube-node-lease")
+    assert [o["name"] for o in lease["metadata"].get("ownerReferences") or []] == [name]
     assert not get_object(core_v1.read_node, name)["spec"].get("taints")
 
 
