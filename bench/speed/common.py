@@ -11,6 +11,7 @@ import platform
 import ssl
 import statistics
 import time
+from collections import Counter
 from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -140,9 +141,9 @@ def group_cpu_seconds(pgid: int) -> float:
     return total / _CLOCK_TICKS
 
 
-def _node_writes(apiserver: str, context: ssl.SSLContext) -> float:
-    """Node writes other than status (the TTL controller's annotation, taints) the API server
-    has served: a settled cluster's status reports and Lease renewals are not among them."""
+def api_requests(apiserver: str, context: ssl.SSLContext) -> Counter[str]:
+    """The API server's ``apiserver_request_total`` by ``VERB resource[/subresource]``
+    (its /metrics, read as the admin)."""
     from prometheus_client.parser import text_string_to_metric_families
 
     conn = http.client.HTTPSConnection(apiserver, context=context, timeout=30)
@@ -151,10 +152,21 @@ def _node_writes(apiserver: str, context: ssl.SSLContext) -> float:
         text = conn.getresponse().read().decode()
     finally:
         conn.close()
-    return sum(s.value for family in text_string_to_metric_families(text)
-               for s in family.samples
-               if s.name == "apiserver_request_total" and s.labels.get("resource") == "nodes"
-               and s.labels.get("verb") in ("PATCH", "PUT") and not s.labels.get("subresource"))
+    counts: Counter[str] = Counter()
+    for family in text_string_to_metric_families(text):
+        for s in family.samples:
+            if s.name == "apiserver_request_total" and s.labels.get("resource"):
+                sub = s.labels.get("subresource") or ""
+                counts[f"{s.labels['verb']} {s.labels['resource']}"
+                       + (f"/{sub}" if sub else "")] += s.value
+    return counts
+
+
+def _node_writes(apiserver: str, context: ssl.SSLContext) -> float:
+    """Node writes other than status (the TTL controller's annotation, taints): a settled
+    cluster's status reports and Lease renewals are not among them."""
+    counts = api_requests(apiserver, context)
+    return counts["PATCH nodes"] + counts["PUT nodes"]
 
 
 def settle(apiserver: str, context: ssl.SSLContext, quiet_s: float = 10.0,
