@@ -31,7 +31,7 @@ class Binaries:
     kube_scheduler: Path
     kube_controller_manager: Path
     kubectl: Path
-    #: sigs.k8s.io/kwok: node heartbeats and pod phases in place of kubelets.
+    #: sigs.k8s.io/kwok: node Leases, node status and pod phases in place of kubelets.
     kwok: Path
     #: helm.sh/helm/v3: renders charts/tessera for the chart tests.
     helm: Path

@@ -20,8 +20,8 @@ kube-controller-manager runs as kubeadm runs it (CN ``system:kube-controller-man
 the bootstrap ClusterRoleBinding; ``--use-service-account-credentials`` so that each controller
 acts as its own ServiceAccount with its bootstrap ``system:controller:*`` role): Deployments,
 ReplicaSets, Jobs, namespace lifecycle, garbage collection, ServiceAccount tokens, and the node
-lifecycle that taints nodes whose heartbeats stop. KWOK (see kwok.py) gives the fake nodes
-those heartbeats and the pods their phases.
+lifecycle that taints nodes whose Leases are no longer renewed. KWOK (see kwok.py) renews the
+fake nodes' Leases and gives the pods their phases.
 """
 
 from __future__ import annotations

@@ -41,7 +41,7 @@ USER = "tessera-devcluster:kwok"
 
 _NOT_DELETED = {"key": ".metadata.deletionTimestamp", "operator": "DoesNotExist"}
 _READY = '.status.conditions.[] | select( .type == "Ready" ) | .status'
-#: Every heartbeat rewrites the conditions KWOK reports (``NodeConditions``: Ready and the
+#: Every status report rewrites the conditions KWOK reports (``NodeConditions``: Ready and the
 #: pressure conditions), keeping their transition times.
 _CONDITIONS = """\
 {{ $now := Now }}
@@ -155,7 +155,7 @@ def node_stages(report_seconds: float = STATUS_REPORT_SECONDS) -> list[dict[str,
     return [
         stage("node-initialize", [{"key": _READY, "operator": "NotIn", "values": ["True"]}],
               _INITIALIZED),
-        stage("node-heartbeat",
+        stage("node-status-report",
               [{"key": ".status.phase", "operator": "In", "values": ["Running"]},
                {"key": _READY, "operator": "In", "values": ["True"]}],
               _CONDITIONS,
