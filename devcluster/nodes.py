@@ -93,11 +93,11 @@ def node_object(spec: GpuNodeSpec, vocabulary: Vocabulary) -> dict[str, Any]:
         "kind": "Node",
         "metadata": {"name": spec.name, "labels": labels, "annotations": annotations},
         "spec": {},
-        **node_status(spec, vocabulary),
+        **_status(spec, vocabulary),
     }
 
 
-def node_status(spec: GpuNodeSpec, vocabulary: Vocabulary) -> dict[str, Any]:
+def _status(spec: GpuNodeSpec, vocabulary: Vocabulary) -> dict[str, Any]:
     """The ``status``: capacity == allocatable. Conditions are KWOK's to report (its
     node-initialize stage keeps the capacity it finds)."""
     resources = {

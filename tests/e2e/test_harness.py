@@ -350,8 +350,9 @@ def test_a_fake_node_registers_in_one_create_with_its_capacity_and_handed_to_kwo
 
 
 def test_kwok_reports_an_unchanged_node_status_as_rarely_as_a_kubelet() -> None:
+    """A kubelet's nodeStatusReportFrequency is 5 minutes (pkg/kubelet/apis/config/v1beta1)."""
     (initialize, report) = kwok.node_stages()
     assert "delay" not in initialize["spec"]
     delay = report["spec"]["delay"]
-    assert delay["durationMilliseconds"] == kwok.STATUS_REPORT_SECONDS * 1000
+    assert delay["durationMilliseconds"] == 300_000
     assert delay["durationMilliseconds"] < delay["jitterDurationMilliseconds"]
