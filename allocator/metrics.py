@@ -13,10 +13,11 @@ from __future__ import annotations
 from collections.abc import Callable, Iterator
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
-from prometheus_client.core import GaugeMetricFamily
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from prometheus_client.registry import Collector
 
 from allocator.state import ClusterState
+from tessera.transport import TLS_CONNECTIONS, TlsConnections
 
 #: Filter/prioritize targets are single-digit milliseconds; bind includes two API writes.
 LATENCY_BUCKETS = (0.0005, 0.001, 0.002, 0.005, 0.01, 0.02, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5,
@@ -110,9 +111,23 @@ class _CardCollector(Collector):
         return core, memory
 
 
+class _TlsCollector(Collector):
+    """TLS connections the listener began (:class:`tessera.transport.TlsConnections`)."""
+
+    def __init__(self, connections: TlsConnections) -> None:
+        self._connections = connections
+
+    def collect(self) -> Iterator[CounterMetricFamily]:
+        yield CounterMetricFamily(
+            "tessera_allocator_tls_connections", "TLS connections begun (one handshake each): "
+            "a client that reuses its connections adds none per request",
+            value=self._connections.begun)
+
+
 class Metrics:
     def __init__(self, state: ClusterState,
-                 is_leader: Callable[[], bool] = lambda: True) -> None:
+                 is_leader: Callable[[], bool] = lambda: True,
+                 tls: TlsConnections = TLS_CONNECTIONS) -> None:
         self.registry = CollectorRegistry()
         self.verb_seconds = Histogram(
             "tessera_allocator_verb_seconds", "Extender verb latency", ["verb"],
@@ -133,6 +148,7 @@ class Metrics:
         )
         self.registry.register(_NodeCollector(state))
         self.registry.register(_CardCollector(state, is_leader))
+        self.registry.register(_TlsCollector(tls))
         self.leader = Gauge("tessera_allocator_leader",
                             "1 on the replica that holds the Lease (answers the verbs)",
                             registry=self.registry)

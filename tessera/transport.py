@@ -279,6 +279,24 @@ def call_wsgi(app: WsgiApp, environ: dict[str, Any]) -> tuple[int, list[tuple[st
     return int(status.split(" ", 1)[0]), list(headers), b"".join(chunks)
 
 
+class TlsConnections:
+    """How many TLS connections this process's listener has begun: one per ClientHello,
+    whether its handshake then succeeds or not (:class:`HandshakeFailures` counts those that
+    fail). Written only from the event loop (the SNI callback); a service's /metrics reads it.
+
+    It shows what a client's connection reuse costs: a mutual-TLS handshake costs the
+    service far more than a request on a kept-alive connection, and kube-scheduler keeps
+    at most two idle connections per extender (docs/benchmarks.md, issue 13)."""
+
+    def __init__(self) -> None:
+        self.begun = 0
+
+
+#: This process's count (one listener's context per process: gunicorn loads it in the
+#: worker; :class:`CertificateFiles` counts into it unless given another).
+TLS_CONNECTIONS: Final = TlsConnections()
+
+
 class HandshakeFailures:
     """Failed TLS handshakes, reported as one warning per ``interval`` at most.
 
@@ -314,9 +332,11 @@ class CertificateFiles:
     last good context and log why, at most once per change."""
 
     def __init__(self, cert: str, key: str, client_ca: str | None = None,
-                 failures: HandshakeFailures | None = None) -> None:
+                 failures: HandshakeFailures | None = None,
+                 connections: TlsConnections = TLS_CONNECTIONS) -> None:
         self.cert, self.key, self.client_ca = cert, key, client_ca
         self.failures = failures or HandshakeFailures()
+        self.connections = connections
         self._stamp: tuple[Any, ...] | None = None
         self._current: ssl.SSLContext | None = None
 
@@ -376,6 +396,7 @@ class CertificateFiles:
 
     def _on_client_hello(self, connection: Any, _server_name: str | None,
                          _listener: ssl.SSLContext) -> None:
+        self.connections.begun += 1
         context = self.current()
         if context is not None and connection.context is not context:
             connection.context = context

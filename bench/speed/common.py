@@ -1,5 +1,5 @@
 """Shared helpers of the speed benchmarks: percentiles, tables, result files, HTTPS clients,
-CPU time of process groups."""
+CPU time of process groups and of a process's threads."""
 
 from __future__ import annotations
 
@@ -8,8 +8,12 @@ import http.client
 import json
 import os
 import platform
+import re
+import shutil
 import ssl
 import statistics
+import subprocess
+import sys
 import time
 from collections import Counter
 from collections.abc import Iterable, Mapping, Sequence
@@ -139,6 +143,55 @@ def group_cpu_seconds(pgid: int) -> float:
         if int(fields[2]) == pgid:
             total += sum(int(x) for x in fields[11:15])
     return total / _CLOCK_TICKS
+
+
+def worker_pid(pid: int) -> int:
+    """The first child of process ``pid`` (gunicorn's worker under its arbiter), else
+    ``pid`` itself."""
+    try:
+        with open(f"/proc/{pid}/task/{pid}/children") as fh:
+            children = fh.read().split()
+    except OSError:
+        return pid
+    return int(children[0]) if children else pid
+
+
+def thread_cpu_seconds(pid: int) -> dict[int, float]:
+    """User + system CPU seconds of each live thread of process ``pid``, by OS thread id."""
+    out: dict[int, float] = {}
+    for entry in os.scandir(f"/proc/{pid}/task"):
+        try:
+            with open(f"/proc/{pid}/task/{entry.name}/stat", "rb") as fh:
+                stat = fh.read()
+        except OSError:
+            continue  # ended meanwhile
+        fields = stat[stat.rindex(b")") + 2:].split()
+        out[int(entry.name)] = (int(fields[11]) + int(fields[12])) / _CLOCK_TICKS
+    return out
+
+
+def python_thread_names(pid: int) -> dict[int, str]:
+    """The Python name of each OS thread of process ``pid`` (``py-spy dump``), request
+    threads (``request_3``) under one name; empty without py-spy."""
+    exe = shutil.which("py-spy") or str(Path(sys.executable).with_name("py-spy"))
+    try:
+        done = subprocess.run([exe, "dump", "--pid", str(pid), "--json", "--nonblocking"],
+                              capture_output=True, timeout=60, check=True)
+        threads = json.loads(done.stdout)
+    except (OSError, subprocess.SubprocessError, ValueError):
+        return {}
+    return {int(t["os_thread_id"]): re.sub(r"_\d+$", "", str(t["thread_name"]))
+            for t in threads if t.get("os_thread_id") and t.get("thread_name")}
+
+
+def cpu_by_thread_name(before: Mapping[int, float], after: Mapping[int, float],
+                       names: Mapping[int, str]) -> dict[str, float]:
+    """CPU seconds each named thread (or group of them) used between two
+    :func:`thread_cpu_seconds` reads; threads py-spy did not name count as ``other``."""
+    used: Counter[str] = Counter()
+    for tid, seconds in after.items():
+        used[names.get(tid, "other")] += seconds - before.get(tid, 0.0)
+    return dict(used.most_common())
 
 
 def api_requests(apiserver: str, context: ssl.SSLContext) -> Counter[str]:

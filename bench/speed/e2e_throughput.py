@@ -35,7 +35,12 @@ seconds of each component's process group (``/proc``) from the scheduler's start
 :data:`SETTLE_S` after the last bind, per 1,000 pods; *added* is a mode's total minus the
 baseline's of the same repeat. ``--repeat N`` runs every mode N times (interleaved) and
 reports medians. ``calls_cpu_only`` is how often the allocator answered
-``prioritize-cpu-only`` in the run (its /metrics).
+``prioritize-cpu-only`` in the run, ``tls_connections_per_pod`` how many TLS connections it
+began per pod bound (its /metrics; kube-scheduler keeps at most two idle connections per
+extender, and opens more while filter and binds overlap). ``allocator_threads_s_per_1k``
+splits the allocator's CPU in the same window by thread (``/proc`` per thread, named by
+``py-spy dump``): ``MainThread`` is the event loop (TLS, HTTP, filter answered inline),
+``request`` the bind threads, ``sync-pods``/``watch-*`` the watches, ``events`` the Events.
 
 Usage: ``.venv/bin/python -m bench.speed.e2e_throughput [--nodes 1000] [--pods 2000]
 [--repeat 3] [--modes baseline whole share25 cpu-baseline cpu-only] [--py-spy DIR]``
@@ -63,10 +68,14 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from bench.speed.common import (
     client_context,
+    cpu_by_thread_name,
     group_cpu_seconds,
     percentile,
     print_table,
+    python_thread_names,
     settle,
+    thread_cpu_seconds,
+    worker_pid,
     write_results,
 )
 from devcluster.binaries import ensure_binaries
@@ -107,7 +116,8 @@ COMPONENTS = ["etcd", "kube-apiserver", "kube-scheduler", "kube-controller-manag
               "allocator", "webhook"]
 COLUMNS = ["mode", "run", "bound", "p10_p90_pods_per_s", "overall_pods_per_s",
            "first_to_last_s", "ratio_vs_baseline", "cpu_total_s_per_1k",
-           "cpu_added_s_per_1k", "cpu_allocator_s_per_1k", "calls_cpu_only"]
+           "cpu_added_s_per_1k", "cpu_allocator_s_per_1k", "calls_cpu_only",
+           "tls_connections_per_pod"]
 
 
 def _core(dev: DevCluster) -> Any:
@@ -177,16 +187,25 @@ def _cpu(dev: DevCluster) -> dict[str, float]:
             if p.pid is not None}
 
 
-def _verb_calls(dev: DevCluster, verb: str) -> float:
-    """How often the allocator answered ``verb`` (its /metrics, over mutual TLS as the admin)."""
+def _allocator_counters(dev: DevCluster) -> dict[str, float]:
+    """From the allocator's /metrics (over mutual TLS as the admin, on a connection of its
+    own, which it counts): how often it answered ``prioritize-cpu-only``, and the TLS
+    connections it has begun."""
     cp = dev.control_plane
     context = ssl.create_default_context(cafile=str(cp.ca_file))
     context.load_cert_chain(str(cp.pki_dir / "admin.crt"), str(cp.pki_dir / "admin.key"))
     url = f"https://127.0.0.1:{dev.services.allocator_port}/metrics"
     with urllib.request.urlopen(url, timeout=10, context=context) as response:
         text = response.read().decode()
-    return sum(s.value for family in text_string_to_metric_families(text) for s in family.samples
-               if s.name == "tessera_allocator_verb_seconds_count" and s.labels.get("verb") == verb)
+    counters = {"calls_cpu_only": 0.0, "tls_connections": 0.0}
+    for family in text_string_to_metric_families(text):
+        for s in family.samples:
+            if (s.name == "tessera_allocator_verb_seconds_count"
+                    and s.labels.get("verb") == "prioritize-cpu-only"):
+                counters["calls_cpu_only"] += s.value
+            elif s.name == "tessera_allocator_tls_connections_total":
+                counters["tls_connections"] += s.value
+    return counters
 
 
 def _start_py_spy(dev: DevCluster, out: Path) -> subprocess.Popen[bytes] | None:
@@ -238,8 +257,10 @@ def run_mode(mode: str, nodes: int, pods: int, threads: int, timeout: float,
         watch = BindWatch(dev)
         # /metrics is read outside both the CPU window and the profile: at 1,000 nodes its
         # per-card series make it a large reply, which is the benchmark's, not the run's.
-        calls_before = _verb_calls(dev, "prioritize-cpu-only") if tessera else 0.0
+        counters_before = _allocator_counters(dev) if tessera else {}
         spy = _start_py_spy(dev, profile) if tessera and profile is not None else None
+        worker = worker_pid(dev.services.allocator.pid) if tessera else None
+        threads_before = thread_cpu_seconds(worker) if worker is not None else {}
         cpu_before = _cpu(dev)
         t_start = time.perf_counter()
         dev.control_plane.start_scheduler()  # the configuration dev.start() ran
@@ -248,16 +269,27 @@ def run_mode(mode: str, nodes: int, pods: int, threads: int, timeout: float,
             time.sleep(0.5)
         time.sleep(SETTLE_S)
         cpu_after = _cpu(dev)
+        threads_after = thread_cpu_seconds(worker) if worker is not None else {}
         if spy is not None:
             spy.send_signal(signal.SIGINT)
             spy.wait(timeout=60)
-        calls = _verb_calls(dev, "prioritize-cpu-only") - calls_before if tessera else None
         watch.stop.set()
         times = sorted(watch.bound.values())
+        per_1k = 1000 / max(1, len(times))
         row: dict[str, Any] = {"mode": mode, "nodes": nodes, "pods": pods, "bound": len(times),
                                "settle_s": settled_s}
-        if calls is not None:
-            row["calls_cpu_only"] = int(calls)
+        if worker is not None:
+            counters = _allocator_counters(dev)
+            row["calls_cpu_only"] = int(counters["calls_cpu_only"]
+                                        - counters_before["calls_cpu_only"])
+            # less 1: the connection this read of /metrics came on
+            row["tls_connections_per_pod"] = round(
+                (counters["tls_connections"] - counters_before["tls_connections"] - 1)
+                / max(1, len(times)), 3)
+            used = cpu_by_thread_name(threads_before, threads_after,
+                                      python_thread_names(worker))
+            row["allocator_threads_s_per_1k"] = {name: round(seconds * per_1k, 2)
+                                                 for name, seconds in used.items()}
         if len(times) >= 10:
             p10, p90 = percentile(times, 0.10), percentile(times, 0.90)
             inside = sum(1 for t in times if p10 <= t <= p90)
@@ -265,7 +297,6 @@ def run_mode(mode: str, nodes: int, pods: int, threads: int, timeout: float,
             row["overall_pods_per_s"] = round((len(times) - 1) / (times[-1] - times[0]), 1)
             row["first_to_last_s"] = round(times[-1] - times[0], 1)
             row["scheduler_start_to_first_s"] = round(times[0] - t_start, 1)
-        per_1k = 1000 / max(1, len(times))
         total = 0.0
         for name in COMPONENTS:
             if name in cpu_after:
@@ -276,6 +307,17 @@ def run_mode(mode: str, nodes: int, pods: int, threads: int, timeout: float,
         return row
     finally:
         dev.stop()
+
+
+def _thread_medians(rows: list[dict[str, Any]]) -> dict[str, Any]:
+    """The median CPU of each allocator thread (group) over ``rows``, if they have them."""
+    runs = [r["allocator_threads_s_per_1k"] for r in rows if "allocator_threads_s_per_1k" in r]
+    if not runs:
+        return {}
+    names = sorted({name for run in runs for name in run})
+    return {"allocator_threads_s_per_1k": {
+        name: round(statistics.median(run.get(name, 0.0) for run in runs), 2)
+        for name in names}}
 
 
 def _median(rows: list[dict[str, Any]], key: str) -> float | None:
@@ -325,9 +367,15 @@ def main() -> None:
             key: _median(mine, key) for key in
             ["bound", "p10_p90_pods_per_s", "overall_pods_per_s", "first_to_last_s",
              "ratio_vs_baseline", "cpu_total_s_per_1k", "cpu_added_s_per_1k",
-             "calls_cpu_only", *cpu_columns]}})
+             "calls_cpu_only", "tls_connections_per_pod", *cpu_columns]},
+            **_thread_medians(mine)})
     print()
     print_table(rows + medians, [*COLUMNS, "scheduler_start_to_first_s"])
+    for m in medians:
+        if "allocator_threads_s_per_1k" in m:
+            split = ", ".join(f"{k} {v}" for k, v in sorted(
+                m["allocator_threads_s_per_1k"].items(), key=lambda kv: -kv[1]))
+            print(f"allocator CPU s / 1k by thread, {m['mode']} (median): {split}")
     print()
     print_table(medians, ["mode", "run", *cpu_columns])
     write_results(args.stem, rows + medians, {

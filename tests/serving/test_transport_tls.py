@@ -9,6 +9,7 @@ starved or stuck servers miss them by far, and the figures themselves are the be
 
 from __future__ import annotations
 
+import http.client
 import json
 import os
 import signal
@@ -180,3 +181,34 @@ def test_the_allocator_refuses_a_client_without_a_certificate(pki: Pki, tmp_path
         assert status == 0  # no HTTP answer at all: the handshake (or first read) failed
         assert request(service.port, pki.client_context(), "POST", service.path, service.body,
                        5)[0] == 200
+
+
+def test_the_allocator_counts_tls_connections_not_requests(pki: Pki, tmp_path: Path) -> None:
+    """``tessera_allocator_tls_connections_total`` grows by one per connection (a refused
+    handshake too), not per request on a kept-alive connection."""
+    with served("allocator", pki, tmp_path) as (service, _):
+        kept = http.client.HTTPSConnection("127.0.0.1", service.port,
+                                           context=pki.client_context(), timeout=5)
+
+        def connections() -> float:
+            kept.request("GET", "/metrics")
+            text = kept.getresponse().read().decode()
+            (line,) = [x for x in text.splitlines()
+                       if x.startswith("tessera_allocator_tls_connections_total ")]
+            return float(line.split()[1])
+
+        try:
+            before = connections()
+            for _ in range(3):
+                kept.request("POST", service.path, service.body,
+                             {"Content-Type": "application/json"})
+                assert kept.getresponse().read()
+            assert connections() == before  # the same connection: no new handshake
+            for _ in range(2):
+                assert request(service.port, pki.client_context(), "POST", service.path,
+                               service.body, 5)[0] == 200
+            anonymous = ssl.create_default_context(cafile=str(pki.ca))
+            assert request(service.port, anonymous, "GET", "/healthz", None, 5)[0] == 0
+            assert connections() == before + 3
+        finally:
+            kept.close()

@@ -24,6 +24,7 @@ from tessera.transport import (
     CertificateFiles,
     HandshakeFailures,
     NeedsThread,
+    TlsConnections,
     WsgiBridge,
     wsgi_environ,
 )
@@ -288,3 +289,12 @@ def test_needs_thread_outside_the_event_loop_is_a_bug_answered_500(
     sent = run(WsgiBridge(confused, threads=1, max_body_bytes=10), scope(), [chunk(b"", False)])
     assert body(sent)[0] == 500
     assert "unexpected error" in caplog.text
+
+
+def test_each_client_hello_counts_as_a_tls_connection(tmp_path: Path) -> None:
+    cert, key, _ = write_pair(tmp_path, "hello")
+    counted = TlsConnections()
+    listener = CertificateFiles(str(cert), str(key), connections=counted)(None, None)
+    served_pem(listener)
+    served_pem(listener)
+    assert counted.begun == 2

@@ -1,0 +1,47 @@
+"""The speed benchmarks' split of a process's CPU by thread (bench/speed/common.py): a real
+child process with a named busy thread, read through /proc and py-spy as the e2e run reads
+the allocator's worker."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import time
+
+from bench.speed.common import cpu_by_thread_name, python_thread_names, thread_cpu_seconds
+
+BUSY = """
+import threading, time
+def spin():
+    end = time.monotonic() + 30
+    while time.monotonic() < end:
+        pass
+for i in range(2):
+    threading.Thread(target=spin, name=f"request_{i}", daemon=True).start()
+print("ready", flush=True)
+time.sleep(30)
+"""
+
+
+def test_a_named_busy_thread_gets_the_cpu_and_request_threads_count_as_one() -> None:
+    child = subprocess.Popen([sys.executable, "-c", BUSY], stdout=subprocess.PIPE, text=True)
+    try:
+        assert child.stdout is not None and child.stdout.readline().strip() == "ready"
+        before = thread_cpu_seconds(child.pid)
+        time.sleep(1.0)
+        after = thread_cpu_seconds(child.pid)
+        names = python_thread_names(child.pid)
+    finally:
+        child.kill()
+        child.wait()
+        if child.stdout is not None:
+            child.stdout.close()
+    assert sorted(set(names.values())) == ["MainThread", "request"]
+    used = cpu_by_thread_name(before, after, names)
+    assert used["request"] > 0.3  # two spinning threads for a second, on a busy machine
+    assert used.get("MainThread", 0.0) < 0.1  # asleep
+
+
+def test_threads_without_a_name_count_as_other() -> None:
+    used = cpu_by_thread_name({1: 1.0, 2: 0.5}, {1: 3.0, 2: 0.75, 3: 1.0}, {1: "MainThread"})
+    assert used == {"MainThread": 2.0, "other": 1.25}
