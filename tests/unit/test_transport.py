@@ -298,3 +298,30 @@ def test_each_client_hello_counts_as_a_tls_connection(tmp_path: Path) -> None:
     served_pem(listener)
     served_pem(listener)
     assert counted.begun == 2
+
+
+def issues_a_ticket(context: ssl.SSLContext) -> bool:
+    """Whether a client gets a session ticket from a server with ``context`` (in memory)."""
+    client = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)
+    client.check_hostname = False
+    client.verify_mode = ssl.CERT_NONE
+    c_in, c_out, s_in, s_out = (ssl.MemoryBIO() for _ in range(4))
+    cli = client.wrap_bio(c_in, c_out)
+    srv = context.wrap_bio(s_in, s_out, server_side=True)
+    for _ in range(10):
+        for side in (cli, srv):
+            with contextlib.suppress(ssl.SSLWantReadError):
+                side.do_handshake()
+        s_in.write(c_out.read())
+        c_in.write(s_out.read())
+    with contextlib.suppress(ssl.SSLWantReadError):
+        cli.read()  # takes in what the server sent after the handshake (TLS 1.3 tickets)
+    return cli.session is not None and cli.session.has_ticket
+
+
+def test_no_session_tickets_are_issued(tmp_path: Path) -> None:
+    cert, key, _ = write_pair(tmp_path, "tickets")
+    assert not issues_a_ticket(CertificateFiles(str(cert), str(key))(None, None))
+    default = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+    default.load_cert_chain(cert, key)
+    assert issues_a_ticket(default)  # what OpenSSL does by default: the check can fail
