@@ -123,25 +123,28 @@ def client_context(ca: Path, cert: Path | None = None, key: Path | None = None) 
 _CLOCK_TICKS = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
 
 
+def _stat_fields(path: str) -> list[bytes] | None:
+    """The fields of a ``/proc`` stat file after the command name (which may hold spaces) in
+    parentheses: state ppid pgrp session tty tpgid flags minflt cminflt majflt cmajflt utime
+    stime cutime cstime ... (proc(5)); None when the process or thread is gone."""
+    try:
+        with open(path, "rb") as fh:
+            stat = fh.read()
+    except OSError:
+        return None
+    return stat[stat.rindex(b")") + 2:].split()
+
+
 def group_cpu_seconds(pgid: int) -> float:
     """User + system CPU seconds of every live process in process group ``pgid`` (Linux
     ``/proc``), plus what their reaped children used. The dev cluster starts each component
     in its own group, so gunicorn's master and worker count together."""
     total = 0
     for entry in os.scandir("/proc"):
-        if not entry.name.isdigit():
-            continue
-        try:
-            with open(f"/proc/{entry.name}/stat", "rb") as fh:
-                stat = fh.read()
-        except OSError:
-            continue  # exited meanwhile
-        # Fields after the command name (which may hold spaces) in parentheses:
-        # state ppid pgrp session tty tpgid flags minflt cminflt majflt cmajflt utime stime
-        # cutime cstime (proc(5)).
-        fields = stat[stat.rindex(b")") + 2:].split()
-        if int(fields[2]) == pgid:
-            total += sum(int(x) for x in fields[11:15])
+        if entry.name.isdigit():
+            fields = _stat_fields(f"/proc/{entry.name}/stat")
+            if fields is not None and int(fields[2]) == pgid:
+                total += sum(int(x) for x in fields[11:15])
     return total / _CLOCK_TICKS
 
 
@@ -160,13 +163,9 @@ def thread_cpu_seconds(pid: int) -> dict[int, float]:
     """User + system CPU seconds of each live thread of process ``pid``, by OS thread id."""
     out: dict[int, float] = {}
     for entry in os.scandir(f"/proc/{pid}/task"):
-        try:
-            with open(f"/proc/{pid}/task/{entry.name}/stat", "rb") as fh:
-                stat = fh.read()
-        except OSError:
-            continue  # ended meanwhile
-        fields = stat[stat.rindex(b")") + 2:].split()
-        out[int(entry.name)] = (int(fields[11]) + int(fields[12])) / _CLOCK_TICKS
+        fields = _stat_fields(f"/proc/{pid}/task/{entry.name}/stat")
+        if fields is not None:
+            out[int(entry.name)] = (int(fields[11]) + int(fields[12])) / _CLOCK_TICKS
     return out
 
 

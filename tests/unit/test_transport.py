@@ -197,8 +197,9 @@ def write_pair(directory: Path, name: str) -> tuple[Path, Path, bytes]:
     return cert, key, leaf.cert_pem
 
 
-def served_pem(context: ssl.SSLContext) -> bytes:
-    """The certificate a context serves, read back through an in-memory handshake."""
+def handshake_in_memory(context: ssl.SSLContext) -> ssl.SSLObject:
+    """A client (verifying nothing) after its handshake with a server using ``context``, with
+    everything the server sent so far delivered to it."""
     client = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)
     client.check_hostname = False
     client.verify_mode = ssl.CERT_NONE
@@ -211,7 +212,12 @@ def served_pem(context: ssl.SSLContext) -> bytes:
                 side.do_handshake()
         s_in.write(c_out.read())
         c_in.write(s_out.read())
-    der = cli.getpeercert(binary_form=True)
+    return cli
+
+
+def served_pem(context: ssl.SSLContext) -> bytes:
+    """The certificate a context serves, read back through an in-memory handshake."""
+    der = handshake_in_memory(context).getpeercert(binary_form=True)
     assert der is not None
     return ssl.DER_cert_to_PEM_cert(der).encode()
 
@@ -302,18 +308,7 @@ def test_each_client_hello_counts_as_a_tls_connection(tmp_path: Path) -> None:
 
 def issues_a_ticket(context: ssl.SSLContext) -> bool:
     """Whether a client gets a session ticket from a server with ``context`` (in memory)."""
-    client = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)
-    client.check_hostname = False
-    client.verify_mode = ssl.CERT_NONE
-    c_in, c_out, s_in, s_out = (ssl.MemoryBIO() for _ in range(4))
-    cli = client.wrap_bio(c_in, c_out)
-    srv = context.wrap_bio(s_in, s_out, server_side=True)
-    for _ in range(10):
-        for side in (cli, srv):
-            with contextlib.suppress(ssl.SSLWantReadError):
-                side.do_handshake()
-        s_in.write(c_out.read())
-        c_in.write(s_out.read())
+    cli = handshake_in_memory(context)
     with contextlib.suppress(ssl.SSLWantReadError):
         cli.read()  # takes in what the server sent after the handshake (TLS 1.3 tickets)
     return cli.session is not None and cli.session.has_ticket
