@@ -126,8 +126,7 @@ class _TlsCollector(Collector):
 
 class Metrics:
     def __init__(self, state: ClusterState,
-                 is_leader: Callable[[], bool] = lambda: True,
-                 tls: TlsConnections = TLS_CONNECTIONS) -> None:
+                 is_leader: Callable[[], bool] = lambda: True) -> None:
         self.registry = CollectorRegistry()
         self.verb_seconds = Histogram(
             "tessera_allocator_verb_seconds", "Extender verb latency", ["verb"],
@@ -148,7 +147,7 @@ class Metrics:
         )
         self.registry.register(_NodeCollector(state))
         self.registry.register(_CardCollector(state, is_leader))
-        self.registry.register(_TlsCollector(tls))
+        self.registry.register(_TlsCollector(TLS_CONNECTIONS))
         self.leader = Gauge("tessera_allocator_leader",
                             "1 on the replica that holds the Lease (answers the verbs)",
                             registry=self.registry)

@@ -11,8 +11,9 @@ mutual TLS) against an API server address where nothing listens, as bench/slow_c
 starts it; the request is ``GET /healthz``. ``--requests`` of them one after another on one
 kept-alive connection, then as many on a new connection each (a full handshake with a client
 certificate; Python's client, like kube-scheduler's, does not resume sessions). CPU is the
-gunicorn worker's user + system time (``/proc``); the handshake's price is the difference
-per request. Modes alternate ``--runs`` times; medians.
+user + system time of the allocator's process group (gunicorn's arbiter and worker, as
+e2e_throughput counts it); the handshake's price is the difference per request. Modes
+alternate ``--runs`` times; medians.
 
 Usage: ``.venv/bin/python -m bench.speed.handshake_cost [--requests 500] [--runs 3]``
 """
@@ -28,11 +29,7 @@ from pathlib import Path
 from typing import Any
 
 from bench.slow_clients import HOST, Pki, free_port, services, start, stop
-from bench.speed.common import print_table, thread_cpu_seconds, worker_pid, write_results
-
-
-def _worker_cpu(pid: int) -> float:
-    return sum(thread_cpu_seconds(pid).values())
+from bench.speed.common import group_cpu_seconds, print_table, write_results
 
 
 def _kept_alive(port: int, context: ssl.SSLContext, requests: int) -> None:
@@ -68,14 +65,13 @@ def main() -> None:
         context = pki.client_context()
         process = start(service, service.port, context, work / "allocator.log")
         try:
-            worker = worker_pid(process.pid)
             _kept_alive(service.port, context, 50)  # warm: imports, first request thread
             per_request: dict[str, list[float]] = {"kept_alive": [], "new_connection": []}
             for _ in range(args.runs):
                 for mode, send in (("kept_alive", _kept_alive), ("new_connection", _new_each)):
-                    before = _worker_cpu(worker)
+                    before = group_cpu_seconds(process.pid)
                     send(service.port, context, args.requests)
-                    used = _worker_cpu(worker) - before
+                    used = group_cpu_seconds(process.pid) - before
                     per_request[mode].append(1000 * used / args.requests)
         finally:
             stop(process)
