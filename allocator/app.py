@@ -46,7 +46,7 @@ from allocator.ports import KubeApi
 from allocator.recorder import EventRecorder
 from allocator.resync import PodResync
 from allocator.state import ClusterState
-from allocator.watch import initial_sync, reflectors, resource_reflector
+from allocator.watch import initial_sync, reflectors
 from tessera.transport import INLINE, NeedsThread
 from tessera.wire import BodyTooLarge, WireError, dump_json, read_body
 
@@ -78,33 +78,23 @@ class Runtime:
         return self.elector is None or self.elector.is_leader
 
     def start(self) -> None:
-        """Background threads: initial sync then the watches (nodes, GPU pods, and with node
-        resources on, every bound pod); leader election."""
-        nodes, pods = reflectors(self.api, self.state, self.stop, self.sleep)
-        replace_pods = pods.replace
-
-        def replace_and_seed(items: Iterable[Any], since: int) -> None:
-            # The GPU pods already bound seed the workload mix (counted once per pod).
-            listed = list(items)
-            replace_pods(listed, since)
-            self.allocator.seed_mix(listed)
-
-        pods.replace = replace_and_seed
-        more = ([resource_reflector(self.api, self.state.resources, self.stop, self.sleep)]
-                if self.settings.core.node_resources else [])
+        """Background threads: initial sync then the watches (nodes; GPU pods, or with node
+        resources on every bound pod, :func:`allocator.watch.reflectors`); leader election."""
+        # The GPU pods of a list at start seed the workload mix (counted once per pod).
+        nodes, pods = reflectors(self.api, self.state, self.stop, self.sleep,
+                                 bound_pods=self.settings.core.node_resources,
+                                 listed=self.allocator.seed_mix)
 
         def sync_and_watch() -> None:
-            initial_sync(self.api, self.state, nodes, pods, self.sleep, self.stop, *more)
+            initial_sync(self.api, self.state, nodes, pods, self.sleep, self.stop)
             # The synced picture (every node, card and pod record) is long-lived: move it
             # out of the collector's sight, so that full collections triggered by the verbs'
             # short-lived objects stop walking it (they did, at 5,000 nodes, mid-request).
             gc.collect()
             gc.freeze()
-            for reflector, name in [(nodes, "watch-nodes"),
-                                    *((r, "watch-bound-pods") for r in more)]:
-                watcher = threading.Thread(target=reflector.run, name=name, daemon=True)
-                watcher.start()
-                self.threads.append(watcher)
+            watcher = threading.Thread(target=nodes.run, name="watch-nodes", daemon=True)
+            watcher.start()
+            self.threads.append(watcher)
             pods.run()
 
         targets: list[tuple[str, Callable[[], None]]] = [

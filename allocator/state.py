@@ -13,8 +13,9 @@ Speed: every node view carries a *content id* from :attr:`ClusterState.node_cont
 (:mod:`allocator.content_memo`, which also keeps the verbs' answers by content id).
 
 Node CPU and memory (allocatable, and the requests of every pod bound to the node) are kept
-by :attr:`ClusterState.resources` (:mod:`allocator.resources`): the node watch feeds both, a
-watch of all bound pods feeds the requests, and our binds count there at once.
+by :attr:`ClusterState.resources` (:mod:`allocator.resources`): the node watch feeds both, the
+watch of all bound pods feeds the requests (and this picture its GPU pods:
+:func:`allocator.watch.reflectors`), and our binds count there at once.
 """
 
 from __future__ import annotations

@@ -16,7 +16,7 @@ from typing import Any
 
 from allocator.errors import Gone
 from allocator.ports import KubeApi, Obj, WatchEvent
-from allocator.resources import BOUND_ACTIVE_PODS, NodeResources, pod_usage
+from allocator.resources import BOUND_ACTIVE_PODS, PodUsage, pod_usage
 from allocator.state import ClusterState
 
 logger = logging.getLogger(__name__)
@@ -32,13 +32,13 @@ class Reflector:
     watch_fn: Callable[[str, int], Iterator[WatchEvent]]
     #: Replaces the state with a list (of objects, or of what ``list_fn`` reduced them to);
     #: gets the :attr:`mark` taken before the list call.
-    replace: Callable[[Iterable[Any], int], None]
+    replace: Callable[[Iterable[Any], Any], None]
     upsert: Callable[[Obj], None]
     delete: Callable[[Obj], None]
     sleep: Callable[[float], None]
     stop: threading.Event
     #: Taken just before each list request, so ``replace`` can tell what is newer than it.
-    mark: Callable[[], int] = lambda: 0
+    mark: Callable[[], Any] = lambda: 0
     backoff_initial: float = 0.5
     backoff_max: float = 30.0
 
@@ -89,14 +89,28 @@ class Reflector:
 
 
 def reflectors(api: KubeApi, state: ClusterState, stop: threading.Event,
-               sleep: Callable[[float], None]) -> tuple[Reflector, Reflector]:
-    """The node and GPU-pod reflectors over one state.
+               sleep: Callable[[float], None], *, bound_pods: bool = False,
+               listed: Callable[[list[Obj]], None] = lambda _pods: None,
+               ) -> tuple[Reflector, Reflector]:
+    """The node reflector and the pod reflector over one state; ``listed`` gets the GPU pods
+    of every pod list, after the state has them.
 
-    Pods are watched by the GPU-pod label only: the state is rebuilt from allocation records,
-    which only our bind writes, and our bind labels every pod it binds — so the selector sees
-    every pod that holds cards, without watching every pod of the cluster.
+    The pod reflector watches one of two selections:
+
+    - ``bound_pods`` (node CPU and memory on): every bound, non-terminated pod
+      (:data:`BOUND_ACTIVE_PODS`, kube-scheduler's own selector), one watch feeding both
+      pictures: every pod's requests to :class:`NodeResources`, and the pods with the GPU-pod
+      label to the cards. A GPU pod's events are then read and decoded once, not once by a
+      watch of GPU pods and again by a watch of bound pods. The list is reduced page by page
+      (:func:`pod_usage`); only the GPU pods are kept whole.
+    - otherwise the GPU pods by label alone.
+
+    Either way the cards come from GPU-labelled pods only: allocation records are written
+    only by our bind, and our bind labels every pod it binds, so the label selects every pod
+    that holds cards, without reading every pod of the cluster. (A GPU pod holds cards only
+    once bound, so the bound selection loses none; a pod that turns Succeeded or Failed
+    leaves it as DELETED, which releases its cards as the label watch's MODIFIED does.)
     """
-    selector = state.vocabulary.gpu_pod_selector
     nodes = Reflector(
         "nodes", api.list_nodes,
         lambda rv, t: api.watch_nodes(rv, t),
@@ -104,41 +118,73 @@ def reflectors(api: KubeApi, state: ClusterState, stop: threading.Event,
         lambda obj: state.remove_node((obj.get("metadata") or {}).get("name", "")),
         sleep, stop,
     )
+    if bound_pods:
+        return nodes, _bound_pods_reflector(api, state, stop, sleep, listed)
+    selector = state.vocabulary.gpu_pod_selector
+
+    def replace(items: Iterable[Obj], since: int) -> None:
+        pods = list(items)
+        state.replace_pods(pods, since)
+        listed(pods)
+
     pods = Reflector(
-        "pods", lambda: api.list_pods(selector),
+        "GPU pods", lambda: api.list_pods(selector),
         lambda rv, t: api.watch_pods(selector, rv, t),
-        state.replace_pods, state.apply_pod, state.remove_pod,
+        replace, state.apply_pod, state.remove_pod,
         sleep, stop, mark=state.epoch,
     )
     return nodes, pods
 
 
-def resource_reflector(api: KubeApi, resources: NodeResources, stop: threading.Event,
-                       sleep: Callable[[float], None]) -> Reflector:
-    """The requests of every bound, non-terminated pod (:mod:`allocator.resources`): a lean
-    reflector apart from the GPU pods', selected by fields, reduced to ``(node, CPU,
-    memory)`` page by page as the list arrives, so the pods of a big cluster are never held
-    as objects."""
+def _bound_pods_reflector(api: KubeApi, state: ClusterState, stop: threading.Event,
+                          sleep: Callable[[float], None],
+                          listed: Callable[[list[Obj]], None]) -> Reflector:
+    resources = state.resources
+    label = state.vocabulary.gpu_pod_label
+
+    def is_gpu_pod(pod: Obj) -> bool:
+        meta = pod.get("metadata")
+        labels = meta.get("labels") if isinstance(meta, dict) else None
+        return isinstance(labels, dict) and labels.get(label) == "true"
+
+    def reduce(pod: Obj) -> tuple[PodUsage | None, Obj | None]:
+        return pod_usage(pod), (pod if is_gpu_pod(pod) else None)
+
+    def mark() -> tuple[int, int]:
+        return state.epoch(), resources.epoch()
+
+    def replace(items: Iterable[tuple[PodUsage | None, Obj | None]],
+                since: tuple[int, int]) -> None:
+        reduced = list(items)
+        gpu_pods = [pod for _usage, pod in reduced if pod is not None]
+        state.replace_pods(gpu_pods, since[0])
+        resources.replace_pods((usage for usage, _pod in reduced), since[1])
+        listed(gpu_pods)
+
+    def upsert(pod: Obj) -> None:
+        resources.apply_pod(pod)
+        if is_gpu_pod(pod):
+            state.apply_pod(pod)
+
+    def delete(pod: Obj) -> None:
+        resources.remove_pod(pod)
+        state.remove_pod(pod)
+
     return Reflector(
-        "bound pods", lambda: api.list_pods_by_field(BOUND_ACTIVE_PODS, pod_usage),
+        "bound pods", lambda: api.list_pods_by_field(BOUND_ACTIVE_PODS, reduce),
         lambda rv, t: api.watch_pods_by_field(BOUND_ACTIVE_PODS, rv, t),
-        resources.replace_pods, resources.apply_pod, resources.remove_pod,
-        sleep, stop, mark=resources.epoch,
+        replace, upsert, delete, sleep, stop, mark=mark,
     )
 
 
 def initial_sync(api: KubeApi, state: ClusterState, nodes: Reflector, pods: Reflector,
-                 sleep: Callable[[float], None], stop: threading.Event,
-                 *more: Reflector) -> None:
-    """List nodes, then pods (and ``more``, e.g. :func:`resource_reflector`), retrying with
-    backoff, then mark the state synced."""
+                 sleep: Callable[[float], None], stop: threading.Event) -> None:
+    """List nodes, then pods, retrying with backoff, then mark the state synced."""
     delay = nodes.backoff_initial
     while not stop.is_set():
         try:
             nodes.relist()
             pods.relist()
-            for reflector in more:
-                reflector.relist()
         except Exception as exc:
             logger.warning("initial list failed (%s); retrying in %.1fs", exc, delay)
             sleep(delay)

@@ -40,7 +40,8 @@ began per pod bound (its /metrics; kube-scheduler keeps at most two idle connect
 extender, and opens more while filter and binds overlap). ``allocator_threads_s_per_1k``
 splits the allocator's CPU in the same window by thread (``/proc`` per thread, named by
 ``py-spy dump``): ``MainThread`` is the event loop (TLS, HTTP, filter answered inline),
-``request`` the bind threads, ``sync-pods``/``watch-*`` the watches, ``events`` the Events.
+``request`` the bind threads, ``sync-pods`` the pod watch (``watch-bound-pods`` too before
+issue 13's seventh pass), ``watch-nodes`` the node watch, ``events`` the Events.
 
 Usage: ``.venv/bin/python -m bench.speed.e2e_throughput [--nodes 1000] [--pods 2000]
 [--repeat 3] [--modes baseline whole share25 cpu-baseline cpu-only] [--py-spy DIR]``

@@ -113,20 +113,40 @@ class FakeKube:
             return ([copy.deepcopy(p) for p in self.pods.values()
                      if self._selected(p, label_selector)], str(self.rv))
 
-    def _watch(self, kind: str, rv: str, selector: str | None) -> Iterator[tuple[str, Obj]]:
+    def _watch(self, kind: str, rv: str,
+               matches: Callable[[Obj], bool] | None = None) -> Iterator[tuple[str, Obj]]:
+        """The events after ``rv``. With ``matches``, as the API server sends them to a watch
+        with a selector: ADDED when an object starts to match, MODIFIED while it matches,
+        DELETED when it stops matching or is deleted, nothing for a change to an object that
+        matched neither before nor after."""
         self.calls.append((f"watch_{kind}", rv))
         self._fault(f"watch_{kind}")
         if int(rv) < self.compacted_below:
             raise Gone("too old resource version", 410)
         with self.lock:
-            events = [e for e in self.events if e[0] > int(rv) and e[1] == kind]
-        for n, (_rv, _kind, type_, obj) in enumerate(events):
+            history = [e for e in self.events if e[1] == kind]
+        matched: dict[tuple[str, str], bool] = {}
+        events: list[tuple[str, Obj]] = []
+        for n, _kind, type_, obj in history:
+            meta = obj["metadata"]
+            key = (meta.get("namespace", ""), meta.get("name", ""))
+            was = matched.get(key, False)
+            now = matches is None or (type_ != "DELETED" and matches(obj))
+            matched[key] = now
+            if n <= int(rv):
+                continue
+            if matches is None:
+                events.append((type_, obj))
+            elif now:
+                events.append(("MODIFIED" if was else "ADDED", obj))
+            elif was:
+                events.append(("DELETED", obj))
+        for n, (type_, obj) in enumerate(events):
             if self.drop_after is not None and n == self.drop_after[0]:
                 exc = self.drop_after[1]
                 self.drop_after = None
                 raise exc
-            if selector is None or self._selected(obj, selector):
-                yield type_, copy.deepcopy(obj)
+            yield type_, copy.deepcopy(obj)
         # the stream then ends, as a server-side timeout would end it
 
     def list_pods_by_field(self, field_selector: str,
@@ -141,22 +161,16 @@ class FakeKube:
 
     def watch_pods_by_field(self, field_selector: str, resource_version: str,
                             timeout_seconds: int) -> Iterator[Any]:
-        """As the API server: an object that stops matching the selector arrives as
-        DELETED (we do not track whether it matched before: a DELETED for a pod never seen
-        is ignored by the allocator anyway)."""
         assert field_selector == BOUND_ACTIVE, field_selector
-        for type_, obj in self._watch("pods", resource_version, None):
-            if bound_active(obj):
-                yield type_, obj
-            elif type_ != "ADDED":
-                yield "DELETED", obj
+        return self._watch("pods", resource_version, bound_active)
 
     def watch_nodes(self, resource_version: str, timeout_seconds: int) -> Iterator[Any]:
-        return self._watch("nodes", resource_version, None)
+        return self._watch("nodes", resource_version)
 
     def watch_pods(self, label_selector: str, resource_version: str,
                    timeout_seconds: int) -> Iterator[Any]:
-        return self._watch("pods", resource_version, label_selector)
+        return self._watch("pods", resource_version,
+                           lambda pod: self._selected(pod, label_selector))
 
     def get_node(self, name: str) -> Obj | None:
         self.calls.append(("get_node", name))

@@ -38,10 +38,10 @@ def forged_pod(name: str, record: str) -> dict[str, Any]:
     return pod
 
 
-def _sync(fake: FakeKube) -> tuple[ClusterState, Any, Any]:
+def _sync(fake: FakeKube, bound_pods: bool = False) -> tuple[ClusterState, Any, Any]:
     state = ClusterState(VOCAB)
     stop = threading.Event()
-    nodes, pods = reflectors(fake, state, stop, lambda _s: None)
+    nodes, pods = reflectors(fake, state, stop, lambda _s: None, bound_pods=bound_pods)
     done = threading.Thread(target=initial_sync,
                             args=(fake, state, nodes, pods, lambda _s: None, stop), daemon=True)
     done.start()
@@ -57,13 +57,14 @@ def _bound(fake: FakeKube, name: str) -> None:
 
 
 @pytest.mark.parametrize("record", list(HOSTILE_RECORDS.values()), ids=list(HOSTILE_RECORDS))
-def test_a_forged_record_is_skipped_and_the_list_still_syncs(record: str) -> None:
+def test_a_forged_record_is_skipped_and_the_list_still_syncs(record: str,
+                                                           bound_pods: bool) -> None:
     fake = FakeKube()
     fake.add_node(make_node("n1", count=2))
     _bound(fake, "good")
     fake.add_pod(forged_pod("forged", record))
 
-    state, _nodes, _pods = _sync(fake)
+    state, _nodes, _pods = _sync(fake, bound_pods)
 
     assert state.synced
     assert state.record("u-good") is not None  # the good pod's card still counts
@@ -75,11 +76,11 @@ def test_a_forged_record_is_skipped_and_the_list_still_syncs(record: str) -> Non
 
 @pytest.mark.parametrize("record", list(HOSTILE_RECORDS.values()), ids=list(HOSTILE_RECORDS))
 def test_a_forged_record_in_the_watch_is_skipped_and_later_events_still_apply(
-    record: str,
+    record: str, bound_pods: bool,
 ) -> None:
     fake = FakeKube()
     fake.add_node(make_node("n1", count=2))
-    state, _nodes, pods = _sync(fake)
+    state, _nodes, pods = _sync(fake, bound_pods)
     fake.add_pod(forged_pod("forged", record))
     _bound(fake, "good")
 
@@ -107,7 +108,7 @@ def test_ignored_records_and_broken_nodes_are_metrics_and_status() -> None:
 
 
 def test_a_bug_while_reading_one_pod_is_noted_and_never_stops_the_list(
-    monkeypatch: pytest.MonkeyPatch,
+    monkeypatch: pytest.MonkeyPatch, bound_pods: bool,
 ) -> None:
     fake = FakeKube()
     fake.add_node(make_node("n1", count=2))
@@ -117,7 +118,7 @@ def test_a_bug_while_reading_one_pod_is_noted_and_never_stops_the_list(
         raise ZeroDivisionError("a bug")
 
     monkeypatch.setattr(allocator.state, "decode_allocation", broken)
-    state, _nodes, _pods = _sync(fake)
+    state, _nodes, _pods = _sync(fake, bound_pods)
     assert state.synced
     assert "ZeroDivisionError" in state.snapshot()["ignoredRecords"]["u-trips"]
 

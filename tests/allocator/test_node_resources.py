@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 from alloc_harness import make_app, sync
-from builders import make_gpu_pod, make_node, request, share, whole
+from builders import VOCAB, make_gpu_pod, make_node, request, share, whole
 from fake_kube import FakeKube
 
 from allocator.config import Settings
@@ -20,7 +20,8 @@ from allocator.resources import (
     pod_requests,
     pod_usage,
 )
-from allocator.watch import resource_reflector
+from allocator.state import ClusterState
+from allocator.watch import reflectors
 from tessera.vocabulary import ConfigError
 
 GI = 1024**3
@@ -163,15 +164,15 @@ def test_the_watch_of_bound_pods_keeps_the_picture() -> None:
     fake.add_node(make_node("n1"))
     fake.add_pod(_pod("cpu-only", containers=[_ctr("a", "3")]))
     fake.add_pod(_pod("pending", node=None))
-    state_resources = NodeResources()
-    state_resources.apply_node("n1", make_node("n1"))
-    reflector = resource_reflector(fake, state_resources, threading.Event(), lambda _s: None)
-    reflector.relist()
-    assert state_resources.free_cpu["n1"] == 61000
+    state = ClusterState(VOCAB)
+    nodes, pods = reflectors(fake, state, threading.Event(), lambda _s: None, bound_pods=True)
+    nodes.relist()
+    pods.relist()
+    assert state.resources.free_cpu["n1"] == 61000
     fake.set_phase("ns", "cpu-only", "Succeeded")  # leaves the selector: DELETED
     fake.add_pod(_pod("other", containers=[_ctr("a", "1")]))
-    reflector.watch_once()
-    assert state_resources.free_cpu["n1"] == 63000
+    pods.watch_once()
+    assert state.resources.free_cpu["n1"] == 63000
 
 
 def test_a_node_whose_allocatable_cannot_be_read_has_no_facts() -> None:

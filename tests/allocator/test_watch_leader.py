@@ -15,12 +15,13 @@ from allocator.watch import Reflector, initial_sync, reflectors
 from tessera.vocabulary import Allocation, ContainerAllocation
 
 
-def _setup() -> tuple[FakeKube, ClusterState, Reflector, Reflector, list[float]]:
+def _setup(bound_pods: bool) -> tuple[FakeKube, ClusterState, Reflector, Reflector, list[float]]:
     fake = FakeKube()
     fake.add_node(make_node("n1", count=2))
     state = ClusterState(VOCAB)
     sleeps: list[float] = []
-    nodes, pods = reflectors(fake, state, threading.Event(), sleeps.append)
+    nodes, pods = reflectors(fake, state, threading.Event(), sleeps.append,
+                             bound_pods=bound_pods)
     initial_sync(fake, state, nodes, pods, sleeps.append, threading.Event())
     return fake, state, nodes, pods, sleeps
 
@@ -32,8 +33,8 @@ def _bound_pod(fake: FakeKube, name: str, node: str = "n1") -> None:
     alloc.bind("default", name, f"u-{name}", node)
 
 
-def test_watch_events_add_and_release_cards() -> None:
-    fake, state, _nodes, pods, _ = _setup()
+def test_watch_events_add_and_release_cards(bound_pods: bool) -> None:
+    fake, state, _nodes, pods, _ = _setup(bound_pods)
     assert state.synced
     _bound_pod(fake, "a")
     pods.step(0.5)
@@ -45,8 +46,8 @@ def test_watch_events_add_and_release_cards() -> None:
     assert view is not None and view.state.idle_cards == 2
 
 
-def test_a_deleted_pod_releases_its_cards() -> None:
-    fake, state, _nodes, pods, _ = _setup()
+def test_a_deleted_pod_releases_its_cards(bound_pods: bool) -> None:
+    fake, state, _nodes, pods, _ = _setup(bound_pods)
     _bound_pod(fake, "a")
     pods.step(0.5)
     fake.delete_pod("default", "a")
@@ -54,8 +55,8 @@ def test_a_deleted_pod_releases_its_cards() -> None:
     assert state.record("u-a") is None
 
 
-def test_410_gone_relists_and_the_state_catches_up() -> None:
-    fake, state, _nodes, pods, _ = _setup()
+def test_410_gone_relists_and_the_state_catches_up(bound_pods: bool) -> None:
+    fake, state, _nodes, pods, _ = _setup(bound_pods)
     _bound_pod(fake, "a")
     fake.compacted_below = fake.rv + 1  # everything we could resume from is gone
     relists = pods.relists
@@ -66,11 +67,12 @@ def test_410_gone_relists_and_the_state_catches_up() -> None:
     assert state.record("u-a") is not None
 
 
-def test_a_dropped_stream_resumes_from_the_last_seen_version_without_relisting() -> None:
-    fake, state, _nodes, pods, sleeps = _setup()
+def test_a_dropped_stream_resumes_from_the_last_seen_version_without_relisting(
+        bound_pods: bool) -> None:
+    fake, state, _nodes, pods, sleeps = _setup(bound_pods)
     _bound_pod(fake, "a")
     _bound_pod(fake, "b")
-    fake.drop_after = (2, ApiError("connection reset by peer"))
+    fake.drop_after = (1, ApiError("connection reset by peer"))
     relists = pods.relists
     delay = pods.step(0.5)
     assert sleeps == [0.5] and delay == 1.0  # backed off
@@ -82,14 +84,45 @@ def test_a_dropped_stream_resumes_from_the_last_seen_version_without_relisting()
     assert pods.relists == relists
 
 
-def test_api_errors_back_off_exponentially_up_to_a_cap() -> None:
-    fake, _state, _nodes, pods, sleeps = _setup()
+def test_api_errors_back_off_exponentially_up_to_a_cap(bound_pods: bool) -> None:
+    fake, _state, _nodes, pods, sleeps = _setup(bound_pods)
     fake.fail("watch_pods", ApiError("HTTP 500"), times=10)
     delay = 0.5
     for _ in range(10):
         delay = pods.step(delay)
     assert sleeps[:4] == [0.5, 1.0, 2.0, 4.0]
     assert max(sleeps) == pods.backoff_max
+
+
+def test_one_watch_of_bound_pods_feeds_the_cards_and_the_node_cpu() -> None:
+    fake, state, _nodes, pods, _ = _setup(bound_pods=True)
+    listed: list[list[str]] = []
+    cpu_pod = {"metadata": {"uid": "u-cpu", "name": "cpu", "namespace": "default"},
+               "spec": {"nodeName": "n1", "containers": [
+                   {"name": "c", "resources": {"requests": {"cpu": "2"}}}]},
+               "status": {"phase": "Running"}}
+    fake.add_pod(cpu_pod)
+    _bound_pod(fake, "a")
+    free_cpu = state.resources.free_cpu["n1"]
+    pods.step(0.5)
+    view = state.view("n1")
+    assert view is not None and view.state.idle_cards == 1  # the GPU pod's card
+    assert state.record("u-cpu") is None  # a pod without the GPU label holds no cards
+    assert state.resources.free_cpu["n1"] == free_cpu - 2000
+    # A relist hands only the GPU pods to ``listed`` (the workload mix's seed).
+    _nodes2, relisting = reflectors(fake, state, threading.Event(), lambda _s: None,
+                                    bound_pods=True,
+                                    listed=lambda p: listed.append(
+                                        [o["metadata"]["name"] for o in p]))
+    relisting.relist()
+    assert listed == [["a"]]
+    assert state.record("u-a") is not None and state.resources.free_cpu["n1"] == free_cpu - 2000
+    fake.delete_pod("default", "cpu")
+    fake.set_phase("default", "a", "Succeeded")
+    relisting.watch_once()
+    view = state.view("n1")
+    assert view is not None and view.state.idle_cards == 2
+    assert state.resources.free_cpu["n1"] == free_cpu
 
 
 def test_initial_sync_retries_until_the_api_answers() -> None:
@@ -105,7 +138,7 @@ def test_initial_sync_retries_until_the_api_answers() -> None:
 
 
 def test_node_changes_update_the_inventory_and_deleted_nodes_disappear() -> None:
-    fake, state, nodes, _pods, _ = _setup()
+    fake, state, nodes, _pods, _ = _setup(bound_pods=False)
     fake.add_node(make_node("n1", count=4))
     fake.add_node(make_node("n2", count=1))
     nodes.step(0.5)
@@ -119,7 +152,7 @@ def test_node_changes_update_the_inventory_and_deleted_nodes_disappear() -> None
 
 
 def test_a_fresh_reservation_survives_a_stale_watch_event() -> None:
-    fake, state, _nodes, _pods, _ = _setup()
+    fake, state, _nodes, _pods, _ = _setup(bound_pods=False)
     fake.add_pod(make_gpu_pod("a", request(whole()), uid="u-a"))
     alloc = synced_allocator(fake)
     alloc.state = state  # bind through the watched state
