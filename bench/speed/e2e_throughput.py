@@ -60,17 +60,16 @@ import sys
 import threading
 import time
 import urllib.request
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from prometheus_client.parser import text_string_to_metric_families
 
+from bench.speed.cluster import core_v1, cpu_seconds, in_parallel
 from bench.speed.common import (
     client_context,
     cpu_by_thread_name,
-    group_cpu_seconds,
     percentile,
     print_table,
     python_thread_names,
@@ -82,7 +81,6 @@ from bench.speed.common import (
 from devcluster.binaries import ensure_binaries
 from devcluster.cluster import DevCluster, Options
 from devcluster.nodes import GpuNodeSpec, create_nodes, uniform
-from devcluster.process import ManagedProcess
 from devcluster.workloads import container, ensure_namespace, make_pod
 
 NAMESPACE = "e2e-bench"
@@ -121,25 +119,11 @@ COLUMNS = ["mode", "run", "bound", "p10_p90_pods_per_s", "overall_pods_per_s",
            "tls_connections_per_pod"]
 
 
-def _core(dev: DevCluster) -> Any:
-    from kubernetes import client, config
-
-    api = config.new_client_from_config(config_file=str(dev.kubeconfig))  # type: ignore[no-untyped-call]
-    return client.CoreV1Api(api)
-
-
-def _parallel(dev: DevCluster, items: list[Any], work: Any, threads: int) -> None:
-    chunks = [items[i::threads] for i in range(threads)]
-    with ThreadPoolExecutor(threads) as pool:
-        for f in [pool.submit(work, _core(dev), c) for c in chunks if c]:
-            f.result()
-
-
 class BindWatch:
     """Raw watch of the namespace's pods: first time each pod is seen with a node."""
 
     def __init__(self, dev: DevCluster) -> None:
-        self.core = _core(dev)
+        self.core = core_v1(dev)
         self.bound: dict[str, float] = {}
         self.stop = threading.Event()
         resp = self.core.list_namespaced_pod(NAMESPACE, _preload_content=False)
@@ -171,21 +155,6 @@ class BindWatch:
                     self.bound[name] = now
                 if self.stop.is_set():
                     break
-
-
-def _processes(dev: DevCluster) -> dict[str, ManagedProcess]:
-    procs = {p.name: p for p in dev.control_plane.processes}
-    if dev.services is not None:
-        for name in ("allocator", "webhook"):
-            proc = getattr(dev.services, name)
-            if proc is not None:
-                procs[name] = proc
-    return procs
-
-
-def _cpu(dev: DevCluster) -> dict[str, float]:
-    return {name: group_cpu_seconds(p.pid) for name, p in _processes(dev).items()
-            if p.pid is not None}
 
 
 def _allocator_counters(dev: DevCluster) -> dict[str, float]:
@@ -239,7 +208,7 @@ def run_mode(mode: str, nodes: int, pods: int, threads: int, timeout: float,
                     extra_resources={PLAIN: "8"} if spec.plain_gpus else {})
             for i in range(nodes)
         ]
-        _parallel(dev, specs, lambda core, chunk: create_nodes(core, chunk, dev.vocabulary),
+        in_parallel(dev, specs, lambda core, chunk: create_nodes(core, chunk, dev.vocabulary),
                   threads)
         def create(core: Any, names: list[str]) -> None:
             for name in names:
@@ -247,7 +216,7 @@ def run_mode(mode: str, nodes: int, pods: int, threads: int, timeout: float,
                                                 requests=spec.requests or None)])
                 core.create_namespaced_pod(NAMESPACE, pod)
 
-        _parallel(dev, [f"p{i:05d}" for i in range(pods)], create, threads)
+        in_parallel(dev, [f"p{i:05d}" for i in range(pods)], create, threads)
         cp = dev.control_plane
         settled_s = settle(f"127.0.0.1:{cp.apiserver_port}",
                            client_context(cp.ca_file, cp.pki_dir / "admin.crt",
@@ -262,14 +231,14 @@ def run_mode(mode: str, nodes: int, pods: int, threads: int, timeout: float,
         spy = _start_py_spy(dev, profile) if tessera and profile is not None else None
         worker = worker_pid(dev.services.allocator.pid) if tessera else None
         threads_before = thread_cpu_seconds(worker) if worker is not None else {}
-        cpu_before = _cpu(dev)
+        cpu_before = cpu_seconds(dev)
         t_start = time.perf_counter()
         dev.control_plane.start_scheduler()  # the configuration dev.start() ran
         deadline = time.perf_counter() + timeout
         while len(watch.bound) < pods and time.perf_counter() < deadline:
             time.sleep(0.5)
         time.sleep(SETTLE_S)
-        cpu_after = _cpu(dev)
+        cpu_after = cpu_seconds(dev)
         threads_after = thread_cpu_seconds(worker) if worker is not None else {}
         if spy is not None:
             spy.send_signal(signal.SIGINT)

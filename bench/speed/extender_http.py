@@ -36,6 +36,7 @@ from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
+from bench.speed.cluster import in_parallel
 from bench.speed.common import (
     Client,
     client_context,
@@ -58,24 +59,9 @@ COLUMNS = ["nodes", "verb", "regime", "n", "p50_ms", "p90_ms", "p99_ms", "mean_m
            "per_s", "reply_kb", "allocator_cpu_ms"]
 
 
-def _new_core_v1(dev: DevCluster) -> Any:
-    from kubernetes import client, config
-
-    api = config.new_client_from_config(config_file=str(dev.kubeconfig))  # type: ignore[no-untyped-call]
-    return client.CoreV1Api(api)
-
-
-def _parallel(dev: DevCluster, items: Sequence[Any], work: Callable[[Any, list[Any]], None],
-              threads: int) -> None:
-    chunks = [list(items[i::threads]) for i in range(threads)]
-    with ThreadPoolExecutor(threads) as pool:
-        for f in [pool.submit(work, _new_core_v1(dev), c) for c in chunks if c]:
-            f.result()
-
-
 def grow_nodes(dev: DevCluster, start: int, stop: int, threads: int) -> None:
     specs = [uniform(f"bench-{i:05d}", CARDS, "T4", CARD_MIB) for i in range(start, stop)]
-    _parallel(dev, specs, lambda core, chunk: create_nodes(core, chunk, dev.vocabulary),
+    in_parallel(dev, specs, lambda core, chunk: create_nodes(core, chunk, dev.vocabulary),
               threads)
 
 
@@ -92,7 +78,7 @@ def create_pods(dev: DevCluster, names: Sequence[str], threads: int) -> None:
         for name in chunk:
             core.create_namespaced_pod(NAMESPACE, gpu_pod(name, 30, 4096))
 
-    _parallel(dev, names, work, threads)
+    in_parallel(dev, names, work, threads)
 
 
 def read_pod_json(core: Any, name: str) -> dict[str, Any]:

@@ -15,8 +15,8 @@ import argparse
 import time
 from collections import Counter
 
+from bench.speed.cluster import cpu_seconds, in_parallel
 from bench.speed.common import api_requests, client_context, settle
-from bench.speed.e2e_throughput import _cpu, _parallel
 from devcluster.binaries import ensure_binaries
 from devcluster.cluster import DevCluster, Options
 from devcluster.nodes import create_nodes, uniform
@@ -35,15 +35,16 @@ def main() -> None:
     try:
         dev.start()
         specs = [uniform(f"n{i:05d}", 8, "T4", 16384) for i in range(args.nodes)]
-        _parallel(dev, specs, lambda core, chunk: create_nodes(core, chunk, dev.vocabulary), 6)
+        in_parallel(dev, specs, lambda core, chunk: create_nodes(core, chunk, dev.vocabulary), 6)
         cp = dev.control_plane
         apiserver = f"127.0.0.1:{cp.apiserver_port}"
         context = client_context(cp.ca_file, cp.pki_dir / "admin.crt", cp.pki_dir / "admin.key")
         print(f"settled after {settle(apiserver, context)} s", flush=True)
         for window in range(args.windows):
-            cpu0, req0, t0 = _cpu(dev), api_requests(apiserver, context), time.perf_counter()
+            cpu0, req0, t0 = cpu_seconds(dev), api_requests(apiserver, context), time.perf_counter()
             time.sleep(args.window_s)
-            cpu1, req1, dt = _cpu(dev), api_requests(apiserver, context), time.perf_counter() - t0
+            cpu1, req1 = cpu_seconds(dev), api_requests(apiserver, context)
+            dt = time.perf_counter() - t0
             cores = {name: (cpu1[name] - cpu0.get(name, 0.0)) / dt for name in cpu1}
             rates = Counter({k: (req1[k] - req0.get(k, 0.0)) / dt for k in req1})
             print(f"window {window + 1}: {sum(cores.values()):.2f} cores: "
