@@ -4,7 +4,9 @@ Setup (the dev-cluster harness, devcluster, without kube-scheduler so that this
 client is the only caller): etcd + kube-apiserver v1.34.4 on loopback, ``tessera allocator``
 (real gunicorn, one worker + threads, mutual TLS, the shipped RBAC and leader election on)
 watching it. Fake nodes of 8 cards x 16 GiB are created through the API (1,000, then grown to
-5,000); the allocator learns them from its node watch.
+5,000); the allocator learns them from its node watch. Timing starts once the node writes of
+a growing cluster have settled (kube-controller-manager's TTL controller annotates every node
+again as the cluster grows; :func:`bench.speed.common.settle`), as in ``e2e_throughput``.
 
 Per cluster size it measures, with one kept-alive mutual-TLS connection like the scheduler's:
 
@@ -42,6 +44,7 @@ from bench.speed.common import (
     client_context,
     group_cpu_seconds,
     print_table,
+    settle,
     summary,
     write_results,
 )
@@ -205,6 +208,7 @@ def main() -> None:
         pki = dev.control_plane.pki_dir
         ctx = client_context(dev.control_plane.ca_file, pki / "admin.crt", pki / "admin.key")
         port = dev.services.allocator_port
+        apiserver = f"127.0.0.1:{dev.control_plane.apiserver_port}"
         allocator_pid = dev.services.allocator.pid
         assert allocator_pid is not None
 
@@ -227,7 +231,8 @@ def main() -> None:
             names = [f"bench-{i:05d}" for i in range(n)]
             wait_known(cli, template, names)
             print(f"# {n} nodes created and known to the allocator in "
-                  f"{time.perf_counter() - t0:.0f} s", flush=True)
+                  f"{time.perf_counter() - t0:.0f} s; the node writes of a growing cluster "
+                  f"settled after {settle(apiserver, ctx)} s more", flush=True)
             warm = [(args_body(template, names), template_json)] * args.warm
             rows += time_verbs(cli, n, "warm", warm, allocator_cpu)
             cold = []
