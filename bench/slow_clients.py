@@ -212,7 +212,7 @@ class Pressure:
         head = b"POST /mutate HTTP/1.1\r\nHost: tessera\r\nContent-Type: application/json\r\n"
         first = True
         while not self.stopping:
-            writer = None
+            opened: asyncio.StreamWriter | None = None
             try:
                 if kind == "hello":
                     _, writer = await asyncio.wait_for(
@@ -222,6 +222,7 @@ class Pressure:
                     _, writer = await asyncio.wait_for(asyncio.open_connection(
                         HOST, self.port, ssl=self.context, server_hostname="localhost"), 10)
                     payload, sent = head * 100, 1
+                opened = writer
                 writer.write(payload[:sent])
                 await writer.drain()
                 self.opened[kind] += 1
@@ -239,8 +240,8 @@ class Pressure:
             except (TimeoutError, OSError, ssl.SSLError):
                 await asyncio.sleep(0.5)
             finally:
-                if writer is not None:
-                    writer.transport.abort()  # at once: no TLS goodbye to wait for
+                if opened is not None:
+                    opened.transport.abort()  # at once: no TLS goodbye to wait for
 
     async def _main(self) -> None:
         hello = client_hello()

@@ -15,7 +15,6 @@ import statistics
 import subprocess
 import sys
 import time
-from collections import Counter
 from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -187,13 +186,14 @@ def cpu_by_thread_name(before: Mapping[int, float], after: Mapping[int, float],
                        names: Mapping[int, str]) -> dict[str, float]:
     """CPU seconds each named thread (or group of them) used between two
     :func:`thread_cpu_seconds` reads; threads py-spy did not name count as ``other``."""
-    used: Counter[str] = Counter()
+    used: dict[str, float] = {}
     for tid, seconds in after.items():
-        used[names.get(tid, "other")] += seconds - before.get(tid, 0.0)
-    return dict(used.most_common())
+        name = names.get(tid, "other")
+        used[name] = used.get(name, 0.0) + seconds - before.get(tid, 0.0)
+    return dict(sorted(used.items(), key=lambda item: -item[1]))
 
 
-def api_requests(apiserver: str, context: ssl.SSLContext) -> Counter[str]:
+def api_requests(apiserver: str, context: ssl.SSLContext) -> dict[str, float]:
     """The API server's ``apiserver_request_total`` by ``VERB resource[/subresource]``
     (its /metrics, read as the admin)."""
     from prometheus_client.parser import text_string_to_metric_families
@@ -204,13 +204,13 @@ def api_requests(apiserver: str, context: ssl.SSLContext) -> Counter[str]:
         text = conn.getresponse().read().decode()
     finally:
         conn.close()
-    counts: Counter[str] = Counter()
+    counts: dict[str, float] = {}
     for family in text_string_to_metric_families(text):
         for s in family.samples:
             if s.name == "apiserver_request_total" and s.labels.get("resource"):
                 sub = s.labels.get("subresource") or ""
-                counts[f"{s.labels['verb']} {s.labels['resource']}"
-                       + (f"/{sub}" if sub else "")] += s.value
+                key = f"{s.labels['verb']} {s.labels['resource']}" + (f"/{sub}" if sub else "")
+                counts[key] = counts.get(key, 0.0) + s.value
     return counts
 
 

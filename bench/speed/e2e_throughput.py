@@ -256,10 +256,10 @@ def run_mode(mode: str, nodes: int, pods: int, threads: int, timeout: float,
             row["tls_connections_per_pod"] = round(
                 (counters["tls_connections"] - counters_before["tls_connections"] - 1)
                 / max(1, len(times)), 3)
-            used = cpu_by_thread_name(threads_before, threads_after,
-                                      python_thread_names(worker))
+            by_thread = cpu_by_thread_name(threads_before, threads_after,
+                                           python_thread_names(worker))
             row["allocator_threads_s_per_1k"] = {name: round(seconds * per_1k, 2)
-                                                 for name, seconds in used.items()}
+                                                 for name, seconds in by_thread.items()}
         if len(times) >= 10:
             p10, p90 = percentile(times, 0.10), percentile(times, 0.90)
             inside = sum(1 for t in times if p10 <= t <= p90)
