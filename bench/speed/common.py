@@ -15,7 +15,7 @@ import statistics
 import subprocess
 import sys
 import time
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -218,20 +218,22 @@ def _node_writes(apiserver: str, context: ssl.SSLContext) -> float:
     """Node writes other than status (the TTL controller's annotation, taints): a settled
     cluster's status reports and Lease renewals are not among them."""
     counts = api_requests(apiserver, context)
-    return counts["PATCH nodes"] + counts["PUT nodes"]
+    return counts.get("PATCH nodes", 0.0) + counts.get("PUT nodes", 0.0)
 
 
 def settle(apiserver: str, context: ssl.SSLContext, quiet_s: float = 10.0,
-           timeout_s: float = 300.0) -> float:
+           timeout_s: float = 300.0, *, clock: Callable[[], float] = time.monotonic,
+           sleep: Callable[[float], None] = time.sleep) -> float:
     """Wait until no node has been written (besides its status) for ``quiet_s``: after
     nodes are registered, kube-controller-manager's TTL controller annotates each of them
     again as the cluster grows (about 100 s at 1,000 nodes), which a long-running cluster does
-    not do. Returns the seconds waited; gives up (returns them too) after ``timeout_s``."""
-    start = last_change = time.monotonic()
+    not do. Returns the seconds waited; gives up (returns them too) after ``timeout_s``.
+    ``clock`` and ``sleep`` are injected for tests."""
+    start = last_change = clock()
     seen = _node_writes(apiserver, context)
-    while time.monotonic() - last_change < quiet_s and time.monotonic() - start < timeout_s:
-        time.sleep(1.0)
+    while clock() - last_change < quiet_s and clock() - start < timeout_s:
+        sleep(1.0)
         now = _node_writes(apiserver, context)
         if now != seen:
-            seen, last_change = now, time.monotonic()
-    return round(time.monotonic() - start, 1)
+            seen, last_change = now, clock()
+    return round(clock() - start, 1)
