@@ -89,7 +89,7 @@ class Reflector:
 
 
 def reflectors(api: KubeApi, state: ClusterState, stop: threading.Event,
-               sleep: Callable[[float], None], *, bound_pods: bool = False,
+               sleep: Callable[[float], None], *, bound_pods: bool,
                listed: Callable[[list[Obj]], None] = lambda _pods: None,
                ) -> tuple[Reflector, Reflector]:
     """The node reflector and the pod reflector over one state; ``listed`` gets the GPU pods

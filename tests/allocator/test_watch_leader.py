@@ -131,7 +131,7 @@ def test_initial_sync_retries_until_the_api_answers() -> None:
     fake.fail("list_nodes", ApiError("connection refused"), times=2)
     state = ClusterState(VOCAB)
     sleeps: list[float] = []
-    nodes, pods = reflectors(fake, state, threading.Event(), sleeps.append)
+    nodes, pods = reflectors(fake, state, threading.Event(), sleeps.append, bound_pods=True)
     initial_sync(fake, state, nodes, pods, sleeps.append, threading.Event())
     assert state.synced and sleeps == [0.5, 1.0]
     assert state.view("n1") is not None
