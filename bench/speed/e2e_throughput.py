@@ -209,7 +209,7 @@ def run_mode(mode: str, nodes: int, pods: int, threads: int, timeout: float,
             for i in range(nodes)
         ]
         in_parallel(dev, specs, lambda core, chunk: create_nodes(core, chunk, dev.vocabulary),
-                  threads)
+                    threads)
         def create(core: Any, names: list[str]) -> None:
             for name in names:
                 pod = make_pod(name, [container("main", limits=spec.limits or None,

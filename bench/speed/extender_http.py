@@ -6,7 +6,8 @@ client is the only caller): etcd + kube-apiserver v1.34.4 on loopback, ``tessera
 watching it. Fake nodes of 8 cards x 16 GiB are created through the API (1,000, then grown to
 5,000); the allocator learns them from its node watch. Timing starts once the node writes of
 a growing cluster have settled (kube-controller-manager's TTL controller annotates every node
-again as the cluster grows; :func:`bench.speed.common.settle`), as in ``e2e_throughput``.
+again as the cluster grows; :func:`bench.speed.common.settle`), as in ``e2e_throughput``, or
+after :data:`SETTLE_TIMEOUT_S` with them still going (it says which).
 
 Per cluster size it measures, with one kept-alive mutual-TLS connection like the scheduler's:
 

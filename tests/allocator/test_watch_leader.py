@@ -107,7 +107,6 @@ def test_one_watch_of_bound_pods_feeds_the_cards_and_the_node_cpu() -> None:
     pods.step(0.5)
     view = state.view("n1")
     assert view is not None and view.state.idle_cards == 1  # the GPU pod's card
-    assert state.record("u-cpu") is None  # a pod without the GPU label holds no cards
     assert state.resources.free_cpu["n1"] == free_cpu - 2000
     # A relist hands only the GPU pods to ``listed`` (the workload mix's seed).
     _nodes2, relisting = reflectors(fake, state, threading.Event(), lambda _s: None,
