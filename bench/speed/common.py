@@ -193,25 +193,76 @@ def cpu_by_thread_name(before: Mapping[int, float], after: Mapping[int, float],
     return dict(sorted(used.items(), key=lambda item: -item[1]))
 
 
+def metrics_text(server: str, context: ssl.SSLContext) -> str:
+    """A server's Prometheus text (its /metrics over HTTPS, read with ``context``)."""
+    conn = http.client.HTTPSConnection(server, context=context, timeout=30)
+    try:
+        conn.request("GET", "/metrics")
+        return conn.getresponse().read().decode()
+    finally:
+        conn.close()
+
+
+def _request_key(labels: Mapping[str, str]) -> str:
+    sub = labels.get("subresource") or ""
+    return f"{labels['verb']} {labels['resource']}" + (f"/{sub}" if sub else "")
+
+
 def api_requests(apiserver: str, context: ssl.SSLContext) -> dict[str, float]:
     """The API server's ``apiserver_request_total`` by ``VERB resource[/subresource]``
     (its /metrics, read as the admin)."""
     from prometheus_client.parser import text_string_to_metric_families
 
-    conn = http.client.HTTPSConnection(apiserver, context=context, timeout=30)
-    try:
-        conn.request("GET", "/metrics")
-        text = conn.getresponse().read().decode()
-    finally:
-        conn.close()
     counts: dict[str, float] = {}
-    for family in text_string_to_metric_families(text):
+    for family in text_string_to_metric_families(metrics_text(apiserver, context)):
         for s in family.samples:
             if s.name == "apiserver_request_total" and s.labels.get("resource"):
-                sub = s.labels.get("subresource") or ""
-                key = f"{s.labels['verb']} {s.labels['resource']}" + (f"/{sub}" if sub else "")
+                key = _request_key(s.labels)
                 counts[key] = counts.get(key, 0.0) + s.value
     return counts
+
+
+#: (count, seconds) of a latency histogram so far: its ``_count`` and ``_sum``.
+Timed = tuple[float, float]
+
+
+def histogram_totals(text: str, metric: str, key: Callable[[Mapping[str, str]], str | None]
+                     ) -> dict[str, Timed]:
+    """``metric``'s ``_count`` and ``_sum`` in Prometheus ``text``, added up by ``key`` of
+    each sample's labels (``None``: not counted)."""
+    from prometheus_client.parser import text_string_to_metric_families
+
+    totals: dict[str, list[float]] = {}
+    for family in text_string_to_metric_families(text):
+        for s in family.samples:
+            if s.name not in (f"{metric}_count", f"{metric}_sum"):
+                continue
+            k = key(s.labels)
+            if k is None:
+                continue
+            entry = totals.setdefault(k, [0.0, 0.0])
+            entry[0 if s.name.endswith("_count") else 1] += s.value
+    return {k: (v[0], v[1]) for k, v in totals.items()}
+
+
+def api_request_seconds(apiserver: str, context: ssl.SSLContext) -> dict[str, Timed]:
+    """The API server's own time on requests so far (``apiserver_request_duration_seconds``:
+    from reading the request to writing the answer, admission and etcd included) by
+    ``VERB resource[/subresource]``."""
+    return histogram_totals(
+        metrics_text(apiserver, context), "apiserver_request_duration_seconds",
+        lambda labels: _request_key(labels) if labels.get("resource") else None)
+
+
+def mean_ms_between(before: Mapping[str, Timed], after: Mapping[str, Timed], key: str
+                    ) -> float | None:
+    """Mean milliseconds of the ``key`` requests timed between two readings; ``None`` when
+    there were none."""
+    count0, seconds0 = before.get(key, (0.0, 0.0))
+    count1, seconds1 = after.get(key, (0.0, 0.0))
+    if count1 <= count0:
+        return None
+    return round((seconds1 - seconds0) * 1000 / (count1 - count0), 3)
 
 
 def _node_writes(apiserver: str, context: ssl.SSLContext) -> float:

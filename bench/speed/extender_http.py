@@ -16,12 +16,22 @@ Per cluster size it measures, with one kept-alive mutual-TLS connection like the
   for a pod mutated by Tessera's webhook code (managedFields, defaults, annotations). Regimes:
   *warm* — the same request shape again (a scheduler working through a batch of alike pods);
   *cold* — a request shape the allocator has never seen (a new core/memory pair each call);
+  beside the latencies, the allocator's mean time inside each verb (``verb_ms_mean``: the
+  rest of a call is serving it, TLS and HTTP on both ends);
 - ``bind`` one pod at a time (latency: create the Binding, which carries the annotations,
   over loopback HTTPS to the real API server; a pod the webhook admitted has every label it
   needs, so no PATCH comes first; the pod was sent to filter first, untimed, as in a
   scheduling cycle, so bind does not read it again), then ``--bind-threads`` concurrent binders
-  (kube-scheduler binds asynchronously) for sustained binds/s;
-- ``filter``/``prioritize`` *warm* again after the binds, when node contents are diverse.
+  (kube-scheduler binds asynchronously) for sustained binds/s. Beside each bind phase's
+  client latencies: the allocator's mean time inside the verb (``verb_ms_mean``, its
+  /metrics) and the API server's mean time on the Bindings (``api_ms_mean``, its
+  ``apiserver_request_duration_seconds``), so a bind splits into serving, the verb's own work
+  and the API write;
+- ``filter``/``prioritize`` *warm* again after the binds, when node contents are diverse;
+- the floor: the same Binding (with the annotations a bind wrote) created directly, one at a
+  time from this Python client, on CPU-only pods (``Binding alone (API)``): the API write
+  every bind makes, with no extender in the way (kube-scheduler's own binder sends the same
+  request from Go).
 
 Usage: ``.venv/bin/python -m bench.speed.extender_http [--nodes 1000 5000] [--policy binpack]``
 """
@@ -37,13 +47,19 @@ import threading
 import time
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
+from functools import partial
 from typing import Any
 
 from bench.speed.cluster import in_parallel
 from bench.speed.common import (
     Client,
+    Timed,
+    api_request_seconds,
     client_context,
     group_cpu_seconds,
+    histogram_totals,
+    mean_ms_between,
+    metrics_text,
     print_table,
     settle,
     summary,
@@ -60,7 +76,9 @@ from webhook.mutation import MutationConfig, mutate_pod
 NAMESPACE = "bench"
 CARDS, CARD_MIB = 8, 16384
 COLUMNS = ["nodes", "verb", "regime", "n", "p50_ms", "p90_ms", "p99_ms", "mean_ms",
-           "per_s", "reply_kb", "allocator_cpu_ms"]
+           "per_s", "reply_kb", "allocator_cpu_ms", "verb_ms_mean", "api_ms_mean"]
+#: The API server's key for the Binding a bind creates (``api_request_seconds``).
+BINDING = "POST pods/binding"
 
 
 def grow_nodes(dev: DevCluster, start: int, stop: int, threads: int) -> None:
@@ -77,10 +95,17 @@ def gpu_pod(name: str, core: int, mem: int) -> dict[str, Any]:
     return pod
 
 
-def create_pods(dev: DevCluster, names: Sequence[str], threads: int) -> None:
+def cpu_pod(name: str) -> dict[str, Any]:
+    return make_pod(name, [container("main", limits={"cpu": "100m", "memory": "128Mi"})],
+                    labels={"app": "bench"})
+
+
+def create_pods(dev: DevCluster, names: Sequence[str], threads: int,
+                make: Callable[[str], dict[str, Any]] = lambda name: gpu_pod(name, 30, 4096)
+                ) -> None:
     def work(core: Any, chunk: list[str]) -> None:
         for name in chunk:
-            core.create_namespaced_pod(NAMESPACE, gpu_pod(name, 30, 4096))
+            core.create_namespaced_pod(NAMESPACE, make(name))
 
     in_parallel(dev, names, work, threads)
 
@@ -122,12 +147,14 @@ def wait_known(cli: Client, template: dict[str, Any], names: Sequence[str],
 
 
 def time_verbs(cli: Client, nodes: int, regime: str, bodies: Sequence[tuple[bytes, bytes]],
-               allocator_cpu: Callable[[], float]) -> list[dict[str, Any]]:
+               allocator_cpu: Callable[[], float], verb_times: Callable[[], dict[str, Timed]]
+               ) -> list[dict[str, Any]]:
     """Per body pair: filter (all nodes) then prioritize (the nodes filter kept); with the
-    allocator's CPU per pair (its process group, all threads: TLS, HTTP, the verbs)."""
+    allocator's CPU per pair (its process group, all threads: TLS, HTTP, the verbs) and its
+    mean time inside each verb (from the decoded body to the encoded reply)."""
     samples: dict[str, list[float]] = {"filter": [], "prioritize": [], "filter+prioritize": []}
     sizes: dict[str, int] = {"filter": 0, "prioritize": 0}
-    cpu_before = allocator_cpu()
+    cpu_before, verbs_before = allocator_cpu(), verb_times()
     for filt, pod_json in bodies:
         status, data, took_f = cli.post("/scheduler/filter", filt)
         reply = json.loads(data)
@@ -141,12 +168,14 @@ def time_verbs(cli: Client, nodes: int, regime: str, bodies: Sequence[tuple[byte
         samples["filter+prioritize"].append((took_f + took_p) * 1000)
         sizes["filter"], sizes["prioritize"] = len(data), len(pdata)
     cpu_ms = (allocator_cpu() - cpu_before) * 1000 / max(1, len(bodies))
+    verbs_after = verb_times()
     rows = []
     for verb, s in samples.items():
         rows.append({"nodes": nodes, "verb": verb, "regime": regime, **summary(s),
                      "reply_kb": round(sizes.get(verb, 0) / 1024, 1) or None,
                      "allocator_cpu_ms": round(cpu_ms, 2) if verb == "filter+prioritize"
-                     else None})
+                     else None,
+                     "verb_ms_mean": mean_ms_between(verbs_before, verbs_after, verb)})
     return rows
 
 
@@ -184,8 +213,67 @@ def bind_run(port: int, ctx: Any, pods: Sequence[dict[str, Any]], nodes: Sequenc
     return lat, time.perf_counter() - t0, errors
 
 
+def api_bind_run(apiserver_port: int, ctx: Any, names: Sequence[str], nodes: Sequence[str],
+                 annotations: dict[str, str], rng: random.Random
+                 ) -> tuple[list[float], float, int]:
+    """(latencies ms, wall seconds, errors) of creating the Bindings of ``names`` directly,
+    one at a time on one kept-alive connection, with ``annotations``: the API write every
+    bind makes, with no extender in the way."""
+    cli = Client(apiserver_port, ctx)
+    lat: list[float] = []
+    errors = 0
+    t0 = time.perf_counter()
+    try:
+        for name in names:
+            body = json.dumps({
+                "apiVersion": "v1", "kind": "Binding",
+                "metadata": {"name": name, "namespace": NAMESPACE, "annotations": annotations},
+                "target": {"apiVersion": "v1", "kind": "Node", "name": rng.choice(nodes)},
+            }).encode()
+            status, _, took = cli.post(f"/api/v1/namespaces/{NAMESPACE}/pods/{name}/binding",
+                                       body)
+            lat.append(took * 1000)
+            errors += 0 if status == 201 else 1
+    finally:
+        cli.close()
+    return lat, time.perf_counter() - t0, errors
+
+
+def added_annotations(bound: dict[str, Any], admitted: dict[str, Any]) -> dict[str, str]:
+    """The annotations a bind put on a pod: those it has bound and had not when admitted."""
+    before = admitted["metadata"].get("annotations") or {}
+    return {k: v for k, v in (bound["metadata"].get("annotations") or {}).items()
+            if k not in before}
+
+
 #: How long to wait for the node writes of a grown cluster to stop before timing anyway.
 SETTLE_TIMEOUT_S = 300.0
+
+
+def verb_seconds(allocator: str, context: Any) -> dict[str, Timed]:
+    """The allocator's own time in each extender verb so far (``tessera_allocator_verb_seconds``:
+    from the decoded body to the encoded reply, the verb's API calls included)."""
+    return histogram_totals(metrics_text(allocator, context), "tessera_allocator_verb_seconds",
+                            lambda labels: labels.get("verb"))
+
+
+def timed_binds(run: Callable[[], tuple[list[float], float, int]], apiserver: str,
+                allocator: str, context: Any, allocator_cpu: Callable[[], float]
+                ) -> dict[str, Any]:
+    """One bind phase's row: the client's latencies; beside their mean, the allocator's mean
+    time inside the bind verb and the API server's mean time on the Binding it creates (so
+    the latency splits into serving, the verb's own work and the API write); the allocator's
+    CPU per bind (its one-node filter before each, the watch events and the Event after it
+    included)."""
+    api0, verb0, cpu0 = api_request_seconds(apiserver, context), verb_seconds(
+        allocator, context), allocator_cpu()
+    lat, wall, errors = run()
+    cpu = allocator_cpu() - cpu0
+    api1, verb1 = api_request_seconds(apiserver, context), verb_seconds(allocator, context)
+    return {**summary(lat), "per_s": round(len(lat) / wall, 1), "errors": errors,
+            "allocator_cpu_ms": round(cpu * 1000 / max(1, len(lat)), 2),
+            "verb_ms_mean": mean_ms_between(verb0, verb1, "bind"),
+            "api_ms_mean": mean_ms_between(api0, api1, BINDING)}
 
 
 def main() -> None:
@@ -220,6 +308,9 @@ def main() -> None:
         def allocator_cpu() -> float:
             return group_cpu_seconds(allocator_pid)
 
+        def verb_times() -> dict[str, Timed]:
+            return verb_seconds(f"127.0.0.1:{port}", ctx)
+
         core = dev.core_v1()
         ensure_namespace(core, NAMESPACE)
         create_pods(dev, ["template"], 1)
@@ -242,29 +333,41 @@ def main() -> None:
             print(f"# {n} nodes created and known to the allocator in {known_s:.0f} s; "
                   f"the node writes of a growing cluster {settled}", flush=True)
             warm = [(args_body(template, names), template_json)] * args.warm
-            rows += time_verbs(cli, n, "warm", warm, allocator_cpu)
+            rows += time_verbs(cli, n, "warm", warm, allocator_cpu, verb_times)
             cold = []
             for _ in range(args.cold):
                 shape_seq += 1
                 pod = with_shape(template, 1 + shape_seq % 97, 1000 + 7 * shape_seq)
                 cold.append((args_body(pod, names), json.dumps(pod).encode()))
-            rows += time_verbs(cli, n, "cold", cold, allocator_cpu)
+            rows += time_verbs(cli, n, "cold", cold, allocator_cpu, verb_times)
             print_table(rows[-6:], COLUMNS)
 
             pod_names = [f"p{pod_seq + i:05d}" for i in range(args.serial_binds + args.binds)]
             pod_seq += len(pod_names)
             create_pods(dev, pod_names, args.setup_threads)
             pods = [read_pod_json(core, p) for p in pod_names]
-            lat, wall, errors = bind_run(port, ctx, pods[:args.serial_binds], names, 1, rng)
-            rows.append({"nodes": n, "verb": "bind", "regime": "serial", **summary(lat),
-                         "per_s": round(len(lat) / wall, 1), "errors": errors})
-            lat, wall, errors = bind_run(port, ctx, pods[args.serial_binds:], names,
-                                         args.bind_threads, rng)
-            rows.append({"nodes": n, "verb": "bind", "regime": f"{args.bind_threads} threads",
-                         **summary(lat), "per_s": round(len(lat) / wall, 1), "errors": errors})
+            allocator = f"127.0.0.1:{port}"
+            serial, threaded = pods[:args.serial_binds], pods[args.serial_binds:]
+            for regime, chunk, threads in (("serial", serial, 1),
+                                           (f"{args.bind_threads} threads", threaded,
+                                            args.bind_threads)):
+                run = partial(bind_run, port, ctx, chunk, names, threads, rng)
+                rows.append({"nodes": n, "verb": "bind", "regime": regime,
+                             **timed_binds(run, apiserver, allocator, ctx, allocator_cpu)})
             rows += time_verbs(cli, n, "warm, after binds", warm[: max(1, args.warm // 2)],
-                               allocator_cpu)
-            print_table(rows[-5:], COLUMNS)
+                               allocator_cpu, verb_times)
+            # The floor: the same Binding (with the annotations a bind wrote) without the
+            # extender, on pods the allocator does not place, after the timed filter rows.
+            annotations = added_annotations(read_pod_json(core, serial[0]["metadata"]["name"]),
+                                            serial[0])
+            floor_names = [f"c{pod_seq + i:05d}" for i in range(args.serial_binds)]
+            pod_seq += len(floor_names)
+            create_pods(dev, floor_names, args.setup_threads, cpu_pod)
+            run = partial(api_bind_run, dev.control_plane.apiserver_port, ctx, floor_names,
+                          names, annotations, rng)
+            rows.append({"nodes": n, "verb": "Binding alone (API)", "regime": "serial",
+                         **timed_binds(run, apiserver, allocator, ctx, allocator_cpu)})
+            print_table(rows[-6:], COLUMNS)
         cli.close()
     finally:
         dev.stop()

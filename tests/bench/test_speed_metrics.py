@@ -1,0 +1,63 @@
+"""The speed benchmarks' readings of latency histograms from Prometheus text
+(bench/speed/common.py ``histogram_totals``, ``mean_ms_between``)."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+from bench.speed.common import histogram_totals, mean_ms_between
+
+API_TEXT = """\
+# HELP apiserver_request_duration_seconds Response latency distribution.
+# TYPE apiserver_request_duration_seconds histogram
+apiserver_request_duration_seconds_bucket{verb="POST",resource="pods",subresource="binding",\
+scope="resource",component="apiserver",le="0.005"} 3
+apiserver_request_duration_seconds_bucket{verb="POST",resource="pods",subresource="binding",\
+scope="resource",component="apiserver",le="+Inf"} 4
+apiserver_request_duration_seconds_sum{verb="POST",resource="pods",subresource="binding",\
+scope="resource",component="apiserver"} 0.04
+apiserver_request_duration_seconds_count{verb="POST",resource="pods",subresource="binding",\
+scope="resource",component="apiserver"} 4
+apiserver_request_duration_seconds_sum{verb="POST",resource="pods",subresource="",\
+scope="namespace",component="apiserver"} 1.5
+apiserver_request_duration_seconds_count{verb="POST",resource="pods",subresource="",\
+scope="namespace",component="apiserver"} 10
+apiserver_request_duration_seconds_sum{verb="POST",resource="pods",subresource="",\
+scope="namespace",component="apiserver",dry_run="All"} 0.5
+apiserver_request_duration_seconds_count{verb="POST",resource="pods",subresource="",\
+scope="namespace",component="apiserver",dry_run="All"} 2
+apiserver_request_duration_seconds_sum{verb="GET",resource="",subresource="",\
+scope="cluster",component="apiserver"} 9
+apiserver_request_duration_seconds_count{verb="GET",resource="",subresource="",\
+scope="cluster",component="apiserver"} 9
+# HELP apiserver_request_total Requests.
+# TYPE apiserver_request_total counter
+apiserver_request_total{verb="POST",resource="pods",subresource="binding",code="201"} 4
+"""
+
+
+def key(labels: Mapping[str, str]) -> str | None:
+    if not labels.get("resource"):
+        return None
+    sub = labels.get("subresource")
+    return f"{labels['verb']} {labels['resource']}" + (f"/{sub}" if sub else "")
+
+
+def test_histogram_totals_adds_count_and_sum_by_key_and_skips_buckets_and_other_metrics() -> None:
+    totals = histogram_totals(API_TEXT, "apiserver_request_duration_seconds", key)
+    # Two label sets of POST pods (dry run or not) add up; the non-resource GET is skipped.
+    assert totals == {"POST pods/binding": (4.0, 0.04), "POST pods": (12.0, 2.0)}
+
+
+def test_mean_between_two_readings_is_the_new_requests_mean() -> None:
+    before = {"POST pods/binding": (4.0, 0.04)}
+    after = {"POST pods/binding": (14.0, 0.19)}
+    assert mean_ms_between(before, after, "POST pods/binding") == 15.0
+    # The first request of a kind: absent before.
+    assert mean_ms_between({}, after, "POST pods/binding") == 13.571
+
+
+def test_mean_between_two_readings_is_none_without_new_requests() -> None:
+    reading = {"POST pods/binding": (4.0, 0.04)}
+    assert mean_ms_between(reading, reading, "POST pods/binding") is None
+    assert mean_ms_between({}, {}, "POST pods/binding") is None
