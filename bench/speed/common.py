@@ -93,11 +93,19 @@ class Client:
 
     def post(self, path: str, body: bytes) -> tuple[int, bytes, float]:
         """(status, body, seconds) of one POST; reconnects once on a dropped connection."""
+        return self.send("POST", path, body)
+
+    def get(self, path: str) -> tuple[int, bytes, float]:
+        """(status, body, seconds) of one GET; reconnects once on a dropped connection."""
+        return self.send("GET", path, None)
+
+    def send(self, method: str, path: str, body: bytes | None) -> tuple[int, bytes, float]:
         for attempt in (0, 1):
             try:
                 t0 = time.perf_counter()
-                self.conn.request("POST", path, body,
-                                  {"Content-Type": "application/json"})
+                self.conn.request(method, path, body,
+                                  {"Content-Type": "application/json"} if body is not None
+                                  else {})
                 resp = self.conn.getresponse()
                 data = resp.read()
                 return resp.status, data, time.perf_counter() - t0

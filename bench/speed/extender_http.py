@@ -31,7 +31,9 @@ Per cluster size it measures, with one kept-alive mutual-TLS connection like the
 - the floor: the same Binding (with the annotations a bind wrote) created directly, one at a
   time from this Python client, on CPU-only pods (``Binding alone (API)``): the API write
   every bind makes, with no extender in the way (kube-scheduler's own binder sends the same
-  request from Go).
+  request from Go);
+- ``GET /metrics`` as Prometheus scrapes it (the chart's ServiceMonitor): latency, size and
+  the allocator's CPU per scrape.
 
 Usage: ``.venv/bin/python -m bench.speed.extender_http [--nodes 1000 5000] [--policy binpack]``
 """
@@ -154,7 +156,8 @@ def time_verbs(cli: Client, nodes: int, regime: str, bodies: Sequence[tuple[byte
     mean time inside each verb (from the decoded body to the encoded reply)."""
     samples: dict[str, list[float]] = {"filter": [], "prioritize": [], "filter+prioritize": []}
     sizes: dict[str, int] = {"filter": 0, "prioritize": 0}
-    cpu_before, verbs_before = allocator_cpu(), verb_times()
+    verbs_before = verb_times()  # before the CPU reading: a scrape is not a verb's work
+    cpu_before = allocator_cpu()
     for filt, pod_json in bodies:
         status, data, took_f = cli.post("/scheduler/filter", filt)
         reply = json.loads(data)
@@ -246,6 +249,24 @@ def added_annotations(bound: dict[str, Any], admitted: dict[str, Any]) -> dict[s
             if k not in before}
 
 
+def time_scrapes(cli: Client, scrapes: int, allocator_cpu: Callable[[], float]
+                 ) -> dict[str, Any]:
+    """A Prometheus scrape of the allocator's /metrics (the leader's, with its per-card and
+    per-pod series), ``scrapes`` times on the kept-alive connection: latency, size and the
+    allocator's CPU per scrape."""
+    lat: list[float] = []
+    size = 0
+    cpu0 = allocator_cpu()
+    for _ in range(scrapes):
+        status, data, took = cli.get("/metrics")
+        assert status == 200, status
+        lat.append(took * 1000)
+        size = len(data)
+    cpu = allocator_cpu() - cpu0
+    return {**summary(lat), "reply_kb": round(size / 1024, 1),
+            "allocator_cpu_ms": round(cpu * 1000 / max(1, scrapes), 2)}
+
+
 #: How long to wait for the node writes of a grown cluster to stop before timing anyway.
 SETTLE_TIMEOUT_S = 300.0
 
@@ -285,6 +306,7 @@ def main() -> None:
     parser.add_argument("--serial-binds", type=int, default=100)
     parser.add_argument("--binds", type=int, default=400, help="concurrent binds")
     parser.add_argument("--bind-threads", type=int, default=8)
+    parser.add_argument("--scrapes", type=int, default=5, help="GET /metrics, as Prometheus")
     parser.add_argument("--setup-threads", type=int, default=6)
     parser.add_argument("--stem", default="speed_extender")
     args = parser.parse_args()
@@ -367,7 +389,9 @@ def main() -> None:
                           names, annotations, rng)
             rows.append({"nodes": n, "verb": "Binding alone (API)", "regime": "serial",
                          **timed_binds(run, apiserver, allocator, ctx, allocator_cpu)})
-            print_table(rows[-6:], COLUMNS)
+            rows.append({"nodes": n, "verb": "GET /metrics", "regime": "scrape",
+                         **time_scrapes(cli, args.scrapes, allocator_cpu)})
+            print_table(rows[-7:], COLUMNS)
         cli.close()
     finally:
         dev.stop()
