@@ -30,7 +30,7 @@ from http import HTTPStatus
 from typing import Any
 
 from flask import Flask, Response, jsonify, request
-from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
+from prometheus_client import CONTENT_TYPE_LATEST
 from werkzeug.exceptions import HTTPException
 
 from allocator import extender, page
@@ -311,7 +311,7 @@ def _routes(app: Flask, rt: Runtime, prefix: str) -> None:
 
     @app.get("/metrics")
     def metrics() -> Response:
-        return Response(generate_latest(rt.metrics.registry), mimetype=CONTENT_TYPE_LATEST)
+        return Response(rt.metrics.exposition(), mimetype=CONTENT_TYPE_LATEST)
 
     # One handler for every error that leaves a view, JSON in the extender's own shape.
     @app.errorhandler(Exception)

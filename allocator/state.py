@@ -514,14 +514,10 @@ class ClusterState:
         with self._lock:
             return len(self._bad), sum(1 for e in self._nodes.values() if e.problem)
 
-    def totals(self) -> list[tuple[str, int, int, int, int]]:
-        """(node, core used, core total, memory used, memory total) for metrics."""
-        out = []
-        for name, entry in list(self._nodes.items()):
-            st = entry.view.state
-            out.append((name, st.core_used, st.core_total, st.memory_used_mib,
-                        st.memory_total_mib))
-        return out
+    def node_states(self) -> tuple[list[tuple[str, NodeState]], dict[str, PodRecord]]:
+        """Every node's state and every pod record, read together (for metrics)."""
+        with self._lock:
+            return [(name, e.view.state) for name, e in self._nodes.items()], dict(self._pods)
 
     def comparable(self) -> dict[str, Any]:
         """Node states and pod allocations (for restart tests: equal means same picture)."""

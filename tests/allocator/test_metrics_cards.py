@@ -3,10 +3,15 @@ namespace, pod), read back through the Prometheus text format."""
 
 from __future__ import annotations
 
+from typing import Any
+
+import pytest
 from alloc_harness import make_app
 from builders import make_gpu_pod, make_node, request, share, whole
 from fake_kube import FakeKube
 from prometheus_client.parser import text_string_to_metric_families
+
+from allocator import node_series
 
 
 def _samples(text: str, name: str) -> dict[tuple[tuple[str, str], ...], float]:
@@ -83,3 +88,55 @@ def test_a_follower_exports_no_card_series_so_sums_over_both_replicas_stay_right
     text = client.get("/metrics").get_data(as_text=True)
     assert _samples(text, "tessera_allocator_gpu_memory_total_mib") == {}
     assert _samples(text, "tessera_allocator_leader") == {(): 0.0}
+
+
+def test_a_scrape_writes_again_only_the_nodes_whose_cards_changed(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    fake = FakeKube()
+    for name in ("n1", "n2"):
+        fake.add_node(make_node(name, count=2, memory_mib=16000))
+    fake.add_pod(make_gpu_pod("a", request(share("main", core=30, mem=4096)),
+                              namespace="team", uid="u-a"))
+    app, rt = make_app(fake)
+    client = app.test_client()
+    written: list[str] = []
+    node_lines = node_series.node_lines
+
+    def counting(name: str, *args: Any) -> tuple[str, ...]:
+        written.append(name)
+        return node_lines(name, *args)
+
+    monkeypatch.setattr(node_series, "node_lines", counting)
+    first = client.get("/metrics").get_data(as_text=True)
+    assert sorted(written) == ["n1", "n2"]
+    written.clear()
+    assert client.get("/metrics").get_data(as_text=True) == first
+    assert written == []
+
+    _bind(client, "a", "u-a", "n2")
+    text = client.get("/metrics").get_data(as_text=True)
+    assert written == ["n2"]
+    assert _samples(text, "tessera_allocator_node_gpu_core_percent") == {
+        (("kind", "allocated"), ("node", "n1")): 0, (("kind", "total"), ("node", "n1")): 200,
+        (("kind", "allocated"), ("node", "n2")): 30, (("kind", "total"), ("node", "n2")): 200}
+    assert [dict(k)["pod"] for k in _samples(text, "tessera_allocator_pod_gpu_core_percent")
+            ] == ["a"]
+
+    written.clear()
+    rt.state.remove_node("n1")
+    text = client.get("/metrics").get_data(as_text=True)
+    assert written == []
+    assert {dict(k)["node"] for k in _samples(text, "tessera_allocator_gpu_memory_total_mib")
+            } == {"n2"}
+
+
+def test_label_values_a_node_reports_are_escaped_in_the_text_format() -> None:
+    fake = FakeKube()
+    odd = 'A10 "PCIe"\\x\ny'
+    fake.add_node(make_node("n1", cards_annotation=[
+        {"index": 0, "model": odd, "memoryMiB": 24576}]))
+    app, _rt = make_app(fake)
+    text = app.test_client().get("/metrics").get_data(as_text=True)
+    assert _samples(text, "tessera_allocator_gpu_memory_total_mib") == {
+        (("gpu", "0"), ("modelName", odd), ("node", "n1")): 24576}
