@@ -461,52 +461,50 @@ class ClusterState:
 
     # ------------------------------------------------------------------ status
     def snapshot(self) -> dict[str, Any]:
-        """Every node, card, capacity, and what is taken by which pods (JSON-ready)."""
-        with self._lock:
-            nodes = []
-            for name in sorted(self._nodes):
-                entry = self._nodes[name]
-                st = entry.view.state
-                cards = []
-                for cs in st.cards:
-                    cards.append({
-                        "index": cs.card.index,
-                        "model": cs.card.model,
-                        "memoryMiB": cs.card.memory_mib,
-                        "coreUsedPercent": cs.core_used,
-                        "memoryUsedMiB": cs.memory_used_mib,
-                        "whole": cs.whole,
-                        "pods": [self._holder(uid, ctr) for uid, ctr in cs.holders],
-                    })
-                nodes.append({
-                    "name": name,
-                    "source": entry.source,
-                    "problem": entry.problem or None,
-                    "overCommitted": list(entry.problems),
-                    "coreTotal": st.core_total,
-                    "coreUsed": st.core_used,
-                    "memoryTotalMiB": st.memory_total_mib,
-                    "memoryUsedMiB": st.memory_used_mib,
-                    "cpuFreeMilli": self.resources.free_cpu.get(name),
-                    "memoryFreeBytes": self.resources.free_memory.get(name),
-                    "cards": cards,
-                })
-            return {
-                "synced": self.synced,
-                "nodes": nodes,
-                "pods": len(self._pods),
-                "ignoredRecords": dict(self._bad),
-                "ignoredPodRequests": self.resources.noted(),
-            }
+        """Every node, card, capacity, and what is taken by which pods (JSON-ready).
 
-    def _holder(self, uid: str, container: str) -> dict[str, str]:
-        rec = self._pods.get(uid)
+        The lock is held only to copy references: node states are immutable and records
+        frozen, so the document is built from one consistent reading without making binds
+        and watches wait for it (a large cluster's document takes a while to build)."""
+        with self._lock:
+            nodes = [(name, e.source, e.problem, e.problems, e.view.state)
+                     for name, e in self._nodes.items()]
+            pods = dict(self._pods)
+            bad = dict(self._bad)
+            synced = self.synced
+        free_cpu, free_memory = self.resources.free_cpu, self.resources.free_memory
+        docs = []
+        for name, source, problem, problems, st in sorted(nodes, key=lambda n: n[0]):
+            cards = []
+            for cs in st.cards:
+                cards.append({
+                    "index": cs.card.index,
+                    "model": cs.card.model,
+                    "memoryMiB": cs.card.memory_mib,
+                    "coreUsedPercent": cs.core_used,
+                    "memoryUsedMiB": cs.memory_used_mib,
+                    "whole": cs.whole,
+                    "pods": [_holder(pods.get(uid), uid, ctr) for uid, ctr in cs.holders],
+                })
+            docs.append({
+                "name": name,
+                "source": source,
+                "problem": problem or None,
+                "overCommitted": list(problems),
+                "coreTotal": st.core_total,
+                "coreUsed": st.core_used,
+                "memoryTotalMiB": st.memory_total_mib,
+                "memoryUsedMiB": st.memory_used_mib,
+                "cpuFreeMilli": free_cpu.get(name),
+                "memoryFreeBytes": free_memory.get(name),
+                "cards": cards,
+            })
         return {
-            "uid": uid,
-            "namespace": rec.namespace if rec else "",
-            "name": rec.name if rec else "",
-            "container": container,
-            "stage": rec.stage.value if rec else "",
+            "synced": synced,
+            "nodes": docs,
+            "pods": len(pods),
+            "ignoredRecords": bad,
+            "ignoredPodRequests": self.resources.noted(),
         }
 
     def problem_counts(self) -> tuple[int, int]:
@@ -526,6 +524,16 @@ class ClusterState:
                 "nodes": {n: e.view.state for n, e in self._nodes.items()},
                 "pods": {u: (r.node, r.allocation.containers) for u, r in self._pods.items()},
             }
+
+
+def _holder(rec: PodRecord | None, uid: str, container: str) -> dict[str, str]:
+    return {
+        "uid": uid,
+        "namespace": rec.namespace if rec else "",
+        "name": rec.name if rec else "",
+        "container": container,
+        "stage": rec.stage.value if rec else "",
+    }
 
 
 def _meta_str(obj: Mapping[str, Any], key: str) -> str:

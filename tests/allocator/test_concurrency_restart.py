@@ -137,3 +137,51 @@ def test_a_pod_seen_before_its_node_is_counted_when_the_node_arrives() -> None:
     state.replace_nodes(fake.list_nodes()[0])
     view = state.view("n1")
     assert view is not None and view.state.idle_cards == 0
+
+
+def test_status_and_metrics_documents_are_built_without_holding_the_state_lock(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # A large cluster's document takes a while to build; binds and watches must not wait for
+    # it. While each holder entry and each node's series are written, another thread must
+    # be able to take the state's lock at once.
+    import allocator.node_series as node_series
+    import allocator.state as state_module
+
+    fake = FakeKube()
+    fake.add_node(make_node("n1", count=2, memory_mib=16000))
+    fake.add_pod(make_gpu_pod("a", request(share(core=30, mem=4096)), uid="u-a"))
+    app, rt = make_app(fake)
+    client = app.test_client()
+    client.post("/scheduler/bind", json={"PodName": "a", "PodNamespace": "default",
+                                         "PodUID": "u-a", "Node": "n1"})
+    free: list[bool] = []
+
+    def lock_is_free() -> None:
+        def take() -> None:
+            got = rt.state._lock.acquire(timeout=1.0)
+            free.append(got)
+            if got:
+                rt.state._lock.release()
+
+        t = threading.Thread(target=take)
+        t.start()
+        t.join()
+
+    holder, node_lines = state_module._holder, node_series.node_lines
+
+    def checked_holder(*args: Any) -> dict[str, str]:
+        lock_is_free()
+        return holder(*args)
+
+    def checked_lines(*args: Any) -> tuple[str, ...]:
+        lock_is_free()
+        return node_lines(*args)
+
+    monkeypatch.setattr(state_module, "_holder", checked_holder)
+    monkeypatch.setattr(node_series, "node_lines", checked_lines)
+    status = client.get("/status").get_json()
+    assert [p["name"] for p in status["nodes"][0]["cards"][0]["pods"]] == ["a"]
+    assert "tessera_allocator_pod_gpu_core_percent" in client.get("/metrics").get_data(
+        as_text=True)
+    assert free == [True, True]
