@@ -287,8 +287,8 @@ def _routes(app: Flask, rt: Runtime, prefix: str) -> None:
             return "not the leader: standing by\n", 503
         return "ok\n", 200
 
-    def status_doc() -> dict[str, Any]:
-        doc = rt.state.snapshot()
+    def status_doc(max_nodes: int | None = None) -> dict[str, Any]:
+        doc = rt.state.snapshot(max_nodes)
         doc["leader"] = rt.is_leader()
         doc["identity"] = rt.settings.identity
         doc["defaultPolicy"] = rt.settings.core.default_policy
@@ -303,7 +303,9 @@ def _routes(app: Flask, rt: Runtime, prefix: str) -> None:
 
     @app.get("/")
     def page_view() -> Response:
-        html = page.render(status_doc(), rt.refusals.recent(), rt.allocator.clock())
+        # Only the nodes the page draws: a large cluster's whole document is for /status.
+        html = page.render(status_doc(page.MAX_NODES), rt.refusals.recent(),
+                           rt.allocator.clock())
         return Response(html, mimetype="text/html",
                         headers={"Content-Security-Policy": page.CONTENT_SECURITY_POLICY,
                                  "X-Content-Type-Options": "nosniff",

@@ -136,10 +136,12 @@ def render(status: Mapping[str, Any], refusals: Sequence[Refusal], now: float) -
     """The page for a ``/status`` document and the recent refusals, as of ``now``."""
     nodes = status.get("nodes") or []
     views = node_views(nodes)
+    count = _int(status.get("nodeCount", len(nodes)))
     return _TEMPLATE.render(
         status=status,
         nodes=views,
-        hidden=max(0, len(nodes) - len(views)),
+        node_count=count,
+        hidden=max(0, count - len(views)),
         cards=sum(len(n.cards) for n in views),
         refusals=refusal_views(refusals, now),
         as_of=datetime.fromtimestamp(now, UTC).strftime("%Y-%m-%d %H:%M:%S UTC"),

@@ -460,8 +460,9 @@ class ClusterState:
         self._views[name] = entry.view
 
     # ------------------------------------------------------------------ status
-    def snapshot(self) -> dict[str, Any]:
-        """Every node, card, capacity, and what is taken by which pods (JSON-ready).
+    def snapshot(self, max_nodes: int | None = None) -> dict[str, Any]:
+        """Every node (the first ``max_nodes`` by name, when given; ``nodeCount`` counts them
+        all), card, capacity, and what is taken by which pods (JSON-ready).
 
         The lock is held only to copy references: node states are immutable and records
         frozen, so the document is built from one consistent reading without making binds
@@ -474,7 +475,8 @@ class ClusterState:
             synced = self.synced
         free_cpu, free_memory = self.resources.free_cpu, self.resources.free_memory
         docs = []
-        for name, source, problem, problems, st in sorted(nodes, key=lambda n: n[0]):
+        nodes.sort(key=lambda n: n[0])
+        for name, source, problem, problems, st in nodes[:max_nodes]:
             cards = []
             for cs in st.cards:
                 cards.append({
@@ -501,6 +503,7 @@ class ClusterState:
             })
         return {
             "synced": synced,
+            "nodeCount": len(nodes),
             "nodes": docs,
             "pods": len(pods),
             "ignoredRecords": bad,

@@ -14,10 +14,13 @@ With ``--cpu`` the picture also has node CPU (96 cores a node, every bound pod a
 2-24 cores, so nodes' free CPU spreads over the policies' thresholds) and a workload mix (200
 GPU pods of four shapes filtered first); ``prioritize-cpu-only`` is timed too (a CPU-only pod
 of 8 cores, the default policy's ``score_cpu_only``). ``--no-node-resources`` runs the same
-with node tracking off (the allocator's ``--node-resources false``).
+with node tracking off (the allocator's ``--node-resources false``). ``--metrics`` times instead
+what the operators' endpoints build: the text of ``/metrics`` on the first scrape (every node
+written) and on a later one with one node changed since (the rest kept,
+``allocator/node_series.py``), the ``/status`` document and the page's (its first nodes).
 
 Usage: ``.venv/bin/python bench/allocator_inprocess.py [--nodes 1000 5000] [--repeat 50]
-[--policy fgd-cpu] [--cpu] [--no-node-resources] [--clock cpu]``; without ``--cpu`` and
+[--policy fgd-cpu] [--cpu] [--no-node-resources] [--metrics] [--clock cpu]``; without ``--cpu`` and
 ``--no-node-resources`` it runs on the code before issue 12 too (``PYTHONPATH``), for
 before/after comparisons.
 """
@@ -31,7 +34,9 @@ import time
 from collections.abc import Callable
 from typing import Any
 
+from allocator import page
 from allocator.core import Allocator, AllocatorConfig
+from allocator.metrics import Metrics
 from allocator.state import ClusterState
 from tessera.vocabulary import (
     Allocation,
@@ -147,6 +152,8 @@ def main() -> None:
     parser.add_argument("--policy", default="binpack")
     parser.add_argument("--cpu", action="store_true", help="node CPU and a workload mix")
     parser.add_argument("--no-node-resources", action="store_true")
+    parser.add_argument("--metrics", action="store_true",
+                        help="time /metrics and the /status document instead of the verbs")
     parser.add_argument("--clock", choices=["wall", "cpu"], default="wall")
     args = parser.parse_args()
     if args.clock == "cpu":
@@ -156,10 +163,38 @@ def main() -> None:
                                                        memory_mib=4096),)),
         "2 whole cards": PodRequest((ContainerRequest("main", cards=2),)),
     }
-    print(f"{'nodes':>6} {'pod':<16} {'verb':<11} {'regime':<5} {'median ms':>10} "
+    print(f"{'nodes':>6} {'pod':<16} {'verb':<11} {'regime':<14} {'median ms':>10} "
           f"{'p99 ms':>8}")
     for n in args.nodes:
-        run_size(n, shapes, args.repeat, args.policy, args.cpu, not args.no_node_resources)
+        if args.metrics:
+            run_metrics(n, args.repeat, args.cpu)
+        else:
+            run_size(n, shapes, args.repeat, args.policy, args.cpu, not args.no_node_resources)
+
+
+def run_metrics(n: int, repeat: int, cpu: bool) -> None:
+    state = build_state(n, random.Random(42), cpu)
+    names = state.node_names()
+    rng = random.Random(7)
+
+    def touch_one_node() -> None:
+        victim = names[rng.randrange(len(names))]
+        with state._lock:
+            state._recompute(victim)  # a new state object, as a bind makes
+
+    kept = Metrics(state)
+    kept.exposition()
+    rows: list[tuple[str, str, Callable[[], object], Callable[[], None]]] = [
+        ("/metrics", "first", lambda: Metrics(state).exposition(), lambda: None),
+        ("/metrics", "1 node changed", kept.exposition, touch_one_node),
+        ("/status", "document", state.snapshot, lambda: None),
+        ("/ (page)", "document", lambda: state.snapshot(page.MAX_NODES), lambda: None),
+    ]
+    for what, regime, fn, before in rows:
+        samples = measure(fn, repeat, before)
+        print(f"{n:>6} {'':<16} {what:<11} {regime:<14} "
+              f"{statistics.median(samples):>10.2f} {percentile(samples, 0.99):>8.2f}",
+              flush=True)
 
 
 def run_size(n: int, shapes: dict[str, PodRequest], repeat: int, policy: str, cpu: bool,
@@ -192,7 +227,7 @@ def run_size(n: int, shapes: dict[str, PodRequest], repeat: int, policy: str, cp
             fn()  # warm imports and caches once
             for regime, before in (("cold", drop_all_caches), ("warm", touch_one_node)):
                 samples = measure(fn, repeat, before)
-                print(f"{n:>6} {label:<16} {verb:<11} {regime:<5} "
+                print(f"{n:>6} {label:<16} {verb:<11} {regime:<14} "
                       f"{statistics.median(samples):>10.2f} "
                       f"{percentile(samples, 0.99):>8.2f}", flush=True)
     if cpu:
@@ -200,7 +235,7 @@ def run_size(n: int, shapes: dict[str, PodRequest], repeat: int, policy: str, cp
         fn()
         for regime, before in (("cold", drop_all_caches), ("warm", touch_one_node)):
             samples = measure(fn, repeat, before)
-            print(f"{n:>6} {'cpu-only 8 cores':<16} {'prio-cpu':<11} {regime:<5} "
+            print(f"{n:>6} {'cpu-only 8 cores':<16} {'prio-cpu':<11} {regime:<14} "
                   f"{statistics.median(samples):>10.2f} "
                   f"{percentile(samples, 0.99):>8.2f}", flush=True)
 

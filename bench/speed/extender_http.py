@@ -33,7 +33,9 @@ Per cluster size it measures, with one kept-alive mutual-TLS connection like the
   every bind makes, with no extender in the way (kube-scheduler's own binder sends the same
   request from Go);
 - ``GET /metrics`` as Prometheus scrapes it (the chart's ServiceMonitor): latency, size and
-  the allocator's CPU per scrape.
+  the allocator's CPU per scrape. The benchmark reads /metrics for the verbs' times before,
+  so these are a periodic scraper's scrapes (the allocator writes again only the nodes that
+  changed since the last one); ``bench/allocator_inprocess.py --metrics`` times the first.
 
 Usage: ``.venv/bin/python -m bench.speed.extender_http [--nodes 1000 5000] [--policy binpack]``
 """

@@ -130,3 +130,22 @@ def test_the_route_serves_html_that_may_run_no_script_and_fetch_nothing() -> Non
     status = client.get("/status").get_json()
     [refused] = status["refused"]
     assert (refused["name"], refused["uid"], refused["nodes"]) == ("big", "u-2", 1)
+
+
+def test_the_route_builds_only_the_nodes_it_draws_and_counts_them_all() -> None:
+    fake = FakeKube()
+    extra = 5
+    for i in range(page.MAX_NODES + extra):
+        fake.add_node(make_node(f"n{i:05d}", count=1, memory_mib=16000))
+    app, rt = make_app(fake)
+    client = app.test_client()
+    html = client.get("/").get_data(as_text=True)
+    assert f"{page.MAX_NODES + extra} nodes, {page.MAX_NODES} cards drawn" in html
+    assert f"and {extra} more nodes: see /status" in html
+    assert html.count('class="node"') == page.MAX_NODES
+    # The page's document stops at the nodes it draws, the first by name; /status has all.
+    drawn = rt.state.snapshot(page.MAX_NODES)
+    assert drawn["nodeCount"] == page.MAX_NODES + extra
+    assert [n["name"] for n in drawn["nodes"]] == [f"n{i:05d}" for i in range(page.MAX_NODES)]
+    status = client.get("/status").get_json()
+    assert status["nodeCount"] == len(status["nodes"]) == page.MAX_NODES + extra
