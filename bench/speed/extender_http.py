@@ -7,7 +7,9 @@ watching it. Fake nodes of 8 cards x 16 GiB are created through the API (1,000, 
 5,000); the allocator learns them from its node watch. Timing starts once the node writes of
 a growing cluster have settled (kube-controller-manager's TTL controller annotates every node
 again as the cluster grows; :func:`bench.speed.common.settle`), as in ``e2e_throughput``, or
-after :data:`SETTLE_TIMEOUT_S` with them still going (it says which).
+after ``--settle-timeout`` seconds (:data:`SETTLE_TIMEOUT_S`) with them still going (it says
+which; at 5,000 nodes kube-controller-manager's TTL controller, at its default 20 requests a
+second, annotates every node again once the cluster passes 2,000 nodes).
 
 Per cluster size it measures, with one kept-alive mutual-TLS connection like the scheduler's:
 
@@ -308,6 +310,8 @@ def main() -> None:
     parser.add_argument("--serial-binds", type=int, default=100)
     parser.add_argument("--binds", type=int, default=400, help="concurrent binds")
     parser.add_argument("--bind-threads", type=int, default=8)
+    parser.add_argument("--settle-timeout", type=float, default=SETTLE_TIMEOUT_S,
+                        help="seconds to wait for node writes to stop before timing anyway")
     parser.add_argument("--scrapes", type=int, default=5, help="GET /metrics, as Prometheus")
     parser.add_argument("--setup-threads", type=int, default=6)
     parser.add_argument("--stem", default="speed_extender")
@@ -351,8 +355,8 @@ def main() -> None:
             names = [f"bench-{i:05d}" for i in range(n)]
             wait_known(cli, template, names)
             known_s = time.perf_counter() - t0
-            waited = settle(apiserver, ctx, timeout_s=SETTLE_TIMEOUT_S)
-            settled = (f"settled after {waited} s more" if waited < SETTLE_TIMEOUT_S
+            waited = settle(apiserver, ctx, timeout_s=args.settle_timeout)
+            settled = (f"settled after {waited} s more" if waited < args.settle_timeout
                        else f"still going after {waited} s (timed with them)")
             print(f"# {n} nodes created and known to the allocator in {known_s:.0f} s; "
                   f"the node writes of a growing cluster {settled}", flush=True)
