@@ -8,8 +8,9 @@ watching it. Fake nodes of 8 cards x 16 GiB are created through the API (1,000, 
 a growing cluster have settled (kube-controller-manager's TTL controller annotates every node
 again as the cluster grows; :func:`bench.speed.common.settle`), as in ``e2e_throughput``, or
 after ``--settle-timeout`` seconds (:data:`SETTLE_TIMEOUT_S`) with them still going (it says
-which; at 5,000 nodes kube-controller-manager's TTL controller, at its default 20 requests a
-second, annotates every node again once the cluster passes 2,000 nodes).
+which: kube-controller-manager's TTL controller annotates every node again each time the
+cluster grows past 100, 500, 1,000 and 2,000 nodes, at its default 20 requests a second;
+kubernetes v1.34.4 ``pkg/controller/ttl``).
 
 Per cluster size it measures, with one kept-alive mutual-TLS connection like the scheduler's:
 
