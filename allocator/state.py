@@ -312,6 +312,14 @@ class ClusterState:
                                allocation, Stage.CONFIRMED)
             if current == record:
                 return
+            if (current is not None and current.node == node
+                    and current.allocation.containers == allocation.containers):
+                # Our own bind, seen bound: its cards are counted already (a node's state is
+                # built from the containers' cards alone, _recompute), so the node's state and
+                # whatever was computed from it stay as they are.
+                self._pods[uid] = record
+                self._touch(uid)
+                return
             self._set(record)
 
     def remove_pod(self, pod: Mapping[str, Any]) -> None:

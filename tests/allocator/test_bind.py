@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import copy
 import logging
 
 import pytest
@@ -53,6 +54,26 @@ def test_a_bind_records_the_allocation_and_the_pod_is_bound(
     rec = alloc.state.record("u-1")
     assert rec is not None and rec.stage is Stage.BOUND
     assert any(r.message == "bound default/p to n1 cards (0,)" for r in caplog.records)
+
+
+def test_the_watch_seeing_our_bind_confirms_the_record_and_leaves_the_node_as_it_is() -> None:
+    fake, alloc = _setup()
+    alloc.bind("default", "p", "u-1", "n1")
+    view = alloc.state.view("n1")
+    # The pod as the watch delivers it: bound, with the allocation the bind wrote.
+    alloc.state.apply_pod(fake.pods[("default", "p")])
+    rec = alloc.state.record("u-1")
+    assert rec is not None and rec.stage is Stage.CONFIRMED
+    assert alloc.state.view("n1") is view  # nothing to recompute: the cards are counted
+    # The same pod seen with other cards (an agent moved it, say) moves the node's state.
+    moved = copy.deepcopy(fake.pods[("default", "p")])
+    annotations = moved["metadata"]["annotations"]
+    annotations[VOCAB.allocation_annotation] = annotations[
+        VOCAB.allocation_annotation].replace('"cards":[0]', '"cards":[1]')
+    assert annotations != fake.pods[("default", "p")]["metadata"]["annotations"]
+    alloc.state.apply_pod(moved)
+    assert alloc.state.view("n1") is not view
+    assert [c.core_used for c in alloc.state.view("n1").state.cards] == [0, 30]
 
 
 @pytest.mark.parametrize(
