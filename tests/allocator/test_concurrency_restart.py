@@ -1,5 +1,6 @@
 """Many concurrent binds on a few nodes never over-commit a card; a restart rebuilds the same
-picture from the pods' annotations alone."""
+picture from the pods' annotations alone; the documents operators read (/status, /metrics)
+are built without holding the state's lock."""
 
 from __future__ import annotations
 
@@ -12,6 +13,8 @@ from alloc_harness import make_app, sync
 from builders import VOCAB, make_gpu_pod, make_node, request, share, whole
 from fake_kube import FakeKube
 
+import allocator.state as state_module
+from allocator import node_series
 from allocator.fit import build_node_state
 from allocator.inventory import read_inventory
 from allocator.state import ClusterState
@@ -145,9 +148,6 @@ def test_status_and_metrics_documents_are_built_without_holding_the_state_lock(
     # A large cluster's document takes a while to build; binds and watches must not wait for
     # it. While each holder entry and each node's series are written, another thread must
     # be able to take the state's lock at once.
-    import allocator.node_series as node_series
-    import allocator.state as state_module
-
     fake = FakeKube()
     fake.add_node(make_node("n1", count=2, memory_mib=16000))
     fake.add_pod(make_gpu_pod("a", request(share(core=30, mem=4096)), uid="u-a"))
