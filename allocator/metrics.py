@@ -3,10 +3,10 @@
 Per-card and per-pod series (written by :mod:`allocator.node_series`) use the labels of
 NVIDIA's DCGM exporter where the two overlap (``gpu`` = the card's index on its node,
 ``modelName``, ``namespace``, ``pod``; DCGM exporter ``pkg/dcgmexporter``, its default
-labels), so a dashboard can join what Tessera
-allocated with what the card actually does (``DCGM_FI_DEV_GPU_UTIL``, ``DCGM_FI_DEV_FB_USED``)
-on ``gpu``, ``modelName`` and, for pods, ``namespace``/``pod``. The node is ``node`` (DCGM's
-``Hostname`` is the node's host name, which need not be the Node's name).
+labels), so a dashboard can join what Tessera allocated with what the card actually does
+(``DCGM_FI_DEV_GPU_UTIL``, ``DCGM_FI_DEV_FB_USED``) on ``gpu``, ``modelName`` and, for pods,
+``namespace``/``pod``. The node is ``node`` (DCGM's ``Hostname`` is the node's host name,
+which need not be the Node's name).
 """
 
 from __future__ import annotations

@@ -88,14 +88,9 @@ def node_lines(name: str, state: NodeState, records: Mapping[str, PodRecord]
                ) -> tuple[str, ...]:
     """A node's lines, one string per family of :data:`FAMILIES`, in that order."""
     node = _escape(name)
-    core_used = core_total = mem_used = mem_total = 0
     card_core, card_memory, card_total, pod_core, pod_memory = [], [], [], [], []
     for cs in state.cards:
         card = cs.card
-        core_used += cs.core_used
-        core_total += WHOLE_CARD_PERCENT
-        mem_used += cs.memory_used_mib
-        mem_total += card.memory_mib
         model = _escape(card.model)
         labels = f'gpu="{card.index}",modelName="{model}",node="{node}"'
         card_core.append(_line(CARD_CORE, labels, cs.core_used))
@@ -112,10 +107,10 @@ def node_lines(name: str, state: NodeState, records: Mapping[str, PodRecord]
             pod_core.append(_line(POD_CORE, who, core))
             pod_memory.append(_line(POD_MEMORY, who, memory))
     return (
-        _line(NODE_CORE, f'kind="allocated",node="{node}"', core_used)
-        + _line(NODE_CORE, f'kind="total",node="{node}"', core_total),
-        _line(NODE_MEMORY, f'kind="allocated",node="{node}"', mem_used)
-        + _line(NODE_MEMORY, f'kind="total",node="{node}"', mem_total),
+        _line(NODE_CORE, f'kind="allocated",node="{node}"', state.core_used)
+        + _line(NODE_CORE, f'kind="total",node="{node}"', state.core_total),
+        _line(NODE_MEMORY, f'kind="allocated",node="{node}"', state.memory_used_mib)
+        + _line(NODE_MEMORY, f'kind="total",node="{node}"', state.memory_total_mib),
         "".join(card_core), "".join(card_memory), "".join(card_total),
         "".join(pod_core), "".join(pod_memory),
     )

@@ -312,14 +312,6 @@ class ClusterState:
                                allocation, Stage.CONFIRMED)
             if current == record:
                 return
-            if (current is not None and current.node == node
-                    and current.allocation.containers == allocation.containers):
-                # Our own bind, seen bound: its cards are counted already (a node's state is
-                # built from the containers' cards alone, _recompute), so the node's state and
-                # whatever was computed from it stay as they are.
-                self._pods[uid] = record
-                self._touch(uid)
-                return
             self._set(record)
 
     def remove_pod(self, pod: Mapping[str, Any]) -> None:
@@ -431,6 +423,12 @@ class ClusterState:
             old = self._pods.get(record.uid)
             self._pods[record.uid] = record
             self._touch(record.uid)
+            if (old is not None and old.node == record.node
+                    and old.allocation.containers == record.allocation.containers):
+                # The same cards on the same node (our own bind, seen bound by the watch): a
+                # node's state is built from the containers' cards alone (_recompute), so it
+                # and whatever was computed from it stay as they are.
+                return
             if old is not None and old.node != record.node:
                 self._by_node.get(old.node, set()).discard(record.uid)
                 self._recompute(old.node)

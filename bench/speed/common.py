@@ -211,23 +211,39 @@ def metrics_text(server: str, context: ssl.SSLContext) -> str:
         conn.close()
 
 
-def _request_key(labels: Mapping[str, str]) -> str:
+def request_key(labels: Mapping[str, str]) -> str | None:
+    """``VERB resource[/subresource]`` of an API server request sample; ``None`` for a
+    request that names no resource."""
+    if not labels.get("resource"):
+        return None
     sub = labels.get("subresource") or ""
     return f"{labels['verb']} {labels['resource']}" + (f"/{sub}" if sub else "")
+
+
+def _sums(text: str, slots: Mapping[str, int], key: Callable[[Mapping[str, str]], str | None]
+          ) -> dict[str, list[float]]:
+    """The samples in Prometheus ``text`` named in ``slots`` (sample name -> its index, 0, 1,
+    ...), added up by ``key`` of their labels (``None``: not counted) into the key's list."""
+    from prometheus_client.parser import text_string_to_metric_families
+
+    totals: dict[str, list[float]] = {}
+    for family in text_string_to_metric_families(text):
+        for s in family.samples:
+            slot = slots.get(s.name)
+            if slot is None:
+                continue
+            k = key(s.labels)
+            if k is not None:
+                totals.setdefault(k, [0.0] * len(slots))[slot] += s.value
+    return totals
 
 
 def api_requests(apiserver: str, context: ssl.SSLContext) -> dict[str, float]:
     """The API server's ``apiserver_request_total`` by ``VERB resource[/subresource]``
     (its /metrics, read as the admin)."""
-    from prometheus_client.parser import text_string_to_metric_families
-
-    counts: dict[str, float] = {}
-    for family in text_string_to_metric_families(metrics_text(apiserver, context)):
-        for s in family.samples:
-            if s.name == "apiserver_request_total" and s.labels.get("resource"):
-                key = _request_key(s.labels)
-                counts[key] = counts.get(key, 0.0) + s.value
-    return counts
+    counts = _sums(metrics_text(apiserver, context), {"apiserver_request_total": 0},
+                   request_key)
+    return {k: v[0] for k, v in counts.items()}
 
 
 #: (count, seconds) of a latency histogram so far: its ``_count`` and ``_sum``.
@@ -238,18 +254,7 @@ def histogram_totals(text: str, metric: str, key: Callable[[Mapping[str, str]], 
                      ) -> dict[str, Timed]:
     """``metric``'s ``_count`` and ``_sum`` in Prometheus ``text``, added up by ``key`` of
     each sample's labels (``None``: not counted)."""
-    from prometheus_client.parser import text_string_to_metric_families
-
-    totals: dict[str, list[float]] = {}
-    for family in text_string_to_metric_families(text):
-        for s in family.samples:
-            if s.name not in (f"{metric}_count", f"{metric}_sum"):
-                continue
-            k = key(s.labels)
-            if k is None:
-                continue
-            entry = totals.setdefault(k, [0.0, 0.0])
-            entry[0 if s.name.endswith("_count") else 1] += s.value
+    totals = _sums(text, {f"{metric}_count": 0, f"{metric}_sum": 1}, key)
     return {k: (v[0], v[1]) for k, v in totals.items()}
 
 
@@ -257,9 +262,8 @@ def api_request_seconds(apiserver: str, context: ssl.SSLContext) -> dict[str, Ti
     """The API server's own time on requests so far (``apiserver_request_duration_seconds``:
     from reading the request to writing the answer, admission and etcd included) by
     ``VERB resource[/subresource]``."""
-    return histogram_totals(
-        metrics_text(apiserver, context), "apiserver_request_duration_seconds",
-        lambda labels: _request_key(labels) if labels.get("resource") else None)
+    return histogram_totals(metrics_text(apiserver, context),
+                            "apiserver_request_duration_seconds", request_key)
 
 
 def mean_ms_between(before: Mapping[str, Timed], after: Mapping[str, Timed], key: str

@@ -4,6 +4,7 @@ escapes, what it bounds, and the headers it is served with."""
 from __future__ import annotations
 
 import re
+from typing import Any
 
 import pytest
 from alloc_harness import NOW, make_app
@@ -139,7 +140,16 @@ def test_the_route_builds_only_the_nodes_it_draws_and_counts_them_all() -> None:
         fake.add_node(make_node(f"n{i:05d}", count=1, memory_mib=16000))
     app, rt = make_app(fake)
     client = app.test_client()
+    asked: list[int | None] = []
+    snapshot = rt.state.snapshot
+
+    def recorded(max_nodes: int | None = None) -> dict[str, Any]:
+        asked.append(max_nodes)
+        return snapshot(max_nodes)
+
+    rt.state.snapshot = recorded  # type: ignore[method-assign]
     html = client.get("/").get_data(as_text=True)
+    assert asked == [page.MAX_NODES]
     assert f"{page.MAX_NODES + extra} nodes, {page.MAX_NODES} cards drawn" in html
     assert f"and {extra} more nodes: see /status" in html
     assert html.count('class="node"') == page.MAX_NODES

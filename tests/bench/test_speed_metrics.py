@@ -1,11 +1,9 @@
 """The speed benchmarks' readings of latency histograms from Prometheus text
-(bench/speed/common.py ``histogram_totals``, ``mean_ms_between``)."""
+(bench/speed/common.py ``histogram_totals``, ``request_key``, ``mean_ms_between``)."""
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-
-from bench.speed.common import histogram_totals, mean_ms_between
+from bench.speed.common import histogram_totals, mean_ms_between, request_key
 
 API_TEXT = """\
 # HELP apiserver_request_duration_seconds Response latency distribution.
@@ -36,15 +34,8 @@ apiserver_request_total{verb="POST",resource="pods",subresource="binding",code="
 """
 
 
-def key(labels: Mapping[str, str]) -> str | None:
-    if not labels.get("resource"):
-        return None
-    sub = labels.get("subresource")
-    return f"{labels['verb']} {labels['resource']}" + (f"/{sub}" if sub else "")
-
-
 def test_histogram_totals_adds_count_and_sum_by_key_and_skips_buckets_and_other_metrics() -> None:
-    totals = histogram_totals(API_TEXT, "apiserver_request_duration_seconds", key)
+    totals = histogram_totals(API_TEXT, "apiserver_request_duration_seconds", request_key)
     # Two label sets of POST pods (dry run or not) add up; the non-resource GET is skipped.
     assert totals == {"POST pods/binding": (4.0, 0.04), "POST pods": (12.0, 2.0)}
 
