@@ -121,6 +121,8 @@ class Services:
         self._allocator_argv: list[str] = []
         self._webhook_argv: list[str] = []
         self._allocator_env: dict[str, str] = {}
+        #: The allocator's TLS files and kubeconfig (its ServiceAccount), by flag name.
+        self.allocator_files: dict[str, Path] = {}
         self.allocator_namespace = ""
         self.extender_client: KeyPair | None = None
 
@@ -299,6 +301,16 @@ class Services:
             *self.cluster.options.allocator_args,
         ]
         self._allocator_env = _env({})
+        self.allocator_files = {"tls_cert": cert, "tls_key": key, "tls_client_ca": cp.ca_file,
+                                "kubeconfig": kubeconfig}
+        self._run_allocator()
+
+    def replace_allocator(self, argv: list[str]) -> None:
+        """Serve the allocator's port with another program (a benchmark's stand-in), started
+        like the allocator; it can use :attr:`allocator_files` (TLS files and identity)."""
+        if self.allocator is not None and self.allocator.alive():
+            self.allocator.stop()
+        self._allocator_argv = argv
         self._run_allocator()
 
     def _run_allocator(self) -> None:

@@ -21,7 +21,13 @@ clientConnection (qps 200 / burst 400); the baselines have no extenders. Modes:
 - ``cpu-only``: the same pods and nodes with the full setup: the webhook is not called
   (its matchConditions), the scheduler calls the allocator's ``prioritize-cpu-only`` for each
   pod over every node and binds itself. Its ratio and added CPU are against
-  ``cpu-baseline``: the cost of the shipped CPU-only scoring entry.
+  ``cpu-baseline``: the cost of the shipped CPU-only scoring entry;
+- ``floor``: as ``whole``, but the allocator's port is served by the floor extender
+  (bench/speed/floor_extender.py: filter answers the first node, bind creates the Binding
+  through the allocator's API client; no picture, watches or Events) on Tessera's own
+  serving stack: what serving the calls and the Binding cost, without Tessera's work;
+- ``floor-granian``: the floor extender served by granian (Rust HTTP/1.1 and HTTP/2, rustls)
+  instead: a reference for another serving stack, nothing Tessera ships.
 
 Method: the scheduler is stopped while the nodes and all pods are created (pod creation,
 including admission, is not part of the number) and until the control plane has settled (no
@@ -98,6 +104,9 @@ class Mode:
     requests: dict[str, str] = field(default_factory=dict)
     #: Nodes advertise their cards as ``example.com/gpu`` (no Tessera resources asked).
     plain_gpus: bool = False
+    #: What serves the allocator's port: ``allocator`` (Tessera), or the floor extender
+    #: (bench/speed/floor_extender.py) on Tessera's serving stack (``tessera``) or granian's.
+    extender: str = "allocator"
 
 
 MODES: dict[str, Mode] = {
@@ -107,6 +116,10 @@ MODES: dict[str, Mode] = {
                                               "elasticgpu.io/gpu-memory": "4096"}),
     "cpu-baseline": Mode(False, "cpu-baseline", requests={"cpu": "100m"}),
     "cpu-only": Mode(True, "cpu-baseline", requests={"cpu": "100m"}),
+    "floor": Mode(True, "baseline", limits={"elasticgpu.io/gpu-core": "100"},
+                  extender="tessera"),
+    "floor-granian": Mode(True, "baseline", limits={"elasticgpu.io/gpu-core": "100"},
+                          extender="granian"),
 }
 #: Seconds after the last bind still counted as CPU of the run (watch events of the last
 #: binds, KWOK marking the last pods running): the same in every mode.
@@ -157,6 +170,18 @@ class BindWatch:
                     break
 
 
+def _serve_floor(dev: DevCluster, server: str) -> None:
+    """The floor extender in the allocator's place: its port, TLS files and identity."""
+    services = dev.services
+    assert services is not None
+    files = services.allocator_files
+    services.replace_allocator([
+        sys.executable, "-m", "bench.speed.floor_extender", f"--port={services.allocator_port}",
+        f"--tls-cert={files['tls_cert']}", f"--tls-key={files['tls_key']}",
+        f"--tls-client-ca={files['tls_client_ca']}", f"--kubeconfig={files['kubeconfig']}",
+        f"--server={server}"])
+
+
 def _allocator_counters(dev: DevCluster) -> dict[str, float]:
     """From the allocator's /metrics (over mutual TLS as the admin, on a connection of its
     own, which it counts): how often it answered ``prioritize-cpu-only``, and the TLS
@@ -167,14 +192,14 @@ def _allocator_counters(dev: DevCluster) -> dict[str, float]:
     url = f"https://127.0.0.1:{dev.services.allocator_port}/metrics"
     with urllib.request.urlopen(url, timeout=10, context=context) as response:
         text = response.read().decode()
-    counters = {"calls_cpu_only": 0.0, "tls_connections": 0.0}
+    counters = {"calls_cpu_only": 0.0}
     for family in text_string_to_metric_families(text):
         for s in family.samples:
             if (s.name == "tessera_allocator_verb_seconds_count"
                     and s.labels.get("verb") == "prioritize-cpu-only"):
                 counters["calls_cpu_only"] += s.value
             elif s.name == "tessera_allocator_tls_connections_total":
-                counters["tls_connections"] += s.value
+                counters["tls_connections"] = counters.get("tls_connections", 0.0) + s.value
     return counters
 
 
@@ -202,6 +227,8 @@ def run_mode(mode: str, nodes: int, pods: int, threads: int, timeout: float,
     try:
         dev.start()
         dev.control_plane.stop_scheduler()  # nodes and pods first; scheduling is timed alone
+        if spec.extender != "allocator":
+            _serve_floor(dev, spec.extender)
         ensure_namespace(dev.core_v1(), NAMESPACE)
         specs: list[GpuNodeSpec] = [
             uniform(f"n{i:05d}", 8, "T4", 16384,
@@ -252,10 +279,11 @@ def run_mode(mode: str, nodes: int, pods: int, threads: int, timeout: float,
             counters = _allocator_counters(dev)
             row["calls_cpu_only"] = int(counters["calls_cpu_only"]
                                         - counters_before["calls_cpu_only"])
-            # less 1: the connection this read of /metrics came on
-            row["tls_connections_per_pod"] = round(
-                (counters["tls_connections"] - counters_before["tls_connections"] - 1)
-                / max(1, len(times)), 3)
+            if "tls_connections" in counters:  # not counted by floor-granian's server
+                # less 1: the connection this read of /metrics came on
+                row["tls_connections_per_pod"] = round(
+                    (counters["tls_connections"] - counters_before["tls_connections"] - 1)
+                    / max(1, len(times)), 3)
             by_thread = cpu_by_thread_name(threads_before, threads_after,
                                            python_thread_names(worker))
             row["allocator_threads_s_per_1k"] = {name: round(seconds * per_1k, 2)

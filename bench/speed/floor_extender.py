@@ -1,0 +1,149 @@
+"""The least a binding extender can do per pod: the floor under ``e2e_throughput``'s ratio.
+
+It answers kube-scheduler's calls as the allocator's URL paths expect them, with no cluster
+picture, no watches, no decisions and no Events:
+
+- ``filter``: the first of the node names it was sent (one node, as the allocator's
+  filter-best answer usually is, so kube-scheduler skips its own scoring);
+- ``bind``: one Binding through the allocator's own API client
+  (:meth:`allocator.kube.KubeClient.bind_pod`, the shipped request path), with one annotation;
+- ``prioritize-cpu-only``: 0 for every node; ``/healthz``, ``/readyz``: ``ok``;
+- ``/metrics``: the TLS connections begun (``tessera_allocator_tls_connections_total``) when
+  served by Tessera's own transport, which counts them.
+
+``--server tessera`` serves it exactly as ``tessera allocator`` serves the allocator
+(:func:`tessera.serving.serve`: gunicorn's asyncio worker on uvloop, the WSGI bridge, mutual TLS
+through :class:`tessera.transport.CertificateFiles`, 16 request threads). ``--server granian``
+serves the same app with granian (Rust HTTP/1.1 and HTTP/2, rustls; a ``bench`` extra), one
+worker, 16 blocking threads: a reference for what a different serving stack would cost,
+nothing Tessera ships. ``e2e_throughput``'s modes ``floor`` and ``floor-granian`` run it in
+place of the allocator (issue 13's ninth pass, docs/benchmarks.md).
+
+Usage (as e2e_throughput starts it): ``python -m bench.speed.floor_extender --port P
+--tls-cert F --tls-key F --tls-client-ca F --kubeconfig F [--server tessera|granian]``
+"""
+
+from __future__ import annotations
+
+import argparse
+from collections.abc import Callable, Iterable
+from pathlib import Path
+from typing import Any
+
+import orjson
+
+from allocator.kube import KubeClient
+from tessera import serving, transport
+
+#: Request threads (the allocator's default ``--threads``) and blocking threads for granian.
+THREADS = 16
+MAX_BODY_BYTES = 8 << 20
+#: The one annotation each Binding carries (a bind of the allocator writes a few).
+ANNOTATION = "tessera.bench/floor"
+
+WsgiApp = Callable[[dict[str, Any], Callable[..., Any]], Iterable[bytes]]
+
+
+def filter_reply(body: bytes) -> bytes:
+    """ExtenderFilterResult with the first node name sent (none if none was)."""
+    names = (orjson.loads(body) or {}).get("NodeNames") or []
+    return orjson.dumps({"NodeNames": names[:1], "FailedNodes": {}, "Error": ""})
+
+
+def prioritize_reply(body: bytes) -> bytes:
+    """HostPriorityList: 0 for every node sent."""
+    names = (orjson.loads(body) or {}).get("NodeNames") or []
+    return orjson.dumps([{"Host": name, "Score": 0} for name in names])
+
+
+def make_app(bind: Callable[[str, str, str, str], None],
+             tls_connections: Callable[[], int] | None) -> WsgiApp:
+    """The floor's WSGI app; ``bind(namespace, name, uid, node)`` writes the Binding."""
+
+    def bind_reply(body: bytes) -> bytes:
+        args = orjson.loads(body)
+        try:
+            bind(args["PodNamespace"], args["PodName"], args["PodUID"], args["Node"])
+        except Exception as exc:  # a floor, not a product: the error goes back to the caller
+            return orjson.dumps({"Error": str(exc)})
+        return b'{"Error":""}'
+
+    def metrics() -> bytes:
+        if tls_connections is None:
+            return b""
+        return f"tessera_allocator_tls_connections_total {tls_connections()}\n".encode()
+
+    verbs: dict[str, Callable[[bytes], bytes]] = {
+        "/scheduler/filter": filter_reply,
+        "/scheduler/bind": bind_reply,
+        "/scheduler/prioritize-cpu-only": prioritize_reply,
+    }
+
+    def app(environ: dict[str, Any], start_response: Callable[..., Any]) -> Iterable[bytes]:
+        path = environ.get("PATH_INFO", "")
+        length = int(environ.get("CONTENT_LENGTH") or 0)
+        body = environ["wsgi.input"].read(length) if length else b""
+        verb = verbs.get(path)
+        if verb is not None:
+            out, kind = verb(body), "application/json"
+        elif path == "/metrics":
+            out, kind = metrics(), "text/plain; version=0.0.4"
+        else:
+            out, kind = b"ok", "text/plain"
+        start_response("200 OK", [("Content-Type", kind), ("Content-Length", str(len(out)))])
+        return [out]
+
+    return app
+
+
+def _kube_bind(kubeconfig: str) -> Callable[[str, str, str, str], None]:
+    kube = KubeClient.from_config(kubeconfig, request_threads=THREADS)
+
+    def bind(namespace: str, name: str, uid: str, node: str) -> None:
+        kube.bind_pod(namespace, name, uid, node, {ANNOTATION: "0"})
+
+    return bind
+
+
+def serve_tessera(args: argparse.Namespace) -> None:
+    config = serving.ServingConfig(host=args.host, port=args.port, tls_cert=args.tls_cert,
+                                   tls_key=args.tls_key, tls_client_ca=args.tls_client_ca,
+                                   threads=THREADS, log_level="WARNING")
+
+    def factory() -> WsgiApp:  # in gunicorn's worker, after fork (as the allocator's)
+        return make_app(_kube_bind(args.kubeconfig), lambda: transport.TLS_CONNECTIONS.begun)
+
+    serving.serve(factory, serving.gunicorn_options(config, proc_name="tessera-floor",
+                                                    workers=1, keepalive=30),
+                  threads=THREADS, max_body_bytes=MAX_BODY_BYTES)
+
+
+def serve_granian(args: argparse.Namespace) -> None:
+    from granian.constants import HTTPModes, Interfaces, SSLProtocols
+    from granian.log import LogLevels
+    from granian.server import Server
+
+    def load() -> WsgiApp:  # in granian's worker, after fork
+        return make_app(_kube_bind(args.kubeconfig), None)
+
+    server = Server("floor", address=args.host, port=args.port, interface=Interfaces.WSGI,
+                    workers=1, blocking_threads=THREADS, http=HTTPModes.auto, websockets=False,
+                    ssl_cert=Path(args.tls_cert), ssl_key=Path(args.tls_key),
+                    ssl_ca=Path(args.tls_client_ca), ssl_client_verify=True,
+                    ssl_protocol_min=SSLProtocols.tls12, log_level=LogLevels.warning)
+    server.serve(target_loader=load, wrap_loader=False)
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--host", default="127.0.0.1")
+    parser.add_argument("--port", type=int, required=True)
+    for flag in ("--tls-cert", "--tls-key", "--tls-client-ca", "--kubeconfig"):
+        parser.add_argument(flag, required=True)
+    parser.add_argument("--server", choices=["tessera", "granian"], default="tessera")
+    args = parser.parse_args(argv)
+    (serve_granian if args.server == "granian" else serve_tessera)(args)
+
+
+if __name__ == "__main__":
+    main()
