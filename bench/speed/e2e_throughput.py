@@ -68,7 +68,7 @@ import time
 import urllib.request
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 from prometheus_client.parser import text_string_to_metric_families
 
@@ -104,9 +104,9 @@ class Mode:
     requests: dict[str, str] = field(default_factory=dict)
     #: Nodes advertise their cards as ``example.com/gpu`` (no Tessera resources asked).
     plain_gpus: bool = False
-    #: What serves the allocator's port: ``allocator`` (Tessera), or the floor extender
-    #: (bench/speed/floor_extender.py) on Tessera's serving stack (``tessera``) or granian's.
-    extender: str = "allocator"
+    #: The allocator's port is served by the floor extender (bench/speed/floor_extender.py)
+    #: on this server (its ``--server``: ``tessera`` or ``granian``) instead of the allocator.
+    floor_server: Literal["tessera", "granian"] | None = None
 
 
 MODES: dict[str, Mode] = {
@@ -117,9 +117,9 @@ MODES: dict[str, Mode] = {
     "cpu-baseline": Mode(False, "cpu-baseline", requests={"cpu": "100m"}),
     "cpu-only": Mode(True, "cpu-baseline", requests={"cpu": "100m"}),
     "floor": Mode(True, "baseline", limits={"elasticgpu.io/gpu-core": "100"},
-                  extender="tessera"),
+                  floor_server="tessera"),
     "floor-granian": Mode(True, "baseline", limits={"elasticgpu.io/gpu-core": "100"},
-                          extender="granian"),
+                          floor_server="granian"),
 }
 #: Seconds after the last bind still counted as CPU of the run (watch events of the last
 #: binds, KWOK marking the last pods running): the same in every mode.
@@ -227,8 +227,8 @@ def run_mode(mode: str, nodes: int, pods: int, threads: int, timeout: float,
     try:
         dev.start()
         dev.control_plane.stop_scheduler()  # nodes and pods first; scheduling is timed alone
-        if spec.extender != "allocator":
-            _serve_floor(dev, spec.extender)
+        if spec.floor_server is not None:
+            _serve_floor(dev, spec.floor_server)
         ensure_namespace(dev.core_v1(), NAMESPACE)
         specs: list[GpuNodeSpec] = [
             uniform(f"n{i:05d}", 8, "T4", 16384,
