@@ -32,16 +32,15 @@ from typing import Any
 
 import orjson
 
+from allocator.config import DEFAULT_MAX_BODY_BYTES, LISTENER
 from allocator.kube import KubeClient
 from tessera import serving, transport
+from tessera.transport import WsgiApp
 
 #: Request threads (the allocator's default ``--threads``) and blocking threads for granian.
-THREADS = 16
-MAX_BODY_BYTES = 8 << 20
+THREADS = LISTENER.threads
 #: The one annotation each Binding carries (a bind of the allocator writes a few).
 ANNOTATION = "tessera.bench/floor"
-
-WsgiApp = Callable[[dict[str, Any], Callable[..., Any]], Iterable[bytes]]
 
 
 def filter_reply(body: bytes) -> bytes:
@@ -115,7 +114,7 @@ def serve_tessera(args: argparse.Namespace) -> None:
 
     serving.serve(factory, serving.gunicorn_options(config, proc_name="tessera-floor",
                                                     workers=1, keepalive=30),
-                  threads=THREADS, max_body_bytes=MAX_BODY_BYTES)
+                  threads=THREADS, max_body_bytes=DEFAULT_MAX_BODY_BYTES)
 
 
 def serve_granian(args: argparse.Namespace) -> None:
