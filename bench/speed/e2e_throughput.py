@@ -185,7 +185,8 @@ def _serve_floor(dev: DevCluster, server: str) -> None:
 def _allocator_counters(dev: DevCluster) -> dict[str, float]:
     """From the allocator's /metrics (over mutual TLS as the admin, on a connection of its
     own, which it counts): how often it answered ``prioritize-cpu-only``, and the TLS
-    connections it has begun."""
+    connections it has begun (no ``tls_connections`` when it does not count them, as
+    floor-granian's server does not)."""
     cp = dev.control_plane
     context = ssl.create_default_context(cafile=str(cp.ca_file))
     context.load_cert_chain(str(cp.pki_dir / "admin.crt"), str(cp.pki_dir / "admin.key"))
