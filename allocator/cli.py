@@ -1,13 +1,14 @@
-"""``tessera allocator``: validate configuration, then serve the extender with gunicorn.
+"""``tessera allocator``: validate configuration, then serve the extender with granian.
 
 Flags override the ``TESSERA_*`` environment variables of the same meaning (see
-:mod:`allocator.config`). gunicorn runs with **one worker process** and request threads: the
+:mod:`allocator.config`). granian runs **one worker process** with request threads: the
 cluster picture (card reservations) lives in that process's memory, and two worker processes
 would each hold their own copy and hand the same card out twice. Threads give concurrency
-(kube-scheduler binds many pods at once) while the state's locks keep one truth; connections
-wait in the worker's event loop, so slow clients hold no thread, and rotated certificate files
-are picked up without a restart (:mod:`tessera.transport`). Serving without client
-certificates (mutual TLS) is refused unless ``--allow-unauthenticated`` says so.
+(kube-scheduler binds many pods at once) while the state's locks keep one truth; connections,
+TLS and HTTP are granian's (Rust), request bodies arrive complete or get 408, and renewed
+certificate files are served by a new worker of the same process
+(:mod:`tessera.granian_server`). Serving without client certificates (mutual TLS) is refused
+unless ``--allow-unauthenticated`` says so.
 """
 
 from __future__ import annotations
@@ -21,6 +22,9 @@ from allocator.config import ENV_VARS, LISTENER, Settings
 from tessera import serving
 
 logger = logging.getLogger(__name__)
+
+#: The name granian's lines give the server.
+PROC_NAME = "tessera-allocator"
 
 #: flag dest -> (flag, environment variable it overrides)
 _FLAGS: serving.EnvFlags = {
@@ -64,16 +68,11 @@ def settings_from_args(
     return settings
 
 
-def gunicorn_options(settings: Settings) -> dict[str, Any]:
-    return serving.gunicorn_options(
-        settings.serving,
-        proc_name="tessera-allocator",
-        workers=1,  # never more: the cache must not be split across processes (module doc)
-        # Watches and leader election run in background threads of the worker; the
-        # extender's own httpTimeout is 5 s, a bind never takes longer than ~10 s.
-        timeout=30,
-        keepalive=30,
-    )
+def server_options(settings: Settings) -> dict[str, Any]:
+    """granian's settings for the allocator (:func:`tessera.granian_server.server_options`)."""
+    from tessera import granian_server
+
+    return granian_server.server_options(settings.serving, threads=settings.serving.threads)
 
 
 def run(args: argparse.Namespace) -> int:
@@ -91,8 +90,11 @@ def run(args: argparse.Namespace) -> int:
         "on" if settings.leader_election else "off",
     )
     from allocator.app import create_app
+    from tessera import granian_server
 
     # create_app runs in the worker after fork: its threads and API connections belong to it.
-    serving.serve(lambda: create_app(settings), gunicorn_options(settings),
-                  threads=settings.serving.threads, max_body_bytes=settings.max_body_bytes)
+    # One worker, never more: the cache must not be split across processes (module doc).
+    granian_server.serve(lambda: create_app(settings), settings.serving,
+                         threads=settings.serving.threads,
+                         max_body_bytes=settings.max_body_bytes, proc_name=PROC_NAME)
     return 0

@@ -14,12 +14,11 @@ from __future__ import annotations
 from collections.abc import Callable, Iterator
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
-from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
+from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.registry import Collector
 
 from allocator.node_series import NodeSeries
 from allocator.state import ClusterState
-from tessera.transport import TLS_CONNECTIONS, TlsConnections
 
 #: Filter/prioritize targets are single-digit milliseconds; bind includes two API writes.
 LATENCY_BUCKETS = (0.0005, 0.001, 0.002, 0.005, 0.01, 0.02, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5,
@@ -40,19 +39,6 @@ class _ProblemCollector(Collector):
         yield GaugeMetricFamily("tessera_allocator_nodes_with_problems",
                                 "Nodes whose GPU inventory cannot be read as given (see /status "
                                 "nodes[].problem)", value=nodes)
-
-
-class _TlsCollector(Collector):
-    """TLS connections the listener began (:class:`tessera.transport.TlsConnections`)."""
-
-    def __init__(self, connections: TlsConnections) -> None:
-        self._connections = connections
-
-    def collect(self) -> Iterator[CounterMetricFamily]:
-        yield CounterMetricFamily(
-            "tessera_allocator_tls_connections", "TLS connections begun (one handshake each): "
-            "a client that reuses its connections adds none per request",
-            value=self._connections.begun)
 
 
 class Metrics:
@@ -79,7 +65,6 @@ class Metrics:
         self.registry.register(_ProblemCollector(state))
         #: Per node, card and pod: written apart from the registry (allocator/node_series.py).
         self.series = NodeSeries(state, is_leader)
-        self.registry.register(_TlsCollector(TLS_CONNECTIONS))
         self.leader = Gauge("tessera_allocator_leader",
                             "1 on the replica that holds the Lease (answers the verbs)",
                             registry=self.registry)

@@ -2,12 +2,14 @@
 
 For each service (the real ``tessera webhook`` and ``tessera allocator``, started as their
 shipped command lines with TLS on loopback; the allocator with mutual TLS), this opens
-``--slow`` slow connections, half of each kind:
+``--slow`` slow connections, a third of each kind:
 
 - *hello*: a TCP connection that sends the first bytes of a real TLS ClientHello, then one
   more byte every ``--drip`` seconds (the handshake never completes);
 - *headers*: a completed TLS handshake (with a client certificate where one is required),
-  then an HTTP request line and headers, one byte every ``--drip`` seconds.
+  then an HTTP request line and headers, one byte every ``--drip`` seconds;
+- *body*: the same, but all of the headers at once (declaring a 1,000-byte body), then the
+  body one byte every ``--drip`` seconds.
 
 A slow connection the server closes is opened again (an attacker would), so the pressure
 stays on for the whole run. Once the slow connections are open, ``--requests`` normal
@@ -201,7 +203,8 @@ class Pressure:
     context: ssl.SSLContext
     count: int
     drip: float
-    opened: dict[str, int] = field(default_factory=lambda: {"hello": 0, "headers": 0})
+    opened: dict[str, int] = field(
+        default_factory=lambda: {"hello": 0, "headers": 0, "body": 0})
     reopened: int = 0
     open_now: int = 0
     stopping: bool = False
@@ -221,7 +224,11 @@ class Pressure:
                 else:
                     _, writer = await asyncio.wait_for(asyncio.open_connection(
                         HOST, self.port, ssl=self.context, server_hostname="localhost"), 10)
-                    payload, sent = head * 100, 1
+                    if kind == "headers":
+                        payload, sent = head * 100, 1
+                    else:
+                        whole = head + b"Content-Length: 1000\r\n\r\n"
+                        payload, sent = whole + b"{" * 1000, len(whole) + 1
                 opened = writer
                 writer.write(payload[:sent])
                 await writer.drain()
@@ -245,7 +252,7 @@ class Pressure:
 
     async def _main(self) -> None:
         hello = client_hello()
-        kinds = ["hello" if i % 2 == 0 else "headers" for i in range(self.count)]
+        kinds = [("hello", "headers", "body")[i % 3] for i in range(self.count)]
         tasks = [asyncio.create_task(self._slow(k, hello)) for k in kinds]
         while not self.stopping:
             await asyncio.sleep(0.1)
@@ -305,6 +312,7 @@ def measure(service: Service, args: argparse.Namespace, pki: Pki, work: Path) ->
         "slow_open": open_at_end,
         "opened_hello": pressure.opened["hello"],
         "opened_headers": pressure.opened["headers"],
+        "opened_body": pressure.opened["body"],
         "reopened": pressure.reopened,
         "open_wait_s": round(waited, 1),
         "requests": args.requests,

@@ -24,10 +24,10 @@ clientConnection (qps 200 / burst 400); the baselines have no extenders. Modes:
   ``cpu-baseline``: the cost of the shipped CPU-only scoring entry;
 - ``floor``: as ``whole``, but the allocator's port is served by the floor extender
   (bench/speed/floor_extender.py: filter answers the first node, bind creates the Binding
-  through the allocator's API client; no picture, watches or Events) on Tessera's own
-  serving stack: what serving the calls and the Binding cost, without Tessera's work;
-- ``floor-granian``: the floor extender served by granian (Rust HTTP/1.1 and HTTP/2, rustls)
-  instead: a reference for another serving stack, nothing Tessera ships.
+  through the allocator's API client; no picture, watches or Events) on the allocator's
+  serving stack (granian): what serving the calls and the Binding cost, without Tessera's work;
+- ``floor-gunicorn``: the floor extender served as the webhook is (gunicorn's asyncio worker,
+  Python's ``ssl``), the allocator's stack before issue 13's tenth pass: a reference row.
 
 Method: the scheduler is stopped while the nodes and all pods are created (pod creation,
 including admission, is not part of the number) and until the control plane has settled (no
@@ -105,8 +105,8 @@ class Mode:
     #: Nodes advertise their cards as ``example.com/gpu`` (no Tessera resources asked).
     plain_gpus: bool = False
     #: The allocator's port is served by the floor extender (bench/speed/floor_extender.py)
-    #: on this server (its ``--server``: ``tessera`` or ``granian``) instead of the allocator.
-    floor_server: Literal["tessera", "granian"] | None = None
+    #: on this server (its ``--server``: ``granian`` or ``gunicorn``) instead of the allocator.
+    floor_server: Literal["granian", "gunicorn"] | None = None
 
 
 MODES: dict[str, Mode] = {
@@ -117,9 +117,9 @@ MODES: dict[str, Mode] = {
     "cpu-baseline": Mode(False, "cpu-baseline", requests={"cpu": "100m"}),
     "cpu-only": Mode(True, "cpu-baseline", requests={"cpu": "100m"}),
     "floor": Mode(True, "baseline", limits={"elasticgpu.io/gpu-core": "100"},
-                  floor_server="tessera"),
-    "floor-granian": Mode(True, "baseline", limits={"elasticgpu.io/gpu-core": "100"},
-                          floor_server="granian"),
+                  floor_server="granian"),
+    "floor-gunicorn": Mode(True, "baseline", limits={"elasticgpu.io/gpu-core": "100"},
+                           floor_server="gunicorn"),
 }
 #: Seconds after the last bind still counted as CPU of the run (watch events of the last
 #: binds, KWOK marking the last pods running): the same in every mode.
@@ -184,9 +184,8 @@ def _serve_floor(dev: DevCluster, server: str) -> None:
 
 def _allocator_counters(dev: DevCluster) -> dict[str, float]:
     """From the allocator's /metrics (over mutual TLS as the admin, on a connection of its
-    own, which it counts): how often it answered ``prioritize-cpu-only``, and the TLS
-    connections it has begun (no ``tls_connections`` when it does not count them, as
-    floor-granian's server does not)."""
+    own): how often it answered ``prioritize-cpu-only``, and the TLS connections it has begun
+    when its server counts them (only floor-gunicorn's does: no ``tls_connections`` else)."""
     cp = dev.control_plane
     context = ssl.create_default_context(cafile=str(cp.ca_file))
     context.load_cert_chain(str(cp.pki_dir / "admin.crt"), str(cp.pki_dir / "admin.key"))
@@ -280,7 +279,7 @@ def run_mode(mode: str, nodes: int, pods: int, threads: int, timeout: float,
             counters = _allocator_counters(dev)
             row["calls_cpu_only"] = int(counters["calls_cpu_only"]
                                         - counters_before["calls_cpu_only"])
-            if "tls_connections" in counters:  # not counted by floor-granian's server
+            if "tls_connections" in counters:  # counted by floor-gunicorn's server only
                 # less 1: the connection this read of /metrics came on
                 row["tls_connections_per_pod"] = round(
                     (counters["tls_connections"] - counters_before["tls_connections"] - 1)

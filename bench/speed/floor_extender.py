@@ -9,35 +9,34 @@ picture, no watches, no decisions and no Events:
   (:meth:`allocator.kube.KubeClient.bind_pod`, the shipped request path), with one annotation;
 - ``prioritize-cpu-only``: 0 for every node; ``/healthz``, ``/readyz``: ``ok``;
 - ``/metrics``: the TLS connections begun (``tessera_allocator_tls_connections_total``) when
-  served by Tessera's own transport, which counts them.
+  served by gunicorn, which counts them (granian does not).
 
-``--server tessera`` serves it exactly as ``tessera allocator`` serves the allocator
-(:func:`tessera.serving.serve`: gunicorn's asyncio worker on uvloop, the WSGI bridge, mutual TLS
-through :class:`tessera.transport.CertificateFiles`, 16 request threads). ``--server granian``
-serves the same app with granian (Rust HTTP/1.1 and HTTP/2, rustls; a ``bench`` extra), one
-worker, 16 blocking threads: a reference for what a different serving stack would cost,
-nothing Tessera ships. ``e2e_throughput``'s modes ``floor`` and ``floor-granian`` run it in
-place of the allocator (issue 13's ninth pass, docs/benchmarks.md).
+``--server granian`` (the default) serves it exactly as ``tessera allocator`` serves the
+allocator (:func:`tessera.granian_server.serve`: granian's WSGI interface, HTTP/1.1 and HTTP/2,
+rustls, mutual TLS, 16 request threads, complete bodies). ``--server gunicorn`` serves it as
+the webhook is served and the allocator was until issue 13's tenth pass
+(:func:`tessera.serving.serve`: gunicorn's asyncio worker on uvloop, the WSGI bridge, Python's
+``ssl``), which counts the TLS connections it begins. ``e2e_throughput``'s modes ``floor`` and
+``floor-gunicorn`` run it in place of the allocator (docs/benchmarks.md, issue 13).
 
 Usage (as e2e_throughput starts it): ``python -m bench.speed.floor_extender --port P
---tls-cert F --tls-key F --tls-client-ca F --kubeconfig F [--server tessera|granian]``
+--tls-cert F --tls-key F --tls-client-ca F --kubeconfig F [--server granian|gunicorn]``
 """
 
 from __future__ import annotations
 
 import argparse
 from collections.abc import Callable, Iterable
-from pathlib import Path
 from typing import Any
 
 import orjson
 
 from allocator.config import DEFAULT_MAX_BODY_BYTES, LISTENER
 from allocator.kube import KubeClient
-from tessera import serving, transport
+from tessera import granian_server, serving, transport
 from tessera.transport import WsgiApp
 
-#: Request threads (the allocator's default ``--threads``) and blocking threads for granian.
+#: Request threads (the allocator's default ``--threads``).
 THREADS = LISTENER.threads
 #: The one annotation each Binding carries (a bind of the allocator writes a few).
 ANNOTATION = "tessera.bench/floor"
@@ -104,33 +103,27 @@ def _kube_bind(kubeconfig: str) -> Callable[[str, str, str, str], None]:
     return bind
 
 
-def serve_tessera(args: argparse.Namespace) -> None:
-    config = serving.ServingConfig(host=args.host, port=args.port, tls_cert=args.tls_cert,
-                                   tls_key=args.tls_key, tls_client_ca=args.tls_client_ca,
-                                   threads=THREADS, log_level="WARNING")
-
-    def factory() -> WsgiApp:  # in gunicorn's worker, after fork (as the allocator's)
-        return make_app(_kube_bind(args.kubeconfig), lambda: transport.TLS_CONNECTIONS.begun)
-
-    serving.serve(factory, serving.gunicorn_options(config, proc_name="tessera-floor",
-                                                    workers=1, keepalive=30),
-                  threads=THREADS, max_body_bytes=DEFAULT_MAX_BODY_BYTES)
+def _config(args: argparse.Namespace) -> serving.ServingConfig:
+    return serving.ServingConfig(host=args.host, port=args.port, tls_cert=args.tls_cert,
+                                 tls_key=args.tls_key, tls_client_ca=args.tls_client_ca,
+                                 threads=THREADS, log_level="WARNING")
 
 
 def serve_granian(args: argparse.Namespace) -> None:
-    from granian.constants import HTTPModes, Interfaces, SSLProtocols
-    from granian.log import LogLevels
-    from granian.server import Server
-
-    def load() -> WsgiApp:  # in granian's worker, after fork
+    def factory() -> WsgiApp:  # in granian's worker, after fork (as the allocator's)
         return make_app(_kube_bind(args.kubeconfig), None)
 
-    server = Server("floor", address=args.host, port=args.port, interface=Interfaces.WSGI,
-                    workers=1, blocking_threads=THREADS, http=HTTPModes.auto, websockets=False,
-                    ssl_cert=Path(args.tls_cert), ssl_key=Path(args.tls_key),
-                    ssl_ca=Path(args.tls_client_ca), ssl_client_verify=True,
-                    ssl_protocol_min=SSLProtocols.tls12, log_level=LogLevels.warning)
-    server.serve(target_loader=load, wrap_loader=False)
+    granian_server.serve(factory, _config(args), threads=THREADS,
+                         max_body_bytes=DEFAULT_MAX_BODY_BYTES, proc_name="tessera-floor")
+
+
+def serve_gunicorn(args: argparse.Namespace) -> None:
+    def factory() -> WsgiApp:  # in gunicorn's worker, after fork
+        return make_app(_kube_bind(args.kubeconfig), lambda: transport.TLS_CONNECTIONS.begun)
+
+    serving.serve(factory, serving.gunicorn_options(_config(args), proc_name="tessera-floor",
+                                                    workers=1, keepalive=30),
+                  threads=THREADS, max_body_bytes=DEFAULT_MAX_BODY_BYTES)
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -139,9 +132,9 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--port", type=int, required=True)
     for flag in ("--tls-cert", "--tls-key", "--tls-client-ca", "--kubeconfig"):
         parser.add_argument(flag, required=True)
-    parser.add_argument("--server", choices=["tessera", "granian"], default="tessera")
+    parser.add_argument("--server", choices=["granian", "gunicorn"], default="granian")
     args = parser.parse_args(argv)
-    (serve_granian if args.server == "granian" else serve_tessera)(args)
+    (serve_gunicorn if args.server == "gunicorn" else serve_granian)(args)
 
 
 if __name__ == "__main__":

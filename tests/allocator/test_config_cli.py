@@ -1,4 +1,4 @@
-"""Configuration from flags and TESSERA_* variables, and the gunicorn options."""
+"""Configuration from flags and TESSERA_* variables, and the server options."""
 
 from __future__ import annotations
 
@@ -18,9 +18,9 @@ def test_defaults_are_valid_and_single_process() -> None:
     assert settings.core.default_policy == "fgd-cpu"
     assert settings.core.agent_dialects == ("elastic",)
     assert settings.leader_election is True
-    options = cli.gunicorn_options(settings)
-    assert options["workers"] == 1 and options["worker_class"] == "tessera.worker.Worker"
-    assert "certfile" not in options
+    options = cli.server_options(settings)
+    assert options["workers"] == 1 and options["interface"] == "wsgi"
+    assert options["ssl_cert"] is None and not options["ssl_client_verify"]
 
 
 @pytest.mark.parametrize(
@@ -59,8 +59,8 @@ def test_flags_override_environment_and_tls_enables_mutual_auth(
     assert settings.core.agent_dialects == ("elastic", "nano-gpu")
     assert settings.url_prefix == "/gpu"
     assert settings.serving.port == 8443 and not settings.leader_election
-    options = cli.gunicorn_options(settings)
-    assert options["ssl_context"].client_ca == str(tmp_path / "ca.crt")
+    options = cli.server_options(settings)
+    assert options["ssl_ca"] == tmp_path / "ca.crt" and options["ssl_client_verify"]
 
 
 @pytest.mark.parametrize(
