@@ -328,7 +328,7 @@ def serve(app_factory: Callable[[], WsgiApp], serving: ServingConfig, *, threads
     """Serve ``app_factory()`` (a WSGI app, made in the worker after fork, so its threads and
     API connections belong to it) as :func:`server_options` says, with bodies of at most
     ``max_body_bytes``, until SIGTERM or SIGINT."""
-    from granian.server import Server
+    from granian.server.mp import MPServer
 
     def load() -> WsgiApp:
         logs.configure(serving.log_level)
@@ -344,5 +344,21 @@ def serve(app_factory: Callable[[], WsgiApp], serving: ServingConfig, *, threads
                              name="tls-files", daemon=True).start()
         return app
 
-    Server(proc_name, **server_options(serving, threads=threads)).serve(
-        target_loader=load, wrap_loader=False)
+    options = server_options(serving, threads=threads)
+
+    class RenewingServer(MPServer):
+        """Resolves the TLS files again for each worker it starts. granian resolves their
+        symlinks once, when the server is made (``build_ssl_context``), and would hand a new
+        worker the files a Secret volume's ``..data`` pointed to at the start."""
+
+        def _spawn_worker(self, *args: Any, **kwargs: Any) -> Any:
+            try:
+                self.build_ssl_context(options["ssl_cert"], options["ssl_key"], None,
+                                       options["ssl_protocol_min"], options["ssl_ca"], [],
+                                       options["ssl_client_verify"])
+            except (OSError, ssl.SSLError) as exc:
+                logger.warning("TLS files do not load (%s); the new worker serves the "
+                               "previous ones", exc)
+            return super()._spawn_worker(*args, **kwargs)
+
+    RenewingServer(proc_name, **options).serve(target_loader=load, wrap_loader=False)
