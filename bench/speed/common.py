@@ -177,8 +177,9 @@ def thread_cpu_seconds(pid: int) -> dict[int, float]:
 
 
 def python_thread_names(pid: int) -> dict[int, str]:
-    """The Python name of each OS thread of process ``pid`` (``py-spy dump``), request
-    threads (``request_3``) under one name; empty without py-spy."""
+    """The Python name of each OS thread of process ``pid`` (``py-spy dump``), numbered
+    threads under one name (``request_3``: ``request``; granian's ``Dummy-4``: ``Dummy``);
+    empty without py-spy."""
     exe = shutil.which("py-spy") or str(Path(sys.executable).with_name("py-spy"))
     try:
         done = subprocess.run([exe, "dump", "--pid", str(pid), "--json", "--nonblocking"],
@@ -186,7 +187,7 @@ def python_thread_names(pid: int) -> dict[int, str]:
         threads = json.loads(done.stdout)
     except (OSError, subprocess.SubprocessError, ValueError):
         return {}
-    return {int(t["os_thread_id"]): re.sub(r"_\d+$", "", str(t["thread_name"]))
+    return {int(t["os_thread_id"]): re.sub(r"[-_]\d+$", "", str(t["thread_name"]))
             for t in threads if t.get("os_thread_id") and t.get("thread_name")}
 
 

@@ -18,12 +18,13 @@ def spin():
         pass
 for i in range(2):
     threading.Thread(target=spin, name=f"request_{i}", daemon=True).start()
+    threading.Thread(target=time.sleep, args=(30,), name=f"body-{i + 1}", daemon=True).start()
 print("ready", flush=True)
 time.sleep(30)
 """
 
 
-def test_a_named_busy_thread_gets_the_cpu_and_request_threads_count_as_one() -> None:
+def test_a_named_busy_thread_gets_the_cpu_and_numbered_threads_count_as_one() -> None:
     child = subprocess.Popen([sys.executable, "-c", BUSY], stdout=subprocess.PIPE, text=True)
     try:
         assert child.stdout is not None and child.stdout.readline().strip() == "ready"
@@ -36,7 +37,7 @@ def test_a_named_busy_thread_gets_the_cpu_and_request_threads_count_as_one() -> 
         child.wait()
         if child.stdout is not None:
             child.stdout.close()
-    assert sorted(set(names.values())) == ["MainThread", "request"]
+    assert sorted(set(names.values())) == ["MainThread", "body", "request"]
     used = cpu_by_thread_name(before, after, names)
     assert used["request"] > 0.3  # two spinning threads for a second, on a busy machine
     assert used.get("MainThread", 0.0) < 0.1  # asleep
