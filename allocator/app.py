@@ -1,4 +1,5 @@
-"""Flask app factory: ``gunicorn 'allocator.app:create_app()'`` (nothing is built at import).
+"""Flask app factory: ``create_app()`` (nothing is built at import; ``tessera allocator``
+serves it with granian, tessera/granian_server.py).
 
 Routes (verbs under the URL prefix, ``/scheduler`` by default):
 
@@ -106,12 +107,12 @@ class Runtime:
             t = threading.Thread(target=target, name=name, daemon=True)
             t.start()
             self.threads.append(t)
-        # gunicorn's worker returns from its loop on SIGTERM once the requests in flight are
-        # answered (or its graceful timeout passed) and exits through sys.exit: atexit runs.
+        # granian's worker stops on SIGTERM once the requests in flight are answered, and runs
+        # the atexit hooks on its way out (tessera/granian_server.py).
         atexit.register(self.close)
 
     def close(self) -> None:
-        """Graceful stop (runs at exit of the gunicorn worker, after it has answered the
+        """Graceful stop (runs at exit of the server's worker, after it has answered the
         requests in flight): stop the loops; a leader steps down, lets binds already past
         their leadership check finish, then releases its Lease, so the follower takes over
         within its 2 s retry instead of after the 15 s lease duration. Idempotent."""
@@ -174,15 +175,17 @@ def create_app(
     routes = VerbRoutes(app.wsgi_app, _verbs(runtime, prefix), settings.max_body_bytes,
                         inline=[f"{prefix}/{verb}" for verb in INLINE_VERBS])
     app.wsgi_app = routes  # type: ignore[method-assign]
-    # read by tessera.transport.WsgiBridge, which serves these paths in its event loop
+    # read by tessera.transport.WsgiBridge, which serves these paths in its event loop; the
+    # shipped server (granian, tessera/granian_server.py) runs every request in a thread
     app.inline_paths = routes.inline_paths  # type: ignore[attr-defined]
     if start:
         runtime.start()
     return app
 
 
-#: The verbs that only read the picture (API reads aside, see :class:`VerbRoutes`), answered
-#: in the server's event loop; bind writes to the API and runs in a request thread.
+#: The verbs that only read the picture (API reads aside, see :class:`VerbRoutes`), which a
+#: server with an event loop (tessera.transport.WsgiBridge) may answer there; bind writes to
+#: the API and always runs in a request thread.
 INLINE_VERBS = ("filter", "prioritize", "prioritize-cpu-only")
 
 #: What a verb makes of a request body: the reply's JSON. The flag is False when the verb is

@@ -1,7 +1,7 @@
 """Allocator configuration: one frozen value, read from ``TESSERA_*`` environment variables.
 
-``tessera allocator`` maps its flags onto the same variables, so the CLI and a bare gunicorn
-target (``allocator.app:create_app()``) read configuration the same way.
+``tessera allocator`` maps its flags onto the same variables, so the CLI and a bare WSGI
+server's target (``allocator.app:create_app()``) read configuration the same way.
 """
 
 from __future__ import annotations

@@ -145,7 +145,7 @@ def _stat_fields(path: str) -> list[bytes] | None:
 def group_cpu_seconds(pgid: int) -> float:
     """User + system CPU seconds of every live process in process group ``pgid`` (Linux
     ``/proc``), plus what their reaped children used. The dev cluster starts each component
-    in its own group, so gunicorn's master and worker count together."""
+    in its own group, so a server's main process and worker count together."""
     total = 0
     for entry in os.scandir("/proc"):
         if entry.name.isdigit():
@@ -156,7 +156,7 @@ def group_cpu_seconds(pgid: int) -> float:
 
 
 def worker_pid(pid: int) -> int:
-    """The first child of process ``pid`` (gunicorn's worker under its arbiter), else
+    """The first child of process ``pid`` (a server's worker under its main process), else
     ``pid`` itself."""
     try:
         with open(f"/proc/{pid}/task/{pid}/children") as fh:

@@ -2,7 +2,7 @@
 
 Setup (the dev-cluster harness, devcluster, without kube-scheduler so that this
 client is the only caller): etcd + kube-apiserver v1.34.4 on loopback, ``tessera allocator``
-(real gunicorn, one worker + threads, mutual TLS, the shipped RBAC and leader election on)
+(granian, one worker + threads, mutual TLS, the shipped RBAC and leader election on)
 watching it. Fake nodes of 8 cards x 16 GiB are created through the API (1,000, then grown to
 5,000); the allocator learns them from its node watch. Timing starts once the node writes of
 a growing cluster have settled (kube-controller-manager's TTL controller annotates every node

@@ -6,14 +6,14 @@ kube-scheduler's extender client keeps at most two idle connections to an extend
 a new connection whenever more of its calls overlap: the e2e run's
 ``tls_connections_per_pod``. This measures the price of each.
 
-The allocator runs as shipped (``tessera allocator``: gunicorn's asyncio worker, uvloop,
-mutual TLS) against an API server address where nothing listens, as bench/slow_clients.py
-starts it; the request is ``GET /healthz``. ``--requests`` of them one after another on one
-kept-alive connection, then as many on a new connection each (a full handshake with a client
-certificate; Python's client, like kube-scheduler's, does not resume sessions). CPU is the
-user + system time of the allocator's process group (gunicorn's arbiter and worker, as
-e2e_throughput counts it); the handshake's price is the difference per request. Modes
-alternate ``--runs`` times; medians.
+The allocator runs as shipped (``tessera allocator``: granian since issue 13's tenth pass,
+gunicorn's asyncio worker and uvloop before; mutual TLS) against an API server address where
+nothing listens, as bench/slow_clients.py starts it; the request is ``GET /healthz``.
+``--requests`` of them one after another on one kept-alive connection, then as many on a new
+connection each (a full handshake with a client certificate; Python's client, like
+kube-scheduler's, does not resume sessions). CPU is the user + system time of the allocator's
+process group (the server's main process and worker, as e2e_throughput counts it); the
+handshake's price is the difference per request. Modes alternate ``--runs`` times; medians.
 
 Usage: ``.venv/bin/python -m bench.speed.handshake_cost [--requests 500] [--runs 3]``
 """
