@@ -5,12 +5,15 @@
   request annotation and resources), bound with an allocation record when given one;
 - :func:`make_node`: a Node object with GPU resources;
 - :func:`request`, :func:`share`, :func:`whole`, :func:`node_state`, :func:`cards`: the
-  allocator's own values.
+  allocator's own values;
+- :func:`write_tls_pair`: a serving certificate and key written where a service reads them.
 """
 
 from __future__ import annotations
 
 import json
+import os
+from pathlib import Path
 from typing import Any
 
 from allocator.fit import Card, CardState, NodeState
@@ -172,3 +175,18 @@ def make_pod(
     if annotations:
         metadata["annotations"] = annotations
     return {"apiVersion": "v1", "kind": "Pod", "metadata": metadata, "spec": spec}
+
+
+def write_tls_pair(directory: Path, name: str) -> tuple[Path, Path, bytes]:
+    """``tls.crt`` and ``tls.key`` in ``directory`` for a new CA named after ``name``, each
+    replaced in one step (a rename), as a renewal writes them; and the certificate's PEM."""
+    from certs.builder import build_ca, build_leaf
+
+    ca = build_ca(f"ca-{name}")
+    leaf = build_leaf(ca, name, ["localhost"], ["127.0.0.1"])
+    cert, key = directory / "tls.crt", directory / "tls.key"
+    for path, data in ((cert, leaf.cert_pem), (key, leaf.key_pem)):
+        tmp = path.with_suffix(".tmp")
+        tmp.write_bytes(data)
+        os.replace(tmp, path)
+    return cert, key, leaf.cert_pem

@@ -8,15 +8,14 @@ from __future__ import annotations
 import io
 import json
 import logging
-import os
 import threading
 import time
 from pathlib import Path
 from typing import Any
 
 import pytest
+from builders import write_tls_pair
 
-from certs.builder import build_ca, build_leaf
 from tessera.granian_server import (
     BODY_WAIT_THREADS,
     BodyReaders,
@@ -196,21 +195,10 @@ def test_at_most_threads_requests_run_the_app_at_once() -> None:
     assert echo.most == 2
 
 
-def write_pair(directory: Path, name: str) -> tuple[Path, Path]:
-    ca = build_ca(f"ca-{name}")
-    leaf = build_leaf(ca, name, ["localhost"], ["127.0.0.1"])
-    cert, key = directory / "tls.crt", directory / "tls.key"
-    for path, data in ((cert, leaf.cert_pem), (key, leaf.key_pem)):
-        tmp = path.with_suffix(".tmp")
-        tmp.write_bytes(data)
-        os.replace(tmp, path)
-    return cert, key
-
-
 def test_the_watch_fires_once_files_changed_and_load_and_the_worker_is_old_enough(
     tmp_path: Path, caplog: pytest.LogCaptureFixture,
 ) -> None:
-    cert, key = write_pair(tmp_path, "first")
+    cert, key, _ = write_tls_pair(tmp_path, "first")
     now = [0.0]
     watch = TlsFilesWatch(str(cert), str(key), None, lambda: None, not_before=6.0,
                           clock=lambda: now[0])
@@ -220,19 +208,19 @@ def test_the_watch_fires_once_files_changed_and_load_and_the_worker_is_old_enoug
         assert not watch.check()
         assert not watch.check()
     assert caplog.text.count("do not load") == 1  # once per change
-    write_pair(tmp_path, "second")
+    write_tls_pair(tmp_path, "second")
     assert not watch.check()  # loads, but the worker is too young
     now[0] = 6.0
     assert watch.check()
 
 
 def test_the_watch_calls_back_and_stops(tmp_path: Path) -> None:
-    cert, key = write_pair(tmp_path, "first")
+    cert, key, _ = write_tls_pair(tmp_path, "first")
     called = threading.Event()
     watch = TlsFilesWatch(str(cert), str(key), None, called.set)
     runner = threading.Thread(target=watch.run, args=(threading.Event(), 0.05))
     runner.start()
-    write_pair(tmp_path, "second")
+    write_tls_pair(tmp_path, "second")
     assert called.wait(5)
     runner.join(5)
     assert not runner.is_alive()

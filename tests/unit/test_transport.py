@@ -9,7 +9,6 @@ import asyncio
 import contextlib
 import json
 import logging
-import os
 import ssl
 import threading
 from collections.abc import Iterable
@@ -17,8 +16,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from builders import write_tls_pair
 
-from certs.builder import build_ca, build_leaf
 from tessera.transport import (
     INLINE,
     CertificateFiles,
@@ -186,17 +185,6 @@ def test_failed_handshakes_are_reported_at_most_once_per_interval(
     ]
 
 
-def write_pair(directory: Path, name: str) -> tuple[Path, Path, bytes]:
-    ca = build_ca(f"ca-{name}")
-    leaf = build_leaf(ca, name, ["localhost"], ["127.0.0.1"])
-    cert, key = directory / "tls.crt", directory / "tls.key"
-    for path, data in ((cert, leaf.cert_pem), (key, leaf.key_pem)):
-        tmp = path.with_suffix(".tmp")
-        tmp.write_bytes(data)
-        os.replace(tmp, path)
-    return cert, key, leaf.cert_pem
-
-
 def handshake_in_memory(context: ssl.SSLContext) -> ssl.SSLObject:
     """A client (verifying nothing) after its handshake with a server using ``context``, with
     everything the server sent so far delivered to it."""
@@ -225,11 +213,11 @@ def served_pem(context: ssl.SSLContext) -> bytes:
 def test_changed_files_are_served_from_the_next_handshake_and_bad_ones_keep_the_last(
     tmp_path: Path, caplog: pytest.LogCaptureFixture,
 ) -> None:
-    cert, key, first = write_pair(tmp_path, "first")
+    cert, key, first = write_tls_pair(tmp_path, "first")
     files = CertificateFiles(str(cert), str(key))
     listener = files(None, None)
     assert served_pem(listener).strip() == first.strip()
-    *_, second = write_pair(tmp_path, "second")
+    *_, second = write_tls_pair(tmp_path, "second")
     assert served_pem(listener).strip() == second.strip()
     cert.write_text("not a certificate")
     with caplog.at_level(logging.WARNING, logger="tessera.transport"):
@@ -238,7 +226,7 @@ def test_changed_files_are_served_from_the_next_handshake_and_bad_ones_keep_the_
 
 
 def test_a_garbage_handshake_is_counted(tmp_path: Path) -> None:
-    cert, key, _ = write_pair(tmp_path, "garbage")
+    cert, key, _ = write_tls_pair(tmp_path, "garbage")
     files = CertificateFiles(str(cert), str(key))
     listener = files(None, None)
     incoming, outgoing = ssl.MemoryBIO(), ssl.MemoryBIO()
@@ -298,7 +286,7 @@ def test_needs_thread_outside_the_event_loop_is_a_bug_answered_500(
 
 
 def test_each_client_hello_counts_as_a_tls_connection(tmp_path: Path) -> None:
-    cert, key, _ = write_pair(tmp_path, "hello")
+    cert, key, _ = write_tls_pair(tmp_path, "hello")
     counted = TlsConnections()
     listener = CertificateFiles(str(cert), str(key), connections=counted)(None, None)
     served_pem(listener)
@@ -315,7 +303,7 @@ def issues_a_ticket(context: ssl.SSLContext) -> bool:
 
 
 def test_no_session_tickets_are_issued(tmp_path: Path) -> None:
-    cert, key, _ = write_pair(tmp_path, "tickets")
+    cert, key, _ = write_tls_pair(tmp_path, "tickets")
     assert not issues_a_ticket(CertificateFiles(str(cert), str(key))(None, None))
     default = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
     default.load_cert_chain(cert, key)
