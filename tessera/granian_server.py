@@ -17,9 +17,12 @@ What granian does not do, and this module does:
   :data:`~tessera.transport.BODY_SECONDS`, then answers 408. Only a complete request runs the
   app, in one of ``threads`` app slots; granian has :data:`BODY_WAIT_THREADS` more threads
   for the waiting, so stalled bodies hold no app slot, and it takes that many at once, each
-  renewed every 10 s, to delay other requests. A reader stays with its stalled client until it
-  sends or leaves (granian keeps the connection open to read the rest of the body); at most
+  renewed every 10 s, to delay other requests. Once the 408 is sent granian ends the request,
+  and the reader returns (the 408 goes out as an iterator: :func:`_then_wait`); at most
   :data:`BODY_READER_THREADS` readers exist, and past that a body is refused with 503 at once.
+- **Renewed TLS files reach the new worker.** granian resolves the files' symlinks once, when
+  the server is made; :func:`serve` resolves them again for each worker it starts (a Secret
+  volume's ``..data`` swap).
 - **Certificate renewal.** granian reads its TLS files when a worker starts. A
   :class:`TlsFilesWatch` thread in the worker notices changed files; once they load as a
   pair it stops the worker gracefully (the allocator steps down and releases its Lease) and
@@ -65,8 +68,8 @@ from tessera.transport import BODY_SECONDS, FIRST_REQUEST_SECONDS, WsgiApp
 
 logger = logging.getLogger(__name__)
 
-#: The most body readers that may exist at once (module doc): each one left waiting on a
-#: stalled client costs a thread until that client sends or leaves.
+#: The most body readers that may exist at once (module doc): each one waiting on a stalled
+#: client costs a thread until its 408 is sent.
 BODY_READER_THREADS: Final = 256
 #: granian threads beyond the app's ``threads``, for requests waiting for their bodies
 #: (module doc); granian makes them on demand and ends them when idle.
@@ -303,9 +306,9 @@ def _granian_log_config() -> dict[str, Any]:
 
 def server_options(serving: ServingConfig, *, threads: int) -> dict[str, Any]:
     """granian ``Server`` settings: one worker, with threads for ``threads`` app slots and
-    for requests waiting for their bodies (module doc); with a
-    certificate, HTTPS (TLS 1.2 or 1.3) with HTTP/2 offered; with a client CA too, a client
-    certificate is required. A worker that ends is started again (a TLS renewal ends it)."""
+    for requests waiting for their bodies (module doc); with a certificate, HTTPS (TLS 1.2 or
+    1.3) with HTTP/2 offered; with a client CA too, a client certificate is required. A
+    worker that ends is started again (a TLS renewal ends it)."""
     tls = bool(serving.tls_cert and serving.tls_key)
     return {
         "address": serving.host, "port": serving.port, "interface": Interfaces.WSGI,
