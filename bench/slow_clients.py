@@ -323,8 +323,8 @@ def measure(service: Service, args: argparse.Namespace, pki: Pki, work: Path) ->
     }
 
 
-COLUMNS = ["service", "slow", "slow_open", "opened_hello", "opened_headers", "reopened",
-           "requests", "served_within", "median_ms", "max_ms", "failed"]
+COLUMNS = ["service", "slow", "slow_open", "opened_hello", "opened_headers", "opened_body",
+           "reopened", "requests", "served_within", "median_ms", "max_ms", "failed"]
 
 
 def main(argv: list[str] | None = None) -> int:
