@@ -16,7 +16,6 @@ from __future__ import annotations
 import argparse
 import logging
 from collections.abc import Mapping
-from typing import Any
 
 from allocator.config import ENV_VARS, LISTENER, Settings
 from tessera import serving
@@ -66,13 +65,6 @@ def settings_from_args(
     settings = Settings.from_env(env)
     settings.check_serving()
     return settings
-
-
-def server_options(settings: Settings) -> dict[str, Any]:
-    """granian's settings for the allocator (:func:`tessera.granian_server.server_options`)."""
-    from tessera import granian_server
-
-    return granian_server.server_options(settings.serving, threads=settings.serving.threads)
 
 
 def run(args: argparse.Namespace) -> int:

@@ -44,7 +44,6 @@ from __future__ import annotations
 import atexit
 import http
 import io
-import json
 import logging
 import multiprocessing.util
 import os
@@ -120,12 +119,18 @@ class BodyReaders:
         while True:
             read, future = self._jobs.get()
             try:
-                future.set_result(read())
+                body = read()
             except BaseException as exc:  # the waiter reports it
+                self._free()
                 future.set_exception(exc)
-            finally:
-                with self._lock:
-                    self._busy -= 1
+            else:
+                # free before the waiter wakes: its next body must find this reader idle
+                self._free()
+                future.set_result(body)
+
+    def _free(self) -> None:
+        with self._lock:
+            self._busy -= 1
 
 
 def read_at_most(stream: Any, limit: int) -> bytes:
@@ -230,7 +235,7 @@ def _status_line(status: int) -> str:
 def refuse(environ: dict[str, Any], start_response: Callable[..., Any], status: int,
            message: str) -> list[bytes]:
     """An error answer in the services' JSON shape, asking an HTTP/1 client to close."""
-    body = json.dumps({"code": status, "message": message}).encode()
+    body = transport.error_body(status, message)
     headers = [("Content-Type", "application/json"), ("Content-Length", str(len(body)))]
     if str(environ.get("SERVER_PROTOCOL", "")).startswith("HTTP/1"):
         headers.append(("Connection", "close"))  # no such header in HTTP/2
@@ -262,9 +267,8 @@ class TlsFilesWatch:
         except (OSError, ssl.SSLError) as exc:
             if stamp != self._reported:
                 self._reported = stamp
-                paths = [p for p in (self.files.cert, self.files.key, self.files.client_ca) if p]
                 logger.warning("TLS files %s changed but do not load (%s); serving the "
-                               "previous certificate", ", ".join(paths), exc)
+                               "previous certificate", ", ".join(self.files.paths()), exc)
             return False
         return self.clock() >= self.not_before
 

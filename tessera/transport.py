@@ -191,8 +191,13 @@ def _header(scope: Scope, name: bytes) -> str | None:
     return None
 
 
+def error_body(status: int, message: str) -> bytes:
+    """The services' JSON error answer: ``{"code", "message"}``."""
+    return json.dumps({"code": status, "message": message}).encode()
+
+
 async def _refuse(send: Send, status: int, message: str) -> None:
-    body = json.dumps({"code": status, "message": message}).encode()
+    body = error_body(status, message)
     await _respond(send, status, [("Content-Type", "application/json"),
                                   ("Connection", "close")], body)
 
@@ -273,7 +278,7 @@ def call_wsgi(app: WsgiApp, environ: dict[str, Any]) -> tuple[int, list[tuple[st
             raise  # the bridge runs it again in a request thread
         logger.exception("unexpected error serving %s %s", environ.get("REQUEST_METHOD"),
                          environ.get("PATH_INFO"))
-        body = json.dumps({"code": 500, "message": "internal error"}).encode()
+        body = error_body(500, "internal error")
         return 500, [("Content-Type", "application/json")], body
     status, headers = started
     return int(status.split(" ", 1)[0]), list(headers), b"".join(chunks)
@@ -361,12 +366,13 @@ class CertificateFiles:
         listener.sslobject_class = CountedObject
         return listener
 
-    def _files(self) -> list[str]:
+    def paths(self) -> list[str]:
+        """The files given, in order (no client CA when none)."""
         return [p for p in (self.cert, self.key, self.client_ca) if p]
 
     def stamp(self) -> tuple[Any, ...]:
         stamps: list[Any] = []
-        for path in self._files():
+        for path in self.paths():
             try:
                 st = os.stat(path)
                 stamps.append((st.st_ino, st.st_mtime_ns, st.st_size))
@@ -396,7 +402,7 @@ class CertificateFiles:
                 self._current = self.load()
             except (OSError, ssl.SSLError) as exc:
                 logger.warning("TLS files %s do not load (%s); serving the previous "
-                               "certificate", ", ".join(self._files()), exc)
+                               "certificate", ", ".join(self.paths()), exc)
         return self._current
 
     def _on_client_hello(self, connection: Any, _server_name: str | None,

@@ -9,6 +9,7 @@ import pytest
 from allocator import cli
 from allocator.config import Settings
 from tessera.cli import build_parser
+from tessera.granian_server import server_options
 from tessera.vocabulary import ConfigError
 
 
@@ -18,7 +19,7 @@ def test_defaults_are_valid_and_single_process() -> None:
     assert settings.core.default_policy == "fgd-cpu"
     assert settings.core.agent_dialects == ("elastic",)
     assert settings.leader_election is True
-    options = cli.server_options(settings)
+    options = server_options(settings.serving, threads=settings.serving.threads)
     assert options["workers"] == 1 and options["interface"] == "wsgi"
     assert options["ssl_cert"] is None and not options["ssl_client_verify"]
 
@@ -59,7 +60,7 @@ def test_flags_override_environment_and_tls_enables_mutual_auth(
     assert settings.core.agent_dialects == ("elastic", "nano-gpu")
     assert settings.url_prefix == "/gpu"
     assert settings.serving.port == 8443 and not settings.leader_election
-    options = cli.server_options(settings)
+    options = server_options(settings.serving, threads=settings.serving.threads)
     assert options["ssl_ca"] == tmp_path / "ca.crt" and options["ssl_client_verify"]
 
 

@@ -188,7 +188,10 @@ def test_at_most_threads_requests_run_the_app_at_once() -> None:
     callers = [threading.Thread(target=call, args=(app, Stream(b"a"), "1")) for _ in range(5)]
     for t in callers:
         t.start()
-    time.sleep(0.3)
+    deadline = time.monotonic() + 5
+    while echo.running < 2 and time.monotonic() < deadline:
+        time.sleep(0.01)
+    time.sleep(0.2)  # time for a third to get in, were the slots not there
     hold.set()
     for t in callers:
         t.join(5)
