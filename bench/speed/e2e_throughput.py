@@ -54,7 +54,10 @@ watch, ``events`` the Events. ``tls_connections_per_pod`` is there only when the
 counts them (``floor-gunicorn``: granian does not).
 
 Usage: ``.venv/bin/python -m bench.speed.e2e_throughput [--nodes 1000] [--pods 2000]
-[--repeat 3] [--modes baseline whole share25 cpu-baseline cpu-only] [--py-spy DIR]``
+[--repeat 3] [--modes baseline whole share25 cpu-baseline cpu-only] [--py-spy DIR]
+[--pprof DIR [--pprof-seconds 20]]``: ``--pprof`` takes CPU profiles of kube-scheduler and
+kube-apiserver (Go's ``/debug/pprof``) from the scheduler's start, for the profile of where
+the control plane's time goes.
 """
 
 from __future__ import annotations
@@ -69,6 +72,7 @@ import subprocess
 import sys
 import threading
 import time
+import urllib.error
 import urllib.request
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -128,12 +132,15 @@ MODES: dict[str, Mode] = {
 #: Seconds after the last bind still counted as CPU of the run (watch events of the last
 #: binds, KWOK marking the last pods running): the same in every mode.
 SETTLE_S = 3.0
+#: Verbs whose mean time inside the allocator (its verb_seconds histogram) a row reports as
+#: ``<verb>_ms_mean``: filter lies on kube-scheduler's one-pod-at-a-time cycle, bind not.
+VERBS_TIMED = ("filter", "bind")
 COMPONENTS = ["etcd", "kube-apiserver", "kube-scheduler", "kube-controller-manager", "kwok",
               "allocator", "webhook"]
 COLUMNS = ["mode", "run", "bound", "p10_p90_pods_per_s", "overall_pods_per_s",
            "first_to_last_s", "ratio_vs_baseline", "cpu_total_s_per_1k",
            "cpu_added_s_per_1k", "cpu_allocator_s_per_1k", "calls_cpu_only",
-           "tls_connections_per_pod"]
+           "tls_connections_per_pod", "filter_ms_mean", "bind_ms_mean"]
 
 
 class BindWatch:
@@ -199,9 +206,13 @@ def _allocator_counters(dev: DevCluster) -> dict[str, float]:
     counters = {"calls_cpu_only": 0.0}
     for family in text_string_to_metric_families(text):
         for s in family.samples:
-            if (s.name == "tessera_allocator_verb_seconds_count"
-                    and s.labels.get("verb") == "prioritize-cpu-only"):
-                counters["calls_cpu_only"] += s.value
+            verb = s.labels.get("verb")
+            if s.name == "tessera_allocator_verb_seconds_count" and verb:
+                counters[f"{verb}_count"] = s.value
+                if verb == "prioritize-cpu-only":
+                    counters["calls_cpu_only"] += s.value
+            elif s.name == "tessera_allocator_verb_seconds_sum" and verb:
+                counters[f"{verb}_seconds"] = s.value
             elif s.name == "tessera_allocator_tls_connections_total":
                 counters["tls_connections"] = counters.get("tls_connections", 0.0) + s.value
     return counters
@@ -222,8 +233,46 @@ def _start_py_spy(dev: DevCluster, out: Path) -> subprocess.Popen[bytes] | None:
     return proc
 
 
+#: What ``--pprof`` records: the Go components whose CPU profile is taken, by process name.
+PPROF_COMPONENTS = ("kube-scheduler", "kube-apiserver")
+#: Tries of ``--pprof`` while a component still forbids it (0.2 s apart).
+PPROF_ATTEMPTS = 50
+
+
+def _start_pprof(dev: DevCluster, seconds: int, out: Path) -> list[threading.Thread]:
+    """Threads taking a ``seconds``-long CPU profile of kube-scheduler and kube-apiserver
+    (``/debug/pprof/profile``, on by default in both; asked as the admin) into
+    ``out``-<component>.pprof, from now."""
+    cp = dev.control_plane
+    context = client_context(cp.ca_file, cp.pki_dir / "admin.crt", cp.pki_dir / "admin.key")
+    ports = {"kube-scheduler": cp.scheduler_port, "kube-apiserver": cp.apiserver_port}
+    out.parent.mkdir(parents=True, exist_ok=True)
+
+    def take(component: str) -> None:
+        url = f"https://127.0.0.1:{ports[component]}/debug/pprof/profile?seconds={seconds}"
+        for _attempt in range(PPROF_ATTEMPTS):
+            try:
+                with urllib.request.urlopen(url, timeout=seconds + 30,
+                                            context=context) as response:
+                    Path(f"{out}-{component}.pprof").write_bytes(response.read())
+                return
+            except urllib.error.HTTPError as exc:
+                # kube-scheduler answers /healthz before its delegated authentication has
+                # read the client CA: until then the admin is anonymous (403)
+                if exc.code != 403:
+                    raise
+                time.sleep(0.2)
+        raise RuntimeError(f"{component}: /debug/pprof still forbidden")
+
+    started = [threading.Thread(target=take, args=(c,), daemon=True) for c in PPROF_COMPONENTS]
+    for t in started:
+        t.start()
+    return started
+
+
 def run_mode(mode: str, nodes: int, pods: int, threads: int, timeout: float,
-             profile: Path | None = None) -> dict[str, Any]:
+             profile: Path | None = None, pprof: Path | None = None,
+             pprof_seconds: int = 20) -> dict[str, Any]:
     spec = MODES[mode]
     tessera = spec.tessera
     dev = DevCluster(ensure_binaries(), None,
@@ -265,6 +314,8 @@ def run_mode(mode: str, nodes: int, pods: int, threads: int, timeout: float,
         cpu_before = cpu_seconds(dev)
         t_start = time.perf_counter()
         dev.control_plane.start_scheduler()  # the configuration dev.start() ran
+        # from the scheduler's first answer to /healthz: scheduling has begun
+        profiling = _start_pprof(dev, pprof_seconds, pprof) if pprof is not None else []
         deadline = time.perf_counter() + timeout
         while len(watch.bound) < pods and time.perf_counter() < deadline:
             time.sleep(0.5)
@@ -274,6 +325,8 @@ def run_mode(mode: str, nodes: int, pods: int, threads: int, timeout: float,
         if spy is not None:
             spy.send_signal(signal.SIGINT)
             spy.wait(timeout=60)
+        for t in profiling:
+            t.join(timeout=pprof_seconds + 60)
         watch.stop.set()
         times = sorted(watch.bound.values())
         per_1k = 1000 / max(1, len(times))
@@ -283,6 +336,13 @@ def run_mode(mode: str, nodes: int, pods: int, threads: int, timeout: float,
             counters = _allocator_counters(dev)
             row["calls_cpu_only"] = int(counters["calls_cpu_only"]
                                         - counters_before["calls_cpu_only"])
+            for verb in VERBS_TIMED:
+                calls = counters.get(f"{verb}_count", 0.0) - counters_before.get(
+                    f"{verb}_count", 0.0)
+                if calls:
+                    row[f"{verb}_ms_mean"] = round(
+                        1000 * (counters[f"{verb}_seconds"]
+                                - counters_before.get(f"{verb}_seconds", 0.0)) / calls, 2)
             if "tls_connections" in counters:  # counted by floor-gunicorn's server only
                 # less 1: the connection this read of /metrics came on
                 row["tls_connections_per_pod"] = round(
@@ -340,6 +400,12 @@ def main() -> None:
     parser.add_argument("--py-spy", type=Path, default=None, metavar="DIR",
                         help="record the allocator with py-spy into DIR/<mode>-<run>.txt "
                              "(collapsed stacks)")
+    parser.add_argument("--pprof", type=Path, default=None, metavar="DIR",
+                        help="CPU profiles of kube-scheduler and kube-apiserver from the "
+                             "scheduler's start into DIR/<mode>-<run>-<component>.pprof "
+                             "(read with: go tool pprof -top FILE)")
+    parser.add_argument("--pprof-seconds", type=int, default=20,
+                        help="how long --pprof profiles (keep it inside the scheduling)")
     parser.add_argument("--stem", default="speed_e2e")
     args = parser.parse_args()
     rows: list[dict[str, Any]] = []
@@ -347,7 +413,9 @@ def main() -> None:
         batch = []
         for mode in args.modes:
             profile = None if args.py_spy is None else args.py_spy / f"{mode}-{run}.txt"
-            row = run_mode(mode, args.nodes, args.pods, args.threads, args.timeout, profile)
+            pprof = None if args.pprof is None else args.pprof / f"{mode}-{run}"
+            row = run_mode(mode, args.nodes, args.pods, args.threads, args.timeout, profile,
+                           pprof, args.pprof_seconds)
             row["run"] = run
             batch.append(row)
         for r in batch:
@@ -369,7 +437,8 @@ def main() -> None:
             key: _median(mine, key) for key in
             ["bound", "p10_p90_pods_per_s", "overall_pods_per_s", "first_to_last_s",
              "ratio_vs_baseline", "cpu_total_s_per_1k", "cpu_added_s_per_1k",
-             "calls_cpu_only", "tls_connections_per_pod", *cpu_columns]},
+             "calls_cpu_only", "tls_connections_per_pod", "filter_ms_mean", "bind_ms_mean",
+             *cpu_columns]},
             **_thread_medians(mine)})
     print()
     print_table(rows + medians, [*COLUMNS, "scheduler_start_to_first_s"])
