@@ -32,6 +32,7 @@ Nothing here decides anything: the caller passes the function whose answers are 
 
 from __future__ import annotations
 
+import functools
 import threading
 from collections.abc import Callable, Hashable, Iterable, Sequence
 from dataclasses import dataclass
@@ -42,6 +43,7 @@ import numpy as np
 import numpy.typing as npt
 
 from allocator.fit import CardSignature, NodeState, Unfit, node_signature
+from tessera.vocabulary import PodRequest, encode_request
 
 T = TypeVar("T")
 U = TypeVar("U")
@@ -60,6 +62,12 @@ CONTENT_LIMIT = 100_000
 #: What makes two nodes alike: the sorted signatures of their cards (see
 #: :data:`allocator.fit.CardSignature` for what is left out, and why).
 ContentKey = tuple[CardSignature, ...]
+
+#: A pod request's shape, the key its answers are memoised by: its canonical encoding, made
+#: once per distinct request (a filter asks for it two or three times, and most pods ask
+#: alike; equal requests encode alike, so nothing is shared that should not be).
+request_shape: Callable[[PodRequest], str] = functools.lru_cache(maxsize=SHAPE_LIMIT)(
+    encode_request)
 
 #: A fit verdict as filter memoises it: None when the pod fits, else why not.
 FitVerdict = Unfit | None

@@ -42,6 +42,7 @@ from allocator.content_memo import (
     bucket_value,
     cpu_keys,
     decode_cpu_key,
+    request_shape,
 )
 from allocator.decisions import NO_HOOKS, DecisionHooks, PodRef
 from allocator.errors import ApiError, BindError, Conflict, NotFound, NotReady, WouldBlock
@@ -75,7 +76,6 @@ from tessera.vocabulary import (
     TesseraError,
     Vocabulary,
     encode_allocation,
-    encode_request,
 )
 
 logger = logging.getLogger(__name__)
@@ -448,7 +448,7 @@ class Allocator:
         the thousands of alike nodes of a big cluster cost one :func:`unfit_reason`, kept per
         content id and per node slot (:mod:`allocator.content_memo`)."""
         contents = self.state.node_contents
-        shape = encode_request(request)
+        shape = request_shape(request)
         numbers = contents.numbers(
             contents.fit_slots, shape, nodes, nodes.contents,
             contents.fit_verdicts.answers(shape), self._verdict_of(request),
@@ -460,7 +460,7 @@ class Allocator:
                       ) -> dict[int, FitVerdict]:
         """The verdict of every distinct content among ``contents``."""
         node_contents = self.state.node_contents
-        memo = node_contents.fit_verdicts.answers(encode_request(request))
+        memo = node_contents.fit_verdicts.answers(request_shape(request))
         return node_contents.answers(contents, memo, self._verdict_of(request))
 
     def _verdict_of(self, request: PodRequest) -> Callable[[int], FitVerdict]:
@@ -511,7 +511,7 @@ class Allocator:
         # one placement per distinct content, the bias added per node.
         bias = policy.name_bias()
         thresholds = self._cpu_thresholds(policy, ctx.workload)
-        shape = (policy.name, encode_request(request), ctx.workload, thresholds)
+        shape = (policy.name, request_shape(request), ctx.workload, thresholds)
 
         def raw_score(state: NodeState, before: int = 0, after: int = 0) -> RawScore:
             scored = ctx if not thresholds else _at_buckets(ctx, state.name, thresholds,
