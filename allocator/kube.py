@@ -23,6 +23,7 @@ import urllib3
 from kubernetes import client, config
 from kubernetes.config.config_exception import ConfigException
 
+from allocator.curl_pool import CurlError, CurlPool
 from allocator.errors import ApiError, Conflict, Gone, NotFound
 from allocator.ports import Obj, WatchEvent
 
@@ -78,6 +79,11 @@ class KubeClient:
         self._api = api_client
         self._clock = clock
         self._auth: tuple[float, dict[str, str]] = (float("-inf"), {})
+        cfg = api_client.configuration
+        #: one-shot requests through libcurl (allocator/curl_pool.py), unless the
+        #: configuration asks for what that path does not do; watches always on urllib3
+        self.curl = CurlPool.for_configuration(
+            cfg, cfg.connection_pool_maxsize or BACKGROUND_CONNECTIONS)
 
     @classmethod
     def from_config(cls, kubeconfig: str | None = None, context: str | None = None, *,
@@ -127,11 +133,15 @@ class KubeClient:
             headers["Content-Type"] = content_type
         return headers
 
+    def _url(self, path: str, query: list[tuple[str, Any]] | None) -> str:
+        host: str = self._api.configuration.host
+        return host + path + ("?" + urlencode(query) if query else "")
+
     def _send(self, method: str, path: str, query: list[tuple[str, Any]] | None = None,
               body: Any = None, content_type: str = "application/json",
               timeout: tuple[float, float] = REQUEST_TIMEOUT) -> urllib3.BaseHTTPResponse:
         """Send one request on the pooled connections; the response is not read yet."""
-        url = self._api.configuration.host + path + ("?" + urlencode(query) if query else "")
+        url = self._url(path, query)
         payload = None if body is None else orjson.dumps(body)
         try:
             return self._api.rest_client.pool_manager.request(
@@ -142,15 +152,28 @@ class KubeClient:
         except (urllib3.exceptions.HTTPError, OSError) as exc:
             raise ApiError(f"{method} {path}: {exc}") from exc
 
-    def _json(self, method: str, path: str, **kwargs: Any) -> Obj:
-        resp = self._send(method, path, **kwargs)
+    def _json(self, method: str, path: str, query: list[tuple[str, Any]] | None = None,
+              body: Any = None, content_type: str = "application/json",
+              timeout: tuple[float, float] = REQUEST_TIMEOUT) -> Obj:
         what = f"{method} {path}"
-        try:
-            data = resp.read()  # all of it: the connection goes back to the pool
-        except (urllib3.exceptions.HTTPError, OSError) as exc:
-            raise ApiError(f"{what}: {exc}") from exc
-        if not 200 <= resp.status < 300:
-            raise _error(resp.status, data, what)
+        if self.curl is not None:
+            payload = None if body is None else orjson.dumps(body)
+            headers = self._headers(content_type if payload is not None else None)
+            try:
+                status, data = self.curl.request(
+                    method, self._url(path, query), payload,
+                    [f"{k}: {v}" for k, v in headers.items()], timeout)
+            except CurlError as exc:
+                raise ApiError(f"{what}: {exc}") from exc
+        else:
+            resp = self._send(method, path, query, body, content_type, timeout)
+            try:
+                data = resp.read()  # all of it: the connection goes back to the pool
+            except (urllib3.exceptions.HTTPError, OSError) as exc:
+                raise ApiError(f"{what}: {exc}") from exc
+            status = resp.status
+        if not 200 <= status < 300:
+            raise _error(status, data, what)
         try:
             doc = orjson.loads(data)
         except ValueError as exc:

@@ -70,15 +70,21 @@ class _Handler(BaseHTTPRequestHandler):
             self._reply(201, {"kind": "Status", "status": "Success"})
 
 
-@pytest.fixture(scope="module")
-def kube() -> Iterator[KubeClient]:
+@pytest.fixture(scope="module", params=["libcurl", "urllib3"])
+def kube(request: pytest.FixtureRequest) -> Iterator[KubeClient]:
+    """The adapter over each of its transports for one-shot requests: libcurl (what a plain
+    configuration gets) and urllib3 (what one with a proxy gets; watches always)."""
     server = ThreadingHTTPServer(("127.0.0.1", 0), _Handler)
     thread = threading.Thread(target=server.serve_forever, daemon=True)
     thread.start()
     cfg = client.Configuration()
     cfg.host = f"http://127.0.0.1:{server.server_port}"
     api_client = client.ApiClient(cfg)
-    yield KubeClient(api_client)
+    kube = KubeClient(api_client)
+    assert kube.curl is not None
+    if request.param == "urllib3":
+        kube.curl = None
+    yield kube
     api_client.close()
     server.shutdown()
     server.server_close()
@@ -139,14 +145,17 @@ def test_an_unreachable_api_server_is_an_api_error() -> None:
 
 
 class _SlowHandler(BaseHTTPRequestHandler):
-    """Answers every GET after a pause, so that a burst of requests is in flight at once."""
+    """Answers every GET after a pause, so that a burst of requests is in flight at once;
+    notes the client's address of each (one per connection)."""
 
     protocol_version = "HTTP/1.1"  # kept-alive connections, as the API server's
+    connections: ClassVar[set[tuple[str, int]]] = set()
 
     def log_message(self, *args: Any) -> None:
         pass
 
     def do_GET(self) -> None:
+        _SlowHandler.connections.add(self.client_address)
         time.sleep(0.3)
         data = json.dumps({"metadata": {"name": "p"}}).encode()
         self.send_response(200)
@@ -169,16 +178,22 @@ def test_a_burst_as_wide_as_the_request_threads_reuses_pooled_connections(
         "contexts": [{"name": "c", "context": {"cluster": "c", "user": "u"}}],
     }))
     threads = 16  # the allocator's default request threads (allocator/config.py)
-    kube = KubeClient.from_config(str(kubeconfig), request_threads=threads)
-    try:
+    for transport in ("libcurl", "urllib3"):
+        _SlowHandler.connections.clear()
+        kube = KubeClient.from_config(str(kubeconfig), request_threads=threads)
+        assert kube.curl is not None
+        if transport == "urllib3":
+            kube.curl = None
         with caplog.at_level(logging.WARNING, logger="urllib3"):
             for _ in range(2):  # the second burst finds every connection in the pool
                 with ThreadPoolExecutor(threads) as pool:
-                    pods = list(pool.map(lambda i: kube.get_pod("ns", f"p{i}"), range(threads)))
+                    pods = list(pool.map(kube.get_pod, ["ns"] * threads,
+                                         [f"p{i}" for i in range(threads)]))
                 assert len(pods) == threads
-    finally:
-        server.shutdown()
-        server.server_close()
+        # every connection of the first burst served the second: none was opened again
+        assert len(_SlowHandler.connections) == threads, transport
+    server.shutdown()
+    server.server_close()
     assert [r.getMessage() for r in caplog.records if "pool is full" in r.getMessage()] == []
 
 
