@@ -1,14 +1,17 @@
 """The Kubernetes API adapter: the only module of the allocator that imports ``kubernetes``.
 
 It uses the official client for what it is good at — loading a kubeconfig or the in-cluster
-service account, TLS, bearer-token refresh, the pooled (kept-alive) HTTP connections its
-``rest_client`` builds from them — and speaks JSON to the API server directly, returning
+service account, TLS settings, bearer-token refresh, the pooled (kept-alive) HTTP connections
+its ``rest_client`` builds from them — and speaks JSON to the API server directly, returning
 plain dicts exactly as the server sends them (no model objects: the state reads the same
 shapes in tests and in production, and decoding a list of 5,000 nodes into pydantic models
-would be wasted work). Requests go straight to that connection pool: the client's generic
-request path (``param_serialize``, ``sanitize_for_serialization``, ``call_api``) walks
-every body and parameter in Python on the way (measured in docs/benchmarks.md, issue 13).
-Every transport error and error status is wrapped once into :mod:`allocator.errors`.
+would be wasted work). Watches go straight to that connection pool; one-shot requests (a
+Binding, a patch, an Event, a Lease, a list page) go through libcurl with the same TLS
+material and headers (:mod:`allocator.curl_pool`), unless the configuration asks for what
+that path does not do. Neither takes the client's generic request path
+(``param_serialize``, ``sanitize_for_serialization``, ``call_api``), which walks every body
+and parameter in Python (measured in docs/benchmarks.md, issue 13). Every transport error
+and error status is wrapped once into :mod:`allocator.errors`.
 """
 
 from __future__ import annotations
@@ -92,10 +95,11 @@ class KubeClient:
         default kubeconfig (``KUBECONFIG`` / ``~/.kube/config``). A ``context`` names one of
         the kubeconfig's contexts (and so always reads a kubeconfig).
 
-        The connection pool holds one connection per request thread plus the background
-        ones: the client's default (5 per CPU) is smaller than a burst of binds on a small
-        machine, and urllib3 then opens extra connections and throws them away ("Connection
-        pool is full"), a TLS handshake to the API server each."""
+        The connection pools (urllib3's, and libcurl's handles) keep one connection per
+        request thread plus the background ones: the client's default (5 per CPU) is smaller
+        than a burst of binds on a small machine, and a pool then opens extra connections and
+        throws them away (urllib3: "Connection pool is full"), a TLS handshake to the API
+        server each."""
         cfg = client.Configuration()
         try:
             if kubeconfig or context:
