@@ -40,18 +40,20 @@ excluded); the overall rate (all pods / first-to-last) is reported too. CPU: use
 seconds of each component's process group (``/proc``) from the scheduler's start until
 :data:`SETTLE_S` after the last bind, per 1,000 pods; *added* is a mode's total minus the
 baseline's of the same repeat. ``--repeat N`` runs every mode N times (interleaved) and
-reports medians. ``calls_cpu_only`` is how often the allocator answered
-``prioritize-cpu-only`` in the run, ``tls_connections_per_pod`` how many TLS connections it
-began per pod bound (its /metrics; kube-scheduler keeps at most two idle connections per
-extender, and opens more while filter and binds overlap). ``allocator_threads_s_per_1k``
-splits the allocator's CPU in the same window by thread (``/proc`` per thread, named by
-``py-spy dump``): on granian (the allocator's server) ``Dummy`` are granian's threads that
-run the verbs, ``body`` the body readers, ``other`` granian's Rust threads (TLS, HTTP; py-spy
-names no Python thread there); on gunicorn (``floor-gunicorn``) ``MainThread`` is the event
-loop (TLS, HTTP, filter answered inline) and ``request`` the bind threads; ``sync-pods`` the
-pod watch (``watch-bound-pods`` too before issue 13's seventh pass), ``watch-nodes`` the node
-watch, ``events`` the Events. ``tls_connections_per_pod`` is there only when the server
-counts them (``floor-gunicorn``: granian does not).
+reports medians. ``filter_ms_mean`` and ``bind_ms_mean`` are the allocator's own mean time
+inside each verb over the run (its ``tessera_allocator_verb_seconds``). ``calls_cpu_only``
+is how often the allocator answered ``prioritize-cpu-only`` in the run,
+``tls_connections_per_pod`` how many TLS connections it began per pod bound (its /metrics;
+kube-scheduler keeps at most two idle connections per extender, and opens more while filter
+and binds overlap). ``allocator_threads_s_per_1k`` splits the allocator's CPU in the same
+window by thread (``/proc`` per thread, named by ``py-spy dump``): on granian (the
+allocator's server) ``Dummy`` are granian's threads that run the verbs, ``body`` the body
+readers, ``other`` granian's Rust threads (TLS, HTTP; py-spy names no Python thread there);
+on gunicorn (``floor-gunicorn``) ``MainThread`` is the event loop (TLS, HTTP, filter
+answered inline) and ``request`` the bind threads; ``sync-pods`` the pod watch
+(``watch-bound-pods`` too before issue 13's seventh pass), ``watch-nodes`` the node watch,
+``events`` the Events. ``tls_connections_per_pod`` is there only when the server counts them
+(``floor-gunicorn``: granian does not).
 
 Usage: ``.venv/bin/python -m bench.speed.e2e_throughput [--nodes 1000] [--pods 2000]
 [--repeat 3] [--modes baseline whole share25 cpu-baseline cpu-only] [--py-spy DIR]
