@@ -10,7 +10,8 @@ on urllib3 (:mod:`allocator.kube`): few, long-lived, read line by line.
 Only what the kubeconfig's TLS settings say is done here: the API server's CA (file or
 inline), a client certificate and key (files, as the official client writes them), or no
 verification when the kubeconfig asks for none. A configuration that asks for more — a proxy,
-a TLS server name or hostname check of its own, socket options, retries — gets no pool
+a TLS server name or hostname check of its own, socket options, retries, or verification
+against the system's trust store (no CA given) — gets no pool
 (:meth:`CurlPool.for_configuration` is None) and its requests stay on urllib3.
 
 Each request resets its handle and sets every option again (nothing of one request leaks
@@ -56,12 +57,17 @@ class CurlPool:
         None when ``cfg`` asks for what this path does not do (module doc)."""
         if getattr(cfg, "proxy", None) or any(getattr(cfg, f, None) for f in _NOT_MIRRORED):
             return None
+        ca_data = getattr(cfg, "ca_cert_data", None)
+        if (str(cfg.host).startswith("https:") and cfg.verify_ssl
+                and not (cfg.ssl_ca_cert or ca_data)):
+            # Verified against the system's trust store: where libcurl's build looks for one
+            # is not necessarily where this system keeps it; urllib3 asks Python's ssl.
+            return None
         tls: list[tuple[int, Any]] = []
         if not cfg.verify_ssl:
             tls += [(pycurl.SSL_VERIFYPEER, 0), (pycurl.SSL_VERIFYHOST, 0)]
         if cfg.ssl_ca_cert:
             tls.append((pycurl.CAINFO, str(cfg.ssl_ca_cert)))
-        ca_data = getattr(cfg, "ca_cert_data", None)
         if ca_data:
             tls.append((pycurl.CAINFO_BLOB,
                         ca_data.encode() if isinstance(ca_data, str) else bytes(ca_data)))

@@ -64,6 +64,7 @@ def base() -> Iterator[str]:
 def _cfg(**fields: Any) -> client.Configuration:
     cfg = client.Configuration()
     cfg.host = "https://127.0.0.1:6443"
+    cfg.ssl_ca_cert = "/ca.crt"
     for name, value in fields.items():
         setattr(cfg, name, value)
     return cfg
@@ -75,20 +76,21 @@ def _cfg(**fields: Any) -> client.Configuration:
     {"assert_hostname": "kubernetes"},
     {"retries": 5},
     {"socket_options": [(6, 1, 1)]},
+    {"ssl_ca_cert": None},  # verified against the system's trust store
 ])
 def test_a_configuration_asking_for_more_stays_on_urllib3(fields: dict[str, Any]) -> None:
     assert CurlPool.for_configuration(_cfg(**fields), 4) is None
 
 
 def test_the_tls_options_are_the_kubeconfigs() -> None:
-    pool = CurlPool.for_configuration(
-        _cfg(ssl_ca_cert="/ca.crt", cert_file="/tls.crt", key_file="/tls.key"), 4)
+    pool = CurlPool.for_configuration(_cfg(cert_file="/tls.crt", key_file="/tls.key"), 4)
     assert pool is not None
     assert pool.tls == [(pycurl.CAINFO, "/ca.crt"), (pycurl.SSLCERT, "/tls.crt"),
-                         (pycurl.SSLKEY, "/tls.key")]
-    inline = CurlPool.for_configuration(_cfg(ca_cert_data="-----BEGIN CERT"), 4)
+                        (pycurl.SSLKEY, "/tls.key")]
+    inline = CurlPool.for_configuration(
+        _cfg(ssl_ca_cert=None, ca_cert_data="-----BEGIN CERT"), 4)
     assert inline is not None and inline.tls == [(pycurl.CAINFO_BLOB, b"-----BEGIN CERT")]
-    unverified = CurlPool.for_configuration(_cfg(verify_ssl=False), 4)
+    unverified = CurlPool.for_configuration(_cfg(ssl_ca_cert=None, verify_ssl=False), 4)
     assert unverified is not None
     assert unverified.tls == [(pycurl.SSL_VERIFYPEER, 0), (pycurl.SSL_VERIFYHOST, 0)]
 
