@@ -35,8 +35,8 @@ What granian does not do, and this module does:
   root logger's JSON handler (:mod:`tessera.logs`).
 
 What is lost against the webhook's stack: failed TLS handshakes are not reported in an
-INFO log line (rustls gives no hook; granian logs each at DEBUG, ``TCP handshake failed``)
-and new TLS connections are not counted.
+INFO log line (rustls gives no hook; granian logs each at DEBUG, ``TCP handshake failed`` or,
+from 2.8.9, ``TCP accept failed``) and new TLS connections are not counted.
 """
 
 from __future__ import annotations
