@@ -3,9 +3,10 @@ list page) through libcurl, on a pool of handles that each keep their connection
 
 Why: every bind writes one Binding, on kube-scheduler's path. Through urllib3 and
 ``http.client`` a request and its answer cost the allocator ~0.6 ms of CPU under the GIL
-(header parsing by the ``email`` package, URL parsing, pool bookkeeping); libcurl does the
-same in C with the GIL released (docs/benchmarks.md, issue 13's eleventh pass). Watches stay
-on urllib3 (:mod:`allocator.kube`): few, long-lived, read line by line.
+(the tenth pass's profile showed header parsing by the ``email`` package and URL parsing
+among it); libcurl does the same in C with the GIL released (docs/benchmarks.md, issue 13's
+eleventh pass). Watches stay on urllib3 (:mod:`allocator.kube`): few, long-lived, read line
+by line.
 
 Only what the kubeconfig's TLS settings say is done here: the API server's CA (file or
 inline), a client certificate and key (files, as the official client writes them), or no
@@ -37,8 +38,8 @@ class CurlError(Exception):
 
 #: Configuration fields whose use this path does not mirror (module doc): any of them set,
 #: and requests stay on urllib3.
-_NOT_MIRRORED: Final = ("assert_hostname", "tls_server_name", "socket_options", "retries",
-                        "proxy_ssl_context")
+_NOT_MIRRORED: Final = ("proxy", "assert_hostname", "tls_server_name", "socket_options",
+                        "retries")
 
 
 class CurlPool:
@@ -55,7 +56,7 @@ class CurlPool:
     def for_configuration(cls, cfg: Any, limit: int) -> CurlPool | None:
         """A pool for the API server of ``cfg`` (a ``kubernetes.client.Configuration``), or
         None when ``cfg`` asks for what this path does not do (module doc)."""
-        if getattr(cfg, "proxy", None) or any(getattr(cfg, f, None) for f in _NOT_MIRRORED):
+        if any(getattr(cfg, f, None) for f in _NOT_MIRRORED):
             return None
         ca_data = getattr(cfg, "ca_cert_data", None)
         if (str(cfg.host).startswith("https:") and cfg.verify_ssl
@@ -123,9 +124,3 @@ class CurlPool:
         """Handles kept for the next requests (each with its connection)."""
         with self._lock:
             return len(self._idle)
-
-    def close(self) -> None:
-        with self._lock:
-            idle, self._idle = self._idle, []
-        for handle in idle:
-            handle.close()

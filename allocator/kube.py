@@ -141,16 +141,13 @@ class KubeClient:
         host: str = self._api.configuration.host
         return host + path + ("?" + urlencode(query) if query else "")
 
-    def _send(self, method: str, path: str, query: list[tuple[str, Any]] | None = None,
-              body: Any = None, content_type: str = "application/json",
-              timeout: tuple[float, float] = REQUEST_TIMEOUT) -> urllib3.BaseHTTPResponse:
-        """Send one request on the pooled connections; the response is not read yet."""
-        url = self._url(path, query)
-        payload = None if body is None else orjson.dumps(body)
+    def _send(self, method: str, path: str, query: list[tuple[str, Any]] | None,
+              payload: bytes | None, headers: dict[str, str],
+              timeout: tuple[float, float]) -> urllib3.BaseHTTPResponse:
+        """Send one request on urllib3's pooled connections; the response is not read yet."""
         try:
             return self._api.rest_client.pool_manager.request(
-                method, url, body=payload,
-                headers=self._headers(content_type if payload is not None else None),
+                method, self._url(path, query), body=payload, headers=headers,
                 timeout=urllib3.Timeout(connect=timeout[0], read=timeout[1]),
                 preload_content=False)
         except (urllib3.exceptions.HTTPError, OSError) as exc:
@@ -160,9 +157,9 @@ class KubeClient:
               body: Any = None, content_type: str = "application/json",
               timeout: tuple[float, float] = REQUEST_TIMEOUT) -> Obj:
         what = f"{method} {path}"
+        payload = None if body is None else orjson.dumps(body)
+        headers = self._headers(content_type if payload is not None else None)
         if self.curl is not None:
-            payload = None if body is None else orjson.dumps(body)
-            headers = self._headers(content_type if payload is not None else None)
             try:
                 status, data = self.curl.request(
                     method, self._url(path, query), payload,
@@ -170,7 +167,7 @@ class KubeClient:
             except CurlError as exc:
                 raise ApiError(f"{what}: {exc}") from exc
         else:
-            resp = self._send(method, path, query, body, content_type, timeout)
+            resp = self._send(method, path, query, payload, headers, timeout)
             try:
                 data = resp.read()  # all of it: the connection goes back to the pool
             except (urllib3.exceptions.HTTPError, OSError) as exc:
@@ -208,7 +205,8 @@ class KubeClient:
                timeout_seconds: int) -> Iterator[WatchEvent]:
         q = [*query, ("watch", "true"), ("resourceVersion", resource_version),
              ("timeoutSeconds", timeout_seconds), ("allowWatchBookmarks", "true")]
-        resp = self._send("GET", path, query=q, timeout=(2.0, timeout_seconds + 30))
+        resp = self._send("GET", path, q, None, self._headers(None),
+                          (2.0, timeout_seconds + 30))
         try:
             if not 200 <= resp.status < 300:
                 raise _error(resp.status, resp.read(), f"watch {path}")

@@ -197,22 +197,21 @@ def _serve_floor(dev: DevCluster, server: str) -> None:
 
 def _allocator_counters(dev: DevCluster) -> dict[str, float]:
     """From the allocator's /metrics (over mutual TLS as the admin, on a connection of its
-    own): how often it answered ``prioritize-cpu-only``, and the TLS connections it has begun
-    when its server counts them (only floor-gunicorn's does: no ``tls_connections`` else)."""
+    own): each verb's calls and seconds so far (``<verb>_count``, ``<verb>_seconds``), and the
+    TLS connections it has begun when its server counts them (only floor-gunicorn's does: no
+    ``tls_connections`` else)."""
     cp = dev.control_plane
     context = ssl.create_default_context(cafile=str(cp.ca_file))
     context.load_cert_chain(str(cp.pki_dir / "admin.crt"), str(cp.pki_dir / "admin.key"))
     url = f"https://127.0.0.1:{dev.services.allocator_port}/metrics"
     with urllib.request.urlopen(url, timeout=10, context=context) as response:
         text = response.read().decode()
-    counters = {"calls_cpu_only": 0.0}
+    counters: dict[str, float] = {}
     for family in text_string_to_metric_families(text):
         for s in family.samples:
             verb = s.labels.get("verb")
             if s.name == "tessera_allocator_verb_seconds_count" and verb:
                 counters[f"{verb}_count"] = s.value
-                if verb == "prioritize-cpu-only":
-                    counters["calls_cpu_only"] += s.value
             elif s.name == "tessera_allocator_verb_seconds_sum" and verb:
                 counters[f"{verb}_seconds"] = s.value
             elif s.name == "tessera_allocator_tls_connections_total":
@@ -235,8 +234,6 @@ def _start_py_spy(dev: DevCluster, out: Path) -> subprocess.Popen[bytes] | None:
     return proc
 
 
-#: What ``--pprof`` records: the Go components whose CPU profile is taken, by process name.
-PPROF_COMPONENTS = ("kube-scheduler", "kube-apiserver")
 #: Tries of ``--pprof`` while a component still forbids it (0.2 s apart).
 PPROF_ATTEMPTS = 50
 
@@ -266,7 +263,7 @@ def _start_pprof(dev: DevCluster, seconds: int, out: Path) -> list[threading.Thr
                 time.sleep(0.2)
         raise RuntimeError(f"{component}: /debug/pprof still forbidden")
 
-    started = [threading.Thread(target=take, args=(c,), daemon=True) for c in PPROF_COMPONENTS]
+    started = [threading.Thread(target=take, args=(c,), daemon=True) for c in ports]
     for t in started:
         t.start()
     return started
@@ -336,20 +333,18 @@ def run_mode(mode: str, nodes: int, pods: int, threads: int, timeout: float,
                                "settle_s": settled_s}
         if worker is not None:
             counters = _allocator_counters(dev)
-            row["calls_cpu_only"] = int(counters["calls_cpu_only"]
-                                        - counters_before["calls_cpu_only"])
+
+            def during(key: str) -> float:
+                return counters.get(key, 0.0) - counters_before.get(key, 0.0)
+
+            row["calls_cpu_only"] = int(during("prioritize-cpu-only_count"))
             for verb in VERBS_TIMED:
-                calls = counters.get(f"{verb}_count", 0.0) - counters_before.get(
-                    f"{verb}_count", 0.0)
-                if calls:
-                    row[f"{verb}_ms_mean"] = round(
-                        1000 * (counters[f"{verb}_seconds"]
-                                - counters_before.get(f"{verb}_seconds", 0.0)) / calls, 2)
+                if calls := during(f"{verb}_count"):
+                    row[f"{verb}_ms_mean"] = round(1000 * during(f"{verb}_seconds") / calls, 2)
             if "tls_connections" in counters:  # counted by floor-gunicorn's server only
                 # less 1: the connection this read of /metrics came on
                 row["tls_connections_per_pod"] = round(
-                    (counters["tls_connections"] - counters_before["tls_connections"] - 1)
-                    / max(1, len(times)), 3)
+                    (during("tls_connections") - 1) / max(1, len(times)), 3)
             by_thread = cpu_by_thread_name(threads_before, threads_after,
                                            python_thread_names(worker))
             row["allocator_threads_s_per_1k"] = {name: round(seconds * per_1k, 2)

@@ -125,5 +125,3 @@ def test_a_burst_wider_than_the_limit_keeps_only_the_limit(base: str) -> None:
             lambda _i: pool.request("GET", base + "/wait", None, [], (1.0, 2.0)), range(6)))
     assert answers == [(200, b"GET None")] * 6
     assert pool.idle() == 3
-    pool.close()
-    assert pool.idle() == 0
