@@ -53,7 +53,6 @@ import ssl
 import threading
 import time
 from collections.abc import Callable, Iterable, Iterator
-from concurrent.futures import Future
 from pathlib import Path
 from typing import Any, Final
 
@@ -87,6 +86,36 @@ WORKER_STOP_SECONDS: Final = 15
 _NO_BODY_METHODS: Final = frozenset({"GET", "HEAD", "OPTIONS", "DELETE"})
 
 
+class PendingRead:
+    """The outcome of one body read, for the one request waiting for it: a plain lock,
+    released when the read ends. Not a ``concurrent.futures.Future``: its ``Condition`` runs
+    Python code on both sides of every wait, and every request with a body waits once
+    (docs/benchmarks.md, issue 13's twelfth pass)."""
+
+    __slots__ = ("_ended", "_body", "_error")
+
+    def __init__(self) -> None:
+        self._ended = threading.Lock()
+        self._ended.acquire()
+        self._body = b""
+        self._error: BaseException | None = None
+
+    def end(self, body: bytes = b"", error: BaseException | None = None) -> None:
+        """The read ended with ``body``, or failed with ``error``."""
+        self._body, self._error = body, error
+        self._ended.release()
+
+    def result(self, timeout: float | None = None) -> bytes:
+        """The body, once the read has ended (:class:`TimeoutError` if not within
+        ``timeout`` seconds; the read's own error if it failed)."""
+        if not self._ended.acquire(timeout=-1 if timeout is None else timeout):
+            raise TimeoutError("the body's read has not ended")
+        self._ended.release()  # ended for good: a later call answers at once
+        if self._error is not None:
+            raise self._error
+        return self._body
+
+
 class BodyReaders:
     """Daemon threads that run body reads for :class:`CompleteBodies`, made on demand, at
     most ``limit``. Daemon threads, not a ``ThreadPoolExecutor``: the executor's threads are
@@ -94,15 +123,16 @@ class BodyReaders:
 
     def __init__(self, limit: int = BODY_READER_THREADS) -> None:
         self.limit = limit
-        self._jobs: queue.SimpleQueue[tuple[Callable[[], bytes], Future[bytes]]] = (
+        self._jobs: queue.SimpleQueue[tuple[Callable[[], bytes], PendingRead]] = (
             queue.SimpleQueue())
         self._lock = threading.Lock()
         self._threads = 0
         #: jobs queued or running; never more than the threads (each job has its thread)
         self._busy = 0
 
-    def submit(self, read: Callable[[], bytes]) -> Future[bytes] | None:
-        """``read()``'s future, or None when every reader is taken (all ``limit`` busy)."""
+    def submit(self, read: Callable[[], bytes]) -> PendingRead | None:
+        """``read()``'s outcome to wait for, or None when every reader is taken (all
+        ``limit`` busy)."""
         with self._lock:
             if self._busy == self._threads:
                 if self._threads >= self.limit:
@@ -111,22 +141,22 @@ class BodyReaders:
                 threading.Thread(target=self._run, name=f"body-{self._threads}",
                                  daemon=True).start()
             self._busy += 1
-        future: Future[bytes] = Future()
-        self._jobs.put((read, future))
-        return future
+        pending = PendingRead()
+        self._jobs.put((read, pending))
+        return pending
 
     def _run(self) -> None:
         while True:
-            read, future = self._jobs.get()
+            read, pending = self._jobs.get()
             try:
                 body = read()
             except BaseException as exc:  # the waiter reports it
                 self._free()
-                future.set_exception(exc)
+                pending.end(error=exc)
             else:
                 # free before the waiter wakes: its next body must find this reader idle
                 self._free()
-                future.set_result(body)
+                pending.end(body)
 
     def _free(self) -> None:
         with self._lock:
@@ -180,7 +210,7 @@ class CompleteBodies:
         return [content]
 
     def _take_body(self, environ: dict[str, Any]
-                   ) -> tuple[int, str, Future[bytes] | None] | None:
+                   ) -> tuple[int, str, PendingRead | None] | None:
         """Put the complete body in ``environ`` (module doc), or say why not (and the read
         still under way, if any)."""
         declared = str(environ.get("CONTENT_LENGTH") or "").strip()
@@ -191,13 +221,13 @@ class CompleteBodies:
             return None
         stream = environ["wsgi.input"]
         limit = self.max_body_bytes + 1 if length is None else length
-        future = self.readers.submit(lambda: read_at_most(stream, limit))
-        if future is None:
+        reading = self.readers.submit(lambda: read_at_most(stream, limit))
+        if reading is None:
             return 503, "too many request bodies are being received; try again", None
         try:
-            body = future.result(timeout=self.body_seconds)
+            body = reading.result(timeout=self.body_seconds)
         except TimeoutError:
-            return 408, f"request body not received within {self.body_seconds:g} s", future
+            return 408, f"request body not received within {self.body_seconds:g} s", reading
         except Exception as exc:  # the client's connection, not our bug
             logger.info("request body could not be read: %s", exc)
             return 400, "request body could not be read", None
@@ -207,7 +237,7 @@ class CompleteBodies:
         return None
 
 
-def _then_wait(answer: list[bytes], reading: Future[bytes]) -> Iterator[bytes]:
+def _then_wait(answer: list[bytes], reading: PendingRead) -> Iterator[bytes]:
     """``answer``, then the end of the body's read, in granian's thread.
 
     Returned as an iterator, not a list, on purpose. granian 2.8 sends an iterator's chunks as

@@ -19,6 +19,7 @@ from builders import write_tls_pair
 from tessera.granian_server import (
     BODY_WAIT_THREADS,
     BodyReaders,
+    PendingRead,
     CompleteBodies,
     TlsFilesWatch,
     WithoutThreadAdvice,
@@ -162,6 +163,23 @@ def test_readers_are_reused_not_made_per_body() -> None:
         future = readers.submit(lambda: b"x")
         assert future is not None and future.result(5) == b"x"
     assert readers._threads == 1
+
+
+def test_a_pending_read_times_out_until_it_ends_then_answers_every_caller() -> None:
+    pending = PendingRead()
+    t0 = time.monotonic()
+    with pytest.raises(TimeoutError):
+        pending.result(timeout=0.05)
+    assert time.monotonic() - t0 >= 0.05
+    ender = threading.Timer(0.05, pending.end, args=(b"body",))
+    ender.start()
+    assert pending.result(timeout=5) == b"body"  # woken by the end, not by the timeout
+    assert pending.result(timeout=0) == b"body"  # and again, at once
+    failed = PendingRead()
+    failed.end(error=ConnectionResetError("gone"))
+    for _ in range(2):
+        with pytest.raises(ConnectionResetError, match="gone"):
+            failed.result(timeout=0)
 
 
 def test_a_body_that_cannot_be_read_gets_400() -> None:
