@@ -16,6 +16,11 @@ clientConnection (qps 200 / burst 400); the baselines have no extenders. Modes:
   CPU-only entry's prioritize when filter leaves it more than one node;
 - ``share25``: as ``whole``, each pod asking a quarter card (``gpu-core: 25``,
   ``gpu-memory: 4096`` of 16,384 MiB);
+- ``share25-baseline``: a reference, not the issue's method: no extenders, the nodes of
+  ``whole``; each pod asks what a ``share25`` pod asks (``gpu-core: 25``, ``gpu-memory:
+  4096``), which the scheduler's NodeResourcesFit counts against the nodes' totals as plain
+  extended resources: what these pods cost kube-scheduler alone (two extended resources a
+  pod, against the baseline's one). Its ratio is against ``baseline``;
 - ``cpu-baseline``: no extenders, the nodes of ``whole``; each pod requests ``cpu: 100m``
   and nothing else; the scheduler filters, scores and binds alone;
 - ``cpu-only``: the same pods and nodes with the full setup: the webhook is not called
@@ -56,10 +61,10 @@ answered inline) and ``request`` the bind threads; ``sync-pods`` the pod watch
 (``floor-gunicorn``: granian does not).
 
 Usage: ``.venv/bin/python -m bench.speed.e2e_throughput [--nodes 1000] [--pods 2000]
-[--repeat 3] [--modes baseline whole share25 cpu-baseline cpu-only] [--py-spy DIR]
-[--pprof DIR [--pprof-seconds 20]]``: ``--pprof`` takes CPU profiles of kube-scheduler and
-kube-apiserver (Go's ``/debug/pprof``) from the scheduler's start, for the profile of where
-the control plane's time goes.
+[--repeat 3] [--modes baseline whole share25 share25-baseline cpu-baseline cpu-only]
+[--py-spy DIR] [--pprof DIR [--pprof-seconds 20]]``: ``--pprof`` takes CPU profiles of
+kube-scheduler and kube-apiserver (Go's ``/debug/pprof``) from the scheduler's start, for the
+profile of where the control plane's time goes.
 """
 
 from __future__ import annotations
@@ -84,8 +89,11 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from bench.speed.cluster import core_v1, cpu_seconds, in_parallel
 from bench.speed.common import (
+    Timed,
     client_context,
     cpu_by_thread_name,
+    histogram_totals,
+    metrics_text,
     percentile,
     print_table,
     python_thread_names,
@@ -124,6 +132,8 @@ MODES: dict[str, Mode] = {
     "whole": Mode(True, "baseline", limits={"elasticgpu.io/gpu-core": "100"}),
     "share25": Mode(True, "baseline", limits={"elasticgpu.io/gpu-core": "25",
                                               "elasticgpu.io/gpu-memory": "4096"}),
+    "share25-baseline": Mode(False, "baseline", limits={"elasticgpu.io/gpu-core": "25",
+                                                        "elasticgpu.io/gpu-memory": "4096"}),
     "cpu-baseline": Mode(False, "cpu-baseline", requests={"cpu": "100m"}),
     "cpu-only": Mode(True, "cpu-baseline", requests={"cpu": "100m"}),
     "floor": Mode(True, "baseline", limits={"elasticgpu.io/gpu-core": "100"},
@@ -217,6 +227,53 @@ def _allocator_counters(dev: DevCluster) -> dict[str, float]:
             elif s.name == "tessera_allocator_tls_connections_total":
                 counters["tls_connections"] = counters.get("tls_connections", 0.0) + s.value
     return counters
+
+
+#: kube-scheduler's extension points that run inside its scheduling algorithm (v1.34.4
+#: ``schedule_one.go``, ``SchedulePod``); the rest of the algorithm's time is mostly the
+#: extenders' filter and prioritize calls.
+ALGORITHM_POINTS = ("PreFilter", "Filter", "PreScore", "Score")
+
+
+def _scheduler_cycle(dev: DevCluster) -> dict[str, Timed]:
+    """:func:`cycle_totals` of kube-scheduler's /metrics, read as the admin (its counters
+    begin at its start, the timed window's start)."""
+    cp = dev.control_plane
+    return cycle_totals(metrics_text(f"127.0.0.1:{cp.scheduler_port}",
+                                     client_context(cp.ca_file, cp.pki_dir / "admin.crt",
+                                                    cp.pki_dir / "admin.key")))
+
+
+def cycle_totals(text: str) -> dict[str, Timed]:
+    """From kube-scheduler's Prometheus ``text``: the calls and seconds of its scheduling
+    algorithm (``algorithm``: the part of each pod's cycle that runs one pod at a time,
+    plugins' filter and score and the extenders' filter and prioritize), and of each of
+    :data:`ALGORITHM_POINTS` in it (every status added up)."""
+    cycle = histogram_totals(text, "scheduler_scheduling_algorithm_duration_seconds",
+                             lambda _labels: "algorithm")
+    cycle.update(histogram_totals(
+        text, "scheduler_framework_extension_point_duration_seconds",
+        lambda labels: p if (p := labels.get("extension_point")) in ALGORITHM_POINTS else None))
+    return cycle
+
+
+#: The columns :func:`cycle_columns` makes.
+CYCLE_COLUMNS = ("sched_algorithm_ms_mean", "sched_plugins_ms_mean", "sched_rest_ms_mean",
+                 "sched_algorithm_share")
+
+
+def cycle_columns(cycle: dict[str, Timed], busy_s: float) -> dict[str, float]:
+    """A row's columns of kube-scheduler's algorithm (:func:`cycle_totals`): its mean per
+    call, the mean of its plugins' part and of the rest (mostly the extenders' calls), and the
+    share of ``busy_s`` (from the scheduler's start to the last bind) it took."""
+    calls, total = cycle.get("algorithm", (0.0, 0.0))
+    if not calls:
+        return {}
+    plugins = sum(cycle[point][1] for point in ALGORITHM_POINTS if point in cycle)
+    return {"sched_algorithm_ms_mean": round(1000 * total / calls, 2),
+            "sched_plugins_ms_mean": round(1000 * plugins / calls, 2),
+            "sched_rest_ms_mean": round(1000 * (total - plugins) / calls, 2),
+            "sched_algorithm_share": round(total / busy_s, 2) if busy_s > 0 else 0.0}
 
 
 def _start_py_spy(dev: DevCluster, out: Path) -> subprocess.Popen[bytes] | None:
@@ -349,6 +406,8 @@ def run_mode(mode: str, nodes: int, pods: int, threads: int, timeout: float,
                                            python_thread_names(worker))
             row["allocator_threads_s_per_1k"] = {name: round(seconds * per_1k, 2)
                                                  for name, seconds in by_thread.items()}
+        if times:
+            row.update(cycle_columns(_scheduler_cycle(dev), times[-1] - t_start))
         if len(times) >= 10:
             p10, p90 = percentile(times, 0.10), percentile(times, 0.90)
             inside = sum(1 for t in times if p10 <= t <= p90)
@@ -435,7 +494,7 @@ def main() -> None:
             ["bound", "p10_p90_pods_per_s", "overall_pods_per_s", "first_to_last_s",
              "ratio_vs_baseline", "cpu_total_s_per_1k", "cpu_added_s_per_1k",
              "calls_cpu_only", "tls_connections_per_pod", "filter_ms_mean", "bind_ms_mean",
-             *cpu_columns]},
+             *CYCLE_COLUMNS, *cpu_columns]},
             **_thread_medians(mine)})
     print()
     print_table(rows + medians, [*COLUMNS, "scheduler_start_to_first_s"])
@@ -446,6 +505,8 @@ def main() -> None:
             print(f"allocator CPU s / 1k by thread, {m['mode']} (median): {split}")
     print()
     print_table(medians, ["mode", "run", *cpu_columns])
+    print()
+    print_table(medians, ["mode", "run", *CYCLE_COLUMNS])
     write_results(args.stem, rows + medians, {
         "command": "python -m bench.speed.e2e_throughput " + " ".join(sys.argv[1:]),
         "control_plane": "etcd + kube-apiserver + kube-scheduler v1.34.4 on loopback "
@@ -453,6 +514,7 @@ def main() -> None:
         "nodes": "8 cards x 16 GiB each (fake, no kubelet)",
         "pods": "one container; baseline one example.com/gpu; whole elasticgpu.io/gpu-core: "
                 "100; share25 gpu-core 25 + gpu-memory 4096 (webhook + extender); "
+                "share25-baseline the same, no extenders (a reference); "
                 "cpu-baseline and cpu-only request cpu 100m only (cpu-only: the shipped "
                 "prioritize-cpu-only entry; ratio and added CPU against cpu-baseline)",
         "cpu": "user+system s of each process group from the scheduler's start to "
