@@ -237,11 +237,16 @@ ALGORITHM_POINTS = ("PreFilter", "Filter", "PreScore", "Score")
 
 def _scheduler_cycle(dev: DevCluster) -> dict[str, Timed]:
     """:func:`cycle_totals` of kube-scheduler's /metrics, read as the admin (its counters
-    begin at its start, the timed window's start)."""
+    begin at its start, the timed window's start); none, said on stderr, when it cannot be
+    read or parsed (the run's other columns are kept)."""
     cp = dev.control_plane
-    return cycle_totals(metrics_text(f"127.0.0.1:{cp.scheduler_port}",
-                                     client_context(cp.ca_file, cp.pki_dir / "admin.crt",
-                                                    cp.pki_dir / "admin.key")))
+    try:
+        return cycle_totals(metrics_text(f"127.0.0.1:{cp.scheduler_port}",
+                                         client_context(cp.ca_file, cp.pki_dir / "admin.crt",
+                                                        cp.pki_dir / "admin.key")))
+    except (OSError, ValueError) as exc:  # unreachable, or not Prometheus text (a refusal)
+        print(f"kube-scheduler's /metrics not read: {exc}", file=sys.stderr)
+        return {}
 
 
 def cycle_totals(text: str) -> dict[str, Timed]:
