@@ -92,7 +92,7 @@ class PendingRead:
     Python code on both sides of every wait, and every request with a body waits once
     (docs/benchmarks.md, issue 13's twelfth pass)."""
 
-    __slots__ = ("_ended", "_body", "_error")
+    __slots__ = ("_body", "_ended", "_error")
 
     def __init__(self) -> None:
         self._ended = threading.Lock()

@@ -19,8 +19,8 @@ from builders import write_tls_pair
 from tessera.granian_server import (
     BODY_WAIT_THREADS,
     BodyReaders,
-    PendingRead,
     CompleteBodies,
+    PendingRead,
     TlsFilesWatch,
     WithoutThreadAdvice,
     server_options,
