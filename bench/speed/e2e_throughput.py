@@ -46,7 +46,12 @@ seconds of each component's process group (``/proc``) from the scheduler's start
 :data:`SETTLE_S` after the last bind, per 1,000 pods; *added* is a mode's total minus the
 baseline's of the same repeat. ``--repeat N`` runs every mode N times (interleaved) and
 reports medians. ``filter_ms_mean`` and ``bind_ms_mean`` are the allocator's own mean time
-inside each verb over the run (its ``tessera_allocator_verb_seconds``). ``calls_cpu_only``
+inside each verb over the run (its ``tessera_allocator_verb_seconds``). ``sched_*`` are
+kube-scheduler's own (its /metrics after the run): the mean of its scheduling algorithm, the
+one-pod-at-a-time part of each cycle (``sched_algorithm_ms_mean``), of the plugins' extension
+points in it (``sched_plugins_ms_mean``), of the rest, mostly the extenders' calls
+(``sched_rest_ms_mean``), and the algorithm's share of the time from the scheduler's start
+to the last bind (``sched_algorithm_share``). ``calls_cpu_only``
 is how often the allocator answered ``prioritize-cpu-only`` in the run,
 ``tls_connections_per_pod`` how many TLS connections it began per pod bound (its /metrics;
 kube-scheduler keeps at most two idle connections per extender, and opens more while filter
