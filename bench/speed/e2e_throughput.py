@@ -210,17 +210,18 @@ def _serve_floor(dev: DevCluster, server: str) -> None:
         f"--server={server}"])
 
 
+def _admin_context(dev: DevCluster) -> ssl.SSLContext:
+    """TLS as the dev cluster's admin (its client certificate), trusting its CA."""
+    cp = dev.control_plane
+    return client_context(cp.ca_file, cp.pki_dir / "admin.crt", cp.pki_dir / "admin.key")
+
+
 def _allocator_counters(dev: DevCluster) -> dict[str, float]:
     """From the allocator's /metrics (over mutual TLS as the admin, on a connection of its
     own): each verb's calls and seconds so far (``<verb>_count``, ``<verb>_seconds``), and the
     TLS connections it has begun when its server counts them (only floor-gunicorn's does: no
     ``tls_connections`` else)."""
-    cp = dev.control_plane
-    context = ssl.create_default_context(cafile=str(cp.ca_file))
-    context.load_cert_chain(str(cp.pki_dir / "admin.crt"), str(cp.pki_dir / "admin.key"))
-    url = f"https://127.0.0.1:{dev.services.allocator_port}/metrics"
-    with urllib.request.urlopen(url, timeout=10, context=context) as response:
-        text = response.read().decode()
+    text = metrics_text(f"127.0.0.1:{dev.services.allocator_port}", _admin_context(dev))
     counters: dict[str, float] = {}
     for family in text_string_to_metric_families(text):
         for s in family.samples:
@@ -244,11 +245,9 @@ def _scheduler_cycle(dev: DevCluster) -> dict[str, Timed]:
     """:func:`cycle_totals` of kube-scheduler's /metrics, read as the admin (its counters
     begin at its start, the timed window's start); none, said on stderr, when it cannot be
     read or parsed (the run's other columns are kept)."""
-    cp = dev.control_plane
     try:
-        return cycle_totals(metrics_text(f"127.0.0.1:{cp.scheduler_port}",
-                                         client_context(cp.ca_file, cp.pki_dir / "admin.crt",
-                                                        cp.pki_dir / "admin.key")))
+        return cycle_totals(metrics_text(f"127.0.0.1:{dev.control_plane.scheduler_port}",
+                                         _admin_context(dev)))
     except (OSError, ValueError) as exc:  # unreachable, or not Prometheus text (a refusal)
         print(f"kube-scheduler's /metrics not read: {exc}", file=sys.stderr)
         return {}
@@ -310,7 +309,7 @@ def _start_pprof(dev: DevCluster, seconds: int, out: Path) -> list[threading.Thr
     (``/debug/pprof/profile``, on by default in both; asked as the admin) into
     ``out``-<component>.pprof, from now."""
     cp = dev.control_plane
-    context = client_context(cp.ca_file, cp.pki_dir / "admin.crt", cp.pki_dir / "admin.key")
+    context = _admin_context(dev)
     ports = {"kube-scheduler": cp.scheduler_port, "kube-apiserver": cp.apiserver_port}
     out.parent.mkdir(parents=True, exist_ok=True)
 
@@ -364,9 +363,7 @@ def run_mode(mode: str, nodes: int, pods: int, threads: int, timeout: float,
 
         in_parallel(dev, [f"p{i:05d}" for i in range(pods)], create, threads)
         cp = dev.control_plane
-        settled_s = settle(f"127.0.0.1:{cp.apiserver_port}",
-                           client_context(cp.ca_file, cp.pki_dir / "admin.crt",
-                                          cp.pki_dir / "admin.key"))
+        settled_s = settle(f"127.0.0.1:{cp.apiserver_port}", _admin_context(dev))
         if tessera:
             # The allocator must know every node before the scheduler asks about them.
             time.sleep(2.0)
