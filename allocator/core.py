@@ -46,7 +46,7 @@ from allocator.content_memo import (
 )
 from allocator.decisions import NO_HOOKS, DecisionHooks, PodRef
 from allocator.errors import ApiError, BindError, Conflict, NotFound, NotReady, WouldBlock
-from allocator.fit import NodeState, Placement, Unfit, place, unfit_reason
+from allocator.fit import NodeState, Unfit, place, unfit_reason
 from allocator.mix import LiveMix
 from allocator.nodelookup import NodeLookup
 from allocator.policies import (
@@ -85,6 +85,10 @@ UNKNOWN_NODE: Final = Unfit("node unknown to the GPU allocator (not in its node 
                             "found when read by name)")
 #: Pods remembered from filter for their bind (kube-scheduler binds within seconds).
 RECENT_PODS = 1024
+#: How long filter's choice for a pod stays held for its bind (:meth:`Allocator.filter`):
+#: kube-scheduler binds at once after choosing, but its binding cycle waits for Permit
+#: plugins and for the binds before it on a loaded API server.
+HOLD_SECONDS = 15.0
 #: Pod UIDs whose request the workload mix has counted (least recently filtered forgotten
 #: beyond that: a pod filtered again after that many others counts twice, harmlessly).
 OBSERVED_PODS = 65_536
@@ -104,6 +108,8 @@ class AllocatorConfig:
     #: fits): the policy's choice is final, and kube-scheduler, left with one node, neither
     #: scores nor calls prioritize (see :meth:`Allocator.filter`).
     filter_best: bool = True
+    #: Seconds filter's single answer stays held for the pod's bind (0: never held).
+    hold_seconds: float = HOLD_SECONDS
 
     @property
     def vocabulary(self) -> Vocabulary:
@@ -201,6 +207,11 @@ class Ranking:
             return []
         floor = best_floor(max(values))
         return list(compress(names, map(floor.__le__, values)))
+
+
+def _uid_of(pod: Mapping[str, Any]) -> str:
+    uid = (pod.get("metadata") or {}).get("uid")
+    return uid if isinstance(uid, str) else ""
 
 
 def pod_key(pod: Mapping[str, Any]) -> str:
@@ -351,6 +362,13 @@ class Allocator:
         other fitting nodes are left out of the reply, not reported as failed: kube-scheduler
         drops nodes a nodeCacheCapable filter does not name, and reads the failure reasons only
         when no node is left (they are all there then).
+
+        When the answer is one node, the pod's cards there are held for its bind
+        (:meth:`ClusterState.hold <allocator.state.ClusterState.hold>`): the filters of the
+        pods after it, which come while it is being bound, count them as taken. A pod asked
+        again drops its hold first; a hold nobody claims expires after
+        :attr:`AllocatorConfig.hold_seconds`. The bind claims it, or places the pod afresh when
+        the hold is gone or names another node.
         """
         out = self._filter_pod(pod, names, may_block)
         if out.nodes:
@@ -373,6 +391,8 @@ class Allocator:
             return FilterOutcome(list(names), {}, {})
         self.remember(pod)
         self.observe(pod, request)
+        self.state.expire_holds(self.clock())
+        self.state.release_hold(_uid_of(pod))
         found, short = self._filter(request, names, may_block)
         if isinstance(found, AskedNodes):
             return self._best_of(pod, request, found)
@@ -396,11 +416,38 @@ class Allocator:
                  ) -> FilterOutcome:
         """The fitting nodes, narrowed to those the policy scores best (see :meth:`filter`)
         when configured and there is a choice."""
+        nodes = fitting.name_list() if len(fitting) <= 1 else []
         if self.config.filter_best and len(fitting) > 1:
-            best = self._ranking(pod, request, fitting).best(fitting.names)
-            if best:
-                return FilterOutcome(best, {}, {})
-        return FilterOutcome(fitting.name_list(), {}, {})
+            nodes = self._ranking(pod, request, fitting).best(fitting.names)
+        if not nodes:
+            nodes = fitting.name_list()
+        if len(nodes) == 1:
+            self._hold(pod, request, nodes[0])
+        return FilterOutcome(nodes, {}, {})
+
+    def _hold(self, pod: Mapping[str, Any], request: PodRequest, node: str) -> None:
+        """Hold the pod's cards on ``node`` for its bind, if they can be placed (best effort:
+        without a hold the bind places the pod afresh, as it always could)."""
+        meta = pod.get("metadata") or {}
+        uid = _uid_of(pod)
+        if not uid or self.config.hold_seconds <= 0:
+            return
+        cpu_and_memory = _requests_or_zero(pod)
+        ctx = self.context(request, pod, cpu_and_memory[0])
+        choose = chooser(self.policy_for(request), ctx)
+        requests = cpu_and_memory if self.config.node_resources else None
+        until = self.clock() + self.config.hold_seconds
+        for _attempt in range(3):  # a bind elsewhere on the node may change it meanwhile
+            view = self.state.view(node)
+            if view is None:
+                return
+            placed = place(request, view.state, choose, pod_uid=uid)
+            if isinstance(placed, Unfit):
+                return
+            if self.state.hold(uid, meta.get("namespace", ""), meta.get("name", ""),
+                               placed.allocation(uid, 0.0), view.version, requests,
+                               until=until, made_for=request):
+                return
 
     def _filter(self, request: PodRequest, names: Sequence[str], may_block: bool
                 ) -> tuple[FilterOutcome | AskedNodes, bool]:
@@ -608,6 +655,12 @@ class Allocator:
         uid = actual_uid
         bound_to = (pod.get("spec") or {}).get("nodeName") or ""
         record = self.state.record(uid)
+        held = False
+        if record is not None and record.stage is Stage.HELD:
+            held = record.node == node and not bound_to
+            if not held:
+                self.state.release_hold(uid)  # not this bind's: the pod is placed afresh
+            record = None
 
         if record is not None:
             if record.node != node:
@@ -633,20 +686,23 @@ class Allocator:
         if request is None or policy is None:
             # Not a GPU pod after all (the scheduler only sends pods with our resources,
             # but a pod may have changed): bind it plainly.
+            self.state.release_hold(uid)
             self._create_binding(namespace, name, uid, node, {})
             return BindOutcome("no-gpu")
 
-        placement = self._reserve(pod, request, policy, uid, node)
+        reserved = self.state.claim_hold(uid, node, request) if held else None
+        if reserved is None:
+            reserved = self._reserve(pod, request, policy, uid, node)
         try:
-            return self._write_and_bind(pod, placement, policy, namespace, name, uid, node)
+            return self._write_and_bind(pod, reserved, policy, namespace, name, uid, node)
         except BaseException:
             self.state.unreserve(uid)  # no-op when the failure path already released it
             raise
 
-    def _write_and_bind(self, pod: Obj, placement: Placement, policy: Policy, namespace: str,
+    def _write_and_bind(self, pod: Obj, reserved: Allocation, policy: Policy, namespace: str,
                         name: str, uid: str, node: str) -> BindOutcome:
         who = f"{namespace}/{name}"
-        allocation = placement.allocation(uid, self.clock())
+        allocation = replace(reserved, allocated_at=self.clock())
         annotations, patch, rollback = self._bind_metadata(pod, allocation)
         if patch is not None:
             try:
@@ -678,7 +734,7 @@ class Allocator:
         return BindOutcome("bound", cards)
 
     def _reserve(self, pod: Obj, request: PodRequest, policy: Policy, uid: str,
-                 node: str) -> Placement:
+                 node: str) -> Allocation:
         meta = pod.get("metadata") or {}
         cpu_and_memory = _requests_or_zero(pod)  # read once: the policy's and the reservation's
         ctx = self.context(request, pod, cpu_and_memory[0])
@@ -694,7 +750,7 @@ class Allocator:
                 allocation = placed.allocation(uid, 0.0)
                 if self.state.reserve(uid, meta.get("namespace", ""), meta.get("name", ""),
                                       allocation, view.version, requests):
-                    return placed
+                    return allocation
                 if self.state.record(uid) is not None:
                     raise BindError(f"a bind of pod {pod_key(pod)} is already in progress")
         raise BindError(f"node {node} changed too often to reserve cards; retry")

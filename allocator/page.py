@@ -95,14 +95,18 @@ def _int(value: Any) -> int:
     return value if isinstance(value, int) and not isinstance(value, bool) else 0
 
 
+_STAGE_WORDS = {"inflight": "binding", "held": "held for its bind"}
+
+
 def _holder(pod: Mapping[str, Any]) -> str:
     name = f"{_text(pod.get('namespace'))}/{_text(pod.get('name'))}"
     if name == "/":
         name = f"pod {_text(pod.get('uid'))}"
     container = _text(pod.get("container"))
-    # "bound" and "confirmed" both mean bound; only a bind still writing is worth a word.
-    binding = "binding" if pod.get("stage") == "inflight" else ""
-    extra = ", ".join(x for x in (container, binding) if x)
+    # "bound" and "confirmed" both mean bound; a bind still writing, or filter's hold for a
+    # bind to come, are worth a word.
+    stage = _STAGE_WORDS.get(_text(pod.get("stage")), "")
+    extra = ", ".join(x for x in (container, stage) if x)
     return f"{name} ({extra})" if extra else name
 
 

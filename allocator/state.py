@@ -40,9 +40,15 @@ TERMINAL_PHASES = frozenset({"Succeeded", "Failed"})
 
 
 class Stage(StrEnum):
+    HELD = "held"  # filter's choice for the pod, held until its bind comes (or expires)
     INFLIGHT = "inflight"  # reserved by a bind that is still writing to the API
     BOUND = "bound"  # our bind succeeded; no watch event has shown the pod bound yet
     CONFIRMED = "confirmed"  # a watch event showed the pod bound with this allocation
+
+
+#: Records only this process knows of (nothing of them is written to the API yet): a list of
+#: the pods cannot show them, so it never releases them.
+UNWRITTEN = frozenset({Stage.HELD, Stage.INFLIGHT})
 
 
 @dataclass(frozen=True)
@@ -53,6 +59,14 @@ class PodRecord:
     node: str
     allocation: Allocation
     stage: Stage
+
+
+@dataclass(frozen=True, slots=True)
+class _Hold:
+    until: float
+    #: The node's cards the held allocation was placed on (the same object while unchanged).
+    cards: tuple[Card, ...]
+    made_for: object
 
 
 @dataclass(frozen=True, slots=True, eq=False)
@@ -118,6 +132,8 @@ class ClusterState:
         # read only releases records that did not change after it began (reconcile_pods).
         self._epoch = 0
         self._touched: dict[str, int] = {}
+        #: Filter's holds by pod UID (records at Stage.HELD), oldest first (:meth:`hold`).
+        self._holds: dict[str, _Hold] = {}
 
     # ------------------------------------------------------------------ readiness
     @property
@@ -345,7 +361,7 @@ class ClusterState:
                     self.apply_pod(pod)
         with self._lock:
             for uid, rec in list(self._pods.items()):
-                if (uid not in seen and rec.stage is not Stage.INFLIGHT
+                if (uid not in seen and rec.stage not in UNWRITTEN
                         and not newer_than_list(uid)):
                     self._drop(uid)
 
@@ -374,7 +390,7 @@ class ClusterState:
         released: list[str] = []
         with self._lock:
             for uid, rec in list(self._pods.items()):
-                if (uid not in alive and rec.stage is not Stage.INFLIGHT
+                if (uid not in alive and rec.stage not in UNWRITTEN
                         and self._touched.get(uid, 0) < since):
                     self._drop(uid)
                     released.append(uid)
@@ -413,6 +429,79 @@ class ClusterState:
                 self._drop(uid)
                 self.resources.unreserve(uid)
 
+    # ------------------------------------------------------------------ filter's holds
+    def hold(self, uid: str, namespace: str, name: str, allocation: Allocation,
+             expected_version: int, requests: tuple[int, int] | None, *, until: float,
+             made_for: object) -> bool:
+        """Hold ``allocation`` for the pod until its bind claims it (:meth:`claim_hold`), it
+        is released, or ``until`` passes (:meth:`expire_holds`), counted as taken meanwhile.
+
+        Why: kube-scheduler binds a pod while it already filters the next ones, and tells the
+        extender its choice only with the bind; without a hold, each of those filters would
+        see the same free cards and name the same node. (kube-scheduler's own cache does the
+        same for its plugins: it assumes a pod on its node before binding it.) As
+        :meth:`reserve`: only if the node is still at ``expected_version`` and the pod has no
+        record; ``made_for`` is what the bind must match to claim it (the pod's request)."""
+        with self._lock:
+            entry = self._nodes.get(allocation.node)
+            if entry is None or entry.view.version != expected_version or uid in self._pods:
+                return False
+            self._set(PodRecord(uid, namespace, name, allocation.node, allocation, Stage.HELD))
+            if requests is not None:
+                self.resources.reserve(uid, allocation.node, *requests)
+            self._holds[uid] = _Hold(until, entry.cards, made_for)
+            return True
+
+    def claim_hold(self, uid: str, node: str, made_for: object) -> Allocation | None:
+        """The pod's held allocation, turned into a bind's reservation (as :meth:`reserve`
+        makes, node resources included), if it is held on ``node`` for ``made_for`` and the
+        node's cards are still those it was placed on; otherwise None, and any hold of the
+        pod is released."""
+        with self._lock:
+            hold = self._holds.pop(uid, None)
+            rec = self._pods.get(uid)
+            if hold is None or rec is None or rec.stage is not Stage.HELD:
+                return None
+            entry = self._nodes.get(node)
+            if (rec.node != node or entry is None or entry.cards is not hold.cards
+                    or hold.made_for != made_for):
+                self._drop(uid)
+                self.resources.unreserve(uid)
+                return None
+            # The same cards on the same node: the node's state stays as it is (see _set).
+            self._pods[uid] = PodRecord(uid, rec.namespace, rec.name, node, rec.allocation,
+                                        Stage.INFLIGHT)
+            self._touch(uid)
+            return rec.allocation
+
+    def release_hold(self, uid: str) -> None:
+        """Forget the pod's hold, if it has one (its filter is asked again)."""
+        if uid not in self._holds:  # lock-free miss: the common case on the verbs' path
+            return
+        with self._lock:
+            if self._holds.pop(uid, None) is not None:
+                self._drop(uid)
+                self.resources.unreserve(uid)
+
+    def expire_holds(self, now: float) -> list[str]:
+        """Release the holds whose time has passed (no bind came for them: the pod was
+        deleted, or kube-scheduler bound it elsewhere or not at all); their pod UIDs."""
+        with self._lock:
+            expired = []
+            for uid, hold in self._holds.items():  # oldest first
+                if hold.until > now:
+                    break
+                expired.append(uid)
+            for uid in expired:
+                del self._holds[uid]
+                self._drop(uid)
+                self.resources.unreserve(uid)
+            return expired
+
+    def holds(self) -> int:
+        """Holds not yet claimed, released or expired."""
+        return len(self._holds)
+
     # ------------------------------------------------------------------ internals
     def _touch(self, uid: str) -> None:
         self._touched[uid] = self._epoch
@@ -437,6 +526,7 @@ class ClusterState:
 
     def _drop(self, uid: str) -> None:
         with self._lock:
+            self._holds.pop(uid, None)
             self._bad.pop(uid, None)
             self._touched.pop(uid, None)
             old = self._pods.pop(uid, None)

@@ -15,7 +15,9 @@ What granian does not do, and this module does:
   would hold that thread for as long as it likes. :class:`CompleteBodies` has a
   :class:`BodyReaders` thread read the body while granian's thread waits at most
   :data:`~tessera.transport.BODY_SECONDS`, then answers 408. Only a complete request runs the
-  app, in one of ``threads`` app slots; granian has :data:`BODY_WAIT_THREADS` more threads
+  app, in one of ``threads`` app slots (requests that wait on other services, the
+  allocator's binds, have ``threads`` slots of their own, so they never keep the quick ones
+  waiting: ``slow_paths``); granian has :data:`BODY_WAIT_THREADS` more threads
   for the waiting, so stalled bodies hold no app slot, and it takes that many at once, each
   renewed every 10 s, to delay other requests. Once the 408 is sent granian ends the request,
   and the reader returns (the 408 goes out as an iterator: :func:`_then_wait`); at most
@@ -186,13 +188,20 @@ class CompleteBodies:
     (``tessera.wire.read_body``) answers 413 in the app's words. A body not complete within
     ``body_seconds`` gets 408 JSON ``{"code", "message"}`` from here; one that cannot be
     given a reader, 503. The app's answer is collected whole in its slot
-    (:func:`tessera.transport.call_wsgi`: an app that raises gets a logged 500)."""
+    (:func:`tessera.transport.call_wsgi`: an app that raises gets a logged 500).
+
+    Requests whose path ``slow_paths`` names run in ``threads`` slots of their own: they
+    wait on other services (the allocator's binds wait on the API server), and must not
+    keep the others waiting for a slot."""
 
     def __init__(self, app: WsgiApp, *, threads: int, max_body_bytes: int,
                  body_seconds: float = BODY_SECONDS,
-                 readers: BodyReaders | None = None) -> None:
+                 readers: BodyReaders | None = None,
+                 slow_paths: frozenset[str] = frozenset()) -> None:
         self.app = app
         self.app_slots = threading.BoundedSemaphore(threads)
+        self.slow_paths = slow_paths
+        self.slow_slots = threading.BoundedSemaphore(threads)
         self.max_body_bytes = max_body_bytes
         self.body_seconds = body_seconds
         self.readers = readers or BodyReaders()
@@ -204,7 +213,8 @@ class CompleteBodies:
             status, message, reading = refusal
             answer = refuse(environ, start_response, status, message)
             return answer if reading is None else _then_wait(answer, reading)
-        with self.app_slots:
+        slow = environ.get("PATH_INFO") in self.slow_paths
+        with self.slow_slots if slow else self.app_slots:
             status, headers, content = transport.call_wsgi(self.app, environ)
         start_response(_status_line(status), headers)
         return [content]
@@ -339,10 +349,10 @@ def _granian_log_config() -> dict[str, Any]:
 
 
 def server_options(serving: ServingConfig, *, threads: int) -> dict[str, Any]:
-    """granian ``Server`` settings: one worker, with threads for ``threads`` app slots and
-    for requests waiting for their bodies (module doc); with a certificate, HTTPS (TLS 1.2 or
-    1.3) with HTTP/2 offered; with a client CA too, a client certificate is required. A
-    worker that ends is started again (a TLS renewal ends it)."""
+    """granian ``Server`` settings: one worker, with threads for ``threads`` app slots (the
+    slow paths' included) and for requests waiting for their bodies (module doc); with a
+    certificate, HTTPS (TLS 1.2 or 1.3) with HTTP/2 offered; with a client CA too, a client
+    certificate is required. A worker that ends is started again (a TLS renewal ends it)."""
     tls = bool(serving.tls_cert and serving.tls_key)
     return {
         "address": serving.host, "port": serving.port, "interface": Interfaces.WSGI,
@@ -361,16 +371,19 @@ def server_options(serving: ServingConfig, *, threads: int) -> dict[str, Any]:
 
 
 def serve(app_factory: Callable[[], WsgiApp], serving: ServingConfig, *, threads: int,
-          max_body_bytes: int, proc_name: str) -> None:
+          max_body_bytes: int, proc_name: str,
+          slow_paths: frozenset[str] = frozenset()) -> None:
     """Serve ``app_factory()`` (a WSGI app, made in the worker after fork, so its threads and
     API connections belong to it) as :func:`server_options` says, with bodies of at most
-    ``max_body_bytes``, until SIGTERM or SIGINT."""
+    ``max_body_bytes``, ``threads`` app slots and as many for ``slow_paths``
+    (:class:`CompleteBodies`), until SIGTERM or SIGINT."""
     from granian.server.mp import MPServer
 
     def load() -> WsgiApp:
         logs.configure(serving.log_level)
         transport.hand_over_the_gil_often(None)
-        app = CompleteBodies(app_factory(), threads=threads, max_body_bytes=max_body_bytes)
+        app = CompleteBodies(app_factory(), threads=threads, max_body_bytes=max_body_bytes,
+                             slow_paths=slow_paths)
         # the worker leaves through os._exit: run the app's exit hooks on the way (module doc)
         multiprocessing.util.Finalize(None, atexit._run_exitfuncs, exitpriority=10)
         if serving.tls_cert and serving.tls_key:
@@ -381,7 +394,7 @@ def serve(app_factory: Callable[[], WsgiApp], serving: ServingConfig, *, threads
                              name="tls-files", daemon=True).start()
         return app
 
-    options = server_options(serving, threads=threads)
+    options = server_options(serving, threads=threads * 2 if slow_paths else threads)
 
     class RenewingServer(MPServer):
         """Resolves the TLS files again for each worker it starts. granian resolves their

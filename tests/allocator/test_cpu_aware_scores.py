@@ -75,7 +75,10 @@ def _cluster(seed: int, policy: str = "binpack") -> tuple[Flask, Runtime]:
                 fake.add_pod(_gpu_bound(uid, node, "1", ContainerAllocation(
                     "c", (card,), core_percent=pick, memory_mib=160 * pick)))
         fake.add_pod(_cpu_pod(f"{node}-cpu", node, str(rng.choice([0, 8, 30, 50, 60]))))
-    app, rt = make_app(fake, core=AllocatorConfig(default_policy=policy))
+    # No holds: these tests compare filter with prioritize and with the plain per-node
+    # computation on one picture; a filter's hold would change the picture between them
+    # (holds: test_holds.py).
+    app, rt = make_app(fake, core=AllocatorConfig(default_policy=policy, hold_seconds=0))
     rt.allocator.mix = LiveMix(refresh=1)  # publish every observation below
     # a mix of GPU pods with different CPU requests (each observed once, by uid)
     for k in range(40):

@@ -250,7 +250,8 @@ def test_metrics_expose_verb_latency_bind_outcomes_and_per_node_usage() -> None:
     app, _ = make_app(fake)
     client = app.test_client()
     fake.add_pod(make_gpu_pod("p", request(share(core=30, mem=2000)), uid="u-1"))
-    client.post("/scheduler/filter", json=_args(make_gpu_pod("p"), ["n1"]))
+    client.post("/scheduler/filter", json=_args(
+        make_gpu_pod("p", request(share(core=30, mem=2000)), uid="u-1"), ["n1"]))
     client.post("/scheduler/bind", json={"PodName": "p", "PodNamespace": "default",
                                          "PodUID": "u-1", "Node": "n1"})
     text = client.get("/metrics").get_data(as_text=True)

@@ -38,6 +38,15 @@ def test_each_card_is_a_bar_of_compute_and_of_memory_with_its_holders() -> None:
     assert "memory 4000 / 16000 MiB" in html
 
 
+@pytest.mark.parametrize(("stage", "shown"), [("bound", "main"), ("confirmed", "main"),
+                                              ("inflight", "main, binding"),
+                                              ("held", "main, held for its bind")])
+def test_a_holder_s_stage_is_said_when_it_is_not_bound_yet(stage: str, shown: str) -> None:
+    status = _status()
+    status["nodes"][0]["cards"][0]["pods"][0]["stage"] = stage  # type: ignore[index]
+    assert f"<li>ns/p ({shown})</li>" in page.render(status, [], NOW)
+
+
 @pytest.mark.parametrize("where", ["name", "source", "problem", "model", "holder", "reason",
                                    "identity"])
 def test_every_name_from_the_cluster_is_escaped(where: str) -> None:

@@ -10,6 +10,7 @@ import json
 import logging
 import threading
 import time
+from collections import Counter
 from pathlib import Path
 from typing import Any
 
@@ -74,8 +75,9 @@ class Stream:
 
 
 def call(app: CompleteBodies, stream: Stream, length: str | None = None,
-         method: str = "POST", protocol: str = "HTTP/1.1") -> tuple[str, dict[str, str], bytes]:
-    environ: dict[str, Any] = {"REQUEST_METHOD": method, "PATH_INFO": "/x",
+         method: str = "POST", protocol: str = "HTTP/1.1",
+         path: str = "/x") -> tuple[str, dict[str, str], bytes]:
+    environ: dict[str, Any] = {"REQUEST_METHOD": method, "PATH_INFO": path,
                                "SERVER_PROTOCOL": protocol, "wsgi.input": stream}
     if length is not None:
         environ["CONTENT_LENGTH"] = length
@@ -214,6 +216,44 @@ def test_at_most_threads_requests_run_the_app_at_once() -> None:
     for t in callers:
         t.join(5)
     assert echo.most == 2
+
+
+def test_slow_paths_run_in_slots_of_their_own() -> None:
+    """The allocator's binds (which wait on the API server) fill their slots; filter still
+    runs at once, and binds beyond their slots wait for them."""
+    hold = threading.Event()
+    running: Counter[str] = Counter()
+    most: Counter[str] = Counter()
+    lock = threading.Lock()
+
+    def app(environ: dict[str, Any], start_response: Any) -> list[bytes]:
+        path = environ["PATH_INFO"]
+        with lock:
+            running[path] += 1
+            most[path] = max(most[path], running[path])
+        if path == "/bind":
+            hold.wait(5)
+        with lock:
+            running[path] -= 1
+        start_response("200 OK", [])
+        return [b"{}"]
+
+    serving = CompleteBodies(app, threads=2, max_body_bytes=100,
+                             slow_paths=frozenset({"/bind"}))
+    binds = [threading.Thread(target=call, args=(serving, Stream(b"b"), "1"),
+                              kwargs={"path": "/bind"}) for _ in range(3)]
+    for t in binds:
+        t.start()
+    deadline = time.monotonic() + 5
+    while running["/bind"] < 2 and time.monotonic() < deadline:
+        time.sleep(0.01)
+    time.sleep(0.2)  # time for the third bind to get in, were there more slots
+    assert call(serving, Stream(b"f"), "1", path="/filter")[0] == "200 OK"
+    assert not hold.is_set() and most == {"/bind": 2, "/filter": 1}
+    hold.set()
+    for t in binds:
+        t.join(5)
+    assert not any(t.is_alive() for t in binds) and running["/bind"] == 0
 
 
 def test_the_watch_fires_once_files_changed_and_load_and_the_worker_is_old_enough(
