@@ -52,7 +52,9 @@ one-pod-at-a-time part of each cycle (``sched_algorithm_ms_mean``), of the plugi
 points in it (``sched_plugins_ms_mean``), of the rest, mostly the extenders' calls
 (``sched_rest_ms_mean``), and the algorithm's share of the time from the scheduler's start
 to the last bind (``sched_algorithm_share``). ``calls_cpu_only``
-is how often the allocator answered ``prioritize-cpu-only`` in the run,
+is how often the allocator answered ``prioritize-cpu-only`` in the run, ``filters_per_pod``
+how many filters it answered per pod bound, ``binds_refused`` how many binds it refused
+(kube-scheduler then schedules the pod again),
 ``tls_connections_per_pod`` how many TLS connections it began per pod bound (its /metrics;
 kube-scheduler keeps at most two idle connections per extender, and opens more while filter
 and binds overlap). ``allocator_threads_s_per_1k`` splits the allocator's CPU in the same
@@ -157,7 +159,8 @@ COMPONENTS = ["etcd", "kube-apiserver", "kube-scheduler", "kube-controller-manag
 COLUMNS = ["mode", "run", "bound", "p10_p90_pods_per_s", "overall_pods_per_s",
            "first_to_last_s", "ratio_vs_baseline", "cpu_total_s_per_1k",
            "cpu_added_s_per_1k", "cpu_allocator_s_per_1k", "calls_cpu_only",
-           "tls_connections_per_pod", "filter_ms_mean", "bind_ms_mean"]
+           "tls_connections_per_pod", "filter_ms_mean", "bind_ms_mean", "filters_per_pod",
+           "binds_refused"]
 
 
 class BindWatch:
@@ -218,9 +221,9 @@ def _admin_context(dev: DevCluster) -> ssl.SSLContext:
 
 def _allocator_counters(dev: DevCluster) -> dict[str, float]:
     """From the allocator's /metrics (over mutual TLS as the admin, on a connection of its
-    own): each verb's calls and seconds so far (``<verb>_count``, ``<verb>_seconds``), and the
-    TLS connections it has begun when its server counts them (only floor-gunicorn's does: no
-    ``tls_connections`` else)."""
+    own): each verb's calls and seconds so far (``<verb>_count``, ``<verb>_seconds``), its
+    binds by outcome (``binds_<outcome>``), and the TLS connections it has begun when its
+    server counts them (only floor-gunicorn's does: no ``tls_connections`` else)."""
     text = metrics_text(f"127.0.0.1:{dev.services.allocator_port}", _admin_context(dev))
     counters: dict[str, float] = {}
     for family in text_string_to_metric_families(text):
@@ -230,6 +233,8 @@ def _allocator_counters(dev: DevCluster) -> dict[str, float]:
                 counters[f"{verb}_count"] = s.value
             elif s.name == "tessera_allocator_verb_seconds_sum" and verb:
                 counters[f"{verb}_seconds"] = s.value
+            elif s.name == "tessera_allocator_binds_total":
+                counters[f"binds_{s.labels.get('outcome', '')}"] = s.value
             elif s.name == "tessera_allocator_tls_connections_total":
                 counters["tls_connections"] = counters.get("tls_connections", 0.0) + s.value
     return counters
@@ -402,6 +407,8 @@ def run_mode(mode: str, nodes: int, pods: int, threads: int, timeout: float,
                 return counters.get(key, 0.0) - counters_before.get(key, 0.0)
 
             row["calls_cpu_only"] = int(during("prioritize-cpu-only_count"))
+            row["filters_per_pod"] = round(during("filter_count") / max(1, len(times)), 3)
+            row["binds_refused"] = int(during("binds_error"))
             for verb in VERBS_TIMED:
                 if calls := during(f"{verb}_count"):
                     row[f"{verb}_ms_mean"] = round(1000 * during(f"{verb}_seconds") / calls, 2)
@@ -501,7 +508,7 @@ def main() -> None:
             ["bound", "p10_p90_pods_per_s", "overall_pods_per_s", "first_to_last_s",
              "ratio_vs_baseline", "cpu_total_s_per_1k", "cpu_added_s_per_1k",
              "calls_cpu_only", "tls_connections_per_pod", "filter_ms_mean", "bind_ms_mean",
-             *CYCLE_COLUMNS, *cpu_columns]},
+             "filters_per_pod", "binds_refused", *CYCLE_COLUMNS, *cpu_columns]},
             **_thread_medians(mine)})
     print()
     print_table(rows + medians, [*COLUMNS, "scheduler_start_to_first_s"])
