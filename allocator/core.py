@@ -83,6 +83,8 @@ logger = logging.getLogger(__name__)
 #: Filter's verdict for a node its node watch has not seen.
 UNKNOWN_NODE: Final = Unfit("node unknown to the GPU allocator (not in its node watch, and not "
                             "found when read by name)")
+#: Placing a pod ran out of attempts: the node kept changing under it.
+NODE_CHANGING: Final = Unfit("it changed too often to reserve cards; retry")
 #: Pods remembered from filter for their bind (kube-scheduler binds within seconds).
 RECENT_PODS = 1024
 #: How long filter's choice for a pod stays held for its bind (:meth:`Allocator.filter`):
@@ -207,6 +209,11 @@ class Ranking:
             return []
         floor = best_floor(max(values))
         return list(compress(names, map(floor.__le__, values)))
+
+
+#: A pod's (milli-CPU, memory bytes) requests as a node counts them, or None when node
+#: resources are not tracked.
+Requests = tuple[int, int] | None
 
 
 def _uid_of(pod: Mapping[str, Any]) -> str:
@@ -427,27 +434,20 @@ class Allocator:
 
     def _hold(self, pod: Mapping[str, Any], request: PodRequest, node: str) -> None:
         """Hold the pod's cards on ``node`` for its bind, if they can be placed (best effort:
-        without a hold the bind places the pod afresh, as it always could)."""
-        meta = pod.get("metadata") or {}
+        without a hold the bind places the pod afresh, as it always could); a bind elsewhere
+        on the node meanwhile means placing again, a few times."""
         uid = _uid_of(pod)
         if not uid or self.config.hold_seconds <= 0:
             return
-        cpu_and_memory = _requests_or_zero(pod)
-        ctx = self.context(request, pod, cpu_and_memory[0])
-        choose = chooser(self.policy_for(request), ctx)
-        requests = cpu_and_memory if self.config.node_resources else None
+        meta = pod.get("metadata") or {}
         until = self.clock() + self.config.hold_seconds
-        for _attempt in range(3):  # a bind elsewhere on the node may change it meanwhile
-            view = self.state.view(node)
-            if view is None:
-                return
-            placed = place(request, view.state, choose, pod_uid=uid)
-            if isinstance(placed, Unfit):
-                return
-            if self.state.hold(uid, meta.get("namespace", ""), meta.get("name", ""),
-                               placed.allocation(uid, 0.0), view.version, requests,
-                               until=until, made_for=request):
-                return
+
+        def hold(allocation: Allocation, version: int, requests: Requests) -> bool:
+            return self.state.hold(uid, meta.get("namespace", ""), meta.get("name", ""),
+                                   allocation, version, requests, until=until,
+                                   made_for=request)
+
+        self._place_and_keep(pod, request, self.policy_for(request), uid, node, hold, 3)
 
     def _filter(self, request: PodRequest, names: Sequence[str], may_block: bool
                 ) -> tuple[FilterOutcome | AskedNodes, bool]:
@@ -736,24 +736,46 @@ class Allocator:
     def _reserve(self, pod: Obj, request: PodRequest, policy: Policy, uid: str,
                  node: str) -> Allocation:
         meta = pod.get("metadata") or {}
-        cpu_and_memory = _requests_or_zero(pod)  # read once: the policy's and the reservation's
-        ctx = self.context(request, pod, cpu_and_memory[0])
-        requests = cpu_and_memory if self.config.node_resources else None
+
+        def reserve(allocation: Allocation, version: int, requests: Requests) -> bool:
+            if self.state.reserve(uid, meta.get("namespace", ""), meta.get("name", ""),
+                                  allocation, version, requests):
+                return True
+            if self.state.record(uid) is not None:
+                raise BindError(f"a bind of pod {pod_key(pod)} is already in progress")
+            return False
+
         with self.state.node_lock(node):
-            for _attempt in range(100):
-                view = self.state.view(node)
-                if view is None:
-                    raise BindError(f"node {node} is unknown to the GPU allocator")
-                placed = place(request, view.state, chooser(policy, ctx), pod_uid=uid)
-                if isinstance(placed, Unfit):
-                    raise BindError(f"node {node}: {placed.reason}")
-                allocation = placed.allocation(uid, 0.0)
-                if self.state.reserve(uid, meta.get("namespace", ""), meta.get("name", ""),
-                                      allocation, view.version, requests):
-                    return allocation
-                if self.state.record(uid) is not None:
-                    raise BindError(f"a bind of pod {pod_key(pod)} is already in progress")
-        raise BindError(f"node {node} changed too often to reserve cards; retry")
+            kept = self._place_and_keep(pod, request, policy, uid, node, reserve, 100)
+        if kept is None:
+            raise BindError(f"node {node} is unknown to the GPU allocator")
+        if isinstance(kept, Unfit):
+            raise BindError(f"node {node}: {kept.reason}")
+        return kept
+
+    def _place_and_keep(self, pod: Mapping[str, Any], request: PodRequest, policy: Policy,
+                        uid: str, node: str,
+                        keep: Callable[[Allocation, int, Requests], bool], attempts: int
+                        ) -> Allocation | Unfit | None:
+        """Place the pod on ``node`` with its policy and ``keep`` the allocation there (a
+        reservation or a hold, given the node's version it was placed on and the pod's CPU
+        and memory requests when node resources are tracked), placing again when ``keep``
+        says the node changed meanwhile. The allocation kept; why the pod does not fit (or
+        :data:`NODE_CHANGING` when ``attempts`` ran out); None for a node unknown."""
+        cpu_and_memory = _requests_or_zero(pod)  # read once: the policy's and the record's
+        choose = chooser(policy, self.context(request, pod, cpu_and_memory[0]))
+        requests = cpu_and_memory if self.config.node_resources else None
+        for _attempt in range(attempts):
+            view = self.state.view(node)
+            if view is None:
+                return None
+            placed = place(request, view.state, choose, pod_uid=uid)
+            if isinstance(placed, Unfit):
+                return placed
+            allocation = placed.allocation(uid, 0.0)
+            if keep(allocation, view.version, requests):
+                return allocation
+        return NODE_CHANGING
 
     def _bind_metadata(self, pod: Obj, allocation: Allocation
                        ) -> tuple[dict[str, str], Obj | None, Obj]:

@@ -43,7 +43,8 @@ namespace records when each pod first shows ``spec.nodeName``. Throughput = pods
 between the 10th and 90th percentile of bind times / that interval (start-up and tail
 excluded); the overall rate (all pods / first-to-last) is reported too. CPU: user + system
 seconds of each component's process group (``/proc``) from the scheduler's start until
-:data:`SETTLE_S` after the last bind, per 1,000 pods; *added* is a mode's total minus the
+:data:`SETTLE_S` after the last bind, per 1,000 pods (``components_cores``: all of them over
+that window's length, the cores they kept busy); *added* is a mode's total minus the
 baseline's of the same repeat. ``--repeat N`` runs every mode N times (interleaved) and
 reports medians. ``filter_ms_mean`` and ``bind_ms_mean`` are the allocator's own mean time
 inside each verb over the run (its ``tessera_allocator_verb_seconds``). ``sched_*`` are
@@ -380,7 +381,7 @@ def run_mode(mode: str, nodes: int, pods: int, threads: int, timeout: float,
         worker = worker_pid(dev.services.allocator.pid) if tessera else None
         threads_before = thread_cpu_seconds(worker) if worker is not None else {}
         cpu_before = cpu_seconds(dev)
-        t_start = time.perf_counter()
+        t_start = time.perf_counter()  # the CPU window's start too
         dev.control_plane.start_scheduler()  # the configuration dev.start() ran
         # from the scheduler's first answer to /healthz: scheduling has begun
         profiling = _start_pprof(dev, pprof_seconds, pprof) if pprof is not None else []
@@ -389,6 +390,7 @@ def run_mode(mode: str, nodes: int, pods: int, threads: int, timeout: float,
             time.sleep(0.5)
         time.sleep(SETTLE_S)
         cpu_after = cpu_seconds(dev)
+        cpu_window_s = time.perf_counter() - t_start
         threads_after = thread_cpu_seconds(worker) if worker is not None else {}
         if spy is not None:
             spy.send_signal(signal.SIGINT)
@@ -436,6 +438,7 @@ def run_mode(mode: str, nodes: int, pods: int, threads: int, timeout: float,
                 row[f"cpu_{name.replace('-', '_')}_s_per_1k"] = round(used * per_1k, 2)
                 total += used
         row["cpu_total_s_per_1k"] = round(total * per_1k, 2)
+        row["components_cores"] = round(total / cpu_window_s, 2)
         return row
     finally:
         dev.stop()
@@ -508,7 +511,8 @@ def main() -> None:
             ["bound", "p10_p90_pods_per_s", "overall_pods_per_s", "first_to_last_s",
              "ratio_vs_baseline", "cpu_total_s_per_1k", "cpu_added_s_per_1k",
              "calls_cpu_only", "tls_connections_per_pod", "filter_ms_mean", "bind_ms_mean",
-             "filters_per_pod", "binds_refused", *CYCLE_COLUMNS, *cpu_columns]},
+             "filters_per_pod", "binds_refused", *CYCLE_COLUMNS, *cpu_columns,
+             "components_cores"]},
             **_thread_medians(mine)})
     print()
     print_table(rows + medians, [*COLUMNS, "scheduler_start_to_first_s"])
@@ -518,7 +522,7 @@ def main() -> None:
                 m["allocator_threads_s_per_1k"].items(), key=lambda kv: -kv[1]))
             print(f"allocator CPU s / 1k by thread, {m['mode']} (median): {split}")
     print()
-    print_table(medians, ["mode", "run", *cpu_columns])
+    print_table(medians, ["mode", "run", *cpu_columns, "components_cores"])
     print()
     print_table(medians, ["mode", "run", *CYCLE_COLUMNS])
     write_results(args.stem, rows + medians, {
