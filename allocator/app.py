@@ -291,6 +291,7 @@ def _routes(app: Flask, rt: Runtime, prefix: str) -> None:
         return "ok\n", 200
 
     def status_doc(max_nodes: int | None = None) -> dict[str, Any]:
+        rt.allocator.expire_holds()
         doc = rt.state.snapshot(max_nodes)
         doc["leader"] = rt.is_leader()
         doc["identity"] = rt.settings.identity
@@ -316,6 +317,7 @@ def _routes(app: Flask, rt: Runtime, prefix: str) -> None:
 
     @app.get("/metrics")
     def metrics() -> Response:
+        rt.allocator.expire_holds()
         return Response(rt.metrics.exposition(), mimetype=CONTENT_TYPE_LATEST)
 
     # One handler for every error that leaves a view, JSON in the extender's own shape.

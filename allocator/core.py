@@ -317,6 +317,11 @@ class Allocator:
                              pod_cpu_milli=pod_cpu_milli(pod) if cpu_milli is None
                              else cpu_milli)
 
+    def expire_holds(self) -> None:
+        """Release filter's holds whose time has passed. Filter does it before it decides;
+        the documents operators read do it too, so a quiet cluster shows no stale hold."""
+        self.state.expire_holds(self.clock())
+
     # ------------------------------------------------------------------ workload mix
     def workload(self) -> Workload:
         """The workload mix as published now (it changes in steps, see :mod:`allocator.mix`)."""
@@ -398,7 +403,7 @@ class Allocator:
             return FilterOutcome(list(names), {}, {})
         self.remember(pod)
         self.observe(pod, request)
-        self.state.expire_holds(self.clock())
+        self.expire_holds()
         self.state.release_hold(_uid_of(pod))
         found, short = self._filter(request, names, may_block)
         if isinstance(found, AskedNodes):

@@ -465,8 +465,7 @@ class ClusterState:
             entry = self._nodes.get(node)
             if (rec.node != node or entry is None or entry.cards is not hold.cards
                     or hold.made_for != made_for):
-                self._drop(uid)
-                self.resources.unreserve(uid)
+                self._drop_held(uid)
                 return None
             # The same cards on the same node: the node's state stays as it is (see _set).
             self._pods[uid] = PodRecord(uid, rec.namespace, rec.name, node, rec.allocation,
@@ -480,8 +479,7 @@ class ClusterState:
             return
         with self._lock:
             if self._holds.pop(uid, None) is not None:
-                self._drop(uid)
-                self.resources.unreserve(uid)
+                self._drop_held(uid)
 
     def expire_holds(self, now: float) -> list[str]:
         """Release the holds whose time has passed (no bind came for them: the pod was
@@ -494,13 +492,20 @@ class ClusterState:
                 expired.append(uid)
             for uid in expired:
                 del self._holds[uid]
-                self._drop(uid)
-                self.resources.unreserve(uid)
+                self._drop_held(uid)
             return expired
 
     def holds(self) -> int:
         """Holds not yet claimed, released or expired."""
         return len(self._holds)
+
+    def _drop_held(self, uid: str) -> None:
+        """(Under the lock.) Drop the pod's record if it is still a hold: a watch event may
+        have put the truth in its place (the pod seen bound with its cards), which stays."""
+        rec = self._pods.get(uid)
+        if rec is not None and rec.stage is Stage.HELD:
+            self._drop(uid)
+            self.resources.unreserve(uid)
 
     # ------------------------------------------------------------------ internals
     def _touch(self, uid: str) -> None:
@@ -509,6 +514,8 @@ class ClusterState:
 
     def _set(self, record: PodRecord) -> None:
         with self._lock:
+            if record.stage is not Stage.HELD:
+                self._holds.pop(record.uid, None)  # a hold replaced by the truth is gone
             old = self._pods.get(record.uid)
             self._pods[record.uid] = record
             self._touch(record.uid)

@@ -8,16 +8,24 @@ from __future__ import annotations
 
 import copy
 import threading
+from dataclasses import replace
 from typing import Any
 
 from alloc_harness import NOW, sync
 from builders import VOCAB, make_gpu_pod, make_node, request, share, whole
 from fake_kube import FakeKube
 
+from allocator.app import EXTENSION, Runtime, create_app
+from allocator.config import Settings
 from allocator.core import Allocator, AllocatorConfig
 from allocator.errors import ApiError, BindError
 from allocator.state import ClusterState, Stage
-from tessera.vocabulary import PodRequest, decode_allocation, encode_request
+from tessera.vocabulary import (
+    PodRequest,
+    decode_allocation,
+    encode_allocation,
+    encode_request,
+)
 
 
 class Clock:
@@ -264,3 +272,48 @@ def test_filters_and_binds_in_many_threads_never_give_a_card_twice() -> None:
     held = {uid for uid in (f"u{i}" for i in range(60))
             if (rec := alloc.state.record(uid)) is not None and rec.stage is Stage.HELD}
     assert alloc.state.holds() == len(held) and not (held & bound)
+
+
+def test_a_held_pod_seen_bound_with_its_cards_keeps_them_after_the_hold_s_time() -> None:
+    """The watch shows the pod bound with an allocation (a bind of the previous leader, say)
+    while filter's hold stands: the record is the truth from then on, and neither the hold's
+    expiry nor a later release may drop it."""
+    fake = _one_card_nodes(1)
+    a, b = _pods(fake, 2, request(whole()))
+    clock = Clock()
+    alloc = _allocator(fake, clock, hold_seconds=15)
+    alloc.filter(a, ["n0"])
+    held = alloc.state.record("u0")
+    assert held is not None
+    bound = copy.deepcopy(fake.pods[("default", "p0")])
+    bound["spec"]["nodeName"] = "n0"
+    bound["metadata"]["annotations"][VOCAB.allocation_annotation] = encode_allocation(
+        replace(held.allocation, allocated_at=NOW))
+    alloc.state.apply_pod(bound)
+    assert alloc.state.holds() == 0
+    clock.now += 60
+    alloc.expire_holds()
+    alloc.state.release_hold("u0")
+    rec = alloc.state.record("u0")
+    assert rec is not None and rec.stage is Stage.CONFIRMED
+    assert alloc.filter(b, ["n0"]).nodes == []  # the card is still taken
+
+
+def test_operators_documents_show_no_stale_hold_on_a_quiet_cluster() -> None:
+    fake = _one_card_nodes(1)
+    (a,) = _pods(fake, 1, request(whole()))
+    clock = Clock()
+    app = create_app(Settings(leader_election=False), api=fake, start=False, clock=clock)
+    runtime: Runtime = app.extensions[EXTENSION]
+    sync(runtime.state, fake)
+    client = app.test_client()
+    client.post("/scheduler/filter", json={"Pod": a, "NodeNames": ["n0"]})
+
+    def holders() -> list[dict[str, str]]:
+        doc = client.get("/status").get_json()
+        return [p for n in doc["nodes"] for c in n["cards"] for p in c["pods"]]
+
+    assert [p["stage"] for p in holders()] == ["held"]
+    clock.now += runtime.settings.core.hold_seconds + 1  # no filter comes after it
+    assert holders() == []
+    assert 'kind="allocated",node="n0"} 0.0' in client.get("/metrics").get_data(as_text=True)
