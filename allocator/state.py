@@ -481,9 +481,9 @@ class ClusterState:
             if self._holds.pop(uid, None) is not None:
                 self._drop_held(uid)
 
-    def expire_holds(self, now: float) -> list[str]:
+    def expire_holds(self, now: float) -> None:
         """Release the holds whose time has passed (no bind came for them: the pod was
-        deleted, or kube-scheduler bound it elsewhere or not at all); their pod UIDs."""
+        deleted, or kube-scheduler bound it elsewhere or not at all)."""
         with self._lock:
             expired = []
             for uid, hold in self._holds.items():  # oldest first
@@ -493,7 +493,6 @@ class ClusterState:
             for uid in expired:
                 del self._holds[uid]
                 self._drop_held(uid)
-            return expired
 
     def holds(self) -> int:
         """Holds not yet claimed, released or expired."""

@@ -134,8 +134,20 @@ def test_a_node_whose_cards_changed_is_placed_afresh_at_bind() -> None:
     (a,) = _pods(fake, 1, request(share(core=30, mem=2000)))
     alloc = _allocator(fake)
     assert alloc.filter(a, ["n0"]).nodes == ["n0"]
-    # The device plugin now reports one card of another size: the hold's card may be gone.
+    req = alloc.pod_request(a)
+    # The device plugin now reports one card of another size: the hold's card may be gone,
+    # so the hold cannot be claimed (and is released)...
     alloc.state.apply_node(make_node("n0", count=1, memory_mib=24000))
+    assert alloc.state.claim_hold("u0", "n0", req) is None
+    assert alloc.state.record("u0") is None and alloc.state.holds() == 0
+    # ...while an unchanged node's hold is claimed.
+    assert alloc.filter(a, ["n0"]).nodes == ["n0"]
+    claimed = alloc.state.claim_hold("u0", "n0", req)
+    assert claimed is not None and claimed.node == "n0"
+    alloc.state.unreserve("u0")
+    # The bind after a change places the pod afresh on the cards there now.
+    assert alloc.filter(a, ["n0"]).nodes == ["n0"]
+    alloc.state.apply_node(make_node("n0", count=1, memory_mib=20000))
     out = alloc.bind("default", "p0", "u0", "n0")
     assert out.outcome == "bound" and out.cards == (0,)
     view = alloc.state.view("n0")
@@ -179,12 +191,12 @@ def test_a_relist_or_a_consistent_read_keeps_the_holds() -> None:
     fake = _one_card_nodes(1)
     (a,) = _pods(fake, 1, request(whole()))
     alloc = _allocator(fake)
-    since = alloc.state.epoch()
     alloc.filter(a, ["n0"])
-    alloc.state.replace_pods(fake.list_pods(VOCAB.gpu_pod_selector)[0])
-    assert alloc.state.reconcile_pods([], since=since + 100) == []
+    # Neither shows the pod (nothing of a hold is in the API), and both are newer than it.
+    alloc.state.replace_pods([])
+    assert alloc.state.reconcile_pods([], since=alloc.state.epoch() + 1) == []
     rec = alloc.state.record("u0")
-    assert rec is not None and rec.stage is Stage.HELD
+    assert rec is not None and rec.stage is Stage.HELD and alloc.state.holds() == 1
 
 
 def test_a_pod_that_ends_or_goes_releases_its_hold() -> None:
