@@ -20,7 +20,7 @@ from prometheus_client.registry import Collector
 from allocator.node_series import NodeSeries
 from allocator.state import ClusterState
 
-#: Filter/prioritize targets are single-digit milliseconds; bind includes two API writes.
+#: Filter/prioritize targets are single-digit milliseconds; bind includes its API write.
 LATENCY_BUCKETS = (0.0005, 0.001, 0.002, 0.005, 0.01, 0.02, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5,
                    5.0)
 
