@@ -142,6 +142,24 @@ def _stat_fields(path: str) -> list[bytes] | None:
     return stat[stat.rindex(b")") + 2:].split()
 
 
+def machine_cpu_ticks(stat: str = "/proc/stat") -> tuple[int, int]:
+    """(stolen, all) clock ticks of the machine's CPUs so far, from the first line of
+    ``/proc/stat`` (proc(5): user nice system idle iowait irq softirq steal guest
+    guest_nice; guest time is counted in user already). *Stolen* is the time a virtual
+    machine's CPUs were ready to run while the host ran something else: a run on a busy host
+    is slower for reasons no component's CPU shows."""
+    with open(stat, "rb") as fh:
+        fields = [int(x) for x in fh.readline().split()[1:]]
+    return fields[7], sum(fields[:8])
+
+
+def stolen_share(before: tuple[int, int], after: tuple[int, int]) -> float:
+    """The share of the machine's CPU time between two :func:`machine_cpu_ticks` readings
+    that the host took (0 when no time passed)."""
+    elapsed = after[1] - before[1]
+    return round((after[0] - before[0]) / elapsed, 3) if elapsed > 0 else 0.0
+
+
 def group_cpu_seconds(pgid: int) -> float:
     """User + system CPU seconds of every live process in process group ``pgid`` (Linux
     ``/proc``), plus what their reaped children used. The dev cluster starts each component

@@ -44,7 +44,9 @@ between the 10th and 90th percentile of bind times / that interval (start-up and
 excluded); the overall rate (all pods / first-to-last) is reported too. CPU: user + system
 seconds of each component's process group (``/proc``) from the scheduler's start until
 :data:`SETTLE_S` after the last bind, per 1,000 pods (``components_cores``: all of them over
-that window's length, the cores they kept busy); *added* is a mode's total minus the
+that window's length, the cores they kept busy; ``cpu_stolen_share``: the share of the
+machine's CPU time in that window that the host of this virtual machine took, which slows a
+run without showing in any component's CPU); *added* is a mode's total minus the
 baseline's of the same repeat. ``--repeat N`` runs every mode N times (interleaved) and
 reports medians. ``filter_ms_mean`` and ``bind_ms_mean`` are the allocator's own mean time
 inside each verb over the run (its ``tessera_allocator_verb_seconds``). ``sched_*`` are
@@ -101,11 +103,13 @@ from bench.speed.common import (
     client_context,
     cpu_by_thread_name,
     histogram_totals,
+    machine_cpu_ticks,
     metrics_text,
     percentile,
     print_table,
     python_thread_names,
     settle,
+    stolen_share,
     thread_cpu_seconds,
     worker_pid,
     write_results,
@@ -381,6 +385,7 @@ def run_mode(mode: str, nodes: int, pods: int, threads: int, timeout: float,
         worker = worker_pid(dev.services.allocator.pid) if tessera else None
         threads_before = thread_cpu_seconds(worker) if worker is not None else {}
         cpu_before = cpu_seconds(dev)
+        ticks_before = machine_cpu_ticks()
         t_start = time.perf_counter()  # the CPU window's start too
         dev.control_plane.start_scheduler()  # the configuration dev.start() ran
         # from the scheduler's first answer to /healthz: scheduling has begun
@@ -390,6 +395,7 @@ def run_mode(mode: str, nodes: int, pods: int, threads: int, timeout: float,
             time.sleep(0.5)
         time.sleep(SETTLE_S)
         cpu_after = cpu_seconds(dev)
+        ticks_after = machine_cpu_ticks()
         cpu_window_s = time.perf_counter() - t_start
         threads_after = thread_cpu_seconds(worker) if worker is not None else {}
         if spy is not None:
@@ -439,6 +445,7 @@ def run_mode(mode: str, nodes: int, pods: int, threads: int, timeout: float,
                 total += used
         row["cpu_total_s_per_1k"] = round(total * per_1k, 2)
         row["components_cores"] = round(total / cpu_window_s, 2)
+        row["cpu_stolen_share"] = stolen_share(ticks_before, ticks_after)
         return row
     finally:
         dev.stop()
@@ -512,7 +519,7 @@ def main() -> None:
              "ratio_vs_baseline", "cpu_total_s_per_1k", "cpu_added_s_per_1k",
              "calls_cpu_only", "tls_connections_per_pod", "filter_ms_mean", "bind_ms_mean",
              "filters_per_pod", "binds_refused", *CYCLE_COLUMNS, *cpu_columns,
-             "components_cores"]},
+             "components_cores", "cpu_stolen_share"]},
             **_thread_medians(mine)})
     print()
     print_table(rows + medians, [*COLUMNS, "scheduler_start_to_first_s"])
@@ -522,7 +529,7 @@ def main() -> None:
                 m["allocator_threads_s_per_1k"].items(), key=lambda kv: -kv[1]))
             print(f"allocator CPU s / 1k by thread, {m['mode']} (median): {split}")
     print()
-    print_table(medians, ["mode", "run", *cpu_columns, "components_cores"])
+    print_table(medians, ["mode", "run", *cpu_columns, "components_cores", "cpu_stolen_share"])
     print()
     print_table(medians, ["mode", "run", *CYCLE_COLUMNS])
     write_results(args.stem, rows + medians, {
