@@ -429,21 +429,26 @@ class Allocator:
         """The fitting nodes, narrowed to those the policy scores best (see :meth:`filter`)
         when configured and there is a choice."""
         nodes = fitting.name_list() if len(fitting) <= 1 else []
+        inputs = None
         if self.config.filter_best and len(fitting) > 1:
-            nodes = self._ranking(pod, request, fitting).best(fitting.names)
+            inputs = self._placing_inputs(request, pod)  # the ranking's, then the hold's
+            nodes = self._ranking(pod, request, fitting, inputs[0]).best(fitting.names)
         if not nodes:
             nodes = fitting.name_list()
         if len(nodes) == 1:
-            self._hold(pod, request, nodes[0])
+            self._hold(pod, request, nodes[0], inputs)
         return FilterOutcome(nodes, {}, {})
 
-    def _hold(self, pod: Mapping[str, Any], request: PodRequest, node: str) -> None:
+    def _hold(self, pod: Mapping[str, Any], request: PodRequest, node: str,
+              inputs: tuple[PolicyContext, Requests] | None) -> None:
         """Hold the pod's cards on ``node`` for its bind, if they can be placed (best effort:
         without a hold the bind places the pod afresh, as it always could); a bind elsewhere
-        on the node meanwhile means placing again, a few times."""
+        on the node meanwhile means placing again, a few times. ``inputs``: the pod's
+        :meth:`_placing_inputs`, when the ranking read them already."""
         uid = _uid_of(pod)
         if not uid or self.config.hold_seconds <= 0:
             return
+        ctx, requests = inputs or self._placing_inputs(request, pod)
         meta = pod.get("metadata") or {}
         until = self.clock() + self.config.hold_seconds
 
@@ -452,7 +457,8 @@ class Allocator:
                                    allocation, version, requests, until=until,
                                    made_for=request)
 
-        self._place_and_keep(pod, request, self.policy_for(request), uid, node, hold, 3)
+        self._place_and_keep(request, self.policy_for(request), ctx, requests, uid, node, hold,
+                             3)
 
     def _filter(self, request: PodRequest, names: Sequence[str], may_block: bool
                 ) -> tuple[FilterOutcome | AskedNodes, bool]:
@@ -538,11 +544,13 @@ class Allocator:
             return [0] * len(names)
         return self._ranking(pod, request, self.state.columns.asked(names)).scaled(names)
 
-    def _ranking(self, pod: Mapping[str, Any], request: PodRequest, nodes: AskedNodes
-                 ) -> Ranking:
-        """The policy's raw scores of the pod on each of ``nodes``."""
+    def _ranking(self, pod: Mapping[str, Any], request: PodRequest, nodes: AskedNodes,
+                 ctx: PolicyContext | None = None) -> Ranking:
+        """The policy's raw scores of the pod on each of ``nodes`` (``ctx``: the policy's view
+        of the pod, when already made)."""
         policy = self.policy_for(request)
-        ctx = self.context(request, pod)
+        if ctx is None:
+            ctx = self.context(request, pod)
         rank = policy.node_ranker(ctx)
         if rank is not None:
             # The policy ranks feasible nodes by name, without placing the pod on each (random:
@@ -750,26 +758,34 @@ class Allocator:
                 raise BindError(f"a bind of pod {pod_key(pod)} is already in progress")
             return False
 
+        ctx, requests = self._placing_inputs(request, pod)
         with self.state.node_lock(node):
-            kept = self._place_and_keep(pod, request, policy, uid, node, reserve, 100)
+            kept = self._place_and_keep(request, policy, ctx, requests, uid, node, reserve, 100)
         if kept is None:
             raise BindError(f"node {node} is unknown to the GPU allocator")
         if isinstance(kept, Unfit):
             raise BindError(f"node {node}: {kept.reason}")
         return kept
 
-    def _place_and_keep(self, pod: Mapping[str, Any], request: PodRequest, policy: Policy,
-                        uid: str, node: str,
+    def _placing_inputs(self, request: PodRequest, pod: Mapping[str, Any]
+                        ) -> tuple[PolicyContext, Requests]:
+        """The policy's view of the pod, and its (milli-CPU, memory bytes) requests as a node
+        counts them (None when node resources are not tracked): the requests read once for
+        both."""
+        cpu_and_memory = _requests_or_zero(pod)
+        return (self.context(request, pod, cpu_and_memory[0]),
+                cpu_and_memory if self.config.node_resources else None)
+
+    def _place_and_keep(self, request: PodRequest, policy: Policy, ctx: PolicyContext,
+                        requests: Requests, uid: str, node: str,
                         keep: Callable[[Allocation, int, Requests], bool], attempts: int
                         ) -> Allocation | Unfit | None:
         """Place the pod on ``node`` with its policy and ``keep`` the allocation there (a
-        reservation or a hold, given the node's version it was placed on and the pod's CPU
-        and memory requests when node resources are tracked), placing again when ``keep``
-        says the node changed meanwhile. The allocation kept; why the pod does not fit (or
-        :data:`NODE_CHANGING` when ``attempts`` ran out); None for a node unknown."""
-        cpu_and_memory = _requests_or_zero(pod)  # read once: the policy's and the record's
-        choose = chooser(policy, self.context(request, pod, cpu_and_memory[0]))
-        requests = cpu_and_memory if self.config.node_resources else None
+        reservation or a hold, given the node's version it was placed on and the pod's
+        ``requests``), placing again when ``keep`` says the node changed meanwhile. The
+        allocation kept; why the pod does not fit (or :data:`NODE_CHANGING` when ``attempts``
+        ran out); None for a node unknown."""
+        choose = chooser(policy, ctx)
         for _attempt in range(attempts):
             view = self.state.view(node)
             if view is None:
