@@ -18,6 +18,7 @@ from devcluster.controlplane import (
     ExtenderAddress,
     load_scheduler_configuration,
     managed_resources,
+    with_nodes_to_score,
     without_cpu_only_scoring,
 )
 from devcluster.nodes import GpuNodeSpec, create_nodes
@@ -42,17 +43,22 @@ class Options:
     #: Keep the shipped configuration's entry that scores CPU-only pods; False deletes it, as
     #: a cluster that turns it off does (docs/deploy.md).
     score_cpu_only_pods: bool = True
+    #: kube-scheduler's ``percentageOfNodesToScore`` instead of the shipped 100 (0: its
+    #: adaptive default; docs/deploy.md says what less trades); None keeps the shipped value.
+    nodes_to_score: int | None = None
 
 
 def scheduler_setup(options: Options, vocabulary: Vocabulary, extender: ExtenderAddress | None
                     ) -> tuple[dict[str, Any], ExtenderAddress | None]:
     """The shipped KubeSchedulerConfiguration this cluster runs (without its CPU-only scoring
-    entry when asked) and where its extenders are; refuses a vocabulary whose resources the
-    shipped entries do not manage (the dev cluster substitutes addresses and credentials
-    only)."""
+    entry, or with another ``percentageOfNodesToScore``, when asked) and where its extenders
+    are; refuses a vocabulary whose resources the shipped entries do not manage (the dev
+    cluster substitutes addresses and credentials only)."""
     shipped = load_scheduler_configuration(SCHEDULER_CONFIG)
     if not options.score_cpu_only_pods:
         shipped = without_cpu_only_scoring(shipped)
+    if options.nodes_to_score is not None:
+        shipped = with_nodes_to_score(shipped, options.nodes_to_score)
     if extender is not None and managed_resources(shipped) != set(vocabulary.managed_resources):
         raise DevClusterError(
             f"the shipped KubeSchedulerConfiguration manages {sorted(managed_resources(shipped))},"

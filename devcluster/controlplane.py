@@ -128,6 +128,17 @@ def localise_scheduler_configuration(
     return config
 
 
+def with_nodes_to_score(shipped: dict[str, Any], percentage: int) -> dict[str, Any]:
+    """``shipped`` with kube-scheduler's ``percentageOfNodesToScore`` set to ``percentage``
+    (pure): what a cluster that lowers it runs (docs/deploy.md); 0 is upstream's adaptive
+    default. Outside 0-100 kube-scheduler refuses the file: so does this."""
+    if not 0 <= percentage <= 100:
+        raise DevClusterError(f"percentageOfNodesToScore is 0-100 (0: adaptive), not {percentage}")
+    config = copy.deepcopy(shipped)
+    config["percentageOfNodesToScore"] = percentage
+    return config
+
+
 def without_cpu_only_scoring(shipped: dict[str, Any]) -> dict[str, Any]:
     """``shipped`` without its CPU-only scoring entry (pure): what a cluster that turns it off
     runs (docs/deploy.md, "Scoring CPU-only pods")."""

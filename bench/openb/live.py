@@ -13,7 +13,8 @@ mapping of :func:`bench.openb.trace.gpu_request`): a share of one card as
 annotation; CPU and memory as requests. Everything else is the product as shipped: the
 webhook normalises, kube-scheduler runs manifests/scheduler/kube-scheduler-config.yaml (its
 GPU entry and its entry scoring CPU-only pods; ``--no-score-cpu-only-pods`` deletes the
-second), the allocator runs with its default flags.
+second, ``--percentage-of-nodes-to-score P`` replaces its 100), the allocator runs with its
+default flags.
 
 Pods go in until the arrived GPU request reaches 100% of the cluster's cards (the pod that
 crosses it included); the result is the share of the cards allocated then, read from the API
@@ -230,11 +231,15 @@ class Summary:
     setup_seconds: float
     nodes_unhealthy: int
     score_cpu_only_pods: bool
+    #: kube-scheduler's percentageOfNodesToScore when not the shipped 100
+    nodes_to_score: int | None = None
 
     def line(self) -> str:
         alloc = 100.0 * self.allocated_milli / self.capacity_milli
         arrived = 100.0 * self.arrived_milli / self.capacity_milli
         cpu_only = "" if self.score_cpu_only_pods else ", CPU-only pods not scored"
+        if self.nodes_to_score is not None:
+            cpu_only += f", percentageOfNodesToScore {self.nodes_to_score}"
         return (f"allocated {alloc:.2f}% of GPUs at 100% arrived ("
                 f"{self.trace} seed {self.seed}, {self.nodes} nodes, "
                 f"{self.capacity_milli // MILLI} GPUs, arrived {arrived:.2f}%; "
@@ -408,6 +413,8 @@ class Settings:
     allocator_args: tuple[str, ...] = ()
     stall_seconds: float = STALL_SECONDS
     node_grace_seconds: int = NODE_GRACE_SECONDS
+    #: kube-scheduler's percentageOfNodesToScore instead of the shipped 100 (0: adaptive)
+    nodes_to_score: int | None = None
 
 
 @dataclass(frozen=True)
@@ -428,7 +435,8 @@ def run(settings: Settings, binaries: Any = None) -> Result:
     pods = arrivals(sequence, capacity, settings.max_pods)
     requested = {pod_name(i): p.gpu_request_milli for i, p in enumerate(pods) if p.num_gpu}
     options = Options(score_cpu_only_pods=settings.score_cpu_only_pods,
-                      allocator_args=settings.allocator_args)
+                      allocator_args=settings.allocator_args,
+                      nodes_to_score=settings.nodes_to_score)
     dev = DevCluster(binaries or ensure_binaries(), None, options)
     dev.control_plane.node_monitor_grace_seconds = settings.node_grace_seconds
     started = time.monotonic()
@@ -453,7 +461,8 @@ def run(settings: Settings, binaries: Any = None) -> Result:
             settings.trace, settings.seed, len(trace_nodes), capacity,
             sum(p.gpu_request_milli for p in pods), result.allocated_milli, len(pods),
             len(outcomes.bound), len(outcomes.unschedulable), failed_gpu, settings.in_flight,
-            replay_seconds, setup, len(live.unhealthy), settings.score_cpu_only_pods)
+            replay_seconds, setup, len(live.unhealthy), settings.score_cpu_only_pods,
+            settings.nodes_to_score)
         failed = False
         return Result(summary, result)
     finally:
@@ -481,9 +490,15 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--allocator-arg", action="append", default=[], metavar="ARG",
                         help="an extra flag for 'tessera allocator' (default: none, as shipped)")
     parser.add_argument("--stall-seconds", type=float, default=STALL_SECONDS)
+    parser.add_argument("--percentage-of-nodes-to-score", type=int, default=None, metavar="P",
+                        help="kube-scheduler's percentageOfNodesToScore instead of the shipped "
+                             "100 (0: its adaptive default; docs/deploy.md says what less "
+                             "trades)")
     args = parser.parse_args(argv)
     if args.nodes_every < 1 or args.in_flight < 1 or (args.max_pods or 1) < 1:
         parser.error("--nodes-every, --in-flight and --max-pods must be at least 1")
+    if not 0 <= (args.percentage_of_nodes_to_score or 0) <= 100:
+        parser.error("--percentage-of-nodes-to-score must be 0-100 (0: adaptive)")
     return args
 
 
@@ -491,7 +506,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
     settings = Settings(args.trace, args.seed, args.nodes_every, args.max_pods, args.in_flight,
-                        args.score_cpu_only_pods, tuple(args.allocator_arg), args.stall_seconds)
+                        args.score_cpu_only_pods, tuple(args.allocator_arg), args.stall_seconds,
+                        nodes_to_score=args.percentage_of_nodes_to_score)
     try:
         result = run(settings)
     except (TraceError, DevClusterError, LiveReplayError) as exc:

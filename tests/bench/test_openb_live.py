@@ -133,6 +133,32 @@ def test_the_replay_runs_the_shipped_cpu_only_entry_unless_told_to_delete_it(
     assert ("CPU-only pods not scored" in summary.line()) is not scored
 
 
+@pytest.mark.parametrize(("argv", "nodes_to_score"), [
+    ([], None), (["--percentage-of-nodes-to-score", "0"], 0),
+    (["--percentage-of-nodes-to-score", "100"], 100)])
+def test_the_replay_runs_the_shipped_share_of_nodes_unless_told_another(
+    argv: list[str], nodes_to_score: int | None
+) -> None:
+    assert parse_args(argv).percentage_of_nodes_to_score == nodes_to_score
+    summary = Summary("default", 42, 31, 147_000, 147_000, 140_000, 200, 190, 10, 10, 1, 60.0,
+                      20.0, 0, True, nodes_to_score)
+    line = summary.line()
+    assert LINE.match(line), line
+    # Named only when told: a run of another share is not a run of the shipped path.
+    assert ("percentageOfNodesToScore" in line) is (nodes_to_score is not None)
+    if nodes_to_score is not None:
+        assert f"percentageOfNodesToScore {nodes_to_score};" in line
+
+
+@pytest.mark.parametrize("value", ["-1", "101"])
+def test_a_share_of_nodes_kube_scheduler_would_refuse_is_refused_before_any_cluster(
+    value: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    with pytest.raises(SystemExit):
+        parse_args(["--percentage-of-nodes-to-score", value])
+    assert "0-100" in capsys.readouterr().err
+
+
 def test_pod_names_sort_in_arrival_order() -> None:
     assert sorted(pod_name(i) for i in (10, 2, 100_000)) == [
         pod_name(2), pod_name(10), pod_name(100_000)]

@@ -22,6 +22,7 @@ from devcluster.controlplane import (
     localise_scheduler_configuration,
     scheduler_client_connection,
     tls_data,
+    with_nodes_to_score,
 )
 from devcluster.nodes import Card, GpuNodeSpec, Inventory, node_object, uniform
 from devcluster.pki import ClusterCA
@@ -177,6 +178,25 @@ def test_the_dev_cluster_runs_the_shipped_scheduler_configuration_with_only_addr
         assert base64.b64decode(tls["caData"]) == ca.cert_pem
         assert base64.b64decode(tls["certData"]) == client.cert_pem
         assert tls["serverName"] == "127.0.0.1"
+
+
+@pytest.mark.parametrize("percentage", [0, 5, 100])
+def test_the_dev_cluster_runs_another_share_of_nodes_only_when_told(percentage: int) -> None:
+    address = ExtenderAddress("https://127.0.0.1:1", {})
+    shipped, _ = scheduler_setup(Options(), VOCAB, address)
+    told, _ = scheduler_setup(Options(nodes_to_score=percentage), VOCAB, address)
+    assert shipped["percentageOfNodesToScore"] == 100
+    assert told["percentageOfNodesToScore"] == percentage
+    assert {k: v for k, v in told.items() if k != "percentageOfNodesToScore"} == {
+        k: v for k, v in shipped.items() if k != "percentageOfNodesToScore"}
+
+
+@pytest.mark.parametrize("percentage", [-1, 101])
+def test_a_share_of_nodes_kube_scheduler_would_refuse_is_refused(percentage: int) -> None:
+    shipped = {"kind": "KubeSchedulerConfiguration", "percentageOfNodesToScore": 100}
+    with pytest.raises(DevClusterError, match="0-100"):
+        with_nodes_to_score(shipped, percentage)
+    assert shipped["percentageOfNodesToScore"] == 100
 
 
 def test_without_an_allocator_the_scheduler_runs_the_shipped_file_without_extenders() -> None:
