@@ -237,14 +237,15 @@ class Summary:
     def line(self) -> str:
         alloc = 100.0 * self.allocated_milli / self.capacity_milli
         arrived = 100.0 * self.arrived_milli / self.capacity_milli
-        cpu_only = "" if self.score_cpu_only_pods else ", CPU-only pods not scored"
+        # what differs from the shipped scheduler configuration, named
+        unshipped = "" if self.score_cpu_only_pods else ", CPU-only pods not scored"
         if self.nodes_to_score is not None:
-            cpu_only += f", percentageOfNodesToScore {self.nodes_to_score}"
+            unshipped += f", percentageOfNodesToScore {self.nodes_to_score}"
         return (f"allocated {alloc:.2f}% of GPUs at 100% arrived ("
                 f"{self.trace} seed {self.seed}, {self.nodes} nodes, "
                 f"{self.capacity_milli // MILLI} GPUs, arrived {arrived:.2f}%; "
                 f"{self.created} pods: {self.placed} placed, {self.failed} failed "
-                f"({self.failed_gpu} GPU pods); in flight {self.in_flight}{cpu_only}; "
+                f"({self.failed_gpu} GPU pods); in flight {self.in_flight}{unshipped}; "
                 f"replay {self.replay_seconds:.0f} s, setup {self.setup_seconds:.0f} s; "
                 f"nodes ever unhealthy {self.nodes_unhealthy})")
 
