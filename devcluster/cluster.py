@@ -47,6 +47,12 @@ class Options:
     #: adaptive default; docs/deploy.md says what less trades); None keeps the shipped value.
     nodes_to_score: int | None = None
 
+    def __post_init__(self) -> None:
+        # kube-scheduler refuses a file outside 0-100: refused here, before any process starts
+        if self.nodes_to_score is not None and not 0 <= self.nodes_to_score <= 100:
+            raise DevClusterError("percentageOfNodesToScore is 0-100 (0: adaptive), not "
+                                  f"{self.nodes_to_score}")
+
 
 def scheduler_setup(options: Options, vocabulary: Vocabulary, extender: ExtenderAddress | None
                     ) -> tuple[dict[str, Any], ExtenderAddress | None]:

@@ -430,14 +430,14 @@ def run(settings: Settings, binaries: Any = None) -> Result:
     from devcluster.cluster import DevCluster, Options
     from devcluster.workloads import ensure_namespace
 
+    options = Options(score_cpu_only_pods=settings.score_cpu_only_pods,
+                      allocator_args=settings.allocator_args,
+                      nodes_to_score=settings.nodes_to_score)  # checked before the trace is read
     trace_nodes = _select_nodes(load_nodes(), settings.nodes_every)
     capacity = MILLI * sum(n.gpus for n in trace_nodes)
     sequence = workload_sequence(load_pods(settings.trace), settings.seed, capacity)
     pods = arrivals(sequence, capacity, settings.max_pods)
     requested = {pod_name(i): p.gpu_request_milli for i, p in enumerate(pods) if p.num_gpu}
-    options = Options(score_cpu_only_pods=settings.score_cpu_only_pods,
-                      allocator_args=settings.allocator_args,
-                      nodes_to_score=settings.nodes_to_score)
     dev = DevCluster(binaries or ensure_binaries(), None, options)
     dev.control_plane.node_monitor_grace_seconds = settings.node_grace_seconds
     started = time.monotonic()
@@ -498,8 +498,6 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     args = parser.parse_args(argv)
     if args.nodes_every < 1 or args.in_flight < 1 or (args.max_pods or 1) < 1:
         parser.error("--nodes-every, --in-flight and --max-pods must be at least 1")
-    if not 0 <= (args.percentage_of_nodes_to_score or 0) <= 100:
-        parser.error("--percentage-of-nodes-to-score must be 0-100 (0: adaptive)")
     return args
 
 

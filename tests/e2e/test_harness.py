@@ -193,9 +193,13 @@ def test_the_dev_cluster_runs_another_share_of_nodes_only_when_told(percentage: 
 
 @pytest.mark.parametrize("percentage", [-1, 101])
 def test_a_share_of_nodes_kube_scheduler_would_refuse_is_refused(percentage: int) -> None:
-    shipped = {"kind": "KubeSchedulerConfiguration", "percentageOfNodesToScore": 100}
     with pytest.raises(DevClusterError, match="0-100"):
-        with_nodes_to_score(shipped, percentage)
+        Options(nodes_to_score=percentage)
+
+
+def test_another_share_of_nodes_leaves_the_shipped_document_as_it_was() -> None:
+    shipped = {"kind": "KubeSchedulerConfiguration", "percentageOfNodesToScore": 100}
+    assert with_nodes_to_score(shipped, 0)["percentageOfNodesToScore"] == 0
     assert shipped["percentageOfNodesToScore"] == 100
 
 
