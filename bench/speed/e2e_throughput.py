@@ -80,10 +80,8 @@ profile of where the control plane's time goes.
 from __future__ import annotations
 
 import argparse
-import json
 import shutil
 import signal
-import ssl
 import statistics
 import subprocess
 import sys
@@ -95,12 +93,15 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
-from prometheus_client.parser import text_string_to_metric_families
-
-from bench.speed.cluster import core_v1, cpu_seconds, in_parallel
+from bench.speed.cluster import (
+    BindWatch,
+    admin_context,
+    allocator_counters,
+    cpu_seconds,
+    in_parallel,
+)
 from bench.speed.common import (
     Timed,
-    client_context,
     cpu_by_thread_name,
     histogram_totals,
     machine_cpu_ticks,
@@ -168,44 +169,6 @@ COLUMNS = ["mode", "run", "bound", "p10_p90_pods_per_s", "overall_pods_per_s",
            "binds_refused"]
 
 
-class BindWatch:
-    """Raw watch of the namespace's pods: first time each pod is seen with a node."""
-
-    def __init__(self, dev: DevCluster) -> None:
-        self.core = core_v1(dev)
-        self.bound: dict[str, float] = {}
-        self.stop = threading.Event()
-        resp = self.core.list_namespaced_pod(NAMESPACE, _preload_content=False)
-        self.rv = json.loads(resp.data)["metadata"]["resourceVersion"]
-        self.thread = threading.Thread(target=self._run, daemon=True)
-        self.thread.start()
-
-    def _run(self) -> None:
-        try:
-            self._watch()
-        except Exception:
-            if not self.stop.is_set():  # the API server going away at the end is expected
-                raise
-
-    def _watch(self) -> None:
-        from kubernetes.watch.watch import iter_resp_lines
-
-        while not self.stop.is_set():
-            resp = self.core.list_namespaced_pod(
-                NAMESPACE, watch=True, resource_version=self.rv, timeout_seconds=60,
-                allow_watch_bookmarks=True, _preload_content=False)
-            for line in iter_resp_lines(resp):  # type: ignore[no-untyped-call]
-                now = time.perf_counter()
-                event = json.loads(line)
-                obj = event.get("object") or {}
-                self.rv = (obj.get("metadata") or {}).get("resourceVersion", self.rv)
-                name = (obj.get("metadata") or {}).get("name")
-                if name and (obj.get("spec") or {}).get("nodeName") and name not in self.bound:
-                    self.bound[name] = now
-                if self.stop.is_set():
-                    break
-
-
 def _serve_floor(dev: DevCluster, server: str) -> None:
     """The floor extender in the allocator's place: its port, TLS files and identity."""
     services = dev.services
@@ -216,33 +179,6 @@ def _serve_floor(dev: DevCluster, server: str) -> None:
         f"--tls-cert={files['tls_cert']}", f"--tls-key={files['tls_key']}",
         f"--tls-client-ca={files['tls_client_ca']}", f"--kubeconfig={files['kubeconfig']}",
         f"--server={server}"])
-
-
-def _admin_context(dev: DevCluster) -> ssl.SSLContext:
-    """TLS as the dev cluster's admin (its client certificate), trusting its CA."""
-    cp = dev.control_plane
-    return client_context(cp.ca_file, cp.pki_dir / "admin.crt", cp.pki_dir / "admin.key")
-
-
-def _allocator_counters(dev: DevCluster) -> dict[str, float]:
-    """From the allocator's /metrics (over mutual TLS as the admin, on a connection of its
-    own): each verb's calls and seconds so far (``<verb>_count``, ``<verb>_seconds``), its
-    binds by outcome (``binds_<outcome>``), and the TLS connections it has begun when its
-    server counts them (only floor-gunicorn's does: no ``tls_connections`` else)."""
-    text = metrics_text(f"127.0.0.1:{dev.services.allocator_port}", _admin_context(dev))
-    counters: dict[str, float] = {}
-    for family in text_string_to_metric_families(text):
-        for s in family.samples:
-            verb = s.labels.get("verb")
-            if s.name == "tessera_allocator_verb_seconds_count" and verb:
-                counters[f"{verb}_count"] = s.value
-            elif s.name == "tessera_allocator_verb_seconds_sum" and verb:
-                counters[f"{verb}_seconds"] = s.value
-            elif s.name == "tessera_allocator_binds_total":
-                counters[f"binds_{s.labels.get('outcome', '')}"] = s.value
-            elif s.name == "tessera_allocator_tls_connections_total":
-                counters["tls_connections"] = counters.get("tls_connections", 0.0) + s.value
-    return counters
 
 
 #: kube-scheduler's extension points that run inside its scheduling algorithm (v1.34.4
@@ -257,7 +193,7 @@ def _scheduler_cycle(dev: DevCluster) -> dict[str, Timed]:
     read or parsed (the run's other columns are kept)."""
     try:
         return cycle_totals(metrics_text(f"127.0.0.1:{dev.control_plane.scheduler_port}",
-                                         _admin_context(dev)))
+                                         admin_context(dev)))
     except (OSError, ValueError) as exc:  # unreachable, or not Prometheus text (a refusal)
         print(f"kube-scheduler's /metrics not read: {exc}", file=sys.stderr)
         return {}
@@ -319,7 +255,7 @@ def _start_pprof(dev: DevCluster, seconds: int, out: Path) -> list[threading.Thr
     (``/debug/pprof/profile``, on by default in both; asked as the admin) into
     ``out``-<component>.pprof, from now."""
     cp = dev.control_plane
-    context = _admin_context(dev)
+    context = admin_context(dev)
     ports = {"kube-scheduler": cp.scheduler_port, "kube-apiserver": cp.apiserver_port}
     out.parent.mkdir(parents=True, exist_ok=True)
 
@@ -373,14 +309,14 @@ def run_mode(mode: str, nodes: int, pods: int, threads: int, timeout: float,
 
         in_parallel(dev, [f"p{i:05d}" for i in range(pods)], create, threads)
         cp = dev.control_plane
-        settled_s = settle(f"127.0.0.1:{cp.apiserver_port}", _admin_context(dev))
+        settled_s = settle(f"127.0.0.1:{cp.apiserver_port}", admin_context(dev))
         if tessera:
             # The allocator must know every node before the scheduler asks about them.
             time.sleep(2.0)
-        watch = BindWatch(dev)
+        watch = BindWatch(dev, NAMESPACE)
         # /metrics is read outside both the CPU window and the profile: at 1,000 nodes its
         # per-card series make it a large reply, which is the benchmark's, not the run's.
-        counters_before = _allocator_counters(dev) if tessera else {}
+        counters_before = allocator_counters(dev) if tessera else {}
         spy = _start_py_spy(dev, profile) if tessera and profile is not None else None
         worker = worker_pid(dev.services.allocator.pid) if tessera else None
         threads_before = thread_cpu_seconds(worker) if worker is not None else {}
@@ -409,7 +345,7 @@ def run_mode(mode: str, nodes: int, pods: int, threads: int, timeout: float,
         row: dict[str, Any] = {"mode": mode, "nodes": nodes, "pods": pods, "bound": len(times),
                                "settle_s": settled_s}
         if worker is not None:
-            counters = _allocator_counters(dev)
+            counters = allocator_counters(dev)
 
             def during(key: str) -> float:
                 return counters.get(key, 0.0) - counters_before.get(key, 0.0)
