@@ -37,7 +37,7 @@ from werkzeug.exceptions import HTTPException
 from allocator import extender, page
 from allocator.config import Settings
 from allocator.core import Allocator, describe_error, event_safe
-from allocator.decisions import Fanout
+from allocator.decisions import Fanout, PodRef
 from allocator.errors import WouldBlock
 from allocator.leader import LeaderElector
 from allocator.metrics import Metrics
@@ -45,7 +45,7 @@ from allocator.nodelookup import NodeLookup
 from allocator.pending import RecentRefusals
 from allocator.ports import KubeApi
 from allocator.recorder import EventRecorder
-from allocator.resync import PodResync
+from allocator.requeue import RequeueOnRelease, requeue_patch
 from allocator.state import ClusterState
 from allocator.watch import initial_sync, reflectors
 from tessera.transport import INLINE, NeedsThread
@@ -100,6 +100,9 @@ class Runtime:
 
         targets: list[tuple[str, Callable[[], None]]] = [
             ("sync-pods", sync_and_watch), ("events", lambda: self.recorder.run(self.stop))]
+        if self.allocator.requeue is not None:
+            requeue = self.allocator.requeue
+            targets.append(("requeue", lambda: requeue.run(self.stop)))
         if self.elector is not None:
             elector = self.elector
             targets.append(("leader-election", lambda: elector.run(self.stop)))
@@ -152,17 +155,24 @@ def create_app(
         if settings.leader_election else None
     )
     runtime_box: list[Runtime] = []
-    selector = state.vocabulary.gpu_pod_selector
-    resync = PodResync(lambda: api.list_pods(selector)[0], state)
     metrics = Metrics(state, is_leader=lambda: runtime_box[0].is_leader())
     recorder = EventRecorder(api, settings.identity, clock=clock,
                              on_outcome=lambda outcome: metrics.events.labels(outcome).inc())
     refusals = RecentRefusals(clock)
     metrics.refused_pods.set_function(lambda: len(refusals.recent()))
+    requeue_annotation = state.vocabulary.requeue_annotation
+
+    def ask_again(pod: PodRef) -> None:
+        api.patch_pod(pod.namespace, pod.name,
+                      requeue_patch(requeue_annotation, pod, f"{time.time():.6f}"))
+
+    requeue = RequeueOnRelease(lambda request, node: allocator.fits_on(request, node),
+                               ask_again)
     allocator = Allocator(state, api, settings.core, clock=clock,
-                          is_leader=lambda: runtime_box[0].is_leader(), resync=resync,
+                          is_leader=lambda: runtime_box[0].is_leader(), requeue=requeue,
                           node_lookup=NodeLookup(api.get_node, state),
                           hooks=Fanout([recorder, refusals]))
+    state.on_release = requeue.released
     runtime = Runtime(settings, api, state, allocator, metrics, elector, recorder, refusals,
                       sleep)
     runtime_box.append(runtime)

@@ -6,8 +6,8 @@ writes, always in this order: reserve in the cache, a PATCH of the labels the po
 (skipped when it has them), then the Binding, which carries the canonical allocation record and
 the agent annotations onto the pod atomically with ``spec.nodeName``; every failure undoes what
 was done.
-Filter reads the state, and before it leaves a pod with no node for lack of room, brings the
-GPU pods up to date with a consistent read (:mod:`allocator.resync`).
+Filter reads the state; a pod it leaves with no node for lack of room is asked again when
+our watch releases room it fits in (:mod:`allocator.requeue`).
 
 Policies see the live workload mix (:mod:`allocator.mix`: every GPU pod's request, counted
 once, at its first filter or from the GPU pods already bound when the allocator starts) and
@@ -63,8 +63,8 @@ from allocator.policies import (
     scaled_numbers,
 )
 from allocator.ports import KubeApi, Obj
+from allocator.requeue import RequeueOnRelease
 from allocator.resources import ResourceError, pod_requests
-from allocator.resync import PodResync
 from allocator.state import ClusterState, Stage
 from tessera.dialects import DialectConfig, read_pod_request
 from tessera.logs import pod_context
@@ -237,7 +237,7 @@ class Allocator:
         *,
         clock: Callable[[], float] = time.time,
         is_leader: Callable[[], bool] = lambda: True,
-        resync: PodResync | None = None,
+        requeue: RequeueOnRelease | None = None,
         node_lookup: NodeLookup | None = None,
         hooks: DecisionHooks = NO_HOOKS,
     ) -> None:
@@ -246,8 +246,8 @@ class Allocator:
         self.config = config
         self.clock = clock
         self.is_leader = is_leader
-        #: Consistent re-reads of the GPU pods before a pod is left with no node (None: off).
-        self.resync = resync
+        #: Pods left with no node for lack of room, asked again on a release (None: off).
+        self.requeue = requeue
         #: Reads of nodes the scheduler names before our node watch has them (None: off).
         self.node_lookup = node_lookup
         #: Told of allocations, failed binds and refusals (Events, the page).
@@ -365,8 +365,10 @@ class Allocator:
                may_block: bool = True) -> FilterOutcome:
         """The nodes the GPU pod fits on, and why not on the others; with
         :attr:`AllocatorConfig.filter_best`, only the nodes the policy scores best.
-        ``may_block`` False: :class:`WouldBlock` instead of reading nodes or pods from the API
-        (:mod:`allocator.nodelookup`, :mod:`allocator.resync`); ask again with True.
+        ``may_block`` False: :class:`WouldBlock` instead of reading nodes from the API
+        (:mod:`allocator.nodelookup`); ask again with True. A pod left with no node, some for
+        lack of room, is asked again when our watch releases room it fits in
+        (:mod:`allocator.requeue`).
 
         Filtering to the best is what prioritize would say, said where kube-scheduler cannot
         blur it: its own plugins then judge only among the policy's tied best nodes, and with
@@ -406,23 +408,25 @@ class Allocator:
         self.expire_holds()
         self.state.release_hold(_uid_of(pod))
         found, short = self._filter(request, names, may_block)
+        if self.requeue is not None:
+            if isinstance(found, AskedNodes) or found.nodes:
+                self.requeue.fitted(_uid_of(pod))
+            elif short:
+                # No node left, some only for lack of room: perhaps a release our watch has
+                # not applied yet, which kube-scheduler retried the pod on (allocator/requeue.py).
+                self.requeue.refused(PodRef.of(pod), request)
         if isinstance(found, AskedNodes):
             return self._best_of(pod, request, found)
-        if found.nodes or not short or self.resync is None:
-            return found
-        # No node left, some only for lack of room: perhaps a release our watch has not
-        # delivered yet (allocator/resync.py). Decide again on a consistent picture.
-        uid = (pod.get("metadata") or {}).get("uid") or ""
-        needed = self.resync.needed(uid)
-        if not may_block and not self.resync.fresh(needed):
-            raise WouldBlock("a consistent read of the GPU pods is due")
-        if self.resync.ensure(needed):
-            found, short = self._filter(request, names, may_block)
-        if isinstance(found, AskedNodes) or found.nodes:
-            self.resync.forget(uid)
-            return self._best_of(pod, request, found) if isinstance(found, AskedNodes) else found
-        self.resync.rejected(uid)
         return found
+
+    def fits_on(self, request: PodRequest, node: str) -> bool:
+        """Whether a pod of ``request`` fits on ``node`` now (holds counted as taken); False
+        for a node our watches do not know."""
+        try:
+            found, _short = self._filter(request, [node], may_block=False)
+        except WouldBlock:
+            return False
+        return isinstance(found, AskedNodes) or bool(found.nodes)
 
     def _best_of(self, pod: Mapping[str, Any], request: PodRequest, fitting: AskedNodes
                  ) -> FilterOutcome:
@@ -470,7 +474,7 @@ class Allocator:
             return asked, False
         if self.config.filter_best and fits.any():
             # No reasons: kube-scheduler reads them only when no node is left (filter). Nor
-            # whether a node lacked room: read only then (resync) too.
+            # whether a node lacked room: read only then (the requeue) too.
             return asked.where(fits), False
         contents = asked.contents.tolist()
         verdicts = self._fit_verdicts(request, contents)

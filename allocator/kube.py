@@ -35,7 +35,7 @@ from allocator.ports import Obj, WatchEvent
 REQUEST_TIMEOUT = (2.0, 4.0)
 LIST_PAGE = 500
 #: Connections the allocator holds open besides those of its request threads: the node and
-#: pod watches, leader election, the pod resync, the Events thread, and slack.
+#: pod watches, leader election, the requeue after releases, the Events thread, and slack.
 BACKGROUND_CONNECTIONS = 9
 #: How long the auth headers are reused before the client's refresh hook runs again. The
 #: hook of a kubeconfig re-applies the whole configuration (its ``host`` setter scans the

@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import logging
 import threading
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Any
@@ -128,12 +128,15 @@ class ClusterState:
         #: allocatable): a node update that changes none of them (a status heartbeat) is not
         #: read again.
         self._read_from: dict[str, tuple[object, object, object]] = {}
-        # Pod records by the moment they last changed (a counter, not a clock): a consistent
-        # read only releases records that did not change after it began (reconcile_pods).
+        # Pod records by the moment they last changed (a counter, not a clock): a relist only
+        # releases records that did not change after its list began (replace_pods).
         self._epoch = 0
         self._touched: dict[str, int] = {}
         #: Filter's holds by pod UID (records at Stage.HELD), oldest first (:meth:`hold`).
         self._holds: dict[str, _Hold] = {}
+        #: Told the node whenever a pod's record leaves it and its cards are free again
+        #: (called under the lock: it must only note the node; :mod:`allocator.requeue`).
+        self.on_release: Callable[[str], None] | None = None
 
     # ------------------------------------------------------------------ readiness
     @property
@@ -366,35 +369,9 @@ class ClusterState:
                     self._drop(uid)
 
     def epoch(self) -> int:
-        """A mark to take *before* a consistent read of the pods (see :meth:`reconcile_pods`)."""
+        """A mark to take *before* a list of the pods (see :meth:`replace_pods`)."""
         with self._lock:
             return self._epoch
-
-    def reconcile_pods(self, pods: Iterable[Mapping[str, Any]], since: int) -> list[str]:
-        """Release what a consistent read of the GPU pods shows gone or terminated.
-
-        ``pods`` is a fresh list of the label-selected GPU pods whose read began after
-        :meth:`epoch` returned ``since``. It may be older than the watch's newest events, so it
-        only ever *releases*, and only records that did not change after the read began: a
-        reservation of a running bind, or a record the watch updated meanwhile, is newer than
-        the list and stays. Adding and changing records is left to the watch. Returns the
-        released pod UIDs.
-        """
-        alive: set[str] = set()
-        for pod in pods:
-            uid = _uid(pod)
-            status = pod.get("status")
-            if uid and (status.get("phase") if isinstance(status, Mapping) else None
-                        ) not in TERMINAL_PHASES:
-                alive.add(uid)
-        released: list[str] = []
-        with self._lock:
-            for uid, rec in list(self._pods.items()):
-                if (uid not in alive and rec.stage not in UNWRITTEN
-                        and self._touched.get(uid, 0) < since):
-                    self._drop(uid)
-                    released.append(uid)
-        return released
 
     # ------------------------------------------------------------------ bind reservations
     def reserve(self, uid: str, namespace: str, name: str, allocation: Allocation,
@@ -539,6 +516,8 @@ class ClusterState:
             if old is not None:
                 self._by_node.get(old.node, set()).discard(uid)
                 self._recompute(old.node)
+                if self.on_release is not None:
+                    self.on_release(old.node)
 
     def _note_bad(self, uid: str, why: str, pod: Mapping[str, Any]) -> None:
         with self._lock:

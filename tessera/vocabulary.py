@@ -84,6 +84,12 @@ class Vocabulary:
         return f"{self.domain}/gpu-allocation"
 
     @property
+    def requeue_annotation(self) -> str:
+        """Pod annotation: set by the allocator on a pod it refused for lack of room, when
+        room it fits in is released (a new value makes kube-scheduler schedule it again)."""
+        return f"{self.domain}/requeued-at"
+
+    @property
     def gpu_pod_label(self) -> str:
         """Pod label ``"true"`` on every GPU pod; the allocator watches by this selector."""
         return f"{self.domain}/gpu-pod"

@@ -232,19 +232,21 @@ def main(argv: Sequence[str] | None = None) -> None:
     except (ValueError, DevClusterError) as exc:
         parser.exit(2, f"sampled window: {exc}\n")
     binaries = ensure_binaries()
-    rows = []
-    for case in cases:
-        rows.append(run_case(case, binaries, args.threads, args.timeout))
-        print_table(rows[-1:], COLUMNS)
-    print()
-    print_table(rows, COLUMNS)
-    write_results(args.stem, rows, {
+    meta = {
         "command": "python -m bench.speed.sampled_window " + " ".join(sys.argv[1:]),
         "cluster": f"{args.nodes} nodes x {args.cards} cards of {CARD_MIB} MiB; all but "
                    f"{args.good} filled with one 60% pod on every card",
         "pods": f"{args.pods} pods of one whole card (elasticgpu.io/gpu-core: 100), created "
                 "while kube-scheduler was stopped; waits from its start",
-    })
+    }
+    rows = []
+    for case in cases:
+        rows.append(run_case(case, binaries, args.threads, args.timeout))
+        print_table(rows[-1:], COLUMNS)
+        write_results(args.stem + "_partial", rows, {**meta, "note": "rows so far"})
+    print()
+    print_table(rows, COLUMNS)
+    write_results(args.stem, rows, meta)
 
 
 if __name__ == "__main__":

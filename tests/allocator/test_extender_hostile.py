@@ -22,8 +22,8 @@ from flask import Flask
 def app() -> Flask:
     fake = FakeKube()
     fake.add_node(make_node("n1", count=1, memory_mib=16000))
-    # n1's only card is taken: a filter that fails for room asks the resync for a list
-    # (allocator/resync.py), which keys its memory by the pod's uid.
+    # n1's only card is taken: a filter that fails for room remembers the pod, by its uid,
+    # to ask it again on a release (allocator/requeue.py).
     fake.add_pod(make_gpu_pod("holder", request(whole())))
     app, rt = make_app(fake)
     rt.allocator.bind("default", "holder", "uid-holder", "n1")

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import threading
+from typing import Any
 
 from alloc_harness import make_app, synced_allocator
 from builders import VOCAB, make_gpu_pod, make_node, request, whole
@@ -12,7 +13,7 @@ from allocator.errors import ApiError, Conflict
 from allocator.leader import LeaderElector
 from allocator.state import ClusterState
 from allocator.watch import Reflector, initial_sync, reflectors
-from tessera.vocabulary import Allocation, ContainerAllocation
+from tessera.vocabulary import Allocation, ContainerAllocation, encode_allocation
 
 
 def _setup(bound_pods: bool) -> tuple[FakeKube, ClusterState, Reflector, Reflector, list[float]]:
@@ -290,3 +291,51 @@ def test_a_stopping_runtime_lets_binds_in_flight_finish_before_it_releases_the_l
     assert fake.leases[("tessera-system", "tessera-allocator")]["spec"]["holderIdentity"] == ""
     rt.close()  # idempotent: atexit may call it again
     assert len(seen) == 1
+
+
+def _bound_record(uid: str, card: int) -> dict[str, Any]:
+    alloc = Allocation(node="n1", containers=(ContainerAllocation("c", (card,)),), pod_uid=uid)
+    return {"metadata": {"uid": uid, "namespace": "ns", "name": uid,
+                         "annotations": {VOCAB.allocation_annotation: encode_allocation(alloc)}},
+            "spec": {"nodeName": "n1"}, "status": {"phase": "Running"}}
+
+
+def test_a_relist_older_than_our_bind_neither_forgets_nor_overwrites_the_bound_pod() -> None:
+    """410 Gone -> relist: the list was taken before our bind finished, so it lacks the pod
+    (or shows it unbound). The bound record is newer than the list and must keep its cards."""
+    state = ClusterState(VOCAB)
+    state.replace_nodes([make_node("n1", count=5)])
+    state.replace_pods([_bound_record("gone", 0), _bound_record("old", 1)])
+    mark = state.epoch()  # the relist's list request leaves now...
+    ours = Allocation(node="n1", containers=(ContainerAllocation("c", (2,)),), pod_uid="ours")
+    view = state.view("n1")
+    assert view is not None
+    assert state.reserve("ours", "ns", "ours", ours, view.version)
+    state.mark_bound("ours")  # ...our bind completes while it is on the wire
+    unbound_copy = {"metadata": {"uid": "ours", "namespace": "ns", "name": "ours"},
+                    "spec": {}, "status": {"phase": "Pending"}}
+    state.replace_pods([_bound_record("old", 1), unbound_copy], mark)
+    assert state.record("ours") is not None  # not forgotten, not overwritten by the old copy
+    assert state.record("old") is not None
+    assert state.record("gone") is None  # untouched since before the list and missing: gone
+    state.replace_pods([_bound_record("old", 1)], mark)
+    assert state.record("ours") is not None  # missing from the list altogether: still ours
+
+
+def test_a_relist_drives_replace_with_the_mark_taken_before_the_list_request() -> None:
+    from allocator.watch import Reflector
+
+    order: list[str] = []
+    got: list[int] = []
+    reflector = Reflector(
+        "pods",
+        lambda: (order.append("list"), ([], "7"))[1],
+        lambda rv, t: iter(()),
+        lambda items, since: got.append(since),
+        lambda obj: None, lambda obj: None, lambda s: None, threading.Event(),
+        mark=lambda: (order.append("mark"), 41)[1],
+    )
+    reflector.relist()
+    assert order == ["mark", "list"]
+    assert got == [41]
+    assert reflector.resource_version == "7"

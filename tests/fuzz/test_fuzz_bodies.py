@@ -343,11 +343,9 @@ def allocator_client() -> Any:
     fake.add_pod(make_gpu_pod("holder", request(whole())))
     app, rt = make_app(fake, max_body_bytes=MAX_BODY)
     rt.allocator.bind("default", "holder", "uid-holder", "n2")
-    # Filters that find no room re-read the pods (allocator/resync.py) at most once per
-    # min_interval and wait for that read: with no interval they read at once, and the fuzz
-    # spends its time on bodies rather than on waiting.
-    assert rt.allocator.resync is not None
-    rt.allocator.resync.min_interval = 0.0
+    # Filters that find no room remember the pod, by its uid, to ask it again on a release
+    # (allocator/requeue.py).
+    assert rt.allocator.requeue is not None
     return app.test_client()
 
 
