@@ -8,11 +8,11 @@ percent, at least 5%, and never fewer than 100 nodes), and asks the extender abo
 Its own filters judge a GPU by the node's sums (``gpu-core`` 400 on four cards); the allocator
 judges it card by card. On a fragmented cluster a window can hold only nodes that fit by sums
 and on no card, while nodes outside it fit: the allocator refuses the whole window, the pod
-goes back to kube-scheduler's queue (a refusal by an extender backs off: 1 s, doubling to 10 s;
-an idle scheduler takes it at once) and the next try looks at the next window (the window's
-start moves on by the nodes it looked at). With 100 every fitting node is in every window,
-and no such refusal happens. docs/deploy.md ("``percentageOfNodesToScore``") cites these
-runs.
+goes back to kube-scheduler's queue until the next cluster event (any event re-tries a pod an
+extender refused, after its backoff: 1 s, doubling to 10 s) and the next try looks at the next
+window (the window's start moves on by the nodes it looked at). With 100 every fitting node is
+in every window, and no such refusal happens. docs/deploy.md ("``percentageOfNodesToScore``")
+cites these runs.
 
 The cluster, one per run (devcluster: the real kube-scheduler, webhook and allocator):
 ``--nodes`` nodes of ``--cards`` cards (16 GiB each); all but ``--good`` of them are filled
