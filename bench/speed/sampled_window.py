@@ -25,10 +25,14 @@ stopped, ``--pods`` pods of one whole card each are created, and kube-scheduler 
 run times each pod from that start to its bind (a raw watch), and reads kube-scheduler's
 attempts by result (its ``scheduler_schedule_attempts_total``) and the allocator's filter calls.
 Every whole-card pod must land on a good node (``on_fragmented`` counts those that did not:
-a card handed out twice).
+a card handed out twice). ``--waiting N`` adds N whole-card pods that select the filled nodes
+(a node label), created just before the timed ones: they fit there by the node's sums and on
+no card, so kube-scheduler sends them to the allocator, which refuses them at every try, as
+GPU pods queued on a full cluster are; the timed pods then show what those refusals cost
+everybody else.
 
 Usage: ``.venv/bin/python -m bench.speed.sampled_window [--nodes 1000] [--cards 4]
-[--good 50] [--pods 150] [--layouts contiguous spread] [--percentages 100 0]
+[--good 50] [--pods 150] [--layouts contiguous spread] [--percentages 100 0] [--waiting 0]
 [--stem speed_sampled_window]``.
 """
 
@@ -60,6 +64,8 @@ from devcluster.workloads import container, ensure_namespace, make_pod
 
 NAMESPACE = "sampled-window"
 CARD_MIB = 16384
+#: Node label of the filled nodes (the ``--waiting`` pods select it).
+FILLED_LABEL = "tessera.bench/filled"
 #: Each card of a filled node holds one such pod: 40% of it is left, on every card.
 FILL_LIMITS = {"elasticgpu.io/gpu-core": "60", "elasticgpu.io/gpu-memory": "8192"}
 WHOLE_LIMITS = {"elasticgpu.io/gpu-core": "100"}
@@ -105,6 +111,9 @@ class Case:
     pods: int
     #: kube-scheduler's ``percentageOfNodesToScore`` (0: adaptive).
     percentage: int
+    #: Whole-card pods that only the filled nodes may take (module doc), created before the
+    #: timed ones: GPU pods waiting for room, refused at every try.
+    waiting: int = 0
 
     def __post_init__(self) -> None:
         if self.cards * 40 < 100:
@@ -114,6 +123,8 @@ class Case:
             raise ValueError(f"pods must be 1..{self.good * self.cards} (the good nodes' "
                              f"cards), not {self.pods}")
         good_nodes(self.nodes, self.good, self.layout)  # refuses a bad count
+        if self.waiting < 0:
+            raise ValueError(f"waiting pods must be 0 or more, not {self.waiting}")
 
 
 def schedule_attempts(text: str) -> dict[str, int]:
@@ -156,7 +167,9 @@ def run_case(case: Case, binaries: Binaries, threads: int = 6, timeout: float = 
     try:
         dev.start()
         ensure_namespace(dev.core_v1(), NAMESPACE)
-        specs = [uniform(node_name(i), case.cards, "T4", CARD_MIB) for i in range(case.nodes)]
+        specs = [uniform(node_name(i), case.cards, "T4", CARD_MIB,
+                         labels={} if i in good else {FILLED_LABEL: "true"})
+                 for i in range(case.nodes)]
         in_parallel(dev, specs, lambda core, chunk: create_nodes(core, chunk, dev.vocabulary),
                     threads)
         watch = BindWatch(dev, NAMESPACE)
@@ -172,6 +185,12 @@ def run_case(case: Case, binaries: Binaries, threads: int = 6, timeout: float = 
                                   f"{timeout:g} s; {dev.logs_hint()}")
         fill_s = time.perf_counter() - started
         dev.control_plane.stop_scheduler()  # the whole-card pods all wait for its start
+        waiting = [make_pod(f"u{i:05d}", [container("main", limits=WHOLE_LIMITS)],
+                            node_selector={FILLED_LABEL: "true"})
+                   for i in range(case.waiting)]
+        # ahead of the timed pods in kube-scheduler's queue (equal priority: first added first;
+        # its first list of pods is in name order)
+        in_parallel(dev, waiting, _create, threads)
         whole = [make_pod(f"w{i:05d}", [container("main", limits=WHOLE_LIMITS)])
                  for i in range(case.pods)]
         in_parallel(dev, whole, _create, threads)
@@ -205,9 +224,9 @@ def run_case(case: Case, binaries: Binaries, threads: int = 6, timeout: float = 
         dev.stop()
 
 
-COLUMNS = ["layout", "percentage", "window_nodes", "bound", "on_fragmented", "wait_p50_s",
-           "wait_p90_s", "last_bound_s", "attempts_unschedulable", "filters_per_pod",
-           "fill_s"]
+COLUMNS = ["layout", "percentage", "waiting", "window_nodes", "bound", "on_fragmented",
+           "wait_p50_s", "wait_p90_s", "last_bound_s", "attempts_unschedulable",
+           "filters_per_pod", "fill_s"]
 
 
 def main(argv: Sequence[str] | None = None) -> None:
@@ -220,12 +239,16 @@ def main(argv: Sequence[str] | None = None) -> None:
     parser.add_argument("--percentages", nargs="+", type=int, default=[100, 0],
                         help="kube-scheduler's percentageOfNodesToScore, one run each "
                              "(0: adaptive)")
+    parser.add_argument("--waiting", type=int, default=0,
+                        help="whole-card pods only the filled nodes may take (they never "
+                             "fit), created before the timed ones")
     parser.add_argument("--threads", type=int, default=6, help="setup threads")
     parser.add_argument("--timeout", type=float, default=600.0)
     parser.add_argument("--stem", default="speed_sampled_window")
     args = parser.parse_args(argv)
     try:
-        cases = [Case(args.nodes, args.cards, args.good, layout, args.pods, percentage)
+        cases = [Case(args.nodes, args.cards, args.good, layout, args.pods, percentage,
+                      args.waiting)
                  for layout in args.layouts for percentage in args.percentages]
         for case in cases:
             Options(nodes_to_score=case.percentage)  # refuses outside 0-100 before any run

@@ -53,6 +53,11 @@ def test_a_case_with_more_pods_than_the_good_nodes_cards_is_refused() -> None:
         Case(nodes=100, cards=4, good=10, layout="contiguous", pods=41, percentage=0)
 
 
+def test_a_case_with_a_negative_count_of_waiting_pods_is_refused() -> None:
+    with pytest.raises(ValueError, match="waiting pods must be 0 or more, not -1"):
+        Case(nodes=100, cards=4, good=10, layout="spread", pods=5, percentage=0, waiting=-1)
+
+
 def test_a_case_whose_filled_nodes_fit_no_whole_card_by_sums_is_refused() -> None:
     # two cards with 40% left each add up to 80: kube-scheduler itself would leave them out
     with pytest.raises(ValueError, match="2 cards"):
