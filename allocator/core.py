@@ -406,11 +406,12 @@ class Allocator:
         self.remember(pod)
         self.observe(pod, request)
         self.expire_holds()
-        self.state.release_hold(_uid_of(pod))
+        uid = _uid_of(pod)
+        self.state.release_hold(uid)
         found, short = self._filter(request, names, may_block)
         if self.requeue is not None:
             if isinstance(found, AskedNodes) or found.nodes:
-                self.requeue.fitted(_uid_of(pod))
+                self.requeue.fitted(uid)
             elif short:
                 # No node left, some only for lack of room: perhaps a release our watch has
                 # not applied yet, which kube-scheduler retried the pod on (allocator/requeue.py).

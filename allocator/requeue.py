@@ -79,7 +79,6 @@ class RequeueOnRelease:
         self._lock = threading.Condition()
         self._refused: OrderedDict[str, Refused] = OrderedDict()
         self._released: set[str] = set()
-        self.asked = 0  # pods asked again so far (for tests and logs)
 
     # ------------------------------------------------------------------ from filter
     def refused(self, pod: PodRef, request: PodRequest) -> None:
@@ -145,7 +144,6 @@ class RequeueOnRelease:
             for pod in self.due():
                 try:
                     self._ask_again(pod)
-                    self.asked += 1
                 except Exception as exc:  # gone meanwhile, or the API down: the pod's next
                     # retry (any cluster event) finds the room anyway
                     logger.info("pod %s (uid %s) not asked again after a release: %s",

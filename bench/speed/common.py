@@ -257,12 +257,18 @@ def _sums(text: str, slots: Mapping[str, int], key: Callable[[Mapping[str, str]]
     return totals
 
 
+def counter_totals(text: str, metric: str, key: Callable[[Mapping[str, str]], str | None]
+                   ) -> dict[str, float]:
+    """Counter ``metric``'s samples in Prometheus ``text``, added up by ``key`` of each
+    sample's labels (``None``: not counted)."""
+    return {k: v[0] for k, v in _sums(text, {metric: 0}, key).items()}
+
+
 def api_requests(apiserver: str, context: ssl.SSLContext) -> dict[str, float]:
     """The API server's ``apiserver_request_total`` by ``VERB resource[/subresource]``
     (its /metrics, read as the admin)."""
-    counts = _sums(metrics_text(apiserver, context), {"apiserver_request_total": 0},
-                   request_key)
-    return {k: v[0] for k, v in counts.items()}
+    return counter_totals(metrics_text(apiserver, context), "apiserver_request_total",
+                          request_key)
 
 
 #: (count, seconds) of a latency histogram so far: its ``_count`` and ``_sum``.

@@ -46,8 +46,6 @@ from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 from typing import Any, Literal
 
-from prometheus_client.parser import text_string_to_metric_families
-
 from bench.speed.cluster import (
     BindWatch,
     admin_context,
@@ -55,7 +53,13 @@ from bench.speed.cluster import (
     core_v1,
     in_parallel,
 )
-from bench.speed.common import metrics_text, percentile, print_table, write_results
+from bench.speed.common import (
+    counter_totals,
+    metrics_text,
+    percentile,
+    print_table,
+    write_results,
+)
 from devcluster import DevClusterError
 from devcluster.binaries import Binaries, ensure_binaries
 from devcluster.cluster import DevCluster, Options
@@ -130,13 +134,9 @@ class Case:
 def schedule_attempts(text: str) -> dict[str, int]:
     """kube-scheduler's scheduling attempts by result (``scheduled``, ``unschedulable``,
     ``error``), all profiles, from its Prometheus ``text``."""
-    attempts: dict[str, int] = {}
-    for family in text_string_to_metric_families(text):
-        for s in family.samples:
-            if s.name == "scheduler_schedule_attempts_total":
-                result = s.labels.get("result", "")
-                attempts[result] = attempts.get(result, 0) + int(s.value)
-    return attempts
+    totals = counter_totals(text, "scheduler_schedule_attempts_total",
+                            lambda labels: labels.get("result", ""))
+    return {result: int(count) for result, count in totals.items()}
 
 
 def waits_row(waits_s: Sequence[float]) -> dict[str, float]:
