@@ -21,6 +21,15 @@ from webhook.registration import match_conditions_yaml
 
 logger = logging.getLogger(__name__)
 
+#: How long an idle kept-alive connection stays open. Longer than the API server's own idle
+#: timeout (90 s: client-go's webhook transport takes Go's ``http.DefaultTransport``
+#: default through ``k8s.io/apimachinery/pkg/util/net.SetTransportDefaults``), so the API
+#: server closes an idle connection before we do. When the server closes it first, a
+#: request the API server writes on it at that moment is lost (Go's client does not retry a
+#: POST), the admission fails with ``EOF``, and with ``failurePolicy: Fail`` so does the
+#: pod's create. An idle connection costs the event loop a socket, no thread.
+KEEPALIVE_SECONDS = 120
+
 #: flag dest -> (flag, environment variable it overrides)
 _FLAGS: serving.EnvFlags = {
     **serving.DIALECT_FLAGS,
@@ -76,7 +85,7 @@ def config_from_args(
 def gunicorn_options(config: WebhookConfig) -> dict[str, Any]:
     # The API server's webhook timeout is 10 s by default (max 30 s).
     return serving.gunicorn_options(
-        config.serving, proc_name="tessera-webhook", keepalive=5, timeout=30
+        config.serving, proc_name="tessera-webhook", keepalive=KEEPALIVE_SECONDS, timeout=30
     )
 
 

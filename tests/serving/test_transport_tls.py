@@ -27,11 +27,15 @@ import pytest
 
 from bench.slow_clients import Pki, Pressure, Service, free_port, request, services, start, stop
 from tessera.transport import BODY_SECONDS, FIRST_REQUEST_SECONDS
+from webhook.cli import KEEPALIVE_SECONDS
 
 SERVICES = ["webhook", "allocator"]
 #: More slow connections of each kind than a service has request threads (module doc).
 SLOW = 60
 ANSWER_S = 5.0
+#: How long the API server's webhook client keeps an idle connection (Go's
+#: http.DefaultTransport IdleConnTimeout, which client-go's transport takes).
+API_SERVER_IDLE_SECONDS = 90
 STOP_S = 10.0
 
 
@@ -185,6 +189,33 @@ def test_sigterm_stops_the_service_while_a_client_keeps_its_connection_open(
     # gunicorn's graceful_timeout is 10 s: a worker that waited for the idle connection
     # would be stopped by it, not by itself.
     assert stopped_after < STOP_S
+
+
+def test_the_webhook_answers_on_a_connection_idle_past_the_old_keepalive(
+    pki: Pki, tmp_path: Path
+) -> None:
+    """The API server reuses a webhook connection idle for up to 90 s; a request it writes
+    on one the webhook is closing at that moment fails the admission with EOF
+    (webhook/cli.py, KEEPALIVE_SECONDS). Idle longer than the 5 s the webhook kept before,
+    the connection still answers."""
+    assert KEEPALIVE_SECONDS > API_SERVER_IDLE_SECONDS
+    with served("webhook", pki, tmp_path) as (service, _):
+        kept = http.client.HTTPSConnection("127.0.0.1", service.port,
+                                           context=pki.client_context(), timeout=5)
+        try:
+            kept.connect()
+            sock = kept.sock
+            answers = []
+            for pause in (0.0, 6.0):
+                time.sleep(pause)
+                kept.request("POST", service.path, service.body,
+                             {"Content-Type": "application/json"})
+                response = kept.getresponse()
+                answers.append((response.status, json.loads(response.read())["kind"]))
+            assert kept.sock is sock  # the same connection all along
+        finally:
+            kept.close()
+    assert answers == [(200, "AdmissionReview")] * 2
 
 
 def test_two_services_on_one_host_create_no_shared_control_socket(
