@@ -35,12 +35,19 @@ Per cluster size it measures, with one kept-alive mutual-TLS connection like the
   time from this Python client, on CPU-only pods (``Binding alone (API)``): the API write
   every bind makes, with no extender in the way (kube-scheduler's own binder sends the same
   request from Go);
+- with ``--pause-node-writes``, ``filter``/``prioritize`` *warm* once more with KWOK stopped
+  (SIGSTOP) for as long as they are timed (``warm, KWOK paused``; a few seconds, well within
+  the nodes' 40-s Leases): a reference, not the target's method. KWOK stands in for every
+  node's kubelet on this machine's 2 cores (5,000 Leases renewed every 10 s, and the API
+  server and etcd writing them); a cluster's kubelets run on their own machines. The
+  difference between the two warm rows is what that stand-in costs the verbs here;
 - ``GET /metrics`` as Prometheus scrapes it (the chart's ServiceMonitor): latency, size and
   the allocator's CPU per scrape. The benchmark reads /metrics for the verbs' times before,
   so these are a periodic scraper's scrapes (the allocator writes again only the nodes that
   changed since the last one); ``bench/allocator_inprocess.py --metrics`` times the first.
 
-Usage: ``.venv/bin/python -m bench.speed.extender_http [--nodes 1000 5000] [--policy binpack]``
+Usage: ``.venv/bin/python -m bench.speed.extender_http [--nodes 1000 5000] [--policy binpack]
+[--pause-node-writes]``
 """
 
 from __future__ import annotations
@@ -48,12 +55,15 @@ from __future__ import annotations
 import argparse
 import copy
 import json
+import os
 import random
+import signal
 import sys
 import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
+from contextlib import contextmanager
 from functools import partial
 from typing import Any
 
@@ -187,6 +197,24 @@ def time_verbs(cli: Client, nodes: int, regime: str, bodies: Sequence[tuple[byte
     return rows
 
 
+@contextmanager
+def stopped(pid: int) -> Iterator[None]:
+    """The process group of ``pid`` stopped (SIGSTOP) inside the block, continued after."""
+    os.killpg(pid, signal.SIGSTOP)
+    try:
+        yield
+    finally:
+        os.killpg(pid, signal.SIGCONT)
+
+
+def kwok_pid(dev: DevCluster) -> int:
+    (kwok,) = [p for p in dev.control_plane.processes if p.name == "kwok"]
+    pid = kwok.pid
+    if pid is None:
+        raise SystemExit("KWOK is not running")
+    return pid
+
+
 def bind_run(port: int, ctx: Any, pods: Sequence[dict[str, Any]], nodes: Sequence[str],
              threads: int, rng: random.Random) -> tuple[list[float], float, int]:
     """(latencies ms, wall seconds, errors) of binding ``pods`` with ``threads`` binders."""
@@ -316,6 +344,8 @@ def main() -> None:
                         help="seconds to wait for node writes to stop before timing anyway")
     parser.add_argument("--scrapes", type=int, default=5, help="GET /metrics, as Prometheus")
     parser.add_argument("--setup-threads", type=int, default=6)
+    parser.add_argument("--pause-node-writes", action="store_true",
+                        help="also time warm filter/prioritize with KWOK stopped (reference)")
     parser.add_argument("--stem", default="speed_extender")
     args = parser.parse_args()
     rng = random.Random(42)
@@ -373,7 +403,11 @@ def main() -> None:
                 pod = with_shape(template, 1 + shape_seq % 97, 1000 + 7 * shape_seq)
                 cold.append((args_body(pod, names), json.dumps(pod).encode()))
             rows += time_verbs(cli, n, "cold", cold, allocator_cpu, verb_times)
-            print_table(rows[-6:], COLUMNS)
+            if args.pause_node_writes:
+                with stopped(kwok_pid(dev)):
+                    rows += time_verbs(cli, n, "warm, KWOK paused", warm, allocator_cpu,
+                                       verb_times)
+            print_table(rows[-9 if args.pause_node_writes else -6:], COLUMNS)
 
             pod_names = [f"p{pod_seq + i:05d}" for i in range(args.serial_binds + args.binds)]
             pod_seq += len(pod_names)
