@@ -14,20 +14,27 @@ With ``--cpu`` the picture also has node CPU (96 cores a node, every bound pod a
 2-24 cores, so nodes' free CPU spreads over the policies' thresholds) and a workload mix (200
 GPU pods of four shapes filtered first); ``prioritize-cpu-only`` is timed too (a CPU-only pod
 of 8 cores, the default policy's ``score_cpu_only``). ``--no-node-resources`` runs the same
-with node tracking off (the allocator's ``--node-resources false``). ``--metrics`` times instead
-what the operators' endpoints build: the text of ``/metrics`` on the first scrape (every node
-written) and on a later one with one node changed since (the rest kept,
-``allocator/node_series.py``), the ``/status`` document and the page's (its first nodes).
+with node tracking off (the allocator's ``--node-resources false``). ``--bodies`` also times
+what the service's filter verb does with a request body (:func:`allocator.extender.filter_reply`:
+decode, the names' lookup, the decision, the reply) on a JSON body of every node name in a new
+shuffled order per call, as kube-scheduler's parallel filter sends them (row ``filter body``,
+regime ``warm, fresh names``). The other rows call :meth:`Allocator.filter` with the state's own
+name objects, whose hashes are cached and which the names' dict finds by identity, with no body:
+a reference for the decision alone (issue 12's before/after), not a deployed filter's cost.
+``--metrics`` times instead what the operators' endpoints build: the text of ``/metrics`` on
+the first scrape (every node written) and on a later one with one node changed since (the rest
+kept, ``allocator/node_series.py``), the ``/status`` document and the page's (its first nodes).
 
 Usage: ``.venv/bin/python bench/allocator_inprocess.py [--nodes 1000 5000] [--repeat 50]
-[--policy fgd-cpu] [--cpu] [--no-node-resources] [--metrics] [--clock cpu]``; without ``--cpu`` and
-``--no-node-resources`` it runs on the code before issue 12 too (``PYTHONPATH``), for
-before/after comparisons.
+[--policy fgd-cpu] [--cpu] [--no-node-resources] [--bodies] [--metrics] [--clock cpu]``; without
+``--cpu``, ``--no-node-resources`` and ``--bodies`` it runs on the code before issue 12 too
+(``PYTHONPATH``), for before/after comparisons.
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import random
 import statistics
 import time
@@ -145,6 +152,30 @@ def measure(fn: Callable[[], object], repeat: int, before: Callable[[], None]) -
     return out
 
 
+def measure_bodies(allocator: Allocator, pod: dict[str, Any], names: list[str], repeat: int,
+                   touch_one_node: Callable[[], None], rng: random.Random) -> list[float]:
+    """:func:`allocator.extender.filter_reply` on a new body per call (untimed: the names in a
+    new shuffled order, JSON-encoded), one node changed before each (module doc)."""
+    from allocator.extender import filter_reply  # only with --bodies: issue 12's code had none
+
+    order = list(names)
+    body = [b""]
+
+    def next_body() -> None:
+        touch_one_node()
+        rng.shuffle(order)
+        body[0] = json.dumps({"Pod": pod, "Nodes": None, "NodeNames": order}).encode()
+
+    def call() -> None:
+        reply = filter_reply(allocator, body[0])
+        if reply["Error"]:
+            raise SystemExit(f"filter answered an error: {reply['Error']}")
+
+    next_body()
+    call()  # warm imports and caches once
+    return measure(call, repeat, next_body)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--nodes", type=int, nargs="+", default=[1000, 5000])
@@ -152,6 +183,8 @@ def main() -> None:
     parser.add_argument("--policy", default="binpack")
     parser.add_argument("--cpu", action="store_true", help="node CPU and a workload mix")
     parser.add_argument("--no-node-resources", action="store_true")
+    parser.add_argument("--bodies", action="store_true",
+                        help="also filter_reply on JSON bodies with fresh names (module doc)")
     parser.add_argument("--metrics", action="store_true",
                         help="time /metrics and the /status document instead of the verbs")
     parser.add_argument("--clock", choices=["wall", "cpu"], default="wall")
@@ -169,7 +202,8 @@ def main() -> None:
         if args.metrics:
             run_metrics(n, args.repeat, args.cpu)
         else:
-            run_size(n, shapes, args.repeat, args.policy, args.cpu, not args.no_node_resources)
+            run_size(n, shapes, args.repeat, args.policy, args.cpu, not args.no_node_resources,
+                     args.bodies)
 
 
 def run_metrics(n: int, repeat: int, cpu: bool) -> None:
@@ -198,7 +232,7 @@ def run_metrics(n: int, repeat: int, cpu: bool) -> None:
 
 
 def run_size(n: int, shapes: dict[str, PodRequest], repeat: int, policy: str, cpu: bool,
-             node_resources: bool) -> None:
+             node_resources: bool, bodies: bool = False) -> None:
     rng = random.Random(42)
     state = build_state(n, rng, cpu)
     allocator = Allocator(state, api=None,  # type: ignore[arg-type]  # no binds here
@@ -230,6 +264,11 @@ def run_size(n: int, shapes: dict[str, PodRequest], repeat: int, policy: str, cp
                 print(f"{n:>6} {label:<16} {verb:<11} {regime:<14} "
                       f"{statistics.median(samples):>10.2f} "
                       f"{percentile(samples, 0.99):>8.2f}", flush=True)
+        if bodies:
+            samples = measure_bodies(allocator, pod, names, repeat, touch_one_node, rng)
+            print(f"{n:>6} {label:<16} {'filter body':<11} {'warm, fresh names':<14} "
+                  f"{statistics.median(samples):>10.2f} "
+                  f"{percentile(samples, 0.99):>8.2f}", flush=True)
     if cpu:
         fn = lambda: allocator.scores_cpu_only(cpu_only_pod(), names)  # noqa: E731
         fn()
