@@ -217,6 +217,10 @@ class NodeColumns:
     def __init__(self, capacity: int = 1024) -> None:
         self._lock = threading.Lock()
         self._slot: dict[str, int] = {}
+        #: the name at each slot ("" at slot 0 and at free slots), and its copy for the verbs
+        #: (None: made again at the next :meth:`every_node`, after a slot changed hands)
+        self._names: list[str] = [""]
+        self._names_copy: tuple[str, ...] | None = None
         self._spare: list[int] = []
         # slot 0: every name we do not know (content and CPU unknown forever)
         self._used = 1
@@ -243,6 +247,8 @@ class NodeColumns:
             if arrays[0][slot] == UNKNOWN_CONTENT and arrays[1][slot] == UNKNOWN_FREE:
                 del self._slot[name]  # known by neither owner: the slot is free again
                 self._spare.append(slot)
+                self._names[slot] = ""
+                self._names_copy = None
                 for biases in self._biases.values():
                     if slot < len(biases):
                         biases[slot] = np.nan
@@ -253,6 +259,7 @@ class NodeColumns:
         else:
             slot = self._used
             self._used += 1
+            self._names.append("")
             contents, free_cpu = self._arrays
             if slot >= len(contents):
                 grown = 2 * len(contents)
@@ -262,6 +269,8 @@ class NodeColumns:
                     np.concatenate([free_cpu, np.full(grown - len(free_cpu), UNKNOWN_FREE,
                                                       dtype=np.int64)]))
         self._slot[name] = slot
+        self._names[slot] = name
+        self._names_copy = None
         return slot
 
     def contents_held(self) -> set[int]:
@@ -278,6 +287,21 @@ class NodeColumns:
                             count=len(names))
         contents, free_cpu = self._arrays  # read after the slots: room for every one of them
         return AskedNodes(names, slots, contents[slots], free_cpu[slots], len(contents))
+
+    def every_node(self) -> AskedNodes:
+        """Every node that has a slot, in slot order, as :meth:`asked` would give them: no
+        name is looked up (a free slot is there under the name ``""``, its content and CPU
+        unknown). Read under the lock, so names and facts are of one moment."""
+        with self._lock:
+            used = self._used
+            names = self._names_copy
+            if names is None:
+                names = self._names_copy = tuple(self._names[1:used])
+            contents, free_cpu = self._arrays
+            capacity = len(contents)
+            contents, free_cpu = contents[1:used].copy(), free_cpu[1:used].copy()
+        return AskedNodes(names, np.arange(1, used, dtype=np.int64), contents, free_cpu,
+                          capacity)
 
     def biases(self, policy: str, bias: Callable[[str], float], nodes: AskedNodes,
                positions: Ints) -> Numbers:

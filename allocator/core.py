@@ -408,6 +408,11 @@ class Allocator:
         self.expire_holds()
         uid = _uid_of(pod)
         self.state.release_hold(uid)
+        best = self._best_of_every_node(pod, request, names)
+        if best is not None:
+            if self.requeue is not None:
+                self.requeue.fitted(uid)
+            return best
         found, short = self._filter(request, names, may_block)
         if self.requeue is not None:
             if isinstance(found, AskedNodes) or found.nodes:
@@ -440,6 +445,45 @@ class Allocator:
             nodes = self._ranking(pod, request, fitting, inputs[0]).best(fitting.names)
         if not nodes:
             nodes = fitting.name_list()
+        if len(nodes) == 1:
+            self._hold(pod, request, nodes[0], inputs)
+        return FilterOutcome(nodes, {}, {})
+
+    def _best_of_every_node(self, pod: Mapping[str, Any], request: PodRequest,
+                            names: Sequence[str]) -> FilterOutcome | None:
+        """Filter-best's answer found without looking up every asked name: the policy's best
+        among every node we know, narrowed to the asked names; None when that does not give
+        the answer (then :meth:`_best_of` over the asked nodes does).
+
+        The same answer as ranking the asked nodes only, whenever one of the best known
+        nodes was asked: the asked nodes we know are among every node, so the highest score
+        among them is the highest of all, and their best are exactly the best of all that
+        were asked. Only a score shared per content (or CPU key) qualifies, being a node's
+        own whatever the other nodes are (a policy that scores node by node, or scales the
+        scores among the nodes asked, does not). An asked name our node watch has not
+        delivered yet is not read first (:mod:`allocator.nodelookup`) when a known node
+        answers; it is read when none does, as before.
+
+        Why: a name's lookup is the largest part of a filter at thousands of nodes
+        (docs/benchmarks.md, issue 13), while the best are a few nodes, found in the asked
+        list by comparing strings. Skipped when fewer than half the fitting nodes were asked,
+        where ranking all would cost more than it saves."""
+        if not self.config.filter_best or not names:
+            return None
+        policy = self.policy_for(request)
+        inputs = self._placing_inputs(request, pod)
+        if policy.per_pod or policy.node_ranker(inputs[0]) is not None:
+            return None
+        every = self.state.columns.every_node()
+        fits = self._fits(request, every)
+        fitting_count = int(np.count_nonzero(fits))
+        if fitting_count == 0 or 2 * len(names) < fitting_count:
+            return None
+        fitting = every.where(fits)
+        best = self._ranking(pod, request, fitting, inputs[0]).best(fitting.names)
+        nodes = asked_among(best, names)
+        if not nodes:
+            return None
         if len(nodes) == 1:
             self._hold(pod, request, nodes[0], inputs)
         return FilterOutcome(nodes, {}, {})
@@ -880,6 +924,21 @@ class Allocator:
         except ApiError as exc:
             raise BindError(f"pod {namespace}/{name} was bound to {node} without an allocation, "
                             f"and recording it failed: {exc}") from exc
+
+
+#: Up to this many candidates are each found in the asked names by a scan (string compares,
+#: no hashing); more are matched through a set of them, which hashes every asked name.
+SCANNED_CANDIDATES: Final = 4
+
+
+def asked_among(candidates: Sequence[str], names: Sequence[str]) -> list[str]:
+    """The ``candidates`` that are among ``names``, in the order of ``names``."""
+    if len(candidates) <= SCANNED_CANDIDATES:
+        found = [c for c in candidates if c in names]
+        if len(found) > 1:
+            found.sort(key=names.index)
+        return found
+    return list(filter(set(candidates).__contains__, names))
 
 
 def describe_error(exc: BaseException) -> str:

@@ -4,14 +4,17 @@ every reason when no node fits."""
 
 from __future__ import annotations
 
+import random
+
 import numpy as np
 import numpy.typing as npt
 import pytest
 from builders import VOCAB, make_gpu_pod, make_node, request, share, whole
 from test_content_sharing import REQUESTS, _cluster
 
+from allocator import core
 from allocator.config import Settings
-from allocator.core import Allocator, AllocatorConfig, FilterOutcome, Ranking
+from allocator.core import Allocator, AllocatorConfig, FilterOutcome, Ranking, asked_among
 from allocator.policies import MAX_SCORE, REGISTRY
 from allocator.state import ClusterState
 from tessera.vocabulary import ConfigError, PodRequest
@@ -130,3 +133,44 @@ def test_a_name_bias_can_lift_a_node_over_a_higher_shared_score() -> None:
     assert ranking.scaled(["a", "b", "c", "d"])[2] == MAX_SCORE
     # without a bias, every node of the highest shared score
     assert Ranking(shared).best(["a", "b", "c", "d"]) == ["a"]
+
+
+@pytest.mark.parametrize("policy", sorted(REGISTRY))
+def test_ranking_every_node_answers_as_ranking_only_the_asked_ones(
+        policy: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Filter ranks every node it knows and keeps the best that were asked
+    (``Allocator._best_of_every_node``): the answer is the one of ranking only the asked
+    nodes, for asked lists of every kind (all, most, about half, shuffled, with strangers),
+    pod after pod, each pod's hold taken as the answer leaves it."""
+    rng = random.Random(policy)
+    fast_state, asked_state = _cluster(7), _cluster(7)  # the same cluster, twice
+    fast = Allocator(fast_state, api=None,  # type: ignore[arg-type]
+                     config=AllocatorConfig(default_policy=policy, seed=3))
+    reference = Allocator(asked_state, api=None,  # type: ignore[arg-type]
+                          config=AllocatorConfig(default_policy=policy, seed=3))
+    monkeypatch.setattr(reference, "_best_of_every_node", lambda *_args: None)
+    narrowed: list[int] = []
+    real_asked_among = core.asked_among
+
+    def counted(candidates: list[str], names: list[str]) -> list[str]:
+        narrowed.append(len(candidates))
+        return real_asked_among(candidates, names)
+
+    monkeypatch.setattr(core, "asked_among", counted)
+    everyone = fast_state.node_names()
+    for i in range(60):
+        names = rng.sample(everyone, rng.choice([len(everyone), 35, 25, 20]))
+        if i % 3 == 0:
+            names.insert(rng.randrange(len(names) + 1), f"ghost-{i}")
+        pod = make_gpu_pod(f"p{i}", REQUESTS[i % len(REQUESTS)], namespace="ns", uid=f"u{i}")
+        assert fast.filter(pod, names) == reference.filter(pod, names), (i, names)
+    if policy != "random":  # random ranks by name, node by node: never narrowed this way
+        assert len(narrowed) >= 30, narrowed
+
+
+def test_the_best_are_found_among_the_asked_names_in_their_order() -> None:
+    names = ["d", "a", "c", "b", "a"]
+    assert asked_among(["c", "a"], names) == ["a", "c"]  # scanned: a few candidates
+    assert asked_among(["x"], names) == []
+    many = ["b", "x", "c", "y", "a", "z"]  # more than a scan's worth: through a set
+    assert asked_among(many, names) == ["a", "c", "b", "a"]

@@ -119,3 +119,32 @@ def test_cpu_keys_split_back_into_content_and_buckets() -> None:
     keys = cpu_keys(contents, free, thresholds, 4000)
     assert [decode_cpu_key(k, thresholds) for k in keys.tolist()] == [
         (0, 0, 0), (5, 2, 1), (UNKNOWN_CONTENT, 3, 3), (7, 2, 1)]
+
+
+def test_every_node_is_each_slotted_name_with_its_facts_in_slot_order() -> None:
+    columns = NodeColumns(capacity=2)
+    for i in range(4):
+        columns.set_content(f"n{i}", 10 + i)
+    columns.set_free_cpu("cpu-only", 700)  # a node known by the CPU owner alone
+    every = columns.every_node()
+    assert list(every.names) == ["n0", "n1", "n2", "n3", "cpu-only"]
+    assert every.slots.tolist() == [1, 2, 3, 4, 5]
+    assert every.contents.tolist() == [10, 11, 12, 13, UNKNOWN_CONTENT]
+    assert every.free_cpu.tolist() == [UNKNOWN_FREE] * 4 + [700]
+    assert every.where(every.contents >= 12).name_list() == ["n2", "n3"]
+
+
+def test_every_node_shows_a_freed_slot_nameless_and_a_reused_one_under_its_new_name() -> None:
+    columns = NodeColumns()
+    columns.set_content("a", 1)
+    columns.set_content("b", 2)
+    before = columns.every_node()
+    columns.set_content("a", UNKNOWN_CONTENT)  # slot 1 is free again
+    freed = columns.every_node()
+    assert list(freed.names) == ["", "b"]
+    assert freed.contents.tolist() == [UNKNOWN_CONTENT, 2]
+    columns.set_content("c", 3)  # takes slot 1
+    reused = columns.every_node()
+    assert list(reused.names) == ["c", "b"] and reused.contents.tolist() == [3, 2]
+    # what a verb took before stays as it was: a copy, not the live columns
+    assert list(before.names) == ["a", "b"] and before.contents.tolist() == [1, 2]

@@ -60,6 +60,28 @@ def test_a_fitting_fresh_node_is_returned_as_fitting() -> None:
     assert body["NodeNames"] == ["fresh"], body
 
 
+def test_a_known_best_node_answers_without_reading_a_name_the_watch_has_not_delivered(
+        ) -> None:
+    """Filter ranks the nodes it knows first (``Allocator._best_of_every_node``): when one
+    of its best was asked it answers at once; the unknown name is read only when no known
+    node answers."""
+    fake = FakeKube()
+    fake.add_node(make_node("known", count=2))
+    app, _rt = make_app(fake)
+    fake.add_node(make_node("fresh", count=4))
+    client = app.test_client()
+
+    def filtered(cards: int, uid: str) -> list[str]:
+        body = client.post("/scheduler/filter", json={
+            "Pod": make_gpu_pod("p", request(whole(cards=cards)), uid=uid), "Nodes": None,
+            "NodeNames": ["fresh", "known"]}).get_json()
+        names: list[str] = body["NodeNames"]
+        return names
+
+    assert filtered(1, "u-1") == ["known"] and _reads(fake) == []
+    assert filtered(3, "u-3") == ["fresh"] and _reads(fake) == ["fresh"]  # known lacks cards
+
+
 def test_a_name_the_api_does_not_have_is_asked_again_only_after_the_interval() -> None:
     fake = FakeKube()
     state = ClusterState(VOCAB)
