@@ -16,7 +16,8 @@ holders or its card indices. So:
   no invalidation (changed content gets another id);
 - every node name has a **slot** (:class:`NodeColumns`), and its content id and free CPU sit
   at that slot in arrays: a verb gathers them for all its nodes with one dictionary read per
-  name, the rest is array indexing;
+  name, the rest is array indexing (or takes every slot, reading no name:
+  :meth:`NodeColumns.every_node`);
 - and per request shape, the last answer of each slot is kept with the key it answers
   (:class:`SlotMemo`): a scheduling cycle changes a node or two, so a warm call compares
   keys, answers the few slots whose key changed from the memo above, and reads the rest —

@@ -16,7 +16,8 @@ GPU pods of four shapes filtered first); ``prioritize-cpu-only`` is timed too (a
 of 8 cores, the default policy's ``score_cpu_only``). ``--no-node-resources`` runs the same
 with node tracking off (the allocator's ``--node-resources false``). ``--bodies`` also times
 what the service's filter verb does with a request body (:func:`allocator.extender.filter_reply`:
-decode, the names' lookup, the decision, the reply) on a JSON body of every node name in a new
+decode, the decision with the asked names as strings the allocator has not seen, the reply)
+on a JSON body of every node name in a new
 shuffled order per call, as kube-scheduler's parallel filter sends them (row ``filter body``,
 regime ``warm, fresh names``). The other rows call :meth:`Allocator.filter` with the state's own
 name objects, whose hashes are cached and which the names' dict finds by identity, with no body:
