@@ -46,6 +46,7 @@ from allocator.content_memo import (
 )
 from allocator.decisions import NO_HOOKS, DecisionHooks, PodRef
 from allocator.errors import ApiError, BindError, Conflict, NotFound, NotReady, WouldBlock
+from allocator.every_node import TriesAfterMisses, asked_among
 from allocator.fit import NodeState, Unfit, place, unfit_reason
 from allocator.mix import LiveMix
 from allocator.nodelookup import NodeLookup
@@ -263,6 +264,8 @@ class Allocator:
         self._mix_lock = threading.Lock()
         self._node_facts: Mapping[str, NodeFacts] = (
             state.resources.view() if config.node_resources else {})
+        #: When filter-best tries ranking every known node first (:meth:`_best_of_every_node`).
+        self.every_node_tries = TriesAfterMisses()
 
     # ------------------------------------------------------------------ common
     def check_ready(self) -> None:
@@ -467,23 +470,27 @@ class Allocator:
         Why: a name's lookup is the largest part of a filter at thousands of nodes
         (docs/benchmarks.md, issue 13), while the best are a few nodes, found in the asked
         list by comparing strings. Skipped when fewer than half the fitting nodes were asked,
-        where ranking all would cost more than it saves."""
+        where ranking all would cost more than it saves, and for a while after such a miss
+        (:class:`~allocator.every_node.TriesAfterMisses`)."""
         if not self.config.filter_best or not names:
             return None
         policy = self.policy_for(request)
         inputs = self._placing_inputs(request, pod)
-        if policy.per_pod or policy.node_ranker(inputs[0]) is not None:
+        if (policy.per_pod or policy.node_ranker(inputs[0]) is not None
+                or not self.every_node_tries.should_try()):
             return None
         every = self.state.columns.every_node()
         fits = self._fits(request, every)
         fitting_count = int(np.count_nonzero(fits))
-        if fitting_count == 0 or 2 * len(names) < fitting_count:
-            return None
-        fitting = every.where(fits)
-        best = self._ranking(pod, request, fitting, inputs[0]).best(fitting.names)
-        nodes = asked_among(best, names)
+        nodes: list[str] = []
+        if fitting_count and 2 * len(names) >= fitting_count:
+            fitting = every.where(fits)
+            best = self._ranking(pod, request, fitting, inputs[0]).best(fitting.names)
+            nodes = asked_among(best, names)
         if not nodes:
+            self.every_node_tries.miss()
             return None
+        self.every_node_tries.hit()
         if len(nodes) == 1:
             self._hold(pod, request, nodes[0], inputs)
         return FilterOutcome(nodes, {}, {})
@@ -924,21 +931,6 @@ class Allocator:
         except ApiError as exc:
             raise BindError(f"pod {namespace}/{name} was bound to {node} without an allocation, "
                             f"and recording it failed: {exc}") from exc
-
-
-#: Up to this many candidates are each found in the asked names by a scan (string compares,
-#: no hashing); more are matched through a set of them, which hashes every asked name.
-SCANNED_CANDIDATES: Final = 4
-
-
-def asked_among(candidates: Sequence[str], names: Sequence[str]) -> list[str]:
-    """The ``candidates`` that are among ``names``, in the order of ``names``."""
-    if len(candidates) <= SCANNED_CANDIDATES:
-        found = [c for c in candidates if c in names]
-        if len(found) > 1:
-            found.sort(key=names.index)
-        return found
-    return list(filter(set(candidates).__contains__, names))
 
 
 def describe_error(exc: BaseException) -> str:

@@ -14,7 +14,8 @@ from test_content_sharing import REQUESTS, _cluster
 
 from allocator import core
 from allocator.config import Settings
-from allocator.core import Allocator, AllocatorConfig, FilterOutcome, Ranking, asked_among
+from allocator.core import Allocator, AllocatorConfig, FilterOutcome, Ranking
+from allocator.every_node import TriesAfterMisses, asked_among
 from allocator.policies import MAX_SCORE, REGISTRY
 from allocator.state import ClusterState
 from tessera.vocabulary import ConfigError, PodRequest
@@ -149,6 +150,7 @@ def test_ranking_every_node_answers_as_ranking_only_the_asked_ones(
     reference = Allocator(asked_state, api=None,  # type: ignore[arg-type]
                           config=AllocatorConfig(default_policy=policy, seed=3))
     monkeypatch.setattr(reference, "_best_of_every_node", lambda *_args: None)
+    fast.every_node_tries = TriesAfterMisses(most_skipped=0)  # tried on every call
     narrowed: list[int] = []
     real_asked_among = core.asked_among
 
@@ -174,3 +176,42 @@ def test_the_best_are_found_among_the_asked_names_in_their_order() -> None:
     assert asked_among(["x"], names) == []
     many = ["b", "x", "c", "y", "a", "z"]  # more than a scan's worth: through a set
     assert asked_among(many, names) == ["a", "c", "b", "a"]
+
+
+def test_after_misses_the_shortcut_is_skipped_for_longer_each_time_and_a_hit_resets() -> None:
+    tries = TriesAfterMisses(most_skipped=4)
+
+    def run(calls: int) -> str:
+        return "".join("t" if tries.should_try() else "." for _ in range(calls))
+
+    assert run(3) == "ttt"  # every call while nothing missed
+    outcomes = []
+    for _ in range(5):
+        tries.miss()
+        outcomes.append(run(5))
+    assert outcomes == [".tttt", "..ttt", "....t", "....t", "....t"]
+    tries.hit()
+    tries.miss()
+    assert run(3) == ".tt"  # back to skipping one
+
+
+def test_filter_stops_ranking_every_node_while_the_best_are_never_asked(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    state = ClusterState(VOCAB)
+    state.replace_nodes([make_node("big", count=8), make_node("small", count=2)])
+    state.mark_synced()
+    best, _ = _allocators(state, "fgd-cpu")
+    ranked_all: list[int] = []
+    every_node = state.columns.every_node
+
+    def counted() -> object:
+        ranked_all.append(1)
+        return every_node()
+
+    monkeypatch.setattr(state.columns, "every_node", counted)
+    for i in range(10):  # "small" alone is asked while "big" fits the pod better
+        pod = make_gpu_pod(f"p{i}", request(whole(cards=2)), uid=f"u{i}")
+        assert best.filter(pod, ["small"]).nodes == ["small"]
+        state.release_hold(f"u{i}")
+    # tried at calls 1, 3, 6 (skipping 1, then 2, then 4 calls); a plain lookup otherwise
+    assert len(ranked_all) == 3
