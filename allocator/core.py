@@ -475,9 +475,10 @@ class Allocator:
         if not self.config.filter_best or not names:
             return None
         policy = self.policy_for(request)
+        if policy.per_pod or not self.every_node_tries.should_try():
+            return None  # a skipped call costs no policy context
         inputs = self._placing_inputs(request, pod)
-        if (policy.per_pod or policy.node_ranker(inputs[0]) is not None
-                or not self.every_node_tries.should_try()):
+        if policy.node_ranker(inputs[0]) is not None:
             return None
         every = self.state.columns.every_node()
         fits = self._fits(request, every)
