@@ -115,6 +115,7 @@ from bench.speed.common import (
     worker_pid,
     write_results,
 )
+from bench.speed.floor_extender import serve_in_allocators_place
 from devcluster.binaries import ensure_binaries
 from devcluster.cluster import DevCluster, Options
 from devcluster.nodes import GpuNodeSpec, create_nodes, uniform
@@ -167,18 +168,6 @@ COLUMNS = ["mode", "run", "bound", "p10_p90_pods_per_s", "overall_pods_per_s",
            "cpu_added_s_per_1k", "cpu_allocator_s_per_1k", "calls_cpu_only",
            "tls_connections_per_pod", "filter_ms_mean", "bind_ms_mean", "filters_per_pod",
            "binds_refused"]
-
-
-def _serve_floor(dev: DevCluster, server: str) -> None:
-    """The floor extender in the allocator's place: its port, TLS files and identity."""
-    services = dev.services
-    assert services is not None
-    files = services.allocator_files
-    services.replace_allocator([
-        sys.executable, "-m", "bench.speed.floor_extender", f"--port={services.allocator_port}",
-        f"--tls-cert={files['tls_cert']}", f"--tls-key={files['tls_key']}",
-        f"--tls-client-ca={files['tls_client_ca']}", f"--kubeconfig={files['kubeconfig']}",
-        f"--server={server}"])
 
 
 #: kube-scheduler's extension points that run inside its scheduling algorithm (v1.34.4
@@ -292,7 +281,7 @@ def run_mode(mode: str, nodes: int, pods: int, threads: int, timeout: float,
         dev.start()
         dev.control_plane.stop_scheduler()  # nodes and pods first; scheduling is timed alone
         if spec.floor_server is not None:
-            _serve_floor(dev, spec.floor_server)
+            serve_in_allocators_place(dev, spec.floor_server)
         ensure_namespace(dev.core_v1(), NAMESPACE)
         specs: list[GpuNodeSpec] = [
             uniform(f"n{i:05d}", 8, "T4", 16384,

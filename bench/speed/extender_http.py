@@ -41,6 +41,12 @@ Per cluster size it measures, with one kept-alive mutual-TLS connection like the
   node's kubelet on this machine's 2 cores (5,000 Leases renewed every 10 s, and the API
   server and etcd writing them); a cluster's kubelets run on their own machines. The
   difference between the two warm rows is what that stand-in costs the verbs here;
+- with ``--floor``, at the largest size, after everything above: the allocator's port served
+  by the floor extender (bench/speed/floor_extender.py: filter answers the first node it was
+  sent, prioritize 0 for each; no picture, no decision) on the allocator's serving stack, and
+  the *warm* filter and prioritize pairs sent again (``warm, floor extender``): what serving
+  these calls costs on this machine with no work behind them, the floor under the verbs'
+  latencies (a reference);
 - ``GET /metrics`` as Prometheus scrapes it (the chart's ServiceMonitor): latency, size and
   the allocator's CPU per scrape. The benchmark reads /metrics for the verbs' times before,
   so these are a periodic scraper's scrapes (the allocator writes again only the nodes that
@@ -82,6 +88,7 @@ from bench.speed.common import (
     summary,
     write_results,
 )
+from bench.speed.floor_extender import serve_in_allocators_place
 from devcluster.binaries import ensure_binaries
 from devcluster.cluster import DevCluster, Options
 from devcluster.nodes import create_nodes, uniform
@@ -346,6 +353,9 @@ def main() -> None:
     parser.add_argument("--setup-threads", type=int, default=6)
     parser.add_argument("--pause-node-writes", action="store_true",
                         help="also time warm filter/prioritize with KWOK stopped (reference)")
+    parser.add_argument("--floor", action="store_true",
+                        help="at the end, time warm filter/prioritize on the floor extender "
+                             "in the allocator's place (reference)")
     parser.add_argument("--stem", default="speed_extender")
     args = parser.parse_args()
     rng = random.Random(42)
@@ -437,6 +447,14 @@ def main() -> None:
                          **time_scrapes(cli, args.scrapes, allocator_cpu)})
             print_table(rows[-7:], COLUMNS)
         cli.close()
+        if args.floor and args.nodes:
+            # The allocator's last size, its warm bodies: the same calls, nothing behind them.
+            floor_pid = serve_in_allocators_place(dev)
+            cli = Client(port, ctx)
+            rows += time_verbs(cli, n, "warm, floor extender", warm,
+                               partial(group_cpu_seconds, floor_pid), dict)
+            cli.close()
+            print_table(rows[-3:], COLUMNS)
     finally:
         dev.stop()
     print()

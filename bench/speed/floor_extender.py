@@ -7,7 +7,8 @@ picture, no watches, no decisions and no Events:
   filter-best answer usually is, so kube-scheduler skips its own scoring);
 - ``bind``: one Binding through the allocator's own API client
   (:meth:`allocator.kube.KubeClient.bind_pod`, the shipped request path), with one annotation;
-- ``prioritize-cpu-only``: 0 for every node; ``/healthz``, ``/readyz``: ``ok``;
+- ``prioritize`` and ``prioritize-cpu-only``: 0 for every node; ``/healthz``, ``/readyz``:
+  ``ok``;
 - ``/metrics``: the TLS connections begun (``tessera_allocator_tls_connections_total``) when
   served by gunicorn, which counts them (granian does not).
 
@@ -17,7 +18,9 @@ rustls, mutual TLS, 16 request threads, complete bodies). ``--server gunicorn`` 
 the webhook is served and the allocator was until issue 13's tenth pass
 (:func:`tessera.serving.serve`: gunicorn's asyncio worker on uvloop, the WSGI bridge, Python's
 ``ssl``), which counts the TLS connections it begins. ``e2e_throughput``'s modes ``floor`` and
-``floor-gunicorn`` run it in place of the allocator (docs/benchmarks.md, issue 13).
+``floor-gunicorn`` run it in place of the allocator (docs/benchmarks.md, issue 13), and
+``extender_http --floor`` times its filter and prioritize after the allocator's
+(:func:`serve_in_allocators_place`).
 
 Usage (as e2e_throughput starts it): ``python -m bench.speed.floor_extender --port P
 --tls-cert F --tls-key F --tls-client-ca F --kubeconfig F [--server granian|gunicorn]``
@@ -26,8 +29,9 @@ Usage (as e2e_throughput starts it): ``python -m bench.speed.floor_extender --po
 from __future__ import annotations
 
 import argparse
+import sys
 from collections.abc import Callable, Iterable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import orjson
 
@@ -35,6 +39,9 @@ from allocator.config import DEFAULT_MAX_BODY_BYTES, LISTENER
 from allocator.kube import KubeClient
 from tessera import granian_server, serving, transport
 from tessera.transport import WsgiApp
+
+if TYPE_CHECKING:
+    from devcluster.cluster import DevCluster
 
 #: Request threads (the allocator's default ``--threads``).
 THREADS = LISTENER.threads
@@ -74,6 +81,7 @@ def make_app(bind: Callable[[str, str, str, str], None],
     verbs: dict[str, Callable[[bytes], bytes]] = {
         "/scheduler/filter": filter_reply,
         "/scheduler/bind": bind_reply,
+        "/scheduler/prioritize": prioritize_reply,
         "/scheduler/prioritize-cpu-only": prioritize_reply,
     }
 
@@ -124,6 +132,22 @@ def serve_gunicorn(args: argparse.Namespace) -> None:
     serving.serve(factory, serving.gunicorn_options(_config(args), proc_name="tessera-floor",
                                                     workers=1, keepalive=30),
                   threads=THREADS, max_body_bytes=DEFAULT_MAX_BODY_BYTES)
+
+
+def serve_in_allocators_place(dev: DevCluster, server: str = "granian") -> int:
+    """The floor extender on the dev cluster's allocator port, with the allocator's TLS files
+    and identity (the allocator is stopped first); its process id once it serves."""
+    services = dev.services
+    assert services is not None
+    files = services.allocator_files
+    services.replace_allocator([
+        sys.executable, "-m", "bench.speed.floor_extender", f"--port={services.allocator_port}",
+        f"--tls-cert={files['tls_cert']}", f"--tls-key={files['tls_key']}",
+        f"--tls-client-ca={files['tls_client_ca']}", f"--kubeconfig={files['kubeconfig']}",
+        f"--server={server}"])
+    pid = services.allocator.pid if services.allocator is not None else None
+    assert pid is not None
+    return int(pid)
 
 
 def main(argv: list[str] | None = None) -> None:

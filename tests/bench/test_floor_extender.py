@@ -39,8 +39,9 @@ def test_filter_passes_the_first_node_only() -> None:
 
 
 def test_prioritize_scores_every_node_zero() -> None:
-    out = call(no_bind, "/scheduler/prioritize-cpu-only", {"NodeNames": ["a", "b"]})[1]
-    assert orjson.loads(out) == [{"Host": "a", "Score": 0}, {"Host": "b", "Score": 0}]
+    for verb in ("/scheduler/prioritize", "/scheduler/prioritize-cpu-only"):
+        out = call(no_bind, verb, {"NodeNames": ["a", "b"]})[1]
+        assert orjson.loads(out) == [{"Host": "a", "Score": 0}, {"Host": "b", "Score": 0}]
 
 
 def test_bind_writes_through_the_writer_and_returns_its_error() -> None:
