@@ -44,7 +44,8 @@ class TriesAfterMisses:
         self.most_skipped = most_skipped
         self._lock = threading.Lock()
         self._skip = 0
-        self._after_miss = min(1, most_skipped)
+        self._after_miss = 0
+        self.hit()  # nothing has missed yet
 
     def should_try(self) -> bool:
         with self._lock:
