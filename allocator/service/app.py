@@ -34,7 +34,7 @@ from flask import Flask, Response, jsonify, request
 from prometheus_client import CONTENT_TYPE_LATEST
 from werkzeug.exceptions import HTTPException
 
-from allocator.errors import WouldBlock
+from allocator.errors import describe_error, event_safe
 from allocator.kube.leader import LeaderElector
 from allocator.kube.recorder import EventRecorder
 from allocator.picture.nodelookup import NodeLookup
@@ -45,10 +45,9 @@ from allocator.service import extender, page
 from allocator.service.config import Settings
 from allocator.service.metrics import Metrics
 from allocator.service.pending import RecentRefusals
-from allocator.verbs.core import Allocator, describe_error, event_safe
+from allocator.verbs.core import Allocator
 from allocator.verbs.decisions import Fanout, PodRef
 from allocator.verbs.requeue import RequeueOnRelease, requeue_patch
-from tessera.transport import INLINE, NeedsThread
 from tessera.wire import BodyTooLarge, WireError, dump_json, read_body
 
 logger = logging.getLogger(__name__)
@@ -183,26 +182,15 @@ def create_app(
     app.extensions[EXTENSION] = runtime
     _routes(app, runtime, settings.url_prefix)
     prefix = settings.url_prefix
-    routes = VerbRoutes(app.wsgi_app, _verbs(runtime, prefix), settings.max_body_bytes,
-                        inline=[f"{prefix}/{verb}" for verb in INLINE_VERBS])
+    routes = VerbRoutes(app.wsgi_app, _verbs(runtime, prefix), settings.max_body_bytes)
     app.wsgi_app = routes  # type: ignore[method-assign]
-    # read by tessera.transport.WsgiBridge, which serves these paths in its event loop; the
-    # shipped server (granian, tessera/granian_server.py) runs every request in a thread
-    app.inline_paths = routes.inline_paths  # type: ignore[attr-defined]
     if start:
         runtime.start()
     return app
 
 
-#: The verbs that only read the picture (API reads aside, see :class:`VerbRoutes`), which a
-#: server with an event loop (tessera.transport.WsgiBridge) may answer there; bind writes to
-#: the API and always runs in a request thread.
-INLINE_VERBS = ("filter", "prioritize", "prioritize-cpu-only")
-
-#: What a verb makes of a request body: the reply's JSON. The flag is False when the verb is
-#: answered in the event loop (:data:`tessera.transport.INLINE`): it must not block then, and
-#: raises :class:`WouldBlock` instead.
-Verb = Callable[[bytes, bool], bytes]
+#: What a verb makes of a request body: the reply's JSON.
+Verb = Callable[[bytes], bytes]
 StartResponse = Callable[..., Any]
 WsgiApp = Callable[[dict[str, Any], StartResponse], Iterable[bytes]]
 
@@ -218,14 +206,10 @@ class VerbRoutes:
     both with ``Error``; a bug is logged and answered 200 with ``Error``.
     """
 
-    def __init__(self, app: WsgiApp, verbs: Mapping[str, Verb], max_body_bytes: int,
-                 inline: Iterable[str] = ()) -> None:
+    def __init__(self, app: WsgiApp, verbs: Mapping[str, Verb], max_body_bytes: int) -> None:
         self.app = app
         self.verbs = dict(verbs)
         self.max_body_bytes = max_body_bytes
-        #: verb paths the server may answer in its event loop (:mod:`tessera.transport`):
-        #: the verbs that only read the picture, unless an API read is due (then WouldBlock)
-        self.inline_paths = frozenset(inline)
 
     def __call__(self, environ: dict[str, Any], start_response: StartResponse
                  ) -> Iterable[bytes]:
@@ -247,10 +231,7 @@ class VerbRoutes:
 
     def _answer(self, verb: Verb, environ: dict[str, Any]) -> tuple[HTTPStatus, bytes]:
         try:
-            return HTTPStatus.OK, verb(read_body(environ, self.max_body_bytes),
-                                       not environ.get(INLINE, False))
-        except WouldBlock:
-            raise NeedsThread from None
+            return HTTPStatus.OK, verb(read_body(environ, self.max_body_bytes))
         except WireError as exc:
             return HTTPStatus(exc.status), dump_json({"Error": event_safe(str(exc))})
         except Exception as exc:  # a bug: still an answer the scheduler shows (module doc)
@@ -261,21 +242,21 @@ class VerbRoutes:
 def _verbs(rt: Runtime, prefix: str) -> dict[str, Verb]:
     timer = rt.metrics.verb_seconds
 
-    def filter_verb(body: bytes, may_block: bool) -> bytes:
+    def filter_verb(body: bytes) -> bytes:
         with timer.labels("filter").time():
-            return dump_json(extender.filter_reply(rt.allocator, body, may_block=may_block))
+            return dump_json(extender.filter_reply(rt.allocator, body))
 
-    def prioritize_verb(body: bytes, may_block: bool) -> bytes:
+    def prioritize_verb(body: bytes) -> bytes:
         with timer.labels("prioritize").time():
             names, scores = extender.prioritize_scores(rt.allocator, body)
             return extender.encode_priorities(names, scores).encode()
 
-    def prioritize_cpu_only_verb(body: bytes, may_block: bool) -> bytes:
+    def prioritize_cpu_only_verb(body: bytes) -> bytes:
         with timer.labels("prioritize-cpu-only").time():
             names, scores = extender.prioritize_scores(rt.allocator, body, cpu_only=True)
             return extender.encode_priorities(names, scores).encode()
 
-    def bind_verb(body: bytes, may_block: bool) -> bytes:
+    def bind_verb(body: bytes) -> bytes:
         with timer.labels("bind").time():
             reply, outcome = extender.bind_reply(rt.allocator, body)
         rt.metrics.binds.labels(outcome).inc()

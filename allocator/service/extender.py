@@ -23,9 +23,10 @@ from itertools import chain, compress
 from json.encoder import encode_basestring_ascii as _quote
 from typing import Any, TypedDict
 
-from allocator.errors import NotReady, WouldBlock
+from allocator.errors import NotReady, describe_error, event_safe
 from allocator.ranking.policies import MAX_SCORE
-from allocator.verbs.core import Allocator, BindOutcome, describe_error, event_safe
+from allocator.verbs.bind import BindOutcome
+from allocator.verbs.core import Allocator
 from tessera.logs import pod_context, pod_ids_context
 from tessera.vocabulary import TesseraError
 from tessera.wire import WireError, check_object_meta, load_json
@@ -117,15 +118,11 @@ def decode_binding(body: bytes) -> ExtenderBindingArgs:
                                values["PodUID"], values["Node"])
 
 
-def filter_reply(allocator: Allocator, body: bytes, *,
-                 may_block: bool = True) -> ExtenderFilterResult:
-    """The filter verb's reply; with ``may_block`` False, :class:`WouldBlock` instead of an
-    API read (:meth:`Allocator.filter`)."""
+def filter_reply(allocator: Allocator, body: bytes) -> ExtenderFilterResult:
+    """The filter verb's reply (:meth:`Allocator.filter`)."""
     try:
         args = decode_args(body)
-        out = allocator.filter(args.pod, args.node_names, may_block=may_block)
-    except WouldBlock:
-        raise
+        out = allocator.filter(args.pod, args.node_names)
     except (WireError, NotReady) as exc:
         return _filter_error(event_safe(str(exc)))
     except Exception as exc:  # a bug must still reach the user as an Error, never a 500

@@ -9,10 +9,11 @@ from typing import Any
 import pytest
 from builders import VOCAB, make_gpu_pod, make_node, request, share, whole
 
+from allocator.errors import event_safe
 from allocator.picture.state import ClusterState
 from allocator.ranking.fit import Unfit, place, unfit_reason
 from allocator.ranking.policies import MAX_SCORE, PolicyContext, chooser, get_policy, scaled
-from allocator.verbs.core import Allocator, AllocatorConfig, event_safe
+from allocator.verbs.core import Allocator, AllocatorConfig
 from tessera.vocabulary import (
     Allocation,
     ContainerAllocation,

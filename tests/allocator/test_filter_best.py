@@ -13,11 +13,13 @@ from builders import VOCAB, make_gpu_pod, make_node, request, share, whole
 from test_content_sharing import REQUESTS, _cluster
 
 from allocator.picture.state import ClusterState
+from allocator.ranking import fast as fast_ranking
 from allocator.ranking.every_node import TriesAfterMisses, asked_among
+from allocator.ranking.fast import FastRanker, Ranking
 from allocator.ranking.policies import MAX_SCORE, REGISTRY
 from allocator.service.config import Settings
-from allocator.verbs import core
-from allocator.verbs.core import Allocator, AllocatorConfig, FilterOutcome, Ranking
+from allocator.verbs.core import Allocator, AllocatorConfig
+from allocator.verbs.filter import FilterOutcome
 from tessera.vocabulary import ConfigError, PodRequest
 
 
@@ -140,7 +142,7 @@ def test_a_name_bias_can_lift_a_node_over_a_higher_shared_score() -> None:
 def test_ranking_every_node_answers_as_ranking_only_the_asked_ones(
         policy: str, monkeypatch: pytest.MonkeyPatch) -> None:
     """Filter ranks every node it knows and keeps the best that were asked
-    (``Allocator._best_of_every_node``): the answer is the one of ranking only the asked
+    (``FastRanker.best_known``): the answer is the one of ranking only the asked
     nodes, for asked lists of every kind (all, most, about half, shuffled, with strangers),
     pod after pod, each pod's hold taken as the answer leaves it."""
     rng = random.Random(policy)
@@ -149,16 +151,17 @@ def test_ranking_every_node_answers_as_ranking_only_the_asked_ones(
                      config=AllocatorConfig(default_policy=policy, seed=3))
     reference = Allocator(asked_state, api=None,  # type: ignore[arg-type]
                           config=AllocatorConfig(default_policy=policy, seed=3))
-    monkeypatch.setattr(reference, "_best_of_every_node", lambda *_args: None)
-    fast.every_node_tries = TriesAfterMisses(most_skipped=0)  # tried on every call
+    monkeypatch.setattr(reference.ranker, "best_known", lambda *_args: None)
+    assert isinstance(fast.ranker, FastRanker)
+    fast.ranker.every_node_tries = TriesAfterMisses(most_skipped=0)  # tried on every call
     narrowed: list[int] = []
-    real_asked_among = core.asked_among
+    real_asked_among = fast_ranking.asked_among
 
     def counted(candidates: list[str], names: list[str]) -> list[str]:
         narrowed.append(len(candidates))
         return real_asked_among(candidates, names)
 
-    monkeypatch.setattr(core, "asked_among", counted)
+    monkeypatch.setattr(fast_ranking, "asked_among", counted)
     everyone = fast_state.node_names()
     for i in range(60):
         names = rng.sample(everyone, rng.choice([len(everyone), 35, 25, 20]))

@@ -167,7 +167,7 @@ def test_a_request_changed_since_filter_is_placed_afresh_at_bind() -> None:
         request(whole()))
     fake.pods[("default", "p0")] = changed
     # Filter's copy of the pod gone (as after RECENT_PODS others): the bind reads the pod.
-    alloc._recall("default", "p0", "u0")
+    alloc.recall("default", "p0", "u0")
     out = alloc.bind("default", "p0", "u0", "n0")
     assert out.outcome == "bound"
     view = alloc.state.view("n0")

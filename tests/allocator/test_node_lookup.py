@@ -7,7 +7,6 @@ import threading
 from collections.abc import Callable
 from typing import Any
 
-import pytest
 from alloc_harness import make_app
 from builders import VOCAB, make_gpu_pod, make_node, request, whole
 from fake_kube import FakeKube
@@ -15,7 +14,6 @@ from fake_kube import FakeKube
 from allocator.picture.nodelookup import NodeLookup
 from allocator.picture.state import ClusterState
 from allocator.ports import Obj
-from tessera.transport import INLINE, NeedsThread
 
 
 class Clock:
@@ -163,21 +161,19 @@ def test_a_read_never_overwrites_a_node_the_watch_already_has() -> None:
     assert view is not None and len(view.state.cards) == 4
 
 
-def test_answered_in_the_event_loop_a_filter_asks_for_a_thread_before_reading_a_node() -> None:
+def test_a_filter_reads_a_node_the_watch_has_not_delivered_then_knows_it() -> None:
     fake = FakeKube()
     app, rt = make_app(fake)
     fake.add_node(make_node("fresh", count=2))
     args = {"Pod": make_gpu_pod("p", request(whole()), uid="u-p"), "Nodes": None,
             "NodeNames": ["fresh"]}
-    with pytest.raises(NeedsThread):
-        app.test_client().post("/scheduler/filter", json=args, environ_overrides={INLINE: True})
-    assert _reads(fake) == []  # nothing read from the event loop
-    body = app.test_client().post("/scheduler/filter", json=args).get_json()  # in a thread
+    body = app.test_client().post("/scheduler/filter", json=args).get_json()
     assert body["NodeNames"] == ["fresh"] and _reads(fake) == ["fresh"]
-    # known now: answered in the event loop
-    inline = app.test_client().post("/scheduler/filter", json=args,
-                                    environ_overrides={INLINE: True}).get_json()
-    assert inline["NodeNames"] == ["fresh"]
-    assert rt.allocator.filter(args["Pod"], ["gone"], may_block=True).nodes == []
-    # a name read and found absent a moment ago is not read again: nothing would block
-    assert rt.allocator.filter(args["Pod"], ["gone"], may_block=False).nodes == []
+    # known now: not read again
+    again = app.test_client().post("/scheduler/filter", json=args).get_json()
+    assert again["NodeNames"] == ["fresh"] and _reads(fake) == ["fresh"]
+    assert rt.allocator.filter(args["Pod"], ["gone"]).nodes == []
+    # a name read and found absent a moment ago is not read again
+    reads = _reads(fake)
+    assert rt.allocator.filter(args["Pod"], ["gone"]).nodes == []
+    assert _reads(fake) == reads

@@ -1,0 +1,148 @@
+"""The fast ranker answers as the plain one: on random clusters (cards, models, usage, free
+CPU) and random requests, for every policy, every question of the ranking port gives the
+same answer, cold and from the memo (allocator/ranking/port.py). Seeded: a failure names its
+seed."""
+
+from __future__ import annotations
+
+import random
+from functools import partial
+from typing import Any
+
+import pytest
+from alloc_harness import make_app
+from builders import make_gpu_pod, make_node, request, share, whole
+from fake_kube import FakeKube
+
+from allocator.ranking.fast import FastRanker
+from allocator.ranking.mix import LiveMix
+from allocator.ranking.plain import PlainRanker
+from allocator.ranking.policies import REGISTRY, get_policy
+from allocator.service.app import Runtime
+from allocator.verbs.core import AllocatorConfig, node_states
+from tessera.vocabulary import Allocation, ContainerAllocation, ContainerRequest, PodRequest
+
+POLICIES = sorted(REGISTRY)
+SEEDS = range(8)
+MODELS = ("T4", "A100")
+
+
+def _bound(uid: str, node: str, cpu: int, *containers: ContainerAllocation) -> dict[str, Any]:
+    alloc = Allocation(node=node, containers=containers, pod_uid=uid)
+    pod = make_gpu_pod(uid, request(share(core=10)), namespace="ns", uid=uid, node=node,
+                       phase="Running", allocation=alloc)
+    pod["spec"]["containers"][0].setdefault("resources", {}).setdefault(
+        "requests", {})["cpu"] = str(cpu)
+    return pod
+
+
+def _cluster(rng: random.Random, policy: str) -> Runtime:
+    """12-30 nodes of 1-8 cards of two models and sizes, random usage and free CPU; many
+    alike (few sizes), so contents are shared."""
+    fake = FakeKube()
+    for i in range(rng.randint(12, 30)):
+        node, count = f"n{i}", rng.choice([1, 2, 4, 4, 8])
+        memory = rng.choice([16000, 16000, 40000])
+        fake.add_node(make_node(node, count=count, memory_mib=memory,
+                                model=rng.choice(MODELS)))
+        for card in range(count):
+            pick = rng.choice(["idle", "idle", "whole", 25, 50, 90])
+            uid = f"{node}-{card}"
+            if pick == "whole":
+                fake.add_pod(_bound(uid, node, rng.choice([1, 4]),
+                                    ContainerAllocation("c", (card,))))
+            elif isinstance(pick, int):
+                fake.add_pod(_bound(uid, node, rng.choice([1, 4, 16]), ContainerAllocation(
+                    "c", (card,), core_percent=pick, memory_mib=memory * pick // 200)))
+    _, rt = make_app(fake, core=AllocatorConfig(default_policy=policy, hold_seconds=0))
+    rt.allocator.mix = LiveMix(refresh=1)
+    for k in range(20):  # a workload mix of GPU pods with several CPU requests
+        req = _request(rng)
+        pod = make_gpu_pod(f"seen{k}", req, uid=f"seen{k}")
+        pod["spec"]["containers"][0].setdefault("resources", {}).setdefault(
+            "requests", {})["cpu"] = str(rng.choice([1, 2, 6, 12]))
+        rt.allocator.observe(pod, req)
+    return rt
+
+
+def _request(rng: random.Random, policy: str | None = None) -> PodRequest:
+    containers: list[ContainerRequest] = []
+    for k in range(rng.choice([1, 1, 2])):
+        containers.append(rng.choice([
+            share(f"c{k}", core=rng.choice([10, 30, 50, 75]), mem=rng.choice([1000, 6000])),
+            share(f"c{k}", core=rng.choice([20, 50]), pct=rng.choice([25, 50])),
+            whole(f"c{k}", cards=rng.choice([1, 1, 2, 4]))]))
+    models = rng.choice([(), (), ("T4",), ("A100",)])
+    return request(*containers, models=models, policy=policy)
+
+
+def _rankers(rt: Runtime) -> tuple[FastRanker, PlainRanker]:
+    fast = rt.allocator.ranker
+    assert isinstance(fast, FastRanker)
+    plain = PlainRanker(partial(node_states, rt.state), facts=rt.state.resources.view())
+    return fast, plain
+
+
+@pytest.mark.parametrize("policy_name", POLICIES)
+@pytest.mark.parametrize("seed", SEEDS)
+def test_fit_best_and_scores_equal_the_plain_ranker(policy_name: str, seed: int) -> None:
+    rng = random.Random(f"{policy_name}-{seed}")
+    rt = _cluster(rng, policy_name)
+    fast, plain = _rankers(rt)
+    policy = get_policy(policy_name)
+    everyone = rt.state.node_names()
+    for i in range(6):
+        names = rng.sample(everyone, rng.randint(1, len(everyone)))
+        if i % 2:
+            names.insert(rng.randrange(len(names) + 1), f"ghost-{i}")
+        req = _request(rng, policy_name)
+        ctx = rt.allocator.context(req, make_gpu_pod(f"p{i}", req, uid=f"u{i}"))
+        for explain in (False, True):
+            for _ in range(2):  # cold, then from the memo
+                got = fast.fit(req, names, explain_when_some_fit=explain)
+                want = plain.fit(req, names, explain_when_some_fit=explain)
+                assert (got.nodes.name_list(), got.explained, got.failed, got.unresolvable,
+                        got.short) == (want.nodes.name_list(), want.explained, want.failed,
+                                       want.unresolvable, want.short), (seed, i, names)
+        assert fast.scores(req, policy, ctx, names) == plain.scores(req, policy, ctx, names)
+        fitting = fast.fit(req, names, explain_when_some_fit=False)
+        if not fitting.explained and len(fitting.nodes) > 1:
+            plain_fitting = plain.fit(req, names, explain_when_some_fit=False).nodes
+            assert (fast.best(req, policy, ctx, fitting.nodes)
+                    == plain.best(req, policy, ctx, plain_fitting)), (seed, i)
+
+
+@pytest.mark.parametrize("policy_name", POLICIES)
+@pytest.mark.parametrize("seed", SEEDS)
+def test_cpu_only_scores_equal_the_plain_ranker(policy_name: str, seed: int) -> None:
+    rng = random.Random(f"cpu-{policy_name}-{seed}")
+    rt = _cluster(rng, policy_name)
+    fast, plain = _rankers(rt)
+    policy = get_policy(policy_name)
+    workload = rt.allocator.workload()
+    names = [*rt.state.node_names(), "ghost"]
+    rng.shuffle(names)
+    for cpu in (0, 500, 4000, 30000):
+        assert (fast.scores_cpu_only(policy, workload, cpu, names)
+                == plain.scores_cpu_only(policy, workload, cpu, names)), cpu
+
+
+@pytest.mark.parametrize("policy_name", POLICIES)
+@pytest.mark.parametrize("seed", SEEDS)
+def test_best_known_is_the_best_of_the_asked_nodes(policy_name: str, seed: int) -> None:
+    """Filter-best's shortcut over every known node answers as ranking the asked ones."""
+    rng = random.Random(f"known-{policy_name}-{seed}")
+    rt = _cluster(rng, policy_name)
+    fast, plain = _rankers(rt)
+    policy = get_policy(policy_name)
+    everyone = rt.state.node_names()
+    for i in range(6):
+        names = rng.sample(everyone, max(1, len(everyone) - rng.randint(0, 4)))
+        req = _request(rng, policy_name)
+        ctx = rt.allocator.context(req, make_gpu_pod(f"p{i}", req, uid=f"u{i}"))
+        known = fast.best_known(req, policy, names, lambda ctx=ctx: ctx)  # type: ignore[misc]
+        assert plain.best_known(req, policy, names, lambda ctx=ctx: ctx) is None  # type: ignore[misc]
+        if known is None:
+            continue
+        fitting = plain.fit(req, names, explain_when_some_fit=False).nodes
+        assert known == plain.best(req, policy, ctx, fitting), (seed, i)
