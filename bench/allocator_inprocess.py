@@ -45,6 +45,7 @@ from collections.abc import Callable
 from typing import Any
 
 from allocator.picture.state import ClusterState
+from allocator.ranking.fast import FastRanker
 from allocator.service import page
 from allocator.service.metrics import Metrics
 from allocator.verbs.core import Allocator, AllocatorConfig
@@ -248,8 +249,11 @@ def run_size(n: int, shapes: dict[str, PodRequest], repeat: int, policy: str, cp
     if cpu:
         feed_mix(allocator, names, rng)
 
+    assert isinstance(allocator.ranker, FastRanker)
+    memo = allocator.ranker.contents
+
     def drop_all_caches() -> None:
-        state.node_contents.drop_memos()
+        memo.drop_memos()
 
     def touch_one_node() -> None:
         # one node changes per scheduling cycle (the previous pod's bind)

@@ -24,12 +24,12 @@ from __future__ import annotations
 import logging
 import math
 import threading
-from collections.abc import Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from decimal import Decimal
 from typing import Any, Final
 
-from allocator.ranking.content_memo import UNKNOWN_FREE, NodeColumns, NodeNames
+from allocator.picture.names import NodeNames
 from allocator.ranking.policies import NodeFacts
 from tessera.quantity import QuantityError, parse_quantity
 
@@ -43,6 +43,8 @@ BOUND_ACTIVE_PODS: Final = "spec.nodeName!=,status.phase!=Succeeded,status.phase
 TERMINAL_PHASES: Final = frozenset({"Succeeded", "Failed"})
 #: Pods whose requests could not be read, kept for ``/status`` (bounded: anyone may create pods).
 MAX_NOTED: Final = 256
+#: Free memory of a node that has CPU facts but no memory figure (above any request).
+UNKNOWN_MEMORY: Final = 1 << 62
 _CPU, _MEMORY = "cpu", "memory"
 
 
@@ -218,13 +220,14 @@ def pod_usage(pod: Mapping[str, Any]) -> PodUsage | None:
 class NodeResources:
     """Allocatable and requested CPU and memory per node (module doc)."""
 
-    def __init__(self, names: NodeNames | None = None, columns: NodeColumns | None = None
+    def __init__(self, names: NodeNames | None = None,
+                 on_free_cpu: Callable[[str, int | None], None] = lambda name, milli: None
                  ) -> None:
         self._lock = threading.Lock()
-        #: node names as the shared objects of the cluster picture (allocator.ranking.content_memo)
+        #: node names as the shared objects of the cluster picture (allocator.picture.names)
         self._names = names if names is not None else NodeNames()
-        #: every node's free CPU at its slot, for the verbs (allocator.ranking.content_memo)
-        self._columns = columns if columns is not None else NodeColumns()
+        #: told each node's free CPU as it changes (None: no longer known), under the lock
+        self._on_free_cpu = on_free_cpu
         self._allocatable: dict[str, tuple[int, int]] = {}
         #: pod uid -> (node, milli-CPU, memory bytes): the compact record, nothing more
         self._pods: dict[str, tuple[str, int, int]] = {}
@@ -242,11 +245,16 @@ class NodeResources:
         self.max_cpu_milli = 0
 
     # ------------------------------------------------------------------ reads
+    @property
+    def lock(self) -> threading.Lock:
+        """Held while the free CPU changes (and its news is told)."""
+        return self._lock
+
     def facts(self, node: str) -> NodeFacts | None:
         cpu = self.free_cpu.get(node)
         if cpu is None:
             return None
-        return NodeFacts(cpu, self.free_memory.get(node, UNKNOWN_FREE))
+        return NodeFacts(cpu, self.free_memory.get(node, UNKNOWN_MEMORY))
 
     def view(self) -> NodeFactsView:
         return NodeFactsView(self)
@@ -296,7 +304,7 @@ class NodeResources:
             return
         self.free_cpu.pop(name, None)
         self.free_memory.pop(name, None)
-        self._columns.set_free_cpu(name, UNKNOWN_FREE)
+        self._on_free_cpu(name, None)
         self.max_cpu_milli = max((a[0] for a in self._allocatable.values()), default=0)
 
     # ------------------------------------------------------------------ pods
@@ -404,7 +412,7 @@ class NodeResources:
         name = self._names.intern(node)
         self.free_cpu[name] = allocatable[0] - used_cpu
         self.free_memory[name] = allocatable[1] - used_memory
-        self._columns.set_free_cpu(name, allocatable[0] - used_cpu)
+        self._on_free_cpu(name, allocatable[0] - used_cpu)
 
     def _note(self, uid: str, why: str) -> None:
         if uid not in self._noted and len(self._noted) >= MAX_NOTED:

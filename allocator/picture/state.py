@@ -9,8 +9,10 @@ Concurrency: one short global lock guards every mutation. Each node's state is a
 locking. Binds on one node are serialised by a per-node lock and reserve with an optimistic
 version check, so two binds can never both take the same free room.
 
-Speed: every node view carries a *content id* from :attr:`ClusterState.node_contents`
-(:mod:`allocator.ranking.content_memo`, which also keeps the verbs' answers by content id).
+What is built from the picture for speed (the fast ranker's content ids and columns,
+:mod:`allocator.ranking.content_memo`) is told every node change by one observer
+(:meth:`ClusterState.observe`, :mod:`allocator.picture.observer`); the picture imports none
+of it.
 
 Node CPU and memory (allocatable, and the requests of every pod bound to the node) are kept
 by :attr:`ClusterState.resources` (:mod:`allocator.picture.resources`): the node watch feeds both,
@@ -29,8 +31,9 @@ from enum import StrEnum
 from typing import Any
 
 from allocator.picture.inventory import Inventory, read_inventory
+from allocator.picture.names import NodeNames
+from allocator.picture.observer import NodeObserver, Observers
 from allocator.picture.resources import NodeResources
-from allocator.ranking.content_memo import NodeColumns, NodeContents, NodeNames
 from allocator.ranking.fit import Card, NodeState, build_node_state
 from tessera.logs import pod_context
 from tessera.vocabulary import Allocation, CodecError, Vocabulary, decode_allocation
@@ -76,15 +79,10 @@ class NodeView:
 
     Compared by identity (one object per version): ``None in views`` over 5,000 views then
     stays a C loop instead of 5,000 calls of a generated ``__eq__``.
-
-    ``content`` is equal for two views exactly when their cards and usage are equal (see
-    :data:`allocator.ranking.content_memo.ContentKey`): answers computed from the cards alone may be
-    shared between them.
     """
 
     state: NodeState
     version: int
-    content: int = -1
 
 
 def _resource_version(obj: Mapping[str, Any]) -> int | None:
@@ -117,14 +115,12 @@ class ClusterState:
         self._synced = threading.Event()
         # name -> current view: one dict read per node on the verbs' hot path (lock-free).
         self._views: dict[str, NodeView] = {}
-        #: every node's content id and free CPU in arrays, for the verbs (content_memo)
-        self.columns = NodeColumns()
-        #: content ids of the current views, and the verbs' answers memoised by them
-        self.node_contents = NodeContents(self.columns)
-        #: one string object per node name, for every per-node table (content_memo.NodeNames)
+        #: told every node's new state, removal and free CPU (:meth:`observe`)
+        self._observers = Observers()
+        #: one string object per node name, for every per-node table
         self.names = NodeNames()
         #: every node's CPU and memory, allocatable and requested
-        self.resources = NodeResources(self.names, self.columns)
+        self.resources = NodeResources(self.names, self._observers.free_cpu_changed)
         #: What cards and CPU were last read from, per node (labels, annotations,
         #: allocatable): a node update that changes none of them (a status heartbeat) is not
         #: read again.
@@ -146,6 +142,15 @@ class ClusterState:
 
     def mark_synced(self) -> None:
         self._synced.set()
+
+    def observe(self, observer: NodeObserver) -> None:
+        """Tell ``observer`` every node change from now on, after the picture as it is."""
+        with self._lock, self.resources.lock:
+            for name, entry in self._nodes.items():
+                observer.node_changed(name, entry.view.state)
+            for name, milli in self.resources.free_cpu.items():
+                observer.free_cpu_changed(name, milli)
+            self._observers.add(observer)
 
     # ------------------------------------------------------------------ reads (lock-free)
     def view(self, node: str) -> NodeView | None:
@@ -257,7 +262,7 @@ class ClusterState:
             self._read_from.pop(name, None)
             self._nodes.pop(name, None)
             self._views.pop(name, None)
-            self.node_contents.forget(name)
+            self._observers.node_gone(name)
             self.resources.remove_node(name)
 
     def replace_nodes(self, nodes: Iterable[Mapping[str, Any]]) -> None:
@@ -275,7 +280,7 @@ class ClusterState:
                     self._read_from.pop(name, None)
                     del self._nodes[name]
                     self._views.pop(name, None)
-                    self.node_contents.forget(name)
+                    self._observers.node_gone(name)
             self.resources.keep_nodes(seen)
 
     # ------------------------------------------------------------------ pods
@@ -537,8 +542,8 @@ class ClusterState:
             logger.error("node %s over-committed: %s", name, "; ".join(problems),
                          extra={"node": name})
         entry.problems = problems
-        content = self.node_contents.assign(name, state)
-        entry.view = NodeView(state, entry.view.version + 1, content)
+        self._observers.node_changed(name, state)
+        entry.view = NodeView(state, entry.view.version + 1)
         self._views[name] = entry.view
 
     # ------------------------------------------------------------------ status

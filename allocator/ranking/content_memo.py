@@ -379,32 +379,11 @@ class SlotMemos:
         self._kept.clear()
 
 
-class NodeNames:
-    """One string object per node name, shared by every per-node table of the picture (the
-    state's, the node resources', the columns' slots): one copy of each name in memory, and
-    the tables' reads of each other's keys stop at the identity check. Only real nodes'
-    names are kept (a verb's names are read through the columns' slots, never kept)."""
-
-    def __init__(self, limit: int = CONTENT_LIMIT) -> None:
-        self._limit = limit
-        self._by_name: dict[str, str] = {}
-
-    def intern(self, name: str) -> str:
-        """The shared object for ``name`` (kept from now on: call for real nodes only)."""
-        found = self._by_name.get(name)
-        if found is not None:
-            return found
-        if len(self._by_name) >= self._limit:
-            self._by_name.clear()  # bounded under endless churn; only speed is lost
-        return self._by_name.setdefault(name, name)
-
-
 class NodeContents:
     """Content ids of the nodes of one cluster picture, and the answers memoised by them.
 
-    :class:`allocator.picture.state.ClusterState` owns one and calls :meth:`assign` and
-    :meth:`forget`
-    under its lock; the verbs read it without locking.
+    It observes the picture (:class:`allocator.picture.observer.NodeObserver`, told under the
+    picture's locks); the verbs read it without locking.
     """
 
     def __init__(self, columns: NodeColumns | None = None, limit: int = CONTENT_LIMIT
@@ -432,6 +411,16 @@ class NodeContents:
 
     def forget(self, name: str) -> None:
         self.columns.set_content(name, UNKNOWN_CONTENT)
+
+    # ------------------------------------------------------------------ the picture's news
+    def node_changed(self, name: str, state: NodeState) -> None:
+        self.assign(name, state)
+
+    def node_gone(self, name: str) -> None:
+        self.forget(name)
+
+    def free_cpu_changed(self, name: str, milli: int | None) -> None:
+        self.columns.set_free_cpu(name, UNKNOWN_FREE if milli is None else milli)
 
     def drop_memos(self) -> None:
         self.fit_verdicts.clear()

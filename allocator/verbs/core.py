@@ -28,6 +28,7 @@ from allocator.errors import NotReady
 from allocator.picture.nodelookup import NodeLookup
 from allocator.picture.state import ClusterState
 from allocator.ports import KubeApi, Obj
+from allocator.ranking.content_memo import NodeContents
 from allocator.ranking.fast import FastRanker
 from allocator.ranking.fit import NodeState, Unfit, place
 from allocator.ranking.mix import LiveMix
@@ -137,10 +138,7 @@ class Allocator:
         self._node_facts: Mapping[str, NodeFacts] = (
             state.resources.view() if config.node_resources else {})
         #: Which nodes fit a request, and their scores (the ranking port).
-        self.ranker: Ranker = ranker or FastRanker(
-            state.columns, state.node_contents, partial(node_states, state),
-            lambda: state.resources.max_cpu_milli, node_resources=config.node_resources,
-            read=None if node_lookup is None else node_lookup.ensure)
+        self.ranker: Ranker = ranker or _fast_ranker(state, config, node_lookup)
 
     # ------------------------------------------------------------------ the verbs
     def filter(self, pod: Mapping[str, Any], names: Sequence[str]) -> FilterOutcome:
@@ -302,3 +300,14 @@ class Allocator:
 def node_states(state: ClusterState, names: Sequence[str]) -> list[NodeState | None]:
     """Each named node's cards and usage (None: a node the picture does not know)."""
     return [None if view is None else view.state for view in state.views(names)]
+
+
+def _fast_ranker(state: ClusterState, config: AllocatorConfig, node_lookup: NodeLookup | None
+                 ) -> FastRanker:
+    """The shipped ranker, its memo told every change of the picture."""
+    memo = NodeContents()
+    state.observe(memo)
+    return FastRanker(memo.columns, memo, partial(node_states, state),
+                      lambda: state.resources.max_cpu_milli,
+                      node_resources=config.node_resources,
+                      read=None if node_lookup is None else node_lookup.ensure)

@@ -204,14 +204,16 @@ def test_filter_stops_ranking_every_node_while_the_best_are_never_asked(
     state.replace_nodes([make_node("big", count=8), make_node("small", count=2)])
     state.mark_synced()
     best, _ = _allocators(state, "fgd-cpu")
+    assert isinstance(best.ranker, FastRanker)
+    columns = best.ranker.columns
     ranked_all: list[int] = []
-    every_node = state.columns.every_node
+    every_node = columns.every_node
 
     def counted() -> object:
         ranked_all.append(1)
         return every_node()
 
-    monkeypatch.setattr(state.columns, "every_node", counted)
+    monkeypatch.setattr(columns, "every_node", counted)
     for i in range(10):  # "small" alone is asked while "big" fits the pod better
         pod = make_gpu_pod(f"p{i}", request(whole(cards=2)), uid=f"u{i}")
         assert best.filter(pod, ["small"]).nodes == ["small"]

@@ -1,4 +1,4 @@
-"""Node names as one shared string object per name (allocator.ranking.content_memo.NodeNames), held
+"""Node names as one shared string object per name (allocator.picture.names.NodeNames), held
 by every per-node table of the picture; a verb's names, decoded from JSON, are answered
 without being kept."""
 
@@ -11,8 +11,10 @@ from typing import Any
 import pytest
 from builders import VOCAB, make_gpu_pod, make_node, request, share
 
+from allocator.picture.names import NodeNames
 from allocator.picture.state import ClusterState
-from allocator.ranking.content_memo import NodeNames
+from allocator.ranking.content_memo import NodeContents
+from allocator.ranking.fast import FastRanker
 from allocator.verbs.core import Allocator, AllocatorConfig
 
 
@@ -31,6 +33,8 @@ def test_a_name_interned_twice_is_one_object() -> None:
 
 def test_every_per_node_table_of_the_picture_holds_the_same_name_object() -> None:
     state = ClusterState(VOCAB)
+    memo = NodeContents()  # the fast ranker's, told every node change
+    state.observe(memo)
     # a bound pod's event before its node's: its nodeName is the first object seen
     state.resources.apply_pod({"metadata": {"uid": "u"}, "spec": {"nodeName": _fresh("n1"),
                                "containers": [{"name": "c", "resources": {
@@ -39,7 +43,7 @@ def test_every_per_node_table_of_the_picture_holds_the_same_name_object() -> Non
     state.mark_synced()
     assert state.resources.free_cpu["n1"] < state.resources.free_cpu["n2"]
     shared = state.names.intern(_fresh("n1"))
-    assert next(k for k in state.columns._slot if k == "n1") is shared
+    assert next(k for k in memo.columns._slot if k == "n1") is shared
     assert next(k for k in state.resources.free_cpu if k == "n1") is shared
     assert next(k for k in state._views if k == "n1") is shared
 
@@ -54,7 +58,8 @@ def test_filter_answers_with_the_names_asked_for() -> None:
     out = allocator.filter(make_gpu_pod("p", request(share(core=30, mem=1000)), uid="u"), asked)
     assert out.nodes == ["n0", "n1", "n2"]
     assert set(out.failed) | set(out.unresolvable) == {"ghost"}
-    assert "ghost" not in state.columns._slot  # a name asked about is never kept
+    assert isinstance(allocator.ranker, FastRanker)
+    assert "ghost" not in allocator.ranker.columns._slot  # a name asked about is never kept
     assert allocator.prioritize(make_gpu_pod("p", request(share(core=30, mem=1000)), uid="u"),
                                 asked)[2] == ("ghost", 0)
 
