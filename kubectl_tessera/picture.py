@@ -8,7 +8,7 @@ is what the allocator would decide:
 - what a pod holds: its canonical allocation record (the durable truth the allocator's cache
   is rebuilt from), counted only on a bound pod in a non-terminal phase, ignored when it names
   another pod's UID (the rules of ``ClusterState.apply_pod``); the cards' usage is
-  :func:`allocator.ranking.fit.build_node_state` of those records, init containers reserved
+  :func:`allocator.ranking.cards.build_node_state` of those records, init containers reserved
   disjointly as the allocator reserves them;
 - what a pod asks for: :func:`tessera.dialects.read_pod_request` (the canonical annotation,
   else the dialects).
@@ -25,7 +25,7 @@ from functools import cached_property
 from typing import Any
 
 from allocator.picture.inventory import read_inventory
-from allocator.ranking.fit import Card, NodeState, build_node_state
+from allocator.ranking.cards import Card, NodeState, build_node_state
 from tessera.dialects import DialectConfig, read_pod_request
 from tessera.vocabulary import (
     Allocation,
@@ -92,7 +92,7 @@ class GpuNode:
     #: The allocation records counted on this node, sorted by pod UID.
     records: tuple[Record, ...]
     state: NodeState
-    #: Over-commitment found while applying the records (allocator.ranking.fit.build_node_state).
+    #: Over-commitment found while applying the records (allocator.ranking.cards.build_node_state).
     overcommitted: tuple[str, ...]
 
     def state_without(self, uids: Iterable[str]) -> NodeState:

@@ -17,8 +17,9 @@ from __future__ import annotations
 from collections.abc import Sequence
 from functools import lru_cache, partial
 
+from allocator.ranking.cards import NodeState
 from allocator.ranking.content_memo import ContentKey, content_key
-from allocator.ranking.fit import NodeState, Placement, Unfit, fits, place
+from allocator.ranking.fit import Placement, Unfit, fits, place
 from allocator.ranking.policies import NodeRank, Policy, PolicyContext, chooser, get_policy
 from tessera.vocabulary import PodRequest, encode_request
 

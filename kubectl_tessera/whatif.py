@@ -4,7 +4,7 @@ The openb replay's engine (bench/openb/replay.py) on live data: the nodes start 
 arrive one at a time in the order they were allocated (then the Pending ones, oldest first),
 and each goes where :func:`kubectl_tessera.placing.place_best` puts it, i.e. the policy's score
 of the placement :func:`allocator.ranking.fit.place` makes, applied with
-:func:`allocator.ranking.fit.apply_placement`. No pod leaves. kube-scheduler's part is reduced to
+:func:`allocator.ranking.cards.apply_placement`. No pod leaves. kube-scheduler's part is reduced to
 what
 the picture knows: a pod only goes to nodes its ``nodeSelector`` matches and that are not
 cordoned; CPU, memory, affinity and taints are not modelled, and ties go to the first node by
@@ -20,7 +20,7 @@ from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from allocator.ranking.fit import NodeState, apply_placement, empty_node
+from allocator.ranking.cards import NodeState, apply_placement, empty_node
 from allocator.ranking.policies import PolicyContext, Workload, get_policy
 from kubectl_tessera.picture import GpuNode, GpuPod, Picture, selector_excludes
 from kubectl_tessera.placing import ContentIds, ScoreMemo, place_best

@@ -20,7 +20,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from allocator.ranking.fit import NodeState, unfit_reason
+from allocator.ranking.cards import NodeState
+from allocator.ranking.fit import unfit_reason
 from allocator.ranking.policies import PolicyContext, get_policy, scaled
 from kubectl_tessera.picture import GpuNode, GpuPod, Picture, selector_excludes
 from kubectl_tessera.placing import raw_scores

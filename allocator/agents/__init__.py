@@ -38,7 +38,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Final
 
-from allocator.ranking.fit import Card
+from allocator.ranking.cards import Card
 from tessera.vocabulary import Allocation, Vocabulary
 
 ELASTIC: Final = "elastic"

@@ -19,7 +19,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, Final
 
-from allocator.ranking.fit import Card
+from allocator.ranking.cards import Card
 from tessera.vocabulary import (
     GFD_COUNT_LABEL,
     GFD_MEMORY_LABEL,

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from typing import Protocol
 
-from allocator.ranking.fit import NodeState
+from allocator.ranking.cards import NodeState
 
 
 class NodeObserver(Protocol):

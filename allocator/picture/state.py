@@ -34,7 +34,7 @@ from allocator.picture.inventory import Inventory, read_inventory
 from allocator.picture.names import NodeNames
 from allocator.picture.observer import NodeObserver, Observers
 from allocator.picture.resources import NodeResources
-from allocator.ranking.fit import Card, NodeState, build_node_state
+from allocator.ranking.cards import Card, NodeState, build_node_state
 from tessera.logs import pod_context
 from tessera.vocabulary import Allocation, CodecError, Vocabulary, decode_allocation
 

@@ -43,7 +43,8 @@ from typing import Any, Final, Generic, TypeVar
 import numpy as np
 import numpy.typing as npt
 
-from allocator.ranking.fit import CardSignature, NodeState, Unfit, node_signature
+from allocator.ranking.cards import CardSignature, NodeState, node_signature
+from allocator.ranking.fit import Unfit
 from tessera.vocabulary import PodRequest, encode_request
 
 T = TypeVar("T")
@@ -61,7 +62,7 @@ SLOT_SHAPE_LIMIT = 32
 CONTENT_LIMIT = 100_000
 
 #: What makes two nodes alike: the sorted signatures of their cards (see
-#: :data:`allocator.ranking.fit.CardSignature` for what is left out, and why).
+#: :data:`allocator.ranking.cards.CardSignature` for what is left out, and why).
 ContentKey = tuple[CardSignature, ...]
 
 #: A pod request's shape, the key its answers are memoised by: its canonical encoding, made

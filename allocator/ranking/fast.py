@@ -22,6 +22,7 @@ import numpy as np
 import numpy.typing as npt
 
 from allocator.errors import event_safe
+from allocator.ranking.cards import NodeState
 from allocator.ranking.content_memo import (
     UNKNOWN_CONTENT,
     AskedNodes,
@@ -37,7 +38,7 @@ from allocator.ranking.content_memo import (
     request_shape,
 )
 from allocator.ranking.every_node import TriesAfterMisses, asked_among
-from allocator.ranking.fit import NodeState, Unfit, place, unfit_reason
+from allocator.ranking.fit import Unfit, place, unfit_reason
 from allocator.ranking.policies import (
     MAX_SCORE,
     NodeFacts,

@@ -12,7 +12,8 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping, Sequence
 
 from allocator.errors import event_safe
-from allocator.ranking.fit import NodeState, Unfit, place, unfit_reason
+from allocator.ranking.cards import NodeState
+from allocator.ranking.fit import Unfit, place, unfit_reason
 from allocator.ranking.policies import (
     MAX_SCORE,
     NodeFacts,

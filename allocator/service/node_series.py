@@ -4,7 +4,7 @@ each node's lines kept until its cards change.
 Why: a cluster has a handful of series per card, and prometheus_client builds an object per
 sample and formats every one again on each scrape, which made a scrape of a large cluster a
 long stretch of CPU holding the state's lock (docs/benchmarks.md, issue 13's eighth pass).
-A node's lines follow from its :class:`allocator.ranking.fit.NodeState` alone: the state is
+A node's lines follow from its :class:`allocator.ranking.cards.NodeState` alone: the state is
 immutable and replaced on every change (allocator/picture/state.py), and the pods holding its cards
 have records whose pod names and allocations are fixed for the pod's life (a new allocation
 or a released pod replaces the state). So a node's lines are kept with the state object they
@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from typing import Final
 
 from allocator.picture.state import ClusterState, PodRecord
-from allocator.ranking.fit import NodeState
+from allocator.ranking.cards import NodeState
 from tessera.vocabulary import WHOLE_CARD_PERCENT
 
 

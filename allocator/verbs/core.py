@@ -28,9 +28,10 @@ from allocator.errors import NotReady
 from allocator.picture.nodelookup import NodeLookup
 from allocator.picture.state import ClusterState
 from allocator.ports import KubeApi, Obj
+from allocator.ranking.cards import NodeState
 from allocator.ranking.content_memo import NodeContents
 from allocator.ranking.fast import FastRanker
-from allocator.ranking.fit import NodeState, Unfit, place
+from allocator.ranking.fit import Unfit, place
 from allocator.ranking.mix import LiveMix
 from allocator.ranking.policies import (
     DEFAULT_POLICY,

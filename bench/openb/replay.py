@@ -9,8 +9,8 @@ Two roles, kept apart:
   MostAllocated with ``cpu_pods="most"``), ties broken at random like ``selectHost``.
 - **Tessera's part** (never re-implemented here): whether a GPU request fits a node, on which
   cards, and how good the node is, come from :func:`allocator.ranking.fit.place`, the placement
-  policy's ``score`` and :func:`allocator.ranking.fit.apply_placement` — the code the extender runs.
-  The node with the best policy score wins; ties are broken at random (``selectHost``).
+  policy's ``score`` and :func:`allocator.ranking.cards.apply_placement` — the code the
+  extender runs. The node with the best policy score wins; ties are broken at random (``selectHost``).
 
 Speed without a second implementation: a node's answer (fits or not, the cards chosen, the
 score) depends only on its card usage, its type, and — for a policy that reads the node's
@@ -68,17 +68,15 @@ from typing import Literal
 import numpy as np
 import numpy.typing as npt
 
-from allocator.ranking.fit import (
+from allocator.ranking.cards import (
     CardSignature,
     NodeState,
-    Unfit,
     apply_placement,
     build_node_state,
     empty_node,
-    fits,
     node_signature,
-    place,
 )
+from allocator.ranking.fit import Unfit, fits, place
 from allocator.ranking.mix import LiveMix
 from allocator.ranking.policies import NodeFacts, Policy, PolicyContext, Workload, chooser
 from allocator.ranking.policies.base import MAX_SCORE, SCALINGS

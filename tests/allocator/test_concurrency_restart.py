@@ -16,7 +16,7 @@ from fake_kube import FakeKube
 import allocator.picture.state as state_module
 from allocator.picture.inventory import read_inventory
 from allocator.picture.state import ClusterState
-from allocator.ranking.fit import build_node_state
+from allocator.ranking.cards import build_node_state
 from allocator.service import node_series
 from tessera.vocabulary import PodRequest, decode_allocation
 

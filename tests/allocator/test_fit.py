@@ -5,18 +5,8 @@ from __future__ import annotations
 import pytest
 from builders import cards, node_state, request, share, whole
 
-from allocator.ranking.fit import (
-    Card,
-    CardState,
-    NodeState,
-    Placement,
-    Unfit,
-    build_node_state,
-    empty_node,
-    fits,
-    place,
-    unfit_reason,
-)
+from allocator.ranking.cards import Card, CardState, NodeState, build_node_state, empty_node
+from allocator.ranking.fit import Placement, Unfit, fits, place, unfit_reason
 from allocator.ranking.policies import REGISTRY, PolicyContext, chooser
 from tessera.vocabulary import ContainerAllocation, PodRequest
 

@@ -6,16 +6,8 @@ from __future__ import annotations
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from allocator.ranking.fit import (
-    Card,
-    CardState,
-    NodeState,
-    Placement,
-    Unfit,
-    fits,
-    place,
-    unfit_reason,
-)
+from allocator.ranking.cards import Card, CardState, NodeState
+from allocator.ranking.fit import Placement, Unfit, fits, place, unfit_reason
 from allocator.ranking.policies import REGISTRY, PolicyContext, chooser
 from tessera.vocabulary import ContainerRequest, PodRequest
 

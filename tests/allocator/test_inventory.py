@@ -10,7 +10,7 @@ from builders import VOCAB, make_node
 
 from allocator.picture.inventory import read_inventory
 from allocator.picture.state import ClusterState
-from allocator.ranking.fit import Card
+from allocator.ranking.cards import Card
 
 
 @pytest.mark.parametrize(

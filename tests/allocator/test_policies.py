@@ -7,7 +7,8 @@ import random
 import pytest
 from builders import node_state, request, share, whole
 
-from allocator.ranking.fit import NodeState, Placement, place
+from allocator.ranking.cards import NodeState
+from allocator.ranking.fit import Placement, place
 from allocator.ranking.policies import (
     MAX_SCORE,
     REGISTRY,

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from allocator.ranking.fit import Card, CardState, NodeState, Placement, place
+from allocator.ranking.cards import Card, CardState, NodeState
+from allocator.ranking.fit import Placement, place
 from allocator.ranking.policies import (
     REGISTRY,
     NodeFacts,

@@ -9,7 +9,7 @@ import math
 import numpy as np
 import pytest
 
-from allocator.ranking.fit import CardState, NodeState
+from allocator.ranking.cards import CardState, NodeState
 from allocator.ranking.policies import REGISTRY
 from bench.openb.replay import Replay, RunResult
 from bench.openb.run import SMALL_NODES, Task, pick_nodes, run_task

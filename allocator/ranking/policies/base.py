@@ -26,7 +26,8 @@ from typing import ClassVar, TypeVar, cast
 import numpy as np
 import numpy.typing as npt
 
-from allocator.ranking.fit import Chooser, NodeState
+from allocator.ranking.cards import NodeState
+from allocator.ranking.fit import Chooser
 from tessera.vocabulary import PodRequest
 
 #: Extender scores are integers 0..10 (MaxExtenderPriority in

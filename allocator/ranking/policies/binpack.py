@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from allocator.ranking.fit import NodeState
+from allocator.ranking.cards import NodeState
 from allocator.ranking.policies.base import Policy, PolicyContext, mean_square_utilisation
 
 

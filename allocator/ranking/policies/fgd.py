@@ -49,15 +49,10 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import TypeVar
 
-from allocator.ranking.fit import (
-    CardState,
-    NodeState,
-    fits,
-    node_signature,
-    room_for_share,
-    share_fits,
-)
+from allocator.ranking.cards import CardState, NodeState, node_signature
+from allocator.ranking.fit import fits
 from allocator.ranking.policies.base import Policy, PolicyContext, Workload
+from allocator.ranking.search import room_for_share, share_fits
 from tessera.vocabulary import ContainerRequest, PodRequest
 
 _SHARE, _WHOLE, _GENERAL = 0, 1, 2

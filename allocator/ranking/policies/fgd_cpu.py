@@ -39,7 +39,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Final
 
-from allocator.ranking.fit import NodeState
+from allocator.ranking.cards import NodeState
 from allocator.ranking.policies.fgd import (
     _SHARE,
     _WHOLE,

@@ -30,7 +30,7 @@ import hashlib
 import math
 from typing import Final
 
-from allocator.ranking.fit import NodeState
+from allocator.ranking.cards import NodeState
 from allocator.ranking.policies.base import NodeRank, PolicyContext, Workload
 from allocator.ranking.policies.fgd import FGD
 

@@ -18,7 +18,7 @@ from __future__ import annotations
 import hashlib
 from functools import lru_cache
 
-from allocator.ranking.fit import NodeState
+from allocator.ranking.cards import NodeState
 from allocator.ranking.policies.base import NodeRank, Policy, PolicyContext
 
 _M64 = (1 << 64) - 1

@@ -1,0 +1,185 @@
+"""A node's cards and what is taken on each, by which pod containers (pure).
+
+A node is a tuple of cards; each card carries what is taken on it: a compute share (percent),
+memory (MiB), or the whole card, and by which pod containers. Node states are immutable:
+every change makes a new one (:func:`build_node_state` from the allocation records of the
+pods on the node; :func:`apply_placement` adds one).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, replace
+from typing import Final
+
+from tessera.vocabulary import WHOLE_CARD_PERCENT, ContainerAllocation
+
+#: (pod UID, container name) holding a card.
+Holder = tuple[str, str]
+
+_FULL: Final = WHOLE_CARD_PERCENT
+
+
+@dataclass(frozen=True, slots=True)
+class Card:
+    """One physical card: device index (``/dev/nvidia<index>``), model, memory capacity."""
+
+    index: int
+    model: str
+    memory_mib: int
+
+
+@dataclass(frozen=True, slots=True)
+class CardState:
+    """A card and what is taken on it. A whole card counts as 100% core and all its memory."""
+
+    card: Card
+    core_used: int = 0
+    memory_used_mib: int = 0
+    whole: bool = False
+    holders: tuple[Holder, ...] = ()
+
+    @property
+    def free_core(self) -> int:
+        return _FULL - self.core_used
+
+    @property
+    def free_memory_mib(self) -> int:
+        return self.card.memory_mib - self.memory_used_mib
+
+    @property
+    def idle(self) -> bool:
+        return not self.holders
+
+    @property
+    def utilisation(self) -> float:
+        """Mean of the compute and memory fractions taken (1.0 for a whole card)."""
+        core = self.core_used / _FULL
+        if self.card.memory_mib <= 0:
+            return core
+        return (core + self.memory_used_mib / self.card.memory_mib) / 2
+
+    def with_whole(self, holder: Holder) -> CardState:
+        return CardState(
+            self.card, _FULL, self.card.memory_mib, True, (*self.holders, holder)
+        )
+
+    def with_share(self, core: int, memory_mib: int, holder: Holder) -> CardState:
+        return CardState(
+            self.card,
+            self.core_used + core,
+            self.memory_used_mib + memory_mib,
+            self.whole,
+            (*self.holders, holder),
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class NodeState:
+    """A node's cards and their usage: an immutable snapshot (copy on write)."""
+
+    name: str
+    cards: tuple[CardState, ...]
+
+    def replace_card(self, position: int, card: CardState) -> NodeState:
+        cards = list(self.cards)
+        cards[position] = card
+        return NodeState(self.name, tuple(cards))
+
+    @property
+    def models(self) -> tuple[str, ...]:
+        return tuple(sorted({c.card.model for c in self.cards}))
+
+    @property
+    def core_total(self) -> int:
+        return _FULL * len(self.cards)
+
+    @property
+    def core_used(self) -> int:
+        return sum(c.core_used for c in self.cards)
+
+    @property
+    def memory_total_mib(self) -> int:
+        return sum(c.card.memory_mib for c in self.cards)
+
+    @property
+    def memory_used_mib(self) -> int:
+        return sum(c.memory_used_mib for c in self.cards)
+
+    @property
+    def idle_cards(self) -> int:
+        return sum(1 for c in self.cards if c.idle)
+
+
+#: What placement and the policies can tell apart about a card: model, memory and usage. Left
+#: out on purpose: the card's index and its holders. Fit answers, reasons and the scores of
+#: policies that sum over cards never depend on them; a bind chooses the real cards again.
+CardSignature = tuple[str, int, int, int, bool, bool]
+
+
+def card_signature(card: CardState) -> CardSignature:
+    return (card.card.model, card.card.memory_mib, card.core_used, card.memory_used_mib,
+            card.whole, not card.holders)  # not holders: idle, without a property call
+
+
+def node_signature(node: NodeState) -> tuple[CardSignature, ...]:
+    """The signature of every card, in the node's card order."""
+    return tuple(map(card_signature, node.cards))
+
+
+def empty_node(name: str, cards: Iterable[Card]) -> NodeState:
+    return NodeState(name, tuple(CardState(c) for c in cards))
+
+
+def build_node_state(
+    name: str,
+    cards: Sequence[Card],
+    allocations: Iterable[tuple[str, Iterable[ContainerAllocation]]],
+) -> tuple[NodeState, tuple[str, ...]]:
+    """The node with every recorded allocation applied, and the problems found doing so.
+
+    Recorded allocations are the truth even when they conflict (an over-committed card then
+    simply has no room left); the problems are reported, never silently dropped.
+    """
+    states = [CardState(c) for c in cards]
+    position = {c.index: i for i, c in enumerate(cards)}
+    problems: list[str] = []
+    for uid, containers in allocations:
+        for ca in containers:
+            holder = (uid, ca.name)
+            for index in ca.card_indices:
+                pos = position.get(index)
+                if pos is None:
+                    problems.append(f"pod {uid} container {ca.name}: no card {index}")
+                    continue
+                st = states[pos]
+                if ca.is_whole:
+                    if not st.idle:
+                        problems.append(f"card {index} taken whole by {uid} but already in use")
+                    states[pos] = st.with_whole(holder)
+                else:
+                    new = st.with_share(ca.core_percent, ca.memory_mib, holder)
+                    if st.whole or new.free_core < 0 or new.free_memory_mib < 0:
+                        problems.append(f"card {index} over-committed by {uid}")
+                    states[pos] = new
+    return NodeState(name, tuple(states)), tuple(problems)
+
+
+
+def apply_placement(node: NodeState, containers: Iterable[ContainerAllocation],
+                    pod_uid: str) -> NodeState:
+    """``node`` with a recorded allocation added (used to re-check a stored record)."""
+    state, _ = build_node_state(
+        node.name, [c.card for c in node.cards], [(pod_uid, containers)]
+    )
+    merged = tuple(
+        replace(
+            old,
+            core_used=old.core_used + new.core_used,
+            memory_used_mib=old.memory_used_mib + new.memory_used_mib,
+            whole=old.whole or new.whole,
+            holders=old.holders + new.holders,
+        )
+        for old, new in zip(node.cards, state.cards, strict=True)
+    )
+    return NodeState(node.name, merged)

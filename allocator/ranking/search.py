@@ -1,0 +1,162 @@
+"""Exact feasibility: whether every GPU container of a pod can be placed on some cards (pure).
+
+A small backtracking search with symmetry breaking over identical cards, so filter never
+admits a node on which bind then fails; and the per-card tests it is built from.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+
+from allocator.ranking.cards import Card, CardState, NodeState
+from tessera.vocabulary import ContainerRequest, PodRequest
+
+
+def share_memory_mib(container: ContainerRequest, card: Card) -> int:
+    """MiB a share takes on ``card``: absolute, or its percent of the card rounded up (a
+    percent of a card with no memory can never be satisfied)."""
+    if container.memory_percent:
+        need = -(-card.memory_mib * container.memory_percent // 100)
+        return max(1, need)
+    return container.memory_mib
+
+
+def room_for_share(container: ContainerRequest, card: Card, free_core: int,
+                   free_memory_mib: int) -> bool:
+    """Whether a share fits in this much free room of ``card`` (the one share-fit check)."""
+    return free_core >= container.core_percent and free_memory_mib >= share_memory_mib(
+        container, card)
+
+
+def share_fits(container: ContainerRequest, card: CardState) -> bool:
+    """Whether a share fits on ``card`` now (never on a card taken whole)."""
+    return not card.whole and room_for_share(container, card.card, card.free_core,
+                                             card.free_memory_mib)
+
+
+def eligible(request: PodRequest, card: Card) -> bool:
+    return request.allows_model(card.model) and card.memory_mib >= request.min_card_memory_mib
+
+
+def order(request: PodRequest) -> list[int]:
+    """Hardest first: whole cards (most first), then the largest shares."""
+    cs = request.containers
+    return sorted(
+        range(len(cs)),
+        key=lambda i: (
+            -cs[i].cards,
+            -cs[i].core_percent,
+            -cs[i].memory_percent,
+            -cs[i].memory_mib,
+            i,
+        ),
+    )
+
+
+class Slots:
+    """Mutable working copy of the eligible cards, for the feasibility search."""
+
+    __slots__ = ("cards", "free_core", "free_mem", "idle", "one_model", "whole")
+
+    def __init__(self, cards: Sequence[CardState], one_model: bool) -> None:
+        #: the cards of one multi-card container must share a model
+        self.one_model = one_model
+        self.cards = [c.card for c in cards]
+        self.free_core = [c.free_core for c in cards]
+        self.free_mem = [c.free_memory_mib for c in cards]
+        self.idle = [c.idle for c in cards]
+        self.whole = [c.whole for c in cards]
+
+
+def feasible(items: Sequence[ContainerRequest], k: int, s: Slots,
+              pins: Sequence[str | None] = ()) -> bool:
+    """Whether ``items[k:]`` fit together on the slots. ``pins[j]``, when given, is the model
+    whole-card item j must take (the rest of a container whose first card is chosen)."""
+    if k == len(items):
+        return True
+    c = items[k]
+    if c.cards:
+        pin = pins[k] if k < len(pins) else None
+        for pool in _whole_card_pools(c.cards, s, pin):
+            if _take_whole(items, k, s, pins, pool):
+                return True
+        return False
+    n = len(s.cards)
+    seen: set[tuple[int, int, int, bool, str]] = set()
+    for i in range(n):
+        if s.whole[i] or not room_for_share(c, s.cards[i], s.free_core[i], s.free_mem[i]):
+            continue
+        key = (s.free_core[i], s.free_mem[i], s.cards[i].memory_mib, s.idle[i],
+               s.cards[i].model)
+        if key in seen:
+            continue
+        seen.add(key)
+        need_mem = share_memory_mib(c, s.cards[i])
+        was_idle = s.idle[i]
+        s.free_core[i] -= c.core_percent
+        s.free_mem[i] -= need_mem
+        s.idle[i] = False
+        ok = feasible(items, k + 1, s, pins)
+        s.free_core[i] += c.core_percent
+        s.free_mem[i] += need_mem
+        s.idle[i] = was_idle
+        if ok:
+            return True
+    return False
+
+
+def _whole_card_pools(count: int, s: Slots, pin: str | None) -> list[list[int]]:
+    """The idle slots a whole-card item of ``count`` cards may choose from: one pool per
+    model when its cards must share one (or the pinned model's only), else all idle slots."""
+    idle = [i for i in range(len(s.cards)) if s.idle[i]]
+    if pin is not None:
+        idle = [i for i in idle if s.cards[i].model == pin]
+    elif s.one_model and count > 1:
+        by_model: dict[str, list[int]] = {}
+        for i in idle:
+            by_model.setdefault(s.cards[i].model, []).append(i)
+        return [pool for pool in by_model.values() if len(pool) >= count]
+    return [idle] if len(idle) >= count else []
+
+
+def _take_whole(items: Sequence[ContainerRequest], k: int, s: Slots,
+                pins: Sequence[str | None], pool: list[int]) -> bool:
+    """Try every way to give item k its whole cards from ``pool``, then the rest."""
+    # Cards handed out whole differ only by their capacity (model and minimum memory were
+    # already filtered, or the pool is one model), so try each multiset of capacities once.
+    groups: dict[tuple[str, int], list[int]] = {}
+    for i in pool:
+        groups.setdefault((s.cards[i].model, s.cards[i].memory_mib), []).append(i)
+    for chosen in _multisets(list(groups.values()), items[k].cards):
+        saved = [(i, s.free_core[i], s.free_mem[i]) for i in chosen]
+        for i in chosen:
+            s.idle[i], s.whole[i], s.free_core[i], s.free_mem[i] = False, True, 0, 0
+        ok = feasible(items, k + 1, s, pins)
+        for i, fc, fm in saved:
+            s.idle[i], s.whole[i], s.free_core[i], s.free_mem[i] = True, False, fc, fm
+        if ok:
+            return True
+    return False
+
+
+def _multisets(groups: list[list[int]], k: int) -> Iterable[list[int]]:
+    """Every way to take k cards from groups of interchangeable cards (one pick per count)."""
+    if k == 0:
+        yield []
+        return
+    if not groups:
+        return
+    head, rest = groups[0], groups[1:]
+    for take in range(min(k, len(head)), -1, -1):
+        for tail in _multisets(rest, k - take):
+            yield head[:take] + tail
+
+
+def slots(request: PodRequest, cards: Sequence[CardState]) -> Slots:
+    return Slots(cards, one_model=not request.mixed_models)
+
+
+def feasible_on(request_items: Sequence[ContainerRequest], request: PodRequest,
+                 node: NodeState, pins: Sequence[str | None] = ()) -> bool:
+    cards = [c for c in node.cards if eligible(request, c.card)]
+    return feasible(request_items, 0, slots(request, cards), pins)
