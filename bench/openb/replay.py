@@ -10,7 +10,8 @@ Two roles, kept apart:
 - **Tessera's part** (never re-implemented here): whether a GPU request fits a node, on which
   cards, and how good the node is, come from :func:`allocator.ranking.fit.place`, the placement
   policy's ``score`` and :func:`allocator.ranking.cards.apply_placement` — the code the
-  extender runs. The node with the best policy score wins; ties are broken at random (``selectHost``).
+  extender runs. The node with the best policy score wins; ties are broken at random
+  (``selectHost``).
 
 Speed without a second implementation: a node's answer (fits or not, the cards chosen, the
 score) depends only on its card usage, its type, and — for a policy that reads the node's
