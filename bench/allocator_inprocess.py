@@ -103,7 +103,7 @@ def build_state(n: int, rng: random.Random, cpu: bool = False) -> ClusterState:
                                   rng.choice([8, 16, 24])))
     state.replace_pods(pods)
     if cpu:
-        from allocator.picture.resources import pod_usage  # only with --cpu: runs on older code too
+        from allocator.picture.requests import pod_usage  # only with --cpu: runs on older code too
 
         state.resources.replace_pods(map(pod_usage, pods))
     state.mark_synced()

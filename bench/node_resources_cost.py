@@ -30,7 +30,8 @@ import time
 import tracemalloc
 from typing import Any
 
-from allocator.picture.resources import NodeResources, PodUsage, pod_usage
+from allocator.picture.requests import PodUsage, pod_usage
+from allocator.picture.resources import NodeResources
 
 PAGE = 500
 

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from allocator.errors import Gone
-from allocator.picture.resources import BOUND_ACTIVE_PODS, PodUsage, pod_usage
+from allocator.picture.requests import BOUND_ACTIVE_PODS, PodUsage, pod_usage
 from allocator.picture.state import ClusterState
 from allocator.ports import KubeApi, Obj, WatchEvent
 

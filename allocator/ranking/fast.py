@@ -23,14 +23,10 @@ import numpy.typing as npt
 
 from allocator.errors import event_safe
 from allocator.ranking.cards import NodeState
+from allocator.ranking.columns import UNKNOWN_CONTENT, AskedNodes, Ints, NodeColumns, Numbers
 from allocator.ranking.content_memo import (
-    UNKNOWN_CONTENT,
-    AskedNodes,
     FitVerdict,
-    Ints,
-    NodeColumns,
     NodeContents,
-    Numbers,
     RawScore,
     bucket_value,
     cpu_keys,

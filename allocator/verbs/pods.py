@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from allocator.picture.resources import ResourceError, pod_requests
+from allocator.picture.requests import ResourceError, pod_requests
 
 #: A pod's (milli-CPU, memory bytes) requests as a node counts them, or None when node
 #: resources are not tracked.

@@ -8,7 +8,7 @@ from builders import VOCAB
 from fake_kube import FakeKube
 from flask import Flask
 
-from allocator.picture.resources import BOUND_ACTIVE_PODS, pod_usage
+from allocator.picture.requests import BOUND_ACTIVE_PODS, pod_usage
 from allocator.picture.state import ClusterState
 from allocator.service.app import EXTENSION, Runtime, create_app
 from allocator.service.config import Settings

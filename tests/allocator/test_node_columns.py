@@ -8,14 +8,8 @@ import threading
 import numpy as np
 import numpy.typing as npt
 
-from allocator.ranking.content_memo import (
-    UNKNOWN_CONTENT,
-    UNKNOWN_FREE,
-    NodeColumns,
-    SlotMemo,
-    cpu_keys,
-    decode_cpu_key,
-)
+from allocator.ranking.columns import UNKNOWN_CONTENT, UNKNOWN_FREE, NodeColumns
+from allocator.ranking.content_memo import SlotMemo, cpu_keys, decode_cpu_key
 
 
 def test_a_verb_gathers_each_nodes_content_and_free_cpu_and_unknown_for_strangers() -> None:

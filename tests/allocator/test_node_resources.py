@@ -12,12 +12,8 @@ from alloc_harness import make_app, sync
 from builders import VOCAB, make_gpu_pod, make_node, request, share, whole
 from fake_kube import FakeKube
 
-from allocator.picture.resources import (
-    NodeResources,
-    PodUsage,
-    pod_requests,
-    pod_usage,
-)
+from allocator.picture.requests import PodUsage, pod_requests, pod_usage
+from allocator.picture.resources import NodeResources
 from allocator.picture.state import ClusterState
 from allocator.picture.watch import reflectors
 from allocator.service.config import Settings
