@@ -1,8 +1,10 @@
-"""One string object per node name, shared by every per-node table."""
+"""What names an API object, and one string object per node name, shared by every per-node
+table."""
 
 from __future__ import annotations
 
-from typing import Final
+from collections.abc import Mapping
+from typing import Any, Final
 
 #: Names kept at most (bounded under endless churn; only memory sharing is lost beyond it).
 NAME_LIMIT: Final = 100_000
@@ -26,3 +28,11 @@ class NodeNames:
         if len(self._by_name) >= self._limit:
             self._by_name.clear()  # bounded under endless churn; only speed is lost
         return self._by_name.setdefault(name, name)
+
+
+def meta_str(obj: Mapping[str, Any], key: str) -> str:
+    """``metadata.<key>`` when it is a non-empty string, else ``""``: list and watch items
+    are API objects, but one malformed item must be skipped, not raise."""
+    meta = obj.get("metadata") if isinstance(obj, Mapping) else None
+    value = meta.get(key) if isinstance(meta, Mapping) else None
+    return value if isinstance(value, str) else ""

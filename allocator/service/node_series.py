@@ -20,7 +20,8 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Final
 
-from allocator.picture.state import ClusterState, PodRecord
+from allocator.picture.records import PodRecord
+from allocator.picture.state import ClusterState
 from allocator.ranking.cards import NodeState
 from tessera.vocabulary import WHOLE_CARD_PERCENT
 

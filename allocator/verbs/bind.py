@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING, Final
 
 from allocator import agents
 from allocator.errors import ApiError, BindError, Conflict, NotFound, describe_error
-from allocator.picture.state import Stage
+from allocator.picture.records import Stage
 from allocator.ports import Obj
 from allocator.ranking.fit import Unfit
 from allocator.ranking.policies import Policy

@@ -12,7 +12,7 @@ from fake_kube import FakeKube
 
 from allocator import agents
 from allocator.errors import ApiError, BindError, Conflict
-from allocator.picture.state import Stage
+from allocator.picture.records import Stage
 from allocator.verbs.core import Allocator
 from tessera.vocabulary import PodRequest, decode_allocation
 

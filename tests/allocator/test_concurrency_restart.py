@@ -13,7 +13,7 @@ from alloc_harness import make_app, sync
 from builders import VOCAB, make_gpu_pod, make_node, request, share, whole
 from fake_kube import FakeKube
 
-import allocator.picture.state as state_module
+import allocator.picture.status as status_module
 from allocator.picture.inventory import read_inventory
 from allocator.picture.state import ClusterState
 from allocator.ranking.cards import build_node_state
@@ -168,7 +168,7 @@ def test_status_and_metrics_documents_are_built_without_holding_the_state_lock(
         t.start()
         t.join()
 
-    holder, node_lines = state_module._holder, node_series.node_lines
+    holder, node_lines = status_module._holder, node_series.node_lines
 
     def checked_holder(*args: Any) -> dict[str, str]:
         lock_is_free()
@@ -178,7 +178,7 @@ def test_status_and_metrics_documents_are_built_without_holding_the_state_lock(
         lock_is_free()
         return node_lines(*args)
 
-    monkeypatch.setattr(state_module, "_holder", checked_holder)
+    monkeypatch.setattr(status_module, "_holder", checked_holder)
     monkeypatch.setattr(node_series, "node_lines", checked_lines)
     status = client.get("/status").get_json()
     assert [p["name"] for p in status["nodes"][0]["cards"][0]["pods"]] == ["a"]

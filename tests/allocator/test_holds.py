@@ -17,7 +17,8 @@ from builders import VOCAB, make_gpu_pod, make_node, request, share, whole
 from fake_kube import FakeKube
 
 from allocator.errors import ApiError, BindError
-from allocator.picture.state import ClusterState, Stage
+from allocator.picture.records import Stage
+from allocator.picture.state import ClusterState
 from allocator.service.app import EXTENSION, Runtime, create_app
 from allocator.service.config import Settings
 from allocator.verbs.core import Allocator, AllocatorConfig

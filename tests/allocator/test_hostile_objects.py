@@ -17,7 +17,7 @@ from alloc_harness import make_app, synced_allocator
 from builders import VOCAB, make_gpu_pod, make_node, request, whole
 from fake_kube import FakeKube
 
-import allocator.picture.state
+import allocator.picture.records
 from allocator.picture.inventory import read_inventory
 from allocator.picture.state import ClusterState
 from allocator.picture.watch import initial_sync, reflectors
@@ -117,7 +117,7 @@ def test_a_bug_while_reading_one_pod_is_noted_and_never_stops_the_list(
     def broken(text: str) -> Any:
         raise ZeroDivisionError("a bug")
 
-    monkeypatch.setattr(allocator.picture.state, "decode_allocation", broken)
+    monkeypatch.setattr(allocator.picture.records, "decode_allocation", broken)
     state, _nodes, _pods = _sync(fake, bound_pods)
     assert state.synced
     assert "ZeroDivisionError" in state.snapshot()["ignoredRecords"]["u-trips"]

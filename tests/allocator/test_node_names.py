@@ -11,6 +11,7 @@ from typing import Any
 import pytest
 from builders import VOCAB, make_gpu_pod, make_node, request, share
 
+import allocator.picture.state as state_module
 from allocator.picture.names import NodeNames
 from allocator.picture.state import ClusterState
 from allocator.ranking.content_memo import NodeContents
@@ -45,7 +46,7 @@ def test_every_per_node_table_of_the_picture_holds_the_same_name_object() -> Non
     shared = state.names.intern(_fresh("n1"))
     assert next(k for k in memo.columns._slot if k == "n1") is shared
     assert next(k for k in state.resources.free_cpu if k == "n1") is shared
-    assert next(k for k in state._views if k == "n1") is shared
+    assert next(k for k in state._nodes._views if k == "n1") is shared
 
 
 def test_filter_answers_with_the_names_asked_for() -> None:
@@ -68,13 +69,13 @@ def test_a_node_update_that_changes_no_input_of_its_cards_is_not_read_again(
         monkeypatch: pytest.MonkeyPatch) -> None:
     state = ClusterState(VOCAB)
     reads: list[str] = []
-    inventory = state._inventory
+    inventory = state_module.inventory_of
 
-    def counting(node: Any, name: str) -> Any:
+    def counting(node: Any, name: str, vocabulary: Any) -> Any:
         reads.append(name)
-        return inventory(node, name)
+        return inventory(node, name, vocabulary)
 
-    monkeypatch.setattr(state, "_inventory", counting)
+    monkeypatch.setattr(state_module, "inventory_of", counting)
     node = make_node("n1", count=2)
     node["status"]["allocatable"]["cpu"] = "8"
     state.apply_node(node)

@@ -1,0 +1,54 @@
+"""Filter's holds: a pod's cards on the node filter chose, kept for its bind (not locked: the
+picture's lock guards them, :class:`allocator.picture.state.ClusterState`).
+
+Why: kube-scheduler binds a pod while it already filters the next ones, and tells the
+extender its choice only with the bind; without a hold, each of those filters would see the
+same free cards and name the same node. (kube-scheduler's own cache does the same for its
+plugins: it assumes a pod on its node before binding it.) A hold is a pod record at
+:attr:`~allocator.picture.records.Stage.HELD`; this table keeps when it ends and what it was
+made for, oldest first.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from allocator.ranking.cards import Card
+
+
+@dataclass(frozen=True, slots=True)
+class Hold:
+    until: float
+    #: The node's cards the held allocation was placed on (the same object while unchanged).
+    cards: tuple[Card, ...]
+    made_for: object
+
+
+class Holds:
+    """Holds by pod UID, oldest first."""
+
+    def __init__(self) -> None:
+        self._holds: dict[str, Hold] = {}
+
+    def __contains__(self, uid: str) -> bool:
+        return uid in self._holds
+
+    def __len__(self) -> int:
+        return len(self._holds)
+
+    def add(self, uid: str, hold: Hold) -> None:
+        self._holds[uid] = hold
+
+    def pop(self, uid: str) -> Hold | None:
+        return self._holds.pop(uid, None)
+
+    def take_expired(self, now: float) -> list[str]:
+        """Forget the holds whose time has passed; their pods' UIDs."""
+        expired = []
+        for uid, hold in self._holds.items():  # oldest first
+            if hold.until > now:
+                break
+            expired.append(uid)
+        for uid in expired:
+            del self._holds[uid]
+        return expired
