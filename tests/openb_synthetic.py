@@ -13,6 +13,7 @@ every run.
 from __future__ import annotations
 
 import csv
+import os
 import random
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -21,7 +22,9 @@ from typing import Final
 
 import pytest
 
-#: Node types: (model, cards, cpu_milli, memory_mib, how many). 120 nodes, 420 cards.
+from bench.openb.trace import ENV_DIR, TRACES, TraceError, locate
+
+#: Node types: (model, cards, cpu_milli, memory_mib, how many). 120 nodes, 416 cards.
 NODE_TYPES: Final = (
     ("G2", 8, 96_000, 393_216, 24),
     ("T4", 2, 104_000, 524_288, 56),
@@ -74,12 +77,15 @@ def _pod(rng: random.Random) -> tuple[int, int, int, int, str]:
     return cpu, memory, rng.choice((2, 4, 8)), 1_000, ""
 
 
+#: ``$TESSERA_OPENB_DIR`` as the test run was started, before :func:`synthetic_trace` points
+#: it at a synthetic trace: the real trace is looked for where the user said.
+REAL_TRACE_SETTING: Final = os.environ.get(ENV_DIR)
+
+
 def real_trace_or_skip() -> Path:
     """The real trace's folder; a test that needs it skips with one line saying where it is."""
-    from bench.openb.trace import TraceError, data_dir
-
     try:
-        return data_dir()
+        return locate(REAL_TRACE_SETTING)
     except TraceError as exc:
         pytest.skip(str(exc))
 
@@ -87,8 +93,6 @@ def real_trace_or_skip() -> Path:
 @contextmanager
 def synthetic_trace(directory: Path) -> Iterator[Path]:
     """Write the synthetic trace into ``directory`` and point ``TESSERA_OPENB_DIR`` at it."""
-    from bench.openb.trace import ENV_DIR, TRACES
-
     write_trace(directory, TRACES)
     with pytest.MonkeyPatch.context() as patch:
         patch.setenv(ENV_DIR, str(directory))

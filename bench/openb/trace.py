@@ -85,8 +85,12 @@ def default_dir() -> Path:
 
 
 def data_dir() -> Path:
-    env = os.environ.get(ENV_DIR)
-    path = Path(env) if env else default_dir()
+    return locate(os.environ.get(ENV_DIR))
+
+
+def locate(setting: str | None) -> Path:
+    """The trace's folder for a value of ``$TESSERA_OPENB_DIR`` (None or empty: the default)."""
+    path = Path(setting) if setting else default_dir()
     if not (path / NODE_FILE).is_file():
         raise TraceError(f"openb trace not in {path}: get it from {SOURCE} and set "
                          f"{ENV_DIR} to that folder")
