@@ -15,6 +15,7 @@ import argparse
 import contextlib
 import logging
 import signal
+import ssl
 import subprocess
 import sys
 import time
@@ -25,6 +26,7 @@ from typing import Any, TextIO
 
 from devcluster import DevClusterError
 from devcluster.binaries import ensure_binaries, repo_root
+from devcluster.browser import relay
 from devcluster.cluster import DevCluster, Options
 from devcluster.nodes import Card, GpuNodeSpec, Inventory, uniform
 from devcluster.workloads import (
@@ -38,7 +40,9 @@ from devcluster.workloads import (
     wait_settled,
     workload_pods,
 )
-from kubectl_tessera.report import card_usage, render_table
+from kubectl_tessera import inspection
+from kubectl_tessera.picture import build_picture
+from tessera.dialects import DialectConfig
 
 logger = logging.getLogger(__name__)
 
@@ -187,6 +191,46 @@ def _wait_for_ctrl_c() -> None:
         pass
 
 
+def _inspect_table(core_v1: Any, cluster: DevCluster) -> str:
+    """``kubectl tessera inspect``'s table of the cluster as it is now: the same code, the same
+    definition of what a card has in use."""
+    config = DialectConfig(vocabulary=cluster.vocabulary)
+    picture = build_picture(list_objects(core_v1.list_node),
+                            list_objects(core_v1.list_pod_for_all_namespaces), config)
+    return inspection.render(picture, inspection.select_nodes(picture, None))
+
+
+def _admin_context(cluster: DevCluster) -> ssl.SSLContext:
+    """TLS to the allocator with the cluster admin's client certificate (it asks for one)."""
+    pki = cluster.control_plane.pki_dir
+    context = ssl.create_default_context(cafile=str(cluster.control_plane.ca_file))
+    context.load_cert_chain(str(pki / "admin.crt"), str(pki / "admin.key"))
+    return context
+
+
+def _playground(cluster: DevCluster, kubectl: Path, page: str) -> str:
+    examples = repo_root() / "examples"
+    return (
+        "A playground: point kubectl at it (in another terminal):\n"
+        f"  export KUBECONFIG={cluster.kubeconfig}\n"
+        f"  export PATH={Path(sys.executable).parent}:$PATH   # kubectl finds the plugin\n"
+        f"  alias kubectl={kubectl}\n"
+        f"  kubectl get pods -n {NAMESPACE} -o wide\n"
+        f"  kubectl get pod -n {NAMESPACE} <name> -o yaml   # annotations: the allocation\n"
+        f"  kubectl apply -n {NAMESPACE} -f {examples / 'deployments' / 'cuda-10c.yaml'}\n"
+        f"  kubectl scale -n {NAMESPACE} deployment/cuda-10c --replicas=6\n"
+        f"  kubectl delete -n {NAMESPACE} job/quarter-card-job   # its cards come back\n"
+        "The kubectl plugin (docs/operators.md):\n"
+        "  kubectl tessera inspect -o wide        # this table again, as it is now\n"
+        f"  kubectl tessera why -n {NAMESPACE} genius-five-cards   # every node's verdict\n"
+        "  kubectl tessera what-if                # the same pods under each policy\n"
+        "  kubectl tessera defrag-plan --cards 2  # fewest moves to free cards (dry run)\n"
+        f"The allocator's page, every card and who holds it: {page}/ (docs/allocator.md)\n"
+        f"Logs of every component: {cluster.control_plane.log_dir}\n"
+        "\nPress Ctrl-C to stop and clean up."
+    )
+
+
 def run(args: argparse.Namespace) -> int:
     out = sys.stdout
     print("tessera demo: finding or building the control plane (first build: many minutes)...",
@@ -225,44 +269,23 @@ def run(args: argparse.Namespace) -> int:
         want = _kubectl_apply(binaries.kubectl, cluster.kubeconfig, applied, out)
         names += _pods_made_by_controllers(core_v1, want, args.timeout) if want else []
         bound, pending = wait_settled(core_v1, NAMESPACE, names, timeout=args.timeout)
-        usage = card_usage(
-            list_objects(core_v1.list_node),
-            list_objects(core_v1.list_namespaced_pod, NAMESPACE),
-            cluster.vocabulary,
-        )
-        print(f"\nWho got which card ({len(bound)} pods placed):\n", file=out)
-        print(render_table(usage), file=out)
+        print(f"\nWho got which card ({len(bound)} pods placed; `kubectl tessera inspect`'s "
+              "table):\n", file=out)
+        print(_inspect_table(core_v1, cluster), file=out)
         if pending:
             print("Still Pending (kube-scheduler's message, with our allocator's reasons):",
                   file=out)
             for name in sorted(pending):
                 print(f"  {name}: {pending[name]}", file=out)
             print("", file=out)
-        examples = repo_root() / "examples"
-        print(
-            "A playground: point kubectl at it (in another terminal):\n"
-            f"  export KUBECONFIG={cluster.kubeconfig}\n"
-            f"  alias kubectl={binaries.kubectl}\n"
-            f"  kubectl get pods -n {NAMESPACE} -o wide\n"
-            f"  kubectl get pod -n {NAMESPACE} <name> -o yaml   # annotations: the allocation\n"
-            f"  kubectl apply -n {NAMESPACE} -f {examples / 'deployments' / 'cuda-10c.yaml'}\n"
-            f"  kubectl scale -n {NAMESPACE} deployment/cuda-10c --replicas=6\n"
-            f"  kubectl delete -n {NAMESPACE} job/quarter-card-job   # its cards come back\n"
-            f"  export PATH={Path(sys.executable).parent}:$PATH   # kubectl finds the plugin\n"
-            "  kubectl tessera inspect   # this table again, as it is now (-o wide|json|yaml)\n"
-            f"  kubectl tessera why -n {NAMESPACE} genius-five-cards   # every node's verdict\n"
-            "The kubectl plugin (docs/operators.md) is on PATH once the venv is:\n"
-            f"  export PATH={Path(sys.executable).parent}:$PATH\n"
-            "  kubectl tessera inspect -o wide\n"
-            f"  kubectl tessera why -n {NAMESPACE} <pod>   # every node's verdict in words\n"
-            "  kubectl tessera what-if                 # the same pods under each policy\n"
-            "  kubectl tessera defrag-plan --cards 2   # fewest moves to free cards (dry run)\n"
-            f"Logs of every component: {cluster.control_plane.log_dir}",
-            file=out, flush=True,
-        )
-        if not args.no_wait:
-            print("\nPress Ctrl-C to stop and clean up.", file=out, flush=True)
-            _wait_for_ctrl_c()
+        if args.no_wait:
+            print("The allocator's decisions, its page and `kubectl tessera`: docs/allocator.md, "
+                  "docs/operators.md.", file=out, flush=True)
+        else:
+            with relay(f"https://127.0.0.1:{cluster.services.allocator_port}",
+                       _admin_context(cluster)) as page:
+                print(_playground(cluster, binaries.kubectl, page), file=out, flush=True)
+                _wait_for_ctrl_c()
     except DevClusterError as exc:
         failed = True
         print(f"tessera demo: {exc}", file=sys.stderr)

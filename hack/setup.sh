@@ -10,8 +10,12 @@ if ! python3 -c 'import ensurepip' >/dev/null 2>&1; then
     echo "python3's venv support is missing: sudo apt-get install -y python3-venv" >&2; exit 2
   fi
 fi
-[ -x .venv/bin/python ] || python3 -m venv .venv
 # bench extra too: the test command runs the openb replay's smoke test and type-checks it.
+if [ ! -x .venv/bin/python ]; then
+  echo "setup: installing Tessera and its Python dependencies into .venv (first run only;" \
+       "a minute or two)" >&2
+  python3 -m venv .venv
+fi
 .venv/bin/pip install --disable-pip-version-check -q -e '.[dev,bench]'
 
 # Go >= 1.24 builds the upstream control plane (once; the binaries are cached). Debian's

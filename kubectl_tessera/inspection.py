@@ -1,10 +1,10 @@
 """``inspect``: nodes x cards, model, core and memory used/total, who holds what (pure).
 
 The table is the demo's (:func:`kubectl_tessera.report.render_table`), filled from the
-picture, i.e. from the allocator's reading of nodes and records: a card's use is the sum of
-every container the records put on it, init containers included, as the allocator reserves
-them. The JSON/YAML document keeps the key names of the allocator's ``/status`` where they
-mean the same thing, and adds per pod what it holds.
+picture, i.e. from the allocator's reading of nodes and records; what a pod holds on a card
+is :func:`kubectl_tessera.report.holdings`, the one definition of "used". The JSON/YAML
+document keeps the key names of the allocator's ``/status`` where they mean the same thing,
+and adds per pod what it holds.
 """
 
 from __future__ import annotations
@@ -12,26 +12,9 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from kubectl_tessera.picture import GpuNode, GpuPod, Picture
-from kubectl_tessera.report import CardInfo, CardUsage, Holding, render_table
+from kubectl_tessera.picture import GpuNode, Picture
+from kubectl_tessera.report import CardInfo, CardUsage, holdings, render_table
 from tessera.vocabulary import WHOLE_CARD_PERCENT
-
-
-def _holdings(pod: GpuPod) -> dict[int, Holding]:
-    """Per card index, what the pod holds there (its containers on that card combined)."""
-    assert pod.allocation is not None
-    names: dict[int, list[str]] = {}
-    whole: dict[int, bool] = {}
-    core: dict[int, int] = {}
-    memory: dict[int, int] = {}
-    for c in pod.allocation.containers:
-        for index in c.card_indices:
-            names.setdefault(index, []).append(c.name)
-            whole[index] = whole.get(index, False) or c.is_whole
-            core[index] = core.get(index, 0) + c.core_percent
-            memory[index] = memory.get(index, 0) + c.memory_mib
-    return {i: Holding(pod.key, tuple(names[i]), whole[i], core[i], memory[i])
-            for i in sorted(names)}
 
 
 def card_usage(picture: Picture, nodes: Sequence[GpuNode]) -> dict[str, list[CardUsage]]:
@@ -42,7 +25,8 @@ def card_usage(picture: Picture, nodes: Sequence[GpuNode]) -> dict[str, list[Car
         cards = usage.get(pod.node)
         if cards is None:
             continue
-        for index, holding in _holdings(pod).items():
+        assert pod.allocation is not None
+        for index, holding in holdings(pod.key, pod.allocation).items():
             match = next((u for u in cards if u.card.index == index), None)
             if match is None:
                 # A record naming a card the node does not have: shown, never dropped.

@@ -17,6 +17,7 @@ from tessera.vocabulary import (
     GFD_MEMORY_LABEL,
     GFD_PRODUCT_LABEL,
     WHOLE_CARD_PERCENT,
+    Allocation,
     CodecError,
     Vocabulary,
     decode_allocation,
@@ -104,31 +105,34 @@ def holds_cards(pod: Mapping[str, Any]) -> bool:
     return (pod.get("status") or {}).get("phase") not in TERMINAL_PHASES
 
 
-def pod_holdings(pod: Mapping[str, Any], vocabulary: Vocabulary) -> tuple[str, dict[int, Holding]]:
-    """The node and, per card, what the pod holds there, from its allocation record.
+def holdings(key: str, allocation: Allocation) -> dict[int, Holding]:
+    """Per card index, what a pod holds there: every container its record puts on the card,
+    init containers included, summed.
 
-    Init containers run one at a time before the others (Kubernetes' effective-request rule),
-    so on each card the pod holds the larger of the regular containers' sum and the largest
-    init container. Raises CodecError for a bad record.
+    This is what "used" means in every table (the demo's, ``kubectl tessera inspect``'s): what
+    the allocator reserves (allocator/fit.py). Init containers run before the others, but the
+    node agents hand a device out per container and never give an init container's share back,
+    so the allocator reserves both, and so do we.
     """
-    text = ((pod.get("metadata") or {}).get("annotations") or {})[vocabulary.allocation_annotation]
-    allocation = decode_allocation(text)
-    regular: dict[int, list[tuple[str, bool, int, int]]] = {}
-    init: dict[int, list[tuple[str, bool, int, int]]] = {}
+    names: dict[int, list[str]] = {}
+    whole: dict[int, bool] = {}
+    core: dict[int, int] = {}
+    memory: dict[int, int] = {}
     for c in allocation.containers:
         for index in c.card_indices:
-            target = init if c.init else regular
-            target.setdefault(index, []).append((c.name, c.is_whole, c.core_percent, c.memory_mib))
-    holdings: dict[int, Holding] = {}
-    for index in sorted(set(regular) | set(init)):
-        reg = regular.get(index, [])
-        ini = init.get(index, [])
-        names = tuple(n for n, *_ in reg + ini)
-        whole = any(w for _, w, _, _ in reg + ini)
-        core = max([sum(c for _, _, c, _ in reg)] + [c for _, _, c, _ in ini])
-        memory = max([sum(m for _, _, _, m in reg)] + [m for _, _, _, m in ini])
-        holdings[index] = Holding(pod_key(pod), names, whole, core, memory)
-    return allocation.node, holdings
+            names.setdefault(index, []).append(c.name)
+            whole[index] = whole.get(index, False) or c.is_whole
+            core[index] = core.get(index, 0) + c.core_percent
+            memory[index] = memory.get(index, 0) + c.memory_mib
+    return {i: Holding(key, tuple(names[i]), whole[i], core[i], memory[i]) for i in sorted(names)}
+
+
+def pod_holdings(pod: Mapping[str, Any], vocabulary: Vocabulary) -> tuple[str, dict[int, Holding]]:
+    """The node and, per card, what the pod holds there (:func:`holdings`), from its
+    allocation record. Raises CodecError for a bad record."""
+    text = ((pod.get("metadata") or {}).get("annotations") or {})[vocabulary.allocation_annotation]
+    allocation = decode_allocation(text)
+    return allocation.node, holdings(pod_key(pod), allocation)
 
 
 def card_usage(

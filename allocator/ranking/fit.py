@@ -74,7 +74,12 @@ FitResult = Placement | Unfit
 
 
 def unfit_reason(request: PodRequest, node: NodeState) -> Unfit | None:
-    """None when the whole pod fits the node, else why not (the first cause found)."""
+    """None when the whole pod fits the node, else why not (the first cause found).
+
+    Reasons carry no comma: kube-scheduler counts the nodes per reason and joins them with
+    ", " into its FailedScheduling message ("0/3 nodes are available: 1 needs 5 whole cards
+    (node has 2), 2 ..."; kubernetes v1.34 pkg/scheduler/framework/types.go, FitError.Error).
+    """
     if not node.cards:
         return Unfit("node has no GPU cards", resolvable=False)
     cards = [c for c in node.cards if eligible(request, c.card)]
@@ -91,7 +96,7 @@ def unfit_reason(request: PodRequest, node: NodeState) -> Unfit | None:
 def _no_eligible_card(request: PodRequest, node: NodeState) -> Unfit:
     """Cause: no card is of an allowed model, or none has the minimum memory."""
     if not any(request.allows_model(c.card.model) for c in node.cards):
-        have = ", ".join(m or "unknown" for m in node.models)
+        have = " and ".join(m or "unknown" for m in node.models)
         want = " or ".join(request.models)
         return Unfit(f"no card of model {want} (node has {have})", resolvable=False)
     largest = max(c.card.memory_mib for c in node.cards)
@@ -121,10 +126,10 @@ def _short_of_whole_cards(request: PodRequest, cards: Sequence[CardState]) -> Un
     if not whole:
         return None
     if whole > len(cards):
-        return Unfit(f"needs {whole} whole cards, node has {len(cards)}", resolvable=False)
+        return Unfit(f"needs {whole} whole cards (node has {len(cards)})", resolvable=False)
     free = sum(1 for c in cards if c.idle)
     if whole > free:
-        return Unfit(f"needs {whole} whole card{'s' if whole > 1 else ''}, {free} free")
+        return Unfit(f"needs {whole} whole card{'s' if whole > 1 else ''} ({free} free)")
     return None
 
 
@@ -142,12 +147,12 @@ def _short_of_one_model(request: PodRequest, cards: Sequence[CardState]) -> Unfi
         if c.cards < 2:
             continue
         if max(total.values()) < c.cards:
-            have = ", ".join(f"{n} {m or 'unknown'}" for m, n in sorted(total.items()))
-            return Unfit(f"needs {c.cards} whole cards of one model, node has {have}",
+            have = " and ".join(f"{n} {m or 'unknown'}" for m, n in sorted(total.items()))
+            return Unfit(f"needs {c.cards} whole cards of one model (node has {have})",
                          resolvable=False)
         if max(idle.values()) < c.cards:
-            free = ", ".join(f"{n} {m or 'unknown'}" for m, n in sorted(idle.items()))
-            return Unfit(f"needs {c.cards} whole cards of one model, free: {free}")
+            free = " and ".join(f"{n} {m or 'unknown'}" for m, n in sorted(idle.items()))
+            return Unfit(f"needs {c.cards} whole cards of one model ({free} free)")
     return None
 
 
@@ -173,7 +178,7 @@ def _no_room_for(c: ContainerRequest, cards: Sequence[CardState]) -> Unfit:
     if not c.core_percent and c.memory_mib:
         return Unfit(f"no card with {c.memory_mib} MiB free (largest {best_mem} MiB)")
     return Unfit(
-        f"no card with {c.describe()} free (most free: {best_core}% core, {best_mem} MiB)"
+        f"no card with {c.describe()} free (most free: {best_core}% core and {best_mem} MiB)"
     )
 
 

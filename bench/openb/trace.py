@@ -1,7 +1,8 @@
 """The openb trace (Alibaba cluster-trace-gpu-v2023): nodes, pods, the workload sequence.
 
-Read in place from the shared data directory (never copied into the repository): the
-directory is ``$TESSERA_OPENB_DIR`` or ``../shared/data/openb`` next to the repository root.
+Read in place, never copied into the repository: the ``csv/`` folder of
+``cluster-trace-gpu-v2023`` in github.com/alibaba/clusterdata, found at ``$TESSERA_OPENB_DIR``
+or else at ``../shared/data/openb`` next to the repository root.
 
 Method (the ATC'23 FGD paper and its simulator, hkust-adsl/kubernetes-scheduler-simulator):
 
@@ -40,6 +41,8 @@ from tessera.vocabulary import ContainerRequest, PodRequest
 
 ENV_DIR: Final = "TESSERA_OPENB_DIR"
 NODE_FILE: Final = "openb_node_list_gpu_node.csv"
+#: Where the trace comes from, said wherever it is missing.
+SOURCE: Final = "alibaba/clusterdata on GitHub, folder cluster-trace-gpu-v2023/csv"
 MILLI: Final = 1000
 
 #: Memory per card, per model, in MiB. openb does not give it (G1/G2/G3 are undisclosed
@@ -77,11 +80,20 @@ def repo_root() -> Path:
     return Path(__file__).resolve().parents[2]
 
 
+def default_dir() -> Path:
+    return repo_root().parent / "shared" / "data" / "openb"
+
+
 def data_dir() -> Path:
-    env = os.environ.get(ENV_DIR)
-    path = Path(env) if env else repo_root().parent / "shared" / "data" / "openb"
+    return locate(os.environ.get(ENV_DIR))
+
+
+def locate(setting: str | None) -> Path:
+    """The trace's folder for a value of ``$TESSERA_OPENB_DIR`` (None or empty: the default)."""
+    path = Path(setting) if setting else default_dir()
     if not (path / NODE_FILE).is_file():
-        raise TraceError(f"openb trace not found in {path} (set {ENV_DIR} to its directory)")
+        raise TraceError(f"openb trace not in {path}: get it from {SOURCE} and set "
+                         f"{ENV_DIR} to that folder")
     return path
 
 

@@ -129,7 +129,7 @@ def test_a_node_change_is_seen_by_the_next_filter() -> None:
     assert alloc.filter(pod, ["a", "b"]).nodes == ["a", "b"]
     state.apply_pod(_bound("x", "a", ContainerAllocation("c", (0,))))
     out = alloc.filter(make_gpu_pod("p", req, namespace="ns", uid="u"), ["a", "b"])
-    assert out.nodes == ["b"] and out.failed == {"a": "needs 1 whole card, 0 free"}
+    assert out.nodes == ["b"] and out.failed == {"a": "needs 1 whole card (0 free)"}
 
 
 @pytest.mark.parametrize(

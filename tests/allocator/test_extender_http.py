@@ -40,7 +40,7 @@ def test_filter_replies_with_every_upstream_key_and_a_reason_per_failed_node() -
     assert set(body) == {"Nodes", "NodeNames", "FailedNodes", "FailedAndUnresolvableNodes",
                          "Error"}
     assert body["NodeNames"] == ["n1"]
-    assert body["FailedAndUnresolvableNodes"] == {"n2": "needs 2 whole cards, node has 1"}
+    assert body["FailedAndUnresolvableNodes"] == {"n2": "needs 2 whole cards (node has 1)"}
     assert "unknown to the GPU allocator" in body["FailedNodes"]["ghost"]
     assert body["Error"] == ""
 
@@ -71,7 +71,7 @@ def test_filter_reports_a_full_node_as_failed_so_preemption_may_help() -> None:
         (["whole"], request(share(core=10)), "no card with 10 percent core free (all cards"),
         ([(0, 0)], request(share("a", core=60), share("b", core=60)),
          "2 GPU containers do not fit together"),
-        ([(0, 0)], request(whole(cards=2)), "needs 2 whole cards, node has 1"),
+        ([(0, 0)], request(whole(cards=2)), "needs 2 whole cards (node has 1)"),
         ([(0, 0)], request(share(core=10), models=("A100",)), "no card of model A100"),
     ],
 )

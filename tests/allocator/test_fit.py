@@ -30,8 +30,8 @@ def _placed(req: PodRequest, node: NodeState) -> Placement:
         (request(share(core=30)), node_state("n", (80, 0), (90, 0)),
          "no card with 30% core free (largest 20%)"),
         (request(whole(cards=2)), node_state("n", "whole", (10, 10), count=3),
-         "needs 2 whole cards, 1 free"),
-        (request(whole(cards=4)), node_state("n", count=2), "needs 4 whole cards, node has 2"),
+         "needs 2 whole cards (1 free)"),
+        (request(whole(cards=4)), node_state("n", count=2), "needs 4 whole cards (node has 2)"),
         (request(share(core=10), models=("A100",)), node_state("n", model="T4"),
          "no card of model A100 (node has T4)"),
         (request(share(core=10), min_mem=40000), node_state("n", memory=16000),
@@ -180,10 +180,10 @@ def test_a_multi_card_container_gets_cards_of_one_model() -> None:
 def test_without_two_free_cards_of_one_model_the_pod_waits_with_a_reason() -> None:
     node = _a100_t4_node(0, 2)
     reason = unfit_reason(request(whole(cards=2)), node)
-    assert reason == Unfit("needs 2 whole cards of one model, free: 1 A100, 1 T4")
+    assert reason == Unfit("needs 2 whole cards of one model (1 A100 and 1 T4 free)")
     assert not fits(request(whole(cards=2)), node)
     three = unfit_reason(request(whole(cards=3)), _a100_t4_node())
-    assert three == Unfit("needs 3 whole cards of one model, node has 2 A100, 2 T4",
+    assert three == Unfit("needs 3 whole cards of one model (node has 2 A100 and 2 T4)",
                           resolvable=False)
 
 

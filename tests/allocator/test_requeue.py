@@ -174,7 +174,7 @@ def _filter_b(app: Any) -> dict[str, Any]:
 def test_a_release_our_watch_applies_after_the_refusal_asks_the_pod_again(how: str) -> None:
     fake, app, rt = _one_card_taken()
     calls = len(fake.calls)
-    assert _filter_b(app)["FailedNodes"] == {"n1": "needs 1 whole card, 0 free"}
+    assert _filter_b(app)["FailedNodes"] == {"n1": "needs 1 whole card (0 free)"}
     assert fake.calls[calls:] == []  # filter read nothing from the API and waited for nothing
     # The holder goes; our watch applies it after kube-scheduler's retry was refused.
     holder = fake.get_pod("default", "a")
@@ -203,7 +203,7 @@ def test_a_hold_given_up_asks_the_pod_it_kept_out_again() -> None:
     app, rt = make_app(fake)
     first = make_gpu_pod("x", WHOLE, uid="u-x")
     assert rt.allocator.filter(first, ["n1"]).nodes == ["n1"]  # holds the card for its bind
-    assert _filter_b(app)["FailedNodes"] == {"n1": "needs 1 whole card, 0 free"}
+    assert _filter_b(app)["FailedNodes"] == {"n1": "needs 1 whole card (0 free)"}
     rt.state.release_hold("u-x")  # kube-scheduler asks about "x" again
     requeue = rt.allocator.requeue
     assert requeue is not None

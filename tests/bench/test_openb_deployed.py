@@ -3,6 +3,8 @@ scaled and weighted scores, the live workload mix."""
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import numpy as np
 import pytest
 
@@ -57,7 +59,8 @@ def test_best_alone_leaves_the_top_score_to_the_best_node_only() -> None:
     assert replay.extender_scores(values, 1).tolist() == [0, 100, 90]
 
 
-def test_the_live_mix_drops_the_memo_when_it_publishes_a_new_workload() -> None:
+def test_the_live_mix_drops_the_memo_when_it_publishes_a_new_workload(
+        synthetic_openb: Path) -> None:
     nodes = pick_nodes(load_nodes(), SMALL_NODES)
     pods = load_pods("default")
     replay = Replay(nodes, REGISTRY["fgd-ff"], typical_pods(pods),
@@ -72,7 +75,7 @@ def test_the_live_mix_drops_the_memo_when_it_publishes_a_new_workload() -> None:
 
 
 def test_with_a_weight_kube_scheduler_cannot_outvote_gpu_pods_go_where_the_policy_alone_puts_them(
-) -> None:
+        synthetic_openb: Path) -> None:
     # kube-scheduler's two plugins add at most 200 points; best-alone leaves the best node
     # alone at 10, worth 2,500 points at weight 25, 250 more than any other node: the choice
     # is the policy's own (fgd-ff's fixed order makes its best node unique).
@@ -91,7 +94,8 @@ def test_with_a_weight_kube_scheduler_cannot_outvote_gpu_pods_go_where_the_polic
     assert sum(1 for taken in placed[1] if taken) > 10
 
 
-def test_filter_best_places_as_prioritize_with_a_weight_kube_scheduler_cannot_outvote() -> None:
+def test_filter_best_places_as_prioritize_with_a_weight_kube_scheduler_cannot_outvote(
+        synthetic_openb: Path) -> None:
     # The extender's filter passing only the policy's best node(s) is what prioritize says
     # when its margin is out of kube-scheduler's reach (best-alone, weight 1,000: 10,000
     # points against at most 200): the same pods on the same nodes, CPU-only pods included.
@@ -118,7 +122,7 @@ def test_the_deployed_profile_is_labelled_by_what_differs_from_the_shipped_setti
     assert deployed_label(Deployed(cpu_only_weight=0)) == "deployed-filter-best-live-cpu0"
 
 
-def test_a_deployed_task_runs_and_passes_the_invariants() -> None:
+def test_a_deployed_task_runs_and_passes_the_invariants(synthetic_openb: Path) -> None:
     [result] = run_task(Task("default", "fgd-cpu", (42,), "deployed", SMALL_NODES,
                              max_pods=400, deployed=Deployed(cpu_only_weight=1)))
     assert result.pods == 400

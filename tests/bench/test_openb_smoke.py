@@ -1,10 +1,12 @@
 """Smoke test of the openb replay: the --small setting (default trace, seed 42, a 150-node
-sample of the cluster, inflated to 130% of that sample's GPUs), for random and fgd."""
+sample of the cluster, inflated to 130% of that sample's GPUs), for random and fgd. The
+replay's invariants on the synthetic trace; fgd's lead over random on the real one."""
 
 from __future__ import annotations
 
 import itertools
 import math
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -13,14 +15,20 @@ from allocator.ranking.cards import CardState, NodeState
 from allocator.ranking.policies import REGISTRY
 from bench.openb.replay import Replay, RunResult
 from bench.openb.run import SMALL_NODES, Task, pick_nodes, run_task
-from bench.openb.trace import MILLI, load_nodes, load_pods, typical_pods, workload_sequence
+from bench.openb.trace import (
+    MILLI,
+    TraceNode,
+    TracePod,
+    load_nodes,
+    load_pods,
+    typical_pods,
+    workload_sequence,
+)
 from tessera.vocabulary import ContainerAllocation
 
 
-@pytest.fixture(scope="module")
-def small() -> dict[str, RunResult]:
-    nodes = pick_nodes(load_nodes(), SMALL_NODES)
-    pods = load_pods("default")
+def _small(nodes: list[TraceNode], pods: list[TracePod]) -> dict[str, RunResult]:
+    nodes = pick_nodes(nodes, SMALL_NODES)
     capacity = MILLI * sum(n.gpus for n in nodes)
     seq = workload_sequence(pods, 42, capacity)
     out = {}
@@ -29,6 +37,11 @@ def small() -> dict[str, RunResult]:
                         cpu_pods="policy", ties="ordered")
         out[name] = replay.run(seq, 42)
     return out
+
+
+@pytest.fixture(scope="module")
+def small(synthetic_openb: Path) -> dict[str, RunResult]:
+    return _small(load_nodes(), load_pods("default"))
 
 
 @pytest.mark.parametrize("policy", ["random", "fgd"])
@@ -53,12 +66,13 @@ def test_the_replay_reaches_130_percent_and_its_end_state_passes_the_fit_invaria
     assert res.failed_gpu_pods > 0  # the workload overflows the sample: failures are real
 
 
-def test_fgd_allocates_clearly_more_than_random_at_full_arrival(
-        small: dict[str, RunResult]) -> None:
+def test_fgd_allocates_clearly_more_than_random_at_full_arrival_on_openb(
+        openb_trace: Path) -> None:
+    small = _small(load_nodes(openb_trace), load_pods("default", openb_trace))
     assert small["fgd"].curve()[100] >= small["random"].curve()[100] + 2.0
 
 
-def test_the_invariant_check_reports_an_over_committed_card() -> None:
+def test_the_invariant_check_reports_an_over_committed_card(synthetic_openb: Path) -> None:
     nodes = pick_nodes(load_nodes(), 3)
     replay = Replay(nodes, REGISTRY["binpack"], [])
     node = nodes[0]
@@ -75,7 +89,7 @@ def test_the_invariant_check_reports_an_over_committed_card() -> None:
     assert any("over-commit" in p for p in problems)
 
 
-def test_the_small_task_is_what_the_cli_runs() -> None:
+def test_the_small_task_is_what_the_cli_runs(synthetic_openb: Path) -> None:
     [result] = run_task(Task("default", "fgd", (42,), "paper", SMALL_NODES, max_pods=400))
     assert result.pods == 400
     assert result.problems == ()

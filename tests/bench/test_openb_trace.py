@@ -1,11 +1,16 @@
-"""Mapping openb pods to Tessera requests, and the workload sequence of one run."""
+"""Mapping openb pods to Tessera requests, and the workload sequence of one run: the machinery
+on the synthetic trace, the facts the benchmarks rest on on the real one."""
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
+from openb_synthetic import CARDS, NODES
 
 from bench.openb.trace import (
     MILLI,
+    TRACES,
     TracePod,
     gpu_request,
     load_nodes,
@@ -33,15 +38,26 @@ def test_a_trace_pod_becomes_a_share_of_core_and_memory_alike_or_whole_cards(
     assert gpu_request(shape) == expected
 
 
-def test_the_cluster_is_the_papers_6212_gpus_on_1213_nodes() -> None:
-    nodes = load_nodes()
+def test_the_cluster_is_the_papers_6212_gpus_on_1213_nodes(openb_trace: Path) -> None:
+    nodes = load_nodes(openb_trace)
     assert (len(nodes), sum(n.gpus for n in nodes)) == (1213, 6212)
 
 
-@pytest.mark.parametrize("trace", ["default", "multigpu50"])
-def test_the_sequence_stops_just_below_130_percent_and_is_reproducible(trace: str) -> None:
-    pods = load_pods(trace)
+def test_every_family_the_benchmarks_replay_loads_and_reaches_130_percent_of_6212_gpus(
+        openb_trace: Path) -> None:
     capacity = 6212 * MILLI
+    for family in TRACES:
+        total = sum(p.gpu_request_milli
+                    for p in workload_sequence(load_pods(family, openb_trace), 42, capacity))
+        assert 1.29 * capacity < total <= 1.3 * capacity, family
+
+
+@pytest.mark.parametrize("trace", ["default", "multigpu50"])
+def test_the_sequence_stops_just_below_130_percent_and_is_reproducible(
+        synthetic_openb: Path, trace: str) -> None:
+    assert len(load_nodes()) == NODES
+    pods = load_pods(trace)
+    capacity = CARDS * MILLI
     seq = workload_sequence(pods, 42, capacity)
     total = sum(p.gpu_request_milli for p in seq)
     assert 1.29 * capacity < total <= 1.3 * capacity

@@ -24,7 +24,10 @@ def test_the_demo_places_every_example_and_every_applied_workload(tmp_path: Path
     assert "refused" not in out and "invalid" not in out.lower(), out
     assert "deployment.apps/cuda-10c created" in out
     assert "job.batch/quarter-card-job created" in out
+    # --no-wait stops at once: no playground is offered for a cluster about to be deleted.
+    assert "playground" not in out and "export PATH" not in out, out
     table = out[out.index("Who got which card"):]
+    assert "`kubectl tessera inspect`'s table" in table.splitlines()[0]
     # Pods the controllers made from the applied Deployments and Job hold cards.
     assert table.count("demo/cuda-10c-") == 3, table
     assert table.count("demo/cuda-gpu-test-") == 1, table

@@ -91,6 +91,9 @@ TWO_CARDS = uniform("n1", 2, "Tesla-T4", 16000)
         ([make_pod("a", [("c", (0,), 10, 9000)]), make_pod("b", [("c", (0,), 10, 9000)])],
          "memory 18000 > 16000 MiB"),
         ([make_pod("a", [("c", (5,), 10, 10)])], "card 5"),
+        # The init container's share counts too, as the allocator reserves it.
+        ([make_pod("a", [("init", (0,), 80, 100), ("c", (0,), 30, 100)], init=("init",))],
+         "core 110% > 100%"),
     ],
 )
 def test_the_usage_oracle_reports_every_kind_of_overcommitment(
@@ -103,8 +106,9 @@ def test_the_usage_oracle_reports_every_kind_of_overcommitment(
 @pytest.mark.parametrize(
     "pods",
     [
-        # Init containers run before the others: the pod holds the larger, not the sum.
-        [make_pod("a", [("init", (0,), 80, 100), ("c", (0,), 80, 100)], init=("init",)),
+        # An init container's share is held beside the others' (the agents never give it
+        # back; the allocator reserves both): 40 + 40 + 20 is the whole card, not more.
+        [make_pod("a", [("init", (0,), 40, 100), ("c", (0,), 40, 100)], init=("init",)),
          make_pod("b", [("c", (0,), 20, 100)])],
         # An unbound pod's record is a leftover of an interrupted bind; it holds nothing.
         [make_pod("a", [("c", (0,), 0, 0)], node=None), make_pod("b", [("c", (0,), 0, 0)])],

@@ -102,7 +102,7 @@ def test_kubectl_tessera_inspects_explains_replays_and_plans_on_known_placements
     # why: the Pending pod gets the allocator's filter reason for each node.
     why = tessera(cluster, "why", f"{namespace}/big", *only_pool)
     assert [(v["node"], v["outcome"], v["reason"]) for v in why["verdicts"]] == [
-        (s.name, "no-room", "needs 2 whole cards, 1 free") for s in specs]
+        (s.name, "no-room", "needs 2 whole cards (1 free)") for s in specs]
     assert why["scheduler_message"] == message
     why_a = tessera(cluster, "why", "a", "-n", namespace, *only_pool)
     assert why_a["node"] == node_of["a"]

@@ -107,7 +107,7 @@ def test_the_page_shows_the_demo_s_cards_who_holds_them_and_who_waits(
     refusal = waiting[f"{namespace}/genius-five-cards"]
     assert "3 nodes offered" in refusal
     for cards in (2, 3, 4):
-        assert f"1: needs 5 whole cards, node has {cards}" in refusal
+        assert f"1: needs 5 whole cards (node has {cards})" in refusal
     # The bars are drawn: the held cards' compute and memory colours fill real pixels.
     assert colour_pixels(png, CORE_BLUE) > 2000
     assert colour_pixels(png, MEMORY_PURPLE) > 2000

@@ -76,7 +76,7 @@ def test_a_node_selector_narrows_every_command() -> None:
 
 def test_why_accepts_namespace_slash_name_and_prints_verdicts() -> None:
     code, out, _ = run(["why", "default/e"])
-    assert code == 0 and "needs 2 whole cards, 0 free" in out
+    assert code == 0 and "needs 2 whole cards (0 free)" in out
     code, out, _ = run(["why", "e", "-n", "default", "-o", "json"])
     assert json.loads(out)["verdicts"][0]["outcome"] == "no-room"
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import pytest
 from plugin_builders import (
+    VOCAB,
     garbled_cards_annotation,
     gpu_node,
     gpu_pod,
@@ -13,8 +14,9 @@ from plugin_builders import (
     wholes,
 )
 
-from kubectl_tessera import inspection
+from kubectl_tessera import inspection, report
 from kubectl_tessera.picture import parse_selector, selector_matches
+from tessera.vocabulary import ContainerRequest, PodRequest
 
 
 def test_card_usage_comes_from_the_bound_pods_records() -> None:
@@ -102,3 +104,20 @@ def test_node_label_selectors(selector: str, labels: dict[str, str], matches: bo
 def test_a_selector_with_an_empty_key_is_refused() -> None:
     with pytest.raises(ValueError, match="empty key"):
         parse_selector("=a")
+
+
+def test_a_card_s_use_is_the_same_in_every_table_and_counts_init_containers_as_reserved(
+) -> None:
+    # An init container of 10% beside an app container of 25% on card 0: the allocator
+    # reserves both (allocator/fit.py), so the card has 35% in use wherever it is shown.
+    request = PodRequest((ContainerRequest("warmup", core_percent=10, memory_mib=100, init=True),
+                          ContainerRequest("main", core_percent=25, memory_mib=1000)))
+    node, pod = gpu_node("n1"), gpu_pod("p", request, node="n1", cards=(0,))
+    pic = picture_of([node], [pod])
+    from_picture = inspection.card_usage(pic, pic.nodes)["n1"][0]
+    from_objects = report.card_usage([node], [pod], VOCAB)["n1"][0]
+    assert (from_picture.core_used, from_picture.memory_used) == (35, 1100)
+    assert (from_objects.core_used, from_objects.memory_used) == (35, 1100)
+    assert pic.nodes[0].state.cards[0].core_used == 35
+    assert report.render_table({"n1": [from_objects]}) == report.render_table(
+        {"n1": [from_picture]})

@@ -21,8 +21,8 @@ def verdicts_of(name: str, nodes: list[dict[str, object]] | None = None,
 def test_a_pending_pod_too_big_for_today_gets_each_nodes_filter_reason() -> None:
     e = verdicts_of("e")
     assert [(v.node, v.outcome, v.reason) for v in e.verdicts] == [
-        ("n1", "no-room", "needs 2 whole cards, 0 free"),
-        ("n2", "no-room", "needs 2 whole cards, 0 free"),
+        ("n1", "no-room", "needs 2 whole cards (0 free)"),
+        ("n2", "no-room", "needs 2 whole cards (0 free)"),
     ]
     assert "would fit on n1, n2 if other pods released cards" in e.summary
 
