@@ -48,7 +48,7 @@ from allocator.recorder import EventRecorder
 from allocator.requeue import RequeueOnRelease, requeue_patch
 from allocator.state import ClusterState
 from allocator.watch import initial_sync, reflectors
-from tessera.transport import INLINE, NeedsThread
+from tessera.serving.gunicorn.bridge import INLINE, NeedsThread
 from tessera.wire import BodyTooLarge, WireError, dump_json, read_body
 
 logger = logging.getLogger(__name__)

@@ -15,7 +15,7 @@ from fake_kube import FakeKube
 from allocator.nodelookup import NodeLookup
 from allocator.ports import Obj
 from allocator.state import ClusterState
-from tessera.transport import INLINE, NeedsThread
+from tessera.serving.gunicorn.bridge import INLINE, NeedsThread
 
 
 class Clock:
