@@ -1,8 +1,18 @@
 #!/usr/bin/env bash
 # Set up and run every test: lint, types, unit, contract, TLS and end-to-end on a real
 # control plane. This is the README's test command and exactly what .ci/run calls.
+#
+#   bash hack/test.sh            everything, one test at a time
+#   bash hack/test.sh --fast     the inner loop's tier: everything but the end-to-end tests
+#                                (marker e2e), spread over every core (pytest-xdist)
+# Other arguments go to pytest, after the tier's own.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+
+pytest_args=("$@")
+if [ "${1:-}" = "--fast" ]; then
+  pytest_args=(-m "not e2e" -n auto "${@:2}")
+fi
 
 source hack/setup.sh
 
@@ -25,4 +35,4 @@ bash hack/build-controlplane.sh >/dev/null
 .venv/bin/ruff check .
 .venv/bin/mypy
 .venv/bin/lint-imports
-.venv/bin/pytest -q "$@"
+.venv/bin/pytest -q "${pytest_args[@]}"
