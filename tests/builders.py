@@ -18,8 +18,8 @@ from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
 from typing import Any, NoReturn, TypeVar
 
-from allocator.fit import Card, CardState, NodeState
 from allocator.ports import KubeApi, Obj, WatchEvent
+from allocator.ranking.fit import Card, CardState, NodeState
 from tessera.vocabulary import (
     Allocation,
     ContainerRequest,
