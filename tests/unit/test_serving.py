@@ -252,10 +252,10 @@ def test_the_help_of_a_listener_states_its_defaults(
     assert listener.defaults() == read_listener_of(listener, {})
 
 
-@pytest.mark.parametrize("service", ["webhook", "allocator"])
-def test_every_flag_of_each_service_is_described_by_its_variable(service: str) -> None:
-    cli = importlib.import_module(f"{service}.cli")
-    config = importlib.import_module(f"{service}.config")
+@pytest.mark.parametrize("package", ["webhook", "allocator.service"])
+def test_every_flag_of_each_service_is_described_by_its_variable(package: str) -> None:
+    cli = importlib.import_module(f"{package}.cli")
+    config = importlib.import_module(f"{package}.config")
     variables = [env for _flag, env in cli._FLAGS.values()]
     assert len(set(variables)) == len(variables)
     assert set(variables) <= set(config.ENV_VARS)
