@@ -4,14 +4,16 @@
 #
 #   bash hack/test.sh            everything, one test at a time
 #   bash hack/test.sh --fast     the inner loop's tier: everything but the end-to-end tests
-#                                (marker e2e), spread over every core (pytest-xdist)
+#                                (marker e2e), spread over every core (pytest-xdist), then
+#                                the few that measure CPU (marker serial) alone
 # Other arguments go to pytest, after the tier's own.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-pytest_args=("$@")
+fast=""
 if [ "${1:-}" = "--fast" ]; then
-  pytest_args=(-m "not e2e" -n auto "${@:2}")
+  fast=1
+  shift
 fi
 
 source hack/setup.sh
@@ -35,4 +37,11 @@ bash hack/build-controlplane.sh >/dev/null
 .venv/bin/ruff check .
 .venv/bin/mypy
 .venv/bin/lint-imports
-.venv/bin/pytest -q "${pytest_args[@]}"
+if [ -n "$fast" ]; then
+  status=0
+  .venv/bin/pytest -q -m "not e2e and not serial" -n auto "$@" || status=$?
+  .venv/bin/pytest -q -m "serial and not e2e" "$@" || status=$?
+  exit "$status"
+else
+  .venv/bin/pytest -q "$@"
+fi

@@ -115,7 +115,9 @@ def start(command: list[str], env: dict[str, str], port: int, log: Path,
         try:
             if ready.get(server.url("/healthz", scheme), timeout=2).status_code == 200:
                 return server
-        except requests.ConnectionError:
+        except (requests.ConnectionError, requests.Timeout):
+            # not listening yet, or listening before its worker has booted (on a busy
+            # machine longer than the probe's timeout); bounded by the deadline
             time.sleep(0.2)
     stop(server)
     pytest.fail(f"webhook did not come up within {START_DEADLINE_S}s:\n{server.logs()}")
