@@ -1,8 +1,8 @@
 """The real server: ``tessera webhook`` (gunicorn, our asyncio worker) over TLS on loopback.
 
 Rotation: the service loads the certificate files again at the first handshake after they
-changed (tessera/transport.py). So after the files are replaced, a NEW connection must be
-served the NEW certificate, without a restart.
+changed (tessera/serving/gunicorn/handshakes.py). So after the files are replaced, a NEW
+connection must be served the NEW certificate, without a restart.
 """
 
 from __future__ import annotations
