@@ -6,7 +6,7 @@ its files come from a Secret volume or from ``tessera certs files``. CA director
 ``ca.key``.
 
 Writes are atomic per file (temporary file + rename), so a server that re-reads its files
-when they change (tessera.transport) sees either the old or the new file, never half of
+when they change (tessera.serving.tls) sees either the old or the new file, never half of
 one. The key is written before the certificate: a reader between the two renames gets a key
 that does not match and fails that one handshake; it never serves a cert with a foreign key.
 """

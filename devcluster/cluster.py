@@ -6,7 +6,6 @@ import logging
 import shutil
 import tempfile
 from collections.abc import Sequence
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -22,36 +21,11 @@ from devcluster.controlplane import (
     without_cpu_only_scoring,
 )
 from devcluster.nodes import GpuNodeSpec, create_nodes
+from devcluster.options import Options
+from devcluster.services import Services
 from tessera.vocabulary import Vocabulary
 
 logger = logging.getLogger(__name__)
-
-
-@dataclass(frozen=True)
-class Options:
-    #: Start Tessera's webhook and register it; False = plain control plane.
-    webhook: bool = True
-    #: Start Tessera's allocator and give kube-scheduler its extender entry.
-    allocator: bool = True
-    vocabulary: Vocabulary = field(default_factory=Vocabulary)
-    #: Extra flags for ``tessera allocator`` (e.g. a placement policy).
-    allocator_args: tuple[str, ...] = ()
-    #: Extra flags for ``tessera webhook``.
-    webhook_args: tuple[str, ...] = ()
-    #: The allocator's RBAC documents (default: manifests/base/allocator-rbac.yaml).
-    allocator_rbac: Path | None = None
-    #: Keep the shipped configuration's entry that scores CPU-only pods; False deletes it, as
-    #: a cluster that turns it off does (docs/deploy.md).
-    score_cpu_only_pods: bool = True
-    #: kube-scheduler's ``percentageOfNodesToScore`` instead of the shipped 100 (0: its
-    #: adaptive default; docs/deploy.md says what less trades); None keeps the shipped value.
-    nodes_to_score: int | None = None
-
-    def __post_init__(self) -> None:
-        # kube-scheduler refuses a file outside 0-100: refused here, before any process starts
-        if self.nodes_to_score is not None and not 0 <= self.nodes_to_score <= 100:
-            raise DevClusterError("percentageOfNodesToScore is 0-100 (0: adaptive), not "
-                                  f"{self.nodes_to_score}")
 
 
 def scheduler_setup(options: Options, vocabulary: Vocabulary, extender: ExtenderAddress | None
@@ -82,7 +56,7 @@ class DevCluster:
         self.workdir = workdir or Path(tempfile.mkdtemp(prefix="tessera-devcluster-"))
         self.binaries = binaries
         self.control_plane = ControlPlane(binaries, self.workdir)
-        self.services: Any = None  # services.Services once started
+        self.services: Any = None  # Services once started
         self._api_client: Any = None
 
     # ------------------------------------------------------------------ access
@@ -125,12 +99,11 @@ class DevCluster:
                 self.add_nodes(list(nodes))
             extender = None
             if self.options.webhook or self.options.allocator:
-                from devcluster.services import Services
-
-                self.services = Services(self)
-                self.services.start()
+                services = self.services = Services(self.control_plane, self.options,
+                                                    lambda: self.api_client)
+                services.start()
                 if self.options.allocator:
-                    extender = self.services.extender_address()
+                    extender = services.extender_address()
             self.control_plane.start_scheduler(
                 *scheduler_setup(self.options, self.vocabulary, extender))
         except BaseException:

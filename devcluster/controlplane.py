@@ -131,7 +131,7 @@ def localise_scheduler_configuration(
 def with_nodes_to_score(shipped: dict[str, Any], percentage: int) -> dict[str, Any]:
     """``shipped`` with kube-scheduler's ``percentageOfNodesToScore`` set to ``percentage``
     (pure): what a cluster that lowers it runs (docs/deploy.md); 0 is upstream's adaptive
-    default. The range is checked where it is asked for (:class:`devcluster.cluster.Options`)."""
+    default. The range is checked where it is asked for (:class:`devcluster.options.Options`)."""
     config = copy.deepcopy(shipped)
     config["percentageOfNodesToScore"] = percentage
     return config

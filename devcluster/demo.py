@@ -27,8 +27,9 @@ from typing import Any, TextIO
 from devcluster import DevClusterError
 from devcluster.binaries import ensure_binaries, repo_root
 from devcluster.browser import relay
-from devcluster.cluster import DevCluster, Options
+from devcluster.cluster import DevCluster
 from devcluster.nodes import Card, GpuNodeSpec, Inventory, uniform
+from devcluster.options import Options
 from devcluster.workloads import (
     container,
     ensure_namespace,

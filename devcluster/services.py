@@ -21,20 +21,19 @@ import logging
 import os
 import ssl
 import sys
+from collections.abc import Callable
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import yaml
 
 from certs.builder import KeyPair
 from devcluster import DevClusterError
 from devcluster.binaries import repo_root
-from devcluster.controlplane import ExtenderAddress, tls_data
+from devcluster.controlplane import ControlPlane, ExtenderAddress, tls_data
+from devcluster.options import Options
 from devcluster.pki import write_pair
 from devcluster.process import ManagedProcess, free_port, http_ok, wait_until
-
-if TYPE_CHECKING:
-    from devcluster.cluster import DevCluster
 
 logger = logging.getLogger(__name__)
 
@@ -112,8 +111,12 @@ def _env(extra: dict[str, str]) -> dict[str, str]:
 class Services:
     """The webhook and allocator processes of one dev cluster."""
 
-    def __init__(self, cluster: DevCluster) -> None:
-        self.cluster = cluster
+    def __init__(self, control_plane: ControlPlane, options: Options,
+                 api_client: Callable[[], Any]) -> None:
+        self.control_plane = control_plane
+        self.options = options
+        #: the cluster's admin API client, made when first asked for
+        self._api_client = api_client
         self.webhook: ManagedProcess | None = None
         self.allocator: ManagedProcess | None = None
         self.webhook_port = 0
@@ -127,8 +130,8 @@ class Services:
         self.extender_client: KeyPair | None = None
 
     @property
-    def _cp(self) -> Any:
-        return self.cluster.control_plane
+    def api_client(self) -> Any:
+        return self._api_client()
 
     @property
     def extender_url(self) -> str:
@@ -141,14 +144,14 @@ class Services:
             raise DevClusterError("the allocator has not been started")
         return ExtenderAddress(
             f"https://127.0.0.1:{self.allocator_port}",
-            tls_data(self._cp.ca.cert_pem, self.extender_client, "127.0.0.1"))
+            tls_data(self.control_plane.ca.cert_pem, self.extender_client, "127.0.0.1"))
 
     # ------------------------------------------------------------------ lifecycle
     def start(self) -> None:
         self.install_pod_keys_policy()
-        if self.cluster.options.webhook:
+        if self.options.webhook:
             self.start_webhook()
-        if self.cluster.options.allocator:
+        if self.options.allocator:
             self.start_allocator()
 
     def stop(self) -> None:
@@ -165,17 +168,17 @@ class Services:
         from kubernetes.client.exceptions import ApiException
 
         docs = load_documents(manifests_dir() / "base" / "pod-keys-policy.yaml")
-        admission: Any = client.AdmissionregistrationV1Api(self.cluster.api_client)
+        admission: Any = client.AdmissionregistrationV1Api(self.api_client)
         for doc in docs:
             if doc["kind"] == "ValidatingAdmissionPolicy":
                 admission.create_validating_admission_policy(doc)
             elif doc["kind"] == "ValidatingAdmissionPolicyBinding":
                 admission.create_validating_admission_policy_binding(doc)
-        core: Any = client.CoreV1Api(self.cluster.api_client)
+        core: Any = client.CoreV1Api(self.api_client)
         forged = {
             "apiVersion": "v1", "kind": "Pod",
             "metadata": {"generateName": "forged-",
-                         "annotations": {self.cluster.vocabulary.allocation_annotation: "{}"}},
+                         "annotations": {self.options.vocabulary.allocation_annotation: "{}"}},
             "spec": {"containers": [{"name": "c", "image": "busybox"}]},
         }
 
@@ -190,7 +193,7 @@ class Services:
 
     # ------------------------------------------------------------------ webhook
     def start_webhook(self) -> None:
-        cp = self._cp
+        cp = self.control_plane
         self.webhook_port = free_port()
         cert, key = write_pair(cp.ca.serving("tessera-webhook"), cp.pki_dir, "webhook")
         argv = [
@@ -200,7 +203,7 @@ class Services:
             f"--port={self.webhook_port}",
             f"--tls-cert={cert}",
             f"--tls-key={key}",
-            *self.cluster.options.webhook_args,
+            *self.options.webhook_args,
         ]
         env = _env({})
         self._webhook_argv = argv
@@ -214,8 +217,8 @@ class Services:
 
         # The webhook started above with these flags and this environment, so it reads the
         # same dialects the conditions select.
-        dialects = dialects_from_args(parse_args(self.cluster.options.webhook_args), env)
-        admission: Any = client.AdmissionregistrationV1Api(self.cluster.api_client)
+        dialects = dialects_from_args(parse_args(self.options.webhook_args), env)
+        admission: Any = client.AdmissionregistrationV1Api(self.api_client)
         admission.create_mutating_webhook_configuration(
             webhook_configuration(mwc, f"https://127.0.0.1:{self.webhook_port}", cp.ca.cert_pem,
                                   match_conditions(dialects))
@@ -223,7 +226,7 @@ class Services:
 
     def _run_webhook(self) -> None:
         self.webhook = ManagedProcess("webhook", self._webhook_argv,
-                                      self._cp.log_dir / "webhook.log", env=_env({}))
+                                      self.control_plane.log_dir / "webhook.log", env=_env({}))
         self.webhook.start()
         self._wait_https("webhook /readyz", self.webhook_port, "/readyz", self.webhook)
 
@@ -242,8 +245,8 @@ class Services:
         """Apply the shipped namespace, ServiceAccount and RBAC; a token kubeconfig for it."""
         from kubernetes import client, utils
 
-        api = self.cluster.api_client
-        rbac_file = self.cluster.options.allocator_rbac or (
+        api = self.api_client
+        rbac_file = self.options.allocator_rbac or (
             manifests_dir() / "base" / "allocator-rbac.yaml"
         )
         rbac = load_documents(rbac_file)
@@ -273,7 +276,7 @@ class Services:
             account, namespace, {"spec": {"expirationSeconds": TOKEN_SECONDS}}
         ).status.token
         user = f"system:serviceaccount:{namespace}:{account}"
-        path: Path = self._cp.write_kubeconfig("tessera-allocator", user, token=token)
+        path: Path = self.control_plane.write_kubeconfig("tessera-allocator", user, token=token)
         return path
 
     def start_allocator(self) -> None:
@@ -282,7 +285,7 @@ class Services:
         Leader election stays on (as shipped) with a fixed identity, so its Lease RBAC is
         exercised and a restarted process reclaims its own Lease.
         """
-        cp = self._cp
+        cp = self.control_plane
         kubeconfig = self._allocator_identity()
         self.allocator_port = free_port()
         cert, key = write_pair(cp.ca.serving("tessera-allocator"), cp.pki_dir, "allocator")
@@ -298,7 +301,7 @@ class Services:
             f"--kubeconfig={kubeconfig}",
             f"--lease-namespace={self.allocator_namespace}",
             "--identity=devcluster-allocator",
-            *self.cluster.options.allocator_args,
+            *self.options.allocator_args,
         ]
         self._allocator_env = _env({})
         self.allocator_files = {"tls_cert": cert, "tls_key": key, "tls_client_ca": cp.ca_file,
@@ -315,7 +318,7 @@ class Services:
 
     def _run_allocator(self) -> None:
         self.allocator = ManagedProcess(
-            "allocator", self._allocator_argv, self._cp.log_dir / "allocator.log",
+            "allocator", self._allocator_argv, self.control_plane.log_dir / "allocator.log",
             env=self._allocator_env,
         )
         self.allocator.start()
@@ -335,9 +338,9 @@ class Services:
 
     # ------------------------------------------------------------------ helpers
     def _wait_https(self, what: str, port: int, path: str, proc: ManagedProcess) -> None:
-        context = ssl.create_default_context(cafile=str(self._cp.ca_file))
+        context = ssl.create_default_context(cafile=str(self.control_plane.ca_file))
         # The admin's client cert: the allocator demands one from our CA (mutual TLS).
-        pki = self._cp.pki_dir
+        pki = self.control_plane.pki_dir
         context.load_cert_chain(str(pki / "admin.crt"), str(pki / "admin.key"))
 
         def ready() -> bool:

@@ -1,8 +1,20 @@
 #!/usr/bin/env bash
 # Set up and run every test: lint, types, unit, contract, TLS and end-to-end on a real
 # control plane. This is the README's test command and exactly what .ci/run calls.
+#
+#   bash hack/test.sh            everything, one test at a time
+#   bash hack/test.sh --fast     the inner loop's tier: everything but the end-to-end tests
+#                                (marker e2e), spread over every core (pytest-xdist), then
+#                                the few that measure CPU (marker serial) alone
+# Other arguments go to pytest, after the tier's own.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+
+fast=""
+if [ "${1:-}" = "--fast" ]; then
+  fast=1
+  shift
+fi
 
 source hack/setup.sh
 
@@ -25,4 +37,11 @@ bash hack/build-controlplane.sh >/dev/null
 .venv/bin/ruff check .
 .venv/bin/mypy
 .venv/bin/lint-imports
-.venv/bin/pytest -q "$@"
+if [ -n "$fast" ]; then
+  status=0
+  .venv/bin/pytest -q -m "not e2e and not serial" -n auto "$@" || status=$?
+  .venv/bin/pytest -q -m "serial and not e2e" "$@" || status=$?
+  exit "$status"
+else
+  .venv/bin/pytest -q "$@"
+fi

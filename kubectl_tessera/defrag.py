@@ -153,9 +153,21 @@ class _Search:
         states = [NodeState(n.name, tuple(c for c in n.state_without(movers_uids).cards
                                           if (n.name, c.card.index) not in cards))
                   for n in self.nodes]
+        moves = self._place(movers, states)
+        result: tuple[Move, ...] | None = None
+        if moves is not None:
+            # The emptied cards count as idle again once the plan is done.
+            counted = [states[self.target]] if self.node else states
+            if _idle(counted, self.model) + len(cards) >= self.wanted:
+                result = tuple(moves)
+        self.tried[cards] = result
+        return result
+
+    def _place(self, movers: list[GpuPod], states: list[NodeState]) -> list[Move] | None:
+        """Each mover placed in turn by the policy (``states`` updated as they land), or
+        None as soon as one fits nowhere."""
         contents = [self.ids.of(s) for s in states]
         moves: list[Move] = []
-        result: tuple[Move, ...] | None = None
         for pod in movers:
             assert pod.request is not None and pod.allocation is not None
             ctx = PolicyContext(pod.request, pod_key=f"{pod.namespace}/{pod.name}/{pod.uid}",
@@ -166,21 +178,14 @@ class _Search:
             placed = place_best(pod.request, self.policy, ctx, [states[i] for i in open_idx],
                                 pod.uid, self.memo, [contents[i] for i in open_idx])
             if placed is None:
-                break
+                return None
             target = next(i for i in open_idx if self.nodes[i].name == placed.node)
             states[target] = placed.after
             contents[target] = self.ids.of(placed.after)
             moves.append(Move(pod.key, pod.owner, pod.node, pod.allocation.card_indices(),
                               placed.node, tuple(sorted({i for c in placed.containers
                                                          for i in c.card_indices}))))
-        else:
-            # The emptied cards count as idle again once the plan is done.
-            counted = [states[self.target]] if self.node else states
-            idle = _idle(counted, self.model) + len(cards)
-            if idle >= self.wanted:
-                result = tuple(moves)
-        self.tried[cards] = result
-        return result
+        return moves
 
     def _single_card_holders(self) -> bool:
         """True when no movable pod holds more than one candidate card: then every further

@@ -175,20 +175,8 @@ def read_pod(pod: Mapping[str, Any], config: DialectConfig) -> GpuPod | None:
     text = annotations.get(config.vocabulary.allocation_annotation)
     if request is None and not request_problem and text is None:
         return None
-    allocation: Allocation | None = None
-    allocation_problem = ""
-    if text is not None:
-        try:
-            decoded = decode_allocation(text)
-        except CodecError as exc:
-            allocation_problem = str(exc)
-        else:
-            if decoded.pod_uid and decoded.pod_uid != uid:
-                allocation_problem = f"allocation belongs to pod {decoded.pod_uid}"
-            elif not node:
-                allocation_problem = "record on an unbound pod (a bind that never finished)"
-            elif phase not in TERMINAL_PHASES:
-                allocation = decoded
+    held = (None, "") if text is None else _held(text, uid, node, phase)
+    allocation, allocation_problem = held
     return GpuPod(
         namespace=str(meta.get("namespace") or ""), name=str(meta.get("name") or ""),
         uid=uid, node=node, phase=phase, created=str(meta.get("creationTimestamp") or ""),
@@ -197,6 +185,19 @@ def read_pod(pod: Mapping[str, Any], config: DialectConfig) -> GpuPod | None:
         node_selector=_str_map(spec.get("nodeSelector")), owner=_owner(meta),
         scheduler_message=_scheduler_message(pod),
     )
+
+
+def _held(text: str, uid: str, node: str, phase: str) -> tuple[Allocation | None, str]:
+    """The cards a pod's allocation record says it holds, or why it holds none."""
+    try:
+        decoded = decode_allocation(text)
+    except CodecError as exc:
+        return None, str(exc)
+    if decoded.pod_uid and decoded.pod_uid != uid:
+        return None, f"allocation belongs to pod {decoded.pod_uid}"
+    if not node:
+        return None, "record on an unbound pod (a bind that never finished)"
+    return (None if phase in TERMINAL_PHASES else decoded), ""
 
 
 def build_picture(nodes: Iterable[Mapping[str, Any]], pods: Iterable[Mapping[str, Any]],

@@ -19,7 +19,7 @@ from functools import lru_cache, partial
 
 from allocator.ranking.cards import NodeState
 from allocator.ranking.content_memo import ContentKey, content_key
-from allocator.ranking.fit import Placement, Unfit, fits, place
+from allocator.ranking.fit import Chooser, Placement, Unfit, fits, place
 from allocator.ranking.policies import NodeRank, Policy, PolicyContext, chooser, get_policy
 from tessera.vocabulary import PodRequest, encode_request
 
@@ -65,35 +65,56 @@ def raw_scores(request: PodRequest, policy: Policy, ctx: PolicyContext,
     """
     rank = policy.node_ranker(ctx)
     if rank is not None:
-        if memo is None or contents is None:
-            return [rank(s.name) if fits(request, s) else None for s in states]
-        # Whether the pod fits is the content's alone: once per distinct content.
-        shape = "fits:" + encode_request(request)
-        out_rank: list[float | None] = []
-        for state, cid in zip(states, contents, strict=True):
-            fit_key = (shape, cid)
-            if fit_key not in memo:
-                memo[fit_key] = 0.0 if fits(request, state) else None
-            out_rank.append(None if memo[fit_key] is None else rank(state.name))
-        return out_rank
-    choose = chooser(policy, ctx)
-    bias = _bias(policy)
+        return _ranked_scores(request, rank, states, memo, contents)
     shareable = (memo is not None and contents is not None and not policy.per_pod
                  and not ctx.node_facts)
-    shape = encode_request(request) if shareable else ""
+    if not shareable or memo is None or contents is None:
+        choose = chooser(policy, ctx)
+        return [_placed_score(request, policy, ctx, state, choose) for state in states]
+    return _content_scores(request, policy, ctx, states, memo, contents)
+
+
+def _ranked_scores(request: PodRequest, rank: NodeRank, states: Sequence[NodeState],
+                   memo: ScoreMemo | None, contents: Sequence[int] | None
+                   ) -> list[float | None]:
+    """A ranking policy's scores: its rank of every node the pod fits on."""
+    if memo is None or contents is None:
+        return [rank(s.name) if fits(request, s) else None for s in states]
+    # Whether the pod fits is the content's alone: once per distinct content.
+    shape = "fits:" + encode_request(request)
     out: list[float | None] = []
-    for pos, state in enumerate(states):
-        key: tuple[str, int] | None = None
-        if shareable and contents is not None:
-            key = (shape, contents[pos])
-        if key is not None and memo is not None and key in memo:
+    for state, cid in zip(states, contents, strict=True):
+        fit_key = (shape, cid)
+        if fit_key not in memo:
+            memo[fit_key] = 0.0 if fits(request, state) else None
+        out.append(None if memo[fit_key] is None else rank(state.name))
+    return out
+
+
+def _placed_score(request: PodRequest, policy: Policy, ctx: PolicyContext,
+                  state: NodeState, choose: Chooser) -> float | None:
+    placed = place(request, state, choose)
+    return None if isinstance(placed, Unfit) else policy.score(state, placed.after, ctx)
+
+
+def _content_scores(request: PodRequest, policy: Policy, ctx: PolicyContext,
+                    states: Sequence[NodeState], memo: ScoreMemo,
+                    contents: Sequence[int]) -> list[float | None]:
+    """Scores that depend on a node's cards alone (plus its fixed bias): placed once per
+    distinct content and request shape."""
+    choose = chooser(policy, ctx)
+    bias = _bias(policy)
+    shape = encode_request(request)
+    out: list[float | None] = []
+    for state, cid in zip(states, contents, strict=True):
+        key = (shape, cid)
+        node_bias = bias(state.name) if bias else 0.0
+        if key in memo:
             base = memo[key]
-            out.append(None if base is None else base + (bias(state.name) if bias else 0.0))
+            out.append(None if base is None else base + node_bias)
             continue
-        placed = place(request, state, choose)
-        score = None if isinstance(placed, Unfit) else policy.score(state, placed.after, ctx)
-        if key is not None and memo is not None:
-            memo[key] = None if score is None else score - (bias(state.name) if bias else 0.0)
+        score = _placed_score(request, policy, ctx, state, choose)
+        memo[key] = None if score is None else score - node_bias
         out.append(score)
     return out
 

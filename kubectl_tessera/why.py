@@ -133,32 +133,43 @@ def _shares(pod: GpuPod) -> tuple[CardShare, ...]:
 
 
 def _summary(pod: GpuPod, found: Sequence[Verdict]) -> str:
-    fitting = [v for v in found if v.outcome == "fits"]
     if pod.allocation is not None:
-        mine = next((v for v in found if v.node == pod.node), None)
-        if mine is None:
-            return (f"bound to {pod.node}, which is not among the nodes looked at "
-                    f"(outside -l, or without readable GPU cards)")
-        if mine.outcome != "fits":
-            return (f"bound to {pod.node}; arriving now it would not fit there: {mine.reason}")
-        top = max(v.score or 0 for v in fitting)
-        leaders = [v.node for v in fitting if v.score == top]
-        if mine.score == top:
-            others = len(leaders) - 1
-            tie = f", tied with {others} other node{'s' if others != 1 else ''}" if others else ""
-            return (f"bound to {pod.node}: the best node for its policy on today's cards "
-                    f"(score {mine.score}/10{tie})")
-        return (f"bound to {pod.node} (score {mine.score}/10 today); today the policy would "
-                f"prefer {', '.join(leaders)} ({top}/10): the cluster changed since its bind")
+        return _bound_summary(pod, found)
     if not pod.pending:
         return f"pod is {pod.phase or 'not pending'} and holds no cards"
+    return _pending_summary(found)
+
+
+def _bound_summary(pod: GpuPod, found: Sequence[Verdict]) -> str:
+    """A bound pod: whether today's cards would still put it where it is."""
+    mine = next((v for v in found if v.node == pod.node), None)
+    if mine is None:
+        return (f"bound to {pod.node}, which is not among the nodes looked at "
+                f"(outside -l, or without readable GPU cards)")
+    if mine.outcome != "fits":
+        return (f"bound to {pod.node}; arriving now it would not fit there: {mine.reason}")
+    fitting = [v for v in found if v.outcome == "fits"]
+    top = max(v.score or 0 for v in fitting)
+    leaders = [v.node for v in fitting if v.score == top]
+    if mine.score != top:
+        return (f"bound to {pod.node} (score {mine.score}/10 today); today the policy would "
+                f"prefer {', '.join(leaders)} ({top}/10): the cluster changed since its bind")
+    others = len(leaders) - 1
+    tie = f", tied with {others} other node{'s' if others != 1 else ''}" if others else ""
+    return (f"bound to {pod.node}: the best node for its policy on today's cards "
+            f"(score {mine.score}/10{tie})")
+
+
+def _pending_summary(found: Sequence[Verdict]) -> str:
+    """A pending pod: where it fits now, would fit later, or never."""
+    fitting = [v.node for v in found if v.outcome == "fits"]
     if fitting:
-        names = ", ".join(v.node for v in fitting)
-        return (f"its GPU request fits now on {names}: kube-scheduler has not retried yet, "
-                f"or another scheduler plugin refuses those nodes (see its message)")
-    if any(v.outcome == "no-room" for v in found):
-        names = ", ".join(v.node for v in found if v.outcome == "no-room")
-        return f"no node has room now; it would fit on {names} if other pods released cards"
+        return (f"its GPU request fits now on {', '.join(fitting)}: kube-scheduler has not "
+                f"retried yet, or another scheduler plugin refuses those nodes (see its message)")
+    no_room = [v.node for v in found if v.outcome == "no-room"]
+    if no_room:
+        return (f"no node has room now; it would fit on {', '.join(no_room)} if other pods "
+                f"released cards")
     if any(v.outcome == "never" for v in found):
         return "no node can ever hold it: no node has the cards it asks for"
     return "no GPU node is open to it"

@@ -1,7 +1,9 @@
 """Structured logging: one JSON object per line, with the pod's identity when there is one.
 
-gunicorn's own messages (start, workers, errors) go through the same JSON handler
-(:class:`GunicornLogger`), so a service's log is JSON from its first line to its last.
+Each server's own messages go through the same JSON handler (gunicorn's:
+:class:`tessera.serving.gunicorn.server.JsonLogger`; granian's:
+:mod:`tessera.serving.granian.server`), so a service's log is JSON from its first line to its
+last.
 """
 
 from __future__ import annotations
@@ -12,8 +14,6 @@ import sys
 import time
 from collections.abc import Mapping
 from typing import Any
-
-from gunicorn import glogging
 
 #: Attributes passed through ``extra=`` that are copied into the JSON record.
 #: ``pod`` rather than ``name``: LogRecord reserves ``name`` (``makeRecord`` raises KeyError).
@@ -75,14 +75,3 @@ def pod_context(pod: Mapping[str, Any] | None, **more: Any) -> dict[str, Any]:
 def pod_ids_context(namespace: str, name: str, uid: str, **more: Any) -> dict[str, Any]:
     """``extra=`` for a log call about a pod known only by its identity (e.g. a bind call)."""
     return {"namespace": namespace, "pod": name, "uid": uid, **more}
-
-
-class GunicornLogger(glogging.Logger):  # type: ignore[misc]  # gunicorn ships no types
-    """gunicorn's ``logger_class``: its error log propagates to our root JSON handler instead
-    of writing plain-text lines of its own; its access log stays off (``accesslog`` None)."""
-
-    def setup(self, cfg: Any) -> None:
-        super().setup(cfg)
-        for handler in list(self.error_log.handlers):
-            self.error_log.removeHandler(handler)
-        self.error_log.propagate = True

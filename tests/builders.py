@@ -6,16 +6,19 @@
 - :func:`make_node`: a Node object with GPU resources;
 - :func:`request`, :func:`share`, :func:`whole`, :func:`node_state`, :func:`cards`: the
   allocator's own values;
-- :func:`write_tls_pair`: a serving certificate and key written where a service reads them.
+- :func:`write_tls_pair`: a serving certificate and key written where a service reads them;
+- :class:`NullApi`: the allocator's API port for code that must never call it.
 """
 
 from __future__ import annotations
 
 import json
 import os
+from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
-from typing import Any
+from typing import Any, NoReturn, TypeVar
 
+from allocator.ports import KubeApi, Obj, WatchEvent
 from allocator.ranking.cards import Card, CardState, NodeState
 from tessera.vocabulary import (
     Allocation,
@@ -190,3 +193,70 @@ def write_tls_pair(directory: Path, name: str) -> tuple[Path, Path, bytes]:
         tmp.write_bytes(data)
         os.replace(tmp, path)
     return cert, key, leaf.cert_pem
+
+
+_T = TypeVar("_T")
+
+
+class NullApiCalled(AssertionError):
+    """Code under test called the API it was told it would not need."""
+
+
+class NullApi:
+    """The allocator's API port (:class:`allocator.ports.KubeApi`) for decisions that must not
+    reach the API server: every call fails the test with the method's name."""
+
+    def _called(self, method: str) -> NoReturn:
+        raise NullApiCalled(f"the API was called ({method}) where none was expected")
+
+    def list_nodes(self) -> tuple[list[Obj], str]:
+        self._called("list_nodes")
+
+    def watch_nodes(self, resource_version: str, timeout_seconds: int) -> Iterator[WatchEvent]:
+        self._called("watch_nodes")
+
+    def get_node(self, name: str) -> Obj | None:
+        self._called("get_node")
+
+    def list_pods(self, label_selector: str) -> tuple[list[Obj], str]:
+        self._called("list_pods")
+
+    def watch_pods(self, label_selector: str, resource_version: str,
+                   timeout_seconds: int) -> Iterator[WatchEvent]:
+        self._called("watch_pods")
+
+    def list_pods_by_field(self, field_selector: str,
+                           reduce: Callable[[Obj], _T]) -> tuple[list[_T], str]:
+        self._called("list_pods_by_field")
+
+    def watch_pods_by_field(self, field_selector: str, resource_version: str,
+                            timeout_seconds: int) -> Iterator[WatchEvent]:
+        self._called("watch_pods_by_field")
+
+    def get_pod(self, namespace: str, name: str) -> Obj:
+        self._called("get_pod")
+
+    def patch_pod(self, namespace: str, name: str, patch: Obj) -> Obj:
+        self._called("patch_pod")
+
+    def bind_pod(self, namespace: str, name: str, uid: str, node: str,
+                 annotations: Mapping[str, str] | None = None) -> None:
+        self._called("bind_pod")
+
+    def get_lease(self, namespace: str, name: str) -> Obj | None:
+        self._called("get_lease")
+
+    def create_event(self, namespace: str, event: Obj) -> Obj:
+        self._called("create_event")
+
+    def patch_event(self, namespace: str, name: str, patch: Obj) -> Obj:
+        self._called("patch_event")
+
+    def create_lease(self, namespace: str, lease: Obj) -> Obj:
+        self._called("create_lease")
+
+    def replace_lease(self, namespace: str, name: str, lease: Obj) -> Obj:
+        self._called("replace_lease")
+
+
+_: KubeApi = NullApi()  # mypy: the fake implements the whole port

@@ -1,9 +1,11 @@
 """The Flask shell around :mod:`webhook.admission`: routes, body cap, error mapping.
 
-Every error that leaves a view goes through one app-wide handler and is JSON
-``{"code", "message"}``: a body over the cap is 413 (chunked or not, :func:`read_body`), a
-wrong route or method its 4xx, and a bug 400 with its name (input never gets a 500; the API
-server treats any non-200 as a failed call and applies the failurePolicy).
+Every error that leaves a view goes through one app-wide handler and is JSON in the services'
+one error shape, ``{"code", "message"}`` (:func:`tessera.serving.policy.error_doc`): a body
+over the cap is 413 (chunked or not, :func:`read_body`; served, the server refuses it first
+with the same answer), a wrong route or method its 4xx, and a bug 400 with its name (input
+never gets a 500; the API server treats any non-200 as a failed call and applies the
+failurePolicy).
 
 gunicorn target: ``webhook.app:create_app()`` (configuration from ``TESSERA_*`` variables).
 Nothing is built at import time.
@@ -19,6 +21,7 @@ from flask import Flask, Response, jsonify, request
 from werkzeug.exceptions import HTTPException
 
 from tessera import logs
+from tessera.serving.policy import error_doc
 from tessera.wire import WireError, read_body
 from webhook.admission import admit_body
 from webhook.config import WebhookConfig
@@ -69,16 +72,16 @@ def create_app(config: WebhookConfig | None = None) -> Flask:
     @app.errorhandler(Exception)
     def any_error(exc: Exception) -> Response:
         if isinstance(exc, WireError):
-            return _json(exc.status, {"code": exc.status, "message": str(exc)})
+            return _json(exc.status, error_doc(exc.status, str(exc)))
         if isinstance(exc, HTTPException):
             code = exc.code or 400
-            return _json(code, {"code": code, "message": exc.description or exc.name})
+            return _json(code, error_doc(code, exc.description or exc.name))
         # A bug: admit() answers every review itself.
         logger.exception("unexpected error serving %s %s", request.method, request.path)
-        return _json(400, {"code": 400, "message": "could not process request: "
-                                                   f"{type(exc).__name__}: {exc}"})
+        return _json(400, error_doc(400, "could not process request: "
+                                         f"{type(exc).__name__}: {exc}"))
 
     # Admission only computes (no API call, no file): the server answers it in its event
-    # loop, without the hop to a request thread (tessera.transport).
+    # loop, without the hop to a request thread (tessera.serving.gunicorn.bridge).
     app.inline_paths = ("/mutate",)  # type: ignore[attr-defined]
     return app

@@ -1,8 +1,8 @@
 """``tessera webhook``: validate configuration, then serve the app with gunicorn over TLS.
 
 Flags override the ``TESSERA_*`` environment variables of the same meaning. gunicorn runs in
-this process with its asyncio worker (:mod:`tessera.transport`: slow clients hold no request
-thread, rotated certificate files are served to new connections without a restart).
+this process with its asyncio worker (:mod:`tessera.serving.gunicorn`: slow clients hold no
+request thread, rotated certificate files are served to new connections without a restart).
 """
 
 from __future__ import annotations
@@ -15,6 +15,7 @@ from typing import Any
 
 from tessera import serving
 from tessera.dialects import DialectConfig
+from tessera.serving.gunicorn import server as gunicorn_server
 from tessera.vocabulary import ConfigError
 from webhook.config import ENV_VARS, LISTENER, WebhookConfig
 from webhook.registration import match_conditions_yaml
@@ -84,7 +85,7 @@ def config_from_args(
 
 def gunicorn_options(config: WebhookConfig) -> dict[str, Any]:
     # The API server's webhook timeout is 10 s by default (max 30 s).
-    return serving.gunicorn_options(
+    return gunicorn_server.gunicorn_options(
         config.serving, proc_name="tessera-webhook", keepalive=KEEPALIVE_SECONDS, timeout=30
     )
 
@@ -109,6 +110,6 @@ def run(args: argparse.Namespace) -> int:
     )
     from webhook.app import create_app
 
-    serving.serve(lambda: create_app(config), gunicorn_options(config),
+    gunicorn_server.serve(lambda: create_app(config), gunicorn_options(config),
                   threads=config.serving.threads, max_body_bytes=config.max_body_bytes)
     return 0

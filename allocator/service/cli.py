@@ -82,7 +82,7 @@ def run(args: argparse.Namespace) -> int:
         "on" if settings.leader_election else "off",
     )
     from allocator.service.app import create_app
-    from tessera import granian_server
+    from tessera.serving.granian import server as granian_server
 
     # create_app runs in the worker after fork: its threads and API connections belong to it.
     # One worker, never more: the cache must not be split across processes (module doc).

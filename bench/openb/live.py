@@ -427,7 +427,8 @@ class Result:
 def run(settings: Settings, binaries: Any = None) -> Result:
     """Start a dev cluster with the trace's nodes, replay, read the result, stop."""
     from devcluster.binaries import ensure_binaries
-    from devcluster.cluster import DevCluster, Options
+    from devcluster.cluster import DevCluster
+    from devcluster.options import Options
     from devcluster.workloads import ensure_namespace
 
     options = Options(score_cpu_only_pods=settings.score_cpu_only_pods,

@@ -117,8 +117,9 @@ from bench.speed.common import (
 )
 from bench.speed.floor_extender import serve_in_allocators_place
 from devcluster.binaries import ensure_binaries
-from devcluster.cluster import DevCluster, Options
+from devcluster.cluster import DevCluster
 from devcluster.nodes import GpuNodeSpec, create_nodes, uniform
+from devcluster.options import Options
 from devcluster.workloads import container, ensure_namespace, make_pod
 
 NAMESPACE = "e2e-bench"

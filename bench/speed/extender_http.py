@@ -90,8 +90,9 @@ from bench.speed.common import (
 )
 from bench.speed.floor_extender import serve_in_allocators_place
 from devcluster.binaries import ensure_binaries
-from devcluster.cluster import DevCluster, Options
+from devcluster.cluster import DevCluster
 from devcluster.nodes import create_nodes, uniform
+from devcluster.options import Options
 from devcluster.services import Services
 from devcluster.workloads import container, ensure_namespace, make_pod
 from tessera.vocabulary import ContainerRequest, PodRequest, encode_request
@@ -366,7 +367,7 @@ def main() -> None:
     try:
         # The harness's start() without kube-scheduler: this client is the only caller.
         dev.control_plane.start()
-        dev.services = Services(dev)
+        dev.services = Services(dev.control_plane, dev.options, lambda: dev.api_client)
         dev.services.start()
         pki = dev.control_plane.pki_dir
         ctx = client_context(dev.control_plane.ca_file, pki / "admin.crt", pki / "admin.key")

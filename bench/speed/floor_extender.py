@@ -14,14 +14,14 @@ picture, no watches, no decisions and no Events:
   served by gunicorn, which counts them (granian does not).
 
 ``--server granian`` (the default) serves it exactly as ``tessera allocator`` serves the
-allocator (:func:`tessera.granian_server.serve`: granian's WSGI interface, HTTP/1.1 and HTTP/2,
-rustls, mutual TLS, 16 request threads, complete bodies). ``--server gunicorn`` serves it as
-the webhook is served and the allocator was until issue 13's tenth pass
-(:func:`tessera.serving.serve`: gunicorn's asyncio worker on uvloop, the WSGI bridge, Python's
-``ssl``), which counts the TLS connections it begins. ``e2e_throughput``'s modes ``floor`` and
-``floor-gunicorn`` run it in place of the allocator (docs/benchmarks.md, issue 13), and
-``extender_http --floor`` times its filter and prioritize after the allocator's
-(:func:`serve_in_allocators_place`).
+allocator (:func:`tessera.serving.granian.server.serve`: granian's WSGI interface, HTTP/1.1
+and HTTP/2, rustls, mutual TLS, 16 request threads, complete bodies). ``--server gunicorn``
+serves it as the webhook is served and the allocator was until issue 13's tenth pass
+(:func:`tessera.serving.gunicorn.server.serve`: gunicorn's asyncio worker on uvloop, the
+WSGI bridge, Python's ``ssl``), which counts the TLS connections it begins.
+``e2e_throughput``'s modes ``floor`` and ``floor-gunicorn`` run it in place of the allocator
+(docs/benchmarks.md, issue 13), and ``extender_http --floor`` times its filter and
+prioritize after the allocator's (:func:`serve_in_allocators_place`).
 
 Usage (as e2e_throughput starts it): ``python -m bench.speed.floor_extender --port P
 --tls-cert F --tls-key F --tls-client-ca F --kubeconfig F [--server granian|gunicorn]``
@@ -38,8 +38,11 @@ import orjson
 
 from allocator.kube.client import KubeClient
 from allocator.service.config import DEFAULT_MAX_BODY_BYTES, LISTENER
-from tessera import granian_server, serving, transport
-from tessera.transport import WsgiApp
+from tessera import serving
+from tessera.serving.granian import server as granian_server
+from tessera.serving.gunicorn import server as gunicorn_server
+from tessera.serving.gunicorn.handshakes import TLS_CONNECTIONS
+from tessera.serving.policy import WsgiApp
 
 if TYPE_CHECKING:
     from devcluster.cluster import DevCluster
@@ -128,11 +131,12 @@ def serve_granian(args: argparse.Namespace) -> None:
 
 def serve_gunicorn(args: argparse.Namespace) -> None:
     def factory() -> WsgiApp:  # in gunicorn's worker, after fork
-        return make_app(_kube_bind(args.kubeconfig), lambda: transport.TLS_CONNECTIONS.begun)
+        return make_app(_kube_bind(args.kubeconfig), lambda: TLS_CONNECTIONS.begun)
 
-    serving.serve(factory, serving.gunicorn_options(_config(args), proc_name="tessera-floor",
-                                                    workers=1, keepalive=30),
-                  threads=THREADS, max_body_bytes=DEFAULT_MAX_BODY_BYTES)
+    options = gunicorn_server.gunicorn_options(_config(args), proc_name="tessera-floor",
+                                               workers=1, keepalive=30)
+    gunicorn_server.serve(factory, options, threads=THREADS,
+                          max_body_bytes=DEFAULT_MAX_BODY_BYTES)
 
 
 def serve_in_allocators_place(dev: DevCluster, server: str = "granian") -> int:

@@ -18,8 +18,9 @@ from collections import Counter
 from bench.speed.cluster import cpu_seconds, in_parallel
 from bench.speed.common import api_requests, client_context, settle
 from devcluster.binaries import ensure_binaries
-from devcluster.cluster import DevCluster, Options
+from devcluster.cluster import DevCluster
 from devcluster.nodes import create_nodes, uniform
+from devcluster.options import Options
 
 
 def main() -> None:

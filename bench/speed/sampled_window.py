@@ -62,8 +62,9 @@ from bench.speed.common import (
 )
 from devcluster import DevClusterError
 from devcluster.binaries import Binaries, ensure_binaries
-from devcluster.cluster import DevCluster, Options
+from devcluster.cluster import DevCluster
 from devcluster.nodes import create_nodes, uniform
+from devcluster.options import Options
 from devcluster.workloads import container, ensure_namespace, make_pod
 
 NAMESPACE = "sampled-window"

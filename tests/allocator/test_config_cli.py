@@ -9,7 +9,7 @@ import pytest
 from allocator.service import cli
 from allocator.service.config import Settings
 from tessera.cli import build_parser
-from tessera.granian_server import server_options
+from tessera.serving.granian.server import server_options
 from tessera.vocabulary import ConfigError
 
 

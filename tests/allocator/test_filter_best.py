@@ -9,7 +9,7 @@ import random
 import numpy as np
 import numpy.typing as npt
 import pytest
-from builders import VOCAB, make_gpu_pod, make_node, request, share, whole
+from builders import VOCAB, NullApi, make_gpu_pod, make_node, request, share, whole
 from test_content_sharing import REQUESTS, _cluster
 
 from allocator.picture.state import ClusterState
@@ -25,9 +25,9 @@ from tessera.vocabulary import ConfigError, PodRequest
 
 def _allocators(state: ClusterState, policy: str) -> tuple[Allocator, Allocator]:
     """(filter_best on, off) over the same state."""
-    best = Allocator(state, api=None,  # type: ignore[arg-type]
+    best = Allocator(state, api=NullApi(),
                      config=AllocatorConfig(default_policy=policy, seed=3))
-    every = Allocator(state, api=None,  # type: ignore[arg-type]
+    every = Allocator(state, api=NullApi(),
                       config=AllocatorConfig(default_policy=policy, seed=3, filter_best=False))
     return best, every
 
@@ -147,9 +147,9 @@ def test_ranking_every_node_answers_as_ranking_only_the_asked_ones(
     pod after pod, each pod's hold taken as the answer leaves it."""
     rng = random.Random(policy)
     fast_state, asked_state = _cluster(7), _cluster(7)  # the same cluster, twice
-    fast = Allocator(fast_state, api=None,  # type: ignore[arg-type]
+    fast = Allocator(fast_state, api=NullApi(),
                      config=AllocatorConfig(default_policy=policy, seed=3))
-    reference = Allocator(asked_state, api=None,  # type: ignore[arg-type]
+    reference = Allocator(asked_state, api=NullApi(),
                           config=AllocatorConfig(default_policy=policy, seed=3))
     monkeypatch.setattr(reference.ranker, "best_known", lambda *_args: None)
     assert isinstance(fast.ranker, FastRanker)

@@ -9,7 +9,7 @@ import json
 from typing import Any
 
 import pytest
-from builders import VOCAB, make_gpu_pod, make_node, request, share
+from builders import VOCAB, NullApi, make_gpu_pod, make_node, request, share
 
 import allocator.picture.state as state_module
 from allocator.picture.names import NodeNames
@@ -53,7 +53,7 @@ def test_filter_answers_with_the_names_asked_for() -> None:
     state = ClusterState(VOCAB)
     state.replace_nodes([make_node(f"n{i}", count=2) for i in range(3)])
     state.mark_synced()
-    allocator = Allocator(state, api=None,  # type: ignore[arg-type]
+    allocator = Allocator(state, api=NullApi(),
                           config=AllocatorConfig(filter_best=False))
     asked = [_fresh("n0"), _fresh("n1"), "ghost", _fresh("n2")]
     out = allocator.filter(make_gpu_pod("p", request(share(core=30, mem=1000)), uid="u"), asked)

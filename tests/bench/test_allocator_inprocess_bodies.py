@@ -8,6 +8,7 @@ import random
 from typing import Any
 
 import pytest
+from builders import NullApi
 
 from allocator.service import extender
 from allocator.verbs.core import Allocator, AllocatorConfig
@@ -16,7 +17,7 @@ from bench import allocator_inprocess as inprocess
 
 def setup(nodes: int) -> tuple[Allocator, dict[str, Any], list[str]]:
     state = inprocess.build_state(nodes, random.Random(1))
-    allocator = Allocator(state, api=None,  # type: ignore[arg-type]  # no binds here
+    allocator = Allocator(state, api=NullApi(),
                           config=AllocatorConfig(default_policy="fgd-cpu"))
     pod = inprocess.pod_obj(inprocess.MIX[0], "bench-pod")
     return allocator, pod, state.node_names()

@@ -9,6 +9,8 @@ import sys
 import time
 from pathlib import Path
 
+import pytest
+
 from bench.speed.common import (
     cpu_by_thread_name,
     machine_cpu_ticks,
@@ -31,6 +33,7 @@ time.sleep(30)
 """
 
 
+@pytest.mark.serial  # its threads' CPU, which parallel tests would take
 def test_a_named_busy_thread_gets_the_cpu_and_numbered_threads_count_as_one() -> None:
     child = subprocess.Popen([sys.executable, "-c", BUSY], stdout=subprocess.PIPE, text=True)
     try:

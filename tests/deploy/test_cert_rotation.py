@@ -12,7 +12,8 @@ practice:
 
 A new TLS connection then gets the new certificate from the same process: the webhook's at
 once (gunicorn's worker loads the files at the next handshake), the allocator's once a new
-worker serves them (granian loads them when a worker starts: tessera/granian_server.py).
+worker serves them (granian loads them when a worker starts:
+tessera/serving/granian/server.py).
 """
 
 from __future__ import annotations

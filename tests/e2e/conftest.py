@@ -20,8 +20,9 @@ from typing import Any
 import pytest
 
 from devcluster.binaries import Binaries, ensure_binaries
-from devcluster.cluster import DevCluster, Options
+from devcluster.cluster import DevCluster
 from devcluster.nodes import GpuNodeSpec, delete_nodes
+from devcluster.options import Options
 from devcluster.workloads import delete_pods, ensure_namespace, list_objects
 from tessera.dialects import Dialect
 

@@ -15,7 +15,7 @@ from cryptography.x509.oid import NameOID
 from devcluster import DevClusterError, kwok
 from devcluster.binaries import repo_root
 from devcluster.checks import admission_problems, allocation_problems, fits_now
-from devcluster.cluster import Options, scheduler_setup
+from devcluster.cluster import scheduler_setup
 from devcluster.controlplane import (
     ExtenderAddress,
     kubeconfig_document,
@@ -25,6 +25,7 @@ from devcluster.controlplane import (
     with_nodes_to_score,
 )
 from devcluster.nodes import Card, GpuNodeSpec, Inventory, node_object, uniform
+from devcluster.options import Options
 from devcluster.pki import ClusterCA
 from devcluster.services import service_account_subject, webhook_configuration
 from devcluster.workloads import quantities_as_strings

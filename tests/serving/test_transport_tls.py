@@ -14,6 +14,7 @@ import dataclasses
 import http.client
 import json
 import os
+import select
 import signal
 import socket
 import ssl
@@ -26,7 +27,7 @@ from pathlib import Path
 import pytest
 
 from bench.slow_clients import Pki, Pressure, Service, free_port, request, services, start, stop
-from tessera.transport import BODY_SECONDS, FIRST_REQUEST_SECONDS
+from tessera.serving.policy import BODY_SECONDS, FIRST_REQUEST_SECONDS
 from webhook.cli import KEEPALIVE_SECONDS
 
 SERVICES = ["webhook", "allocator"]
@@ -114,10 +115,10 @@ def test_garbage_connections_leave_json_lines_and_reports(
     name: str, pki: Pki, tmp_path: Path
 ) -> None:
     """The webhook reports refused handshakes in one line per worker per minute at most
-    (``tessera.transport.HandshakeFailures``). The allocator's TLS is granian's (rustls, no
-    hook): granian logs each refused handshake at DEBUG, through the same JSON handler, in
-    words that change between its patch releases (2.8.7: ``TCP handshake failed with error``;
-    2.8.9: ``TCP accept failed: TlsAcceptError``)."""
+    (``tessera.serving.gunicorn.handshakes.HandshakeFailures``). The allocator's TLS is
+    granian's (rustls, no hook): granian logs each refused handshake at DEBUG, through the
+    same JSON handler, in words that change between its patch releases (2.8.7: ``TCP
+    handshake failed with error``; 2.8.9: ``TCP accept failed: TlsAcceptError``)."""
     flags = ["--log-level=DEBUG"] if name == "allocator" else []
     with served(name, pki, tmp_path, *flags) as (service, _):
         for i in range(30):
@@ -290,8 +291,11 @@ def test_a_stalled_body_is_answered_408_and_holds_no_request_thread(
                 tls.settimeout(BODY_SECONDS + ANSWER_S)
                 answers.append(_one_json_answer(tls))
             waited = time.monotonic() - t0
-            for tls in stalled:  # and then the server ends the connection: nothing lingers
-                tls.settimeout(ANSWER_S)
+            # and then the server ends the connection: nothing lingers (all waited on at
+            # once, ANSWER_S in all, not one after the other)
+            ready, _, _ = select.select(stalled, [], [], ANSWER_S)
+            for tls in stalled:
+                tls.settimeout(0.1 if tls in ready else 0.0)
                 try:
                     closed.append(tls.recv(4096) == b"")
                 except (OSError, ssl.SSLError):

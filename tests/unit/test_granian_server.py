@@ -1,4 +1,4 @@
-"""The allocator's serving pieces on their own (tessera/granian_server.py): complete bodies
+"""The allocator's serving pieces on their own (tessera/serving/granian): complete bodies
 within a deadline, the body readers, the TLS files watch and granian's settings. The real
 server against real clients: tests/serving; renewed files: tests/deploy/test_cert_rotation.py.
 """
@@ -17,16 +17,16 @@ from typing import Any
 import pytest
 from builders import write_tls_pair
 
-from tessera.granian_server import (
+from tessera.serving import ServingConfig
+from tessera.serving.granian.bodies import BodyReaders, CompleteBodies, PendingRead
+from tessera.serving.granian.server import (
     BODY_WAIT_THREADS,
-    BodyReaders,
-    CompleteBodies,
-    PendingRead,
     TlsFilesWatch,
     WithoutThreadAdvice,
     server_options,
 )
-from tessera.serving import ServingConfig
+from tessera.serving.policy import BodyPolicy
+from tessera.serving.tls import TlsFiles
 
 
 class Echo:
@@ -88,8 +88,8 @@ def call(app: CompleteBodies, stream: Stream, length: str | None = None,
 
 def bodies(app: Any = None, *, threads: int = 4, cap: int = 100, seconds: float = 5.0,
            readers: BodyReaders | None = None) -> CompleteBodies:
-    return CompleteBodies(app or Echo(), threads=threads, max_body_bytes=cap,
-                          body_seconds=seconds, readers=readers)
+    return CompleteBodies(app or Echo(), threads=threads, body=BodyPolicy(cap, seconds),
+                          readers=readers)
 
 
 def test_a_complete_body_reaches_the_app_with_its_length() -> None:
@@ -98,16 +98,27 @@ def test_a_complete_body_reaches_the_app_with_its_length() -> None:
     assert json.loads(out) == {"body": '{"a": 1}', "length": "8"}
 
 
-def test_a_body_without_a_length_is_read_to_the_cap_and_given_its_length() -> None:
+TOO_LARGE = {"code": 413, "message": "request body larger than 100 bytes"}
+
+
+def test_a_body_without_a_length_is_read_whole_and_given_its_length() -> None:
     assert json.loads(call(bodies(), Stream(b"abc"))[2]) == {"body": "abc", "length": "3"}
-    # past the cap: its first cap + 1 bytes, so the app's own cap answers 413
-    assert json.loads(call(bodies(cap=5), Stream(b"x" * 50))[2])["body"] == "x" * 6
 
 
-def test_a_declared_length_over_the_cap_reaches_the_app_unread() -> None:
+def test_a_body_without_a_length_is_refused_one_byte_past_the_cap() -> None:
     stream = Stream(b"x" * 500)
-    assert json.loads(call(bodies(cap=100), stream, "500")[2]) == {"body": "",
-                                                                     "length": "500"}
+    status, headers, out = call(bodies(cap=100), stream)
+    assert (status, json.loads(out)) == ("413 Request Entity Too Large", TOO_LARGE)
+    assert ("Connection", "close") in headers.items()
+    assert stream.data.tell() == 101  # read no further than needed to know
+    exactly = call(bodies(cap=100), Stream(b"x" * 100))
+    assert json.loads(exactly[2])["length"] == "100"
+
+
+def test_a_declared_length_over_the_cap_is_refused_unread() -> None:
+    stream = Stream(b"x" * 500)
+    status, _, out = call(bodies(cap=100), stream, "500")
+    assert (status, json.loads(out)) == ("413 Request Entity Too Large", TOO_LARGE)
     assert stream.reads == 0
 
 
@@ -238,7 +249,7 @@ def test_slow_paths_run_in_slots_of_their_own() -> None:
         start_response("200 OK", [])
         return [b"{}"]
 
-    serving = CompleteBodies(app, threads=2, max_body_bytes=100,
+    serving = CompleteBodies(app, threads=2, body=BodyPolicy(100),
                              slow_paths=frozenset({"/bind"}))
     binds = [threading.Thread(target=call, args=(serving, Stream(b"b"), "1"),
                               kwargs={"path": "/bind"}) for _ in range(3)]
@@ -261,11 +272,11 @@ def test_the_watch_fires_once_files_changed_and_load_and_the_worker_is_old_enoug
 ) -> None:
     cert, key, _ = write_tls_pair(tmp_path, "first")
     now = [0.0]
-    watch = TlsFilesWatch(str(cert), str(key), None, lambda: None, not_before=6.0,
+    watch = TlsFilesWatch(TlsFiles(str(cert), str(key)), lambda: None, not_before=6.0,
                           clock=lambda: now[0])
     assert not watch.check()  # unchanged
     cert.write_text("half-written")
-    with caplog.at_level(logging.WARNING, logger="tessera.granian_server"):
+    with caplog.at_level(logging.WARNING, logger="tessera.serving.granian.server"):
         assert not watch.check()
         assert not watch.check()
     assert caplog.text.count("do not load") == 1  # once per change
@@ -278,7 +289,7 @@ def test_the_watch_fires_once_files_changed_and_load_and_the_worker_is_old_enoug
 def test_the_watch_calls_back_and_stops(tmp_path: Path) -> None:
     cert, key, _ = write_tls_pair(tmp_path, "first")
     called = threading.Event()
-    watch = TlsFilesWatch(str(cert), str(key), None, called.set)
+    watch = TlsFilesWatch(TlsFiles(str(cert), str(key)), called.set)
     runner = threading.Thread(target=watch.run, args=(threading.Event(), 0.05))
     runner.start()
     write_tls_pair(tmp_path, "second")

@@ -1,4 +1,5 @@
-"""The configuration and serving machinery both services share (tessera.serving)."""
+"""The configuration both services share (tessera.serving.config) and the webhook's gunicorn
+options (tessera.serving.gunicorn.server)."""
 
 from __future__ import annotations
 
@@ -11,18 +12,20 @@ from typing import Any
 
 import pytest
 
-from tessera import logs, transport
+from tessera import logs
 from tessera.serving import (
     EnvReader,
     Listener,
     ServingConfig,
     add_env_flags,
     env_with_flags,
-    gunicorn_options,
-    serve,
     start,
 )
-from tessera.transport import CertificateFiles, WsgiBridge
+from tessera.serving.gunicorn.bridge import WsgiBridge
+from tessera.serving.gunicorn.handshakes import CertificateFiles
+from tessera.serving.gunicorn.server import gunicorn_options, post_worker_init, serve
+from tessera.serving.policy import GIL_SWITCH_SECONDS, BodyPolicy
+from tessera.serving.tls import TlsFiles
 from tessera.vocabulary import ConfigError, TesseraError
 
 FLAGS = {
@@ -249,10 +252,10 @@ def test_the_help_of_a_listener_states_its_defaults(
     assert listener.defaults() == read_listener_of(listener, {})
 
 
-@pytest.mark.parametrize("service", ["webhook", "allocator"])
-def test_every_flag_of_each_service_is_described_by_its_variable(service: str) -> None:
-    cli = importlib.import_module(f"{service}.cli")
-    config = importlib.import_module(f"{service}.config")
+@pytest.mark.parametrize("package", ["webhook", "allocator.service"])
+def test_every_flag_of_each_service_is_described_by_its_variable(package: str) -> None:
+    cli = importlib.import_module(f"{package}.cli")
+    config = importlib.import_module(f"{package}.config")
     variables = [env for _flag, env in cli._FLAGS.values()]
     assert len(set(variables)) == len(variables)
     assert set(variables) <= set(config.ENV_VARS)
@@ -324,9 +327,9 @@ def test_gunicorn_serves_https_with_a_certificate_and_requires_clients_with_a_ca
         assert hook is None and "certfile" not in options
     else:
         assert isinstance(hook, CertificateFiles)
-        assert (hook.cert, hook.key, hook.client_ca) == files
+        assert hook.files == TlsFiles(*files)
         assert (options["certfile"], options["keyfile"]) == files[:2]
-    assert options["worker_class"] == "tessera.worker.Worker"
+    assert options["worker_class"] == "tessera.serving.gunicorn.worker.Worker"
 
 
 def test_the_worker_hands_the_gil_over_every_millisecond() -> None:
@@ -335,7 +338,7 @@ def test_the_worker_hands_the_gil_over_every_millisecond() -> None:
     try:
         sys.setswitchinterval(0.005)
         options["post_worker_init"](object())
-        assert sys.getswitchinterval() == pytest.approx(transport.GIL_SWITCH_SECONDS)
+        assert sys.getswitchinterval() == pytest.approx(GIL_SWITCH_SECONDS)
     finally:
         sys.setswitchinterval(before)
 
@@ -354,11 +357,13 @@ def test_the_worker_count_can_be_forced(workers: int | None, expected: int) -> N
     options = gunicorn_options(serving, proc_name="tessera-x", keepalive=30, timeout=20,
                                workers=workers)
     assert options == {
-        "bind": ["[::]:9"], "workers": expected, "worker_class": "tessera.worker.Worker",
+        "bind": ["[::]:9"], "workers": expected,
+        "worker_class": "tessera.serving.gunicorn.worker.Worker",
         "asgi_loop": "uvloop", "threads": 1, "proc_name": "tessera-x", "loglevel": "warning",
-        "logger_class": "tessera.logs.GunicornLogger", "accesslog": None, "errorlog": "-",
+        "logger_class": "tessera.serving.gunicorn.server.JsonLogger", "accesslog": None,
+        "errorlog": "-",
         "timeout": 20, "graceful_timeout": 10, "keepalive": 30, "control_socket_disable": True,
-        "post_worker_init": transport.hand_over_the_gil_often,
+        "post_worker_init": post_worker_init,
     }
 
 
@@ -384,7 +389,7 @@ def test_serve_hands_gunicorn_the_options_and_builds_the_app_in_load(
     assert server.cfg.bind == ["0.0.0.0:9"]
     bridge = server.load()
     assert isinstance(bridge, WsgiBridge) and built == ["app"]
-    assert (bridge.app, bridge.threads, bridge.max_body_bytes) == ("the app", 3, 1024)
+    assert (bridge.app, bridge.threads, bridge.body) == ("the app", 3, BodyPolicy(1024))
 
 
 @dataclass(frozen=True)

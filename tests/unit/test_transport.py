@@ -1,4 +1,5 @@
-"""The transport pieces on their own: the WSGI bridge, handshake reports, certificate files.
+"""The webhook's serving pieces on their own (tessera/serving/gunicorn): the WSGI bridge,
+handshake reports, certificate files.
 
 The same pieces behind real gunicorn and real TLS: tests/serving/test_transport_tls.py.
 """
@@ -18,15 +19,14 @@ from typing import Any
 import pytest
 from builders import write_tls_pair
 
-from tessera.transport import (
-    INLINE,
+from tessera.serving.gunicorn.bridge import INLINE, NeedsThread, WsgiBridge, wsgi_environ
+from tessera.serving.gunicorn.handshakes import (
     CertificateFiles,
     HandshakeFailures,
-    NeedsThread,
     TlsConnections,
-    WsgiBridge,
-    wsgi_environ,
 )
+from tessera.serving.policy import BodyPolicy
+from tessera.serving.tls import TlsFiles
 
 Message = dict[str, Any]
 
@@ -57,7 +57,7 @@ def run(bridge: WsgiBridge, sc: dict[str, Any], messages: list[Message],
     sent: list[Message] = []
 
     async def main() -> None:
-        queue = list(messages)
+        queue = messages  # consumed: a test can see what was left unread
 
         async def receive() -> Message:
             if queue:
@@ -87,7 +87,7 @@ def chunk(data: bytes, more: bool) -> Message:
 
 def test_the_app_runs_once_on_the_whole_body_and_its_answer_is_sent() -> None:
     app = Echo()
-    bridge = WsgiBridge(app, threads=2, max_body_bytes=100)
+    bridge = WsgiBridge(app, threads=2, body=BodyPolicy(100))
     sent = run(bridge, scope(headers=[(b"content-type", b"application/json"),
                                       (b"x-a", b"1"), (b"x-a", b"2")]),
                [chunk(b'{"a"', True), chunk(b":1}", False)])
@@ -101,29 +101,41 @@ def test_the_app_runs_once_on_the_whole_body_and_its_answer_is_sent() -> None:
         "REMOTE_ADDR": "10.0.0.9", "wsgi.url_scheme": "https"}
 
 
-def test_a_declared_body_over_the_limit_reaches_the_app_unread() -> None:
+TOO_LARGE = (413, {"content-type": "application/json", "content-length": "61",
+                   "connection": "close"},
+             b'{"code": 413, "message": "request body larger than 10 bytes"}')
+
+
+def test_a_declared_body_over_the_cap_is_refused_unread_and_the_app_not_called() -> None:
     app = Echo()
-    sent = run(WsgiBridge(app, threads=1, max_body_bytes=10),
-               scope(headers=[(b"content-length", b"11")]), [chunk(b"x" * 11, False)])
-    (environ,) = app.environs
-    # The app's own cap refuses by the declared length; the bridge read nothing.
-    assert environ["CONTENT_LENGTH"] == "11"
-    assert body(sent)[2] == b"got:"
+    messages = [chunk(b"x" * 11, False)]
+    sent = run(WsgiBridge(app, threads=1, body=BodyPolicy(10)),
+               scope(headers=[(b"content-length", b"11")]), messages)
+    assert body(sent) == TOO_LARGE
+    assert messages == [chunk(b"x" * 11, False)]  # nothing received
+    assert app.environs == []
 
 
-def test_a_chunked_body_stops_being_read_one_byte_past_the_limit() -> None:
+def test_a_chunked_body_is_refused_as_soon_as_it_passes_the_cap() -> None:
     app = Echo()
     # The third chunk would be read if the bridge did not stop at the second.
-    sent = run(WsgiBridge(app, threads=1, max_body_bytes=10), scope(),
-               [chunk(b"123456", True), chunk(b"789012", True), chunk(b"x", False)])
-    (environ,) = app.environs
-    assert environ["CONTENT_LENGTH"] == "11"
-    assert body(sent)[2] == b"got:12345678901"
+    messages = [chunk(b"123456", True), chunk(b"789012", True), chunk(b"x", False)]
+    sent = run(WsgiBridge(app, threads=1, body=BodyPolicy(10)), scope(), messages)
+    assert body(sent) == TOO_LARGE
+    assert messages == [chunk(b"x", False)]
+    assert app.environs == []
+
+
+def test_a_body_of_exactly_the_cap_reaches_the_app() -> None:
+    app = Echo()
+    sent = run(WsgiBridge(app, threads=1, body=BodyPolicy(10)), scope(),
+               [chunk(b"12345", True), chunk(b"67890", False)])
+    assert body(sent)[2] == b"got:1234567890"
 
 
 def test_a_body_that_does_not_arrive_in_time_gets_408_and_holds_no_thread() -> None:
     app = Echo()
-    sent = run(WsgiBridge(app, threads=1, max_body_bytes=10, body_seconds=0.2), scope(),
+    sent = run(WsgiBridge(app, threads=1, body=BodyPolicy(10, 0.2)), scope(),
                [chunk(b"12", True)], stall=True)
     status, _, content = body(sent)
     assert status == 408 and "not received within 0.2 s" in json.loads(content)["message"]
@@ -132,7 +144,7 @@ def test_a_body_that_does_not_arrive_in_time_gets_408_and_holds_no_thread() -> N
 
 def test_a_client_that_leaves_mid_body_gets_nothing_and_the_app_is_not_called() -> None:
     app = Echo()
-    assert run(WsgiBridge(app, threads=1, max_body_bytes=10), scope(), [chunk(b"1", True)]) == []
+    assert run(WsgiBridge(app, threads=1, body=BodyPolicy(10)), scope(), [chunk(b"1", True)]) == []
     assert app.environs == []
 
 
@@ -140,14 +152,14 @@ def test_an_app_that_raises_is_a_logged_500(caplog: pytest.LogCaptureFixture) ->
     def broken(environ: dict[str, Any], start_response: Any) -> list[bytes]:
         raise RuntimeError("bug")
 
-    sent = run(WsgiBridge(broken, threads=1, max_body_bytes=10), scope(),
+    sent = run(WsgiBridge(broken, threads=1, body=BodyPolicy(10)), scope(),
                [chunk(b"", False)])
     assert body(sent)[0] == 500
     assert "unexpected error serving POST /mutate" in caplog.text
 
 
 def test_lifespan_startup_and_shutdown_complete() -> None:
-    sent = run(WsgiBridge(Echo(), threads=1, max_body_bytes=1), {"type": "lifespan"},
+    sent = run(WsgiBridge(Echo(), threads=1, body=BodyPolicy(1)), {"type": "lifespan"},
                [{"type": "lifespan.startup"}, {"type": "lifespan.shutdown"}])
     assert [m["type"] for m in sent] == ["lifespan.startup.complete",
                                          "lifespan.shutdown.complete"]
@@ -171,7 +183,7 @@ def test_failed_handshakes_are_reported_at_most_once_per_interval(
 ) -> None:
     clock = Clock()
     failures = HandshakeFailures(interval=60, clock=clock)
-    with caplog.at_level(logging.WARNING, logger="tessera.transport"):
+    with caplog.at_level(logging.WARNING, logger="tessera.serving.gunicorn.handshakes"):
         for second in range(120):
             clock.now = float(second)
             failures.note(f"WRONG_VERSION_NUMBER #{second}")
@@ -214,20 +226,20 @@ def test_changed_files_are_served_from_the_next_handshake_and_bad_ones_keep_the_
     tmp_path: Path, caplog: pytest.LogCaptureFixture,
 ) -> None:
     cert, key, first = write_tls_pair(tmp_path, "first")
-    files = CertificateFiles(str(cert), str(key))
+    files = CertificateFiles(TlsFiles(str(cert), str(key)))
     listener = files(None, None)
     assert served_pem(listener).strip() == first.strip()
     *_, second = write_tls_pair(tmp_path, "second")
     assert served_pem(listener).strip() == second.strip()
     cert.write_text("not a certificate")
-    with caplog.at_level(logging.WARNING, logger="tessera.transport"):
+    with caplog.at_level(logging.WARNING, logger="tessera.serving.gunicorn.handshakes"):
         assert served_pem(listener).strip() == second.strip()
     assert "do not load" in caplog.text and "serving the previous certificate" in caplog.text
 
 
 def test_a_garbage_handshake_is_counted(tmp_path: Path) -> None:
     cert, key, _ = write_tls_pair(tmp_path, "garbage")
-    files = CertificateFiles(str(cert), str(key))
+    files = CertificateFiles(TlsFiles(str(cert), str(key)))
     listener = files(None, None)
     incoming, outgoing = ssl.MemoryBIO(), ssl.MemoryBIO()
     server = listener.wrap_bio(incoming, outgoing, server_side=True)
@@ -258,7 +270,7 @@ class Inline:
 
 def test_an_inline_path_runs_in_the_event_loop_and_others_in_a_request_thread() -> None:
     app = Inline(needs_thread=False)
-    bridge = WsgiBridge(app, threads=1, max_body_bytes=100)
+    bridge = WsgiBridge(app, threads=1, body=BodyPolicy(100))
     assert body(run(bridge, scope(path="/fast"), [chunk(b"a", False)]))[2] == b"inlinea"
     assert body(run(bridge, scope(path="/slow"), [chunk(b"b", False)]))[2] == b"threadb"
     (fast_thread, _, _), (slow_thread, _, _) = app.calls
@@ -268,7 +280,7 @@ def test_an_inline_path_runs_in_the_event_loop_and_others_in_a_request_thread() 
 
 def test_an_inline_request_that_would_block_runs_again_in_a_thread_with_its_whole_body() -> None:
     app = Inline(needs_thread=True)
-    sent = run(WsgiBridge(app, threads=1, max_body_bytes=100), scope(path="/fast"),
+    sent = run(WsgiBridge(app, threads=1, body=BodyPolicy(100)), scope(path="/fast"),
                [chunk(b"12", True), chunk(b"34", False)])
     assert body(sent)[0] == 200 and body(sent)[2] == b"thread1234"
     assert [(inline, data) for _, inline, data in app.calls] == [(True, b"1234"),
@@ -280,7 +292,7 @@ def test_needs_thread_outside_the_event_loop_is_a_bug_answered_500(
     def confused(environ: dict[str, Any], start_response: Any) -> list[bytes]:
         raise NeedsThread
 
-    sent = run(WsgiBridge(confused, threads=1, max_body_bytes=10), scope(), [chunk(b"", False)])
+    sent = run(WsgiBridge(confused, threads=1, body=BodyPolicy(10)), scope(), [chunk(b"", False)])
     assert body(sent)[0] == 500
     assert "unexpected error" in caplog.text
 
@@ -288,7 +300,7 @@ def test_needs_thread_outside_the_event_loop_is_a_bug_answered_500(
 def test_each_client_hello_counts_as_a_tls_connection(tmp_path: Path) -> None:
     cert, key, _ = write_tls_pair(tmp_path, "hello")
     counted = TlsConnections()
-    listener = CertificateFiles(str(cert), str(key), connections=counted)(None, None)
+    listener = CertificateFiles(TlsFiles(str(cert), str(key)), connections=counted)(None, None)
     served_pem(listener)
     served_pem(listener)
     assert counted.begun == 2
@@ -304,7 +316,7 @@ def issues_a_ticket(context: ssl.SSLContext) -> bool:
 
 def test_no_session_tickets_are_issued(tmp_path: Path) -> None:
     cert, key, _ = write_tls_pair(tmp_path, "tickets")
-    assert not issues_a_ticket(CertificateFiles(str(cert), str(key))(None, None))
+    assert not issues_a_ticket(CertificateFiles(TlsFiles(str(cert), str(key)))(None, None))
     default = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
     default.load_cert_chain(cert, key)
     assert issues_a_ticket(default)  # what OpenSSL does by default: the check can fail

@@ -1,10 +1,11 @@
-"""Body caps on the real servers (issue 9, item 5): ``tessera webhook`` and ``tessera
-allocator`` under gunicorn (tessera/worker.py), over TLS on loopback.
+"""Body caps on the real servers (issue 9, item 5): ``tessera webhook`` on gunicorn and
+``tessera allocator`` on granian, over TLS on loopback.
 
 gunicorn decodes chunked transfer encoding itself and tells the app so
 (``wsgi.input_terminated``); Werkzeug then wraps the input in a stream that silently stops at
 the cap. A chunked review of 6 MiB whose first bytes are a valid review followed by spaces was
-read as the valid review and admitted. Over the cap must be 413, chunked or not.
+read as the valid review and admitted. Over the cap must be 413, chunked or not, and both
+servers refuse it with the one body policy's answer (tessera/serving/policy.py).
 """
 
 from __future__ import annotations
@@ -181,8 +182,11 @@ def test_a_chunked_extender_body_over_the_cap_is_413(
 
     status, answer = post_reading_early(server.port, ca_file, "/scheduler/filter", args,
                                         6 * ALLOCATOR_CAP)
-    assert (status, answer) == (413, {"Error": f"request body larger than {ALLOCATOR_CAP} "
-                                               "bytes"})
+    assert (status, answer) == (413, {"code": 413, "message": "request body larger than "
+                                                              f"{ALLOCATOR_CAP} bytes"})
+    status, _ = post_reading_early(server.port, ca_file, "/scheduler/filter", args,
+                                   2 * ALLOCATOR_CAP, chunked=False)
+    assert status == 413
 
     under = _post(client, server.url("/scheduler/filter"), chunks(args, ALLOCATOR_CAP // 2))
     assert under.status_code == 200

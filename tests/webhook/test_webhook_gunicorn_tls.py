@@ -1,8 +1,8 @@
 """The real server: ``tessera webhook`` (gunicorn, our asyncio worker) over TLS on loopback.
 
 Rotation: the service loads the certificate files again at the first handshake after they
-changed (tessera/transport.py). So after the files are replaced, a NEW connection must be
-served the NEW certificate, without a restart.
+changed (tessera/serving/gunicorn/handshakes.py). So after the files are replaced, a NEW
+connection must be served the NEW certificate, without a restart.
 """
 
 from __future__ import annotations
@@ -115,7 +115,9 @@ def start(command: list[str], env: dict[str, str], port: int, log: Path,
         try:
             if ready.get(server.url("/healthz", scheme), timeout=2).status_code == 200:
                 return server
-        except requests.ConnectionError:
+        except (requests.ConnectionError, requests.Timeout):
+            # not listening yet, or listening before its worker has booted (on a busy
+            # machine longer than the probe's timeout); bounded by the deadline
             time.sleep(0.2)
     stop(server)
     pytest.fail(f"webhook did not come up within {START_DEADLINE_S}s:\n{server.logs()}")

@@ -26,7 +26,8 @@ from flask.testing import FlaskClient
 from tessera.dialects import Dialect, DialectConfig
 from tessera.quantity import parse_quantity
 from tessera.serving import ServingConfig
-from tessera.transport import WsgiBridge
+from tessera.serving.gunicorn.bridge import WsgiBridge
+from tessera.serving.policy import BodyPolicy
 from tessera.vocabulary import ConfigError, Vocabulary, decode_request
 from webhook import admission
 from webhook.app import create_app
@@ -506,10 +507,10 @@ def test_admissions_are_logged_with_the_pods_identity(
 
 
 def test_admission_is_answered_in_the_servers_event_loop_as_through_flask(app: Flask) -> None:
-    """The app declares /mutate inline (tessera.transport): the bridge answers it in its
-    event loop thread, with the same review Flask gives."""
+    """The app declares /mutate inline (tessera.serving.gunicorn.bridge): the bridge answers
+    it in its event loop thread, with the same review Flask gives."""
     review = json.dumps(make_review(load_example("aliyun-gpu-mem.yaml"), uid="u-inline")).encode()
-    bridge = WsgiBridge(app, threads=1, max_body_bytes=CONFIG.max_body_bytes)
+    bridge = WsgiBridge(app, threads=1, body=BodyPolicy(CONFIG.max_body_bytes))
     assert bridge.inline_paths == {"/mutate"}
     sent: list[dict[str, Any]] = []
 

@@ -1,4 +1,4 @@
-"""What the webhook and the allocator share to be configured and served (pure, but for gunicorn).
+"""What the webhook and the allocator share to be configured: listener, TLS files, flags.
 
 Both services read ``TESSERA_*`` environment variables into one frozen value and refuse to start
 with a :class:`~tessera.vocabulary.ConfigError` that names *every* problem at once (one round
@@ -15,9 +15,9 @@ Pieces:
 - :func:`add_env_flags` / :func:`env_with_flags`: flags over environment; the dialect
   variables both services accept (:data:`DIALECT_FLAGS`, :data:`DIALECT_ENV_HELP`).
 - :func:`start`: configuration read at start (a problem is printed, exit status 2), logging set.
-- :func:`gunicorn_options` and :func:`serve`: gunicorn's asyncio worker with our WSGI bridge
-  and certificate files, run programmatically (why, and how rotated certificates reach new
-  connections: :mod:`tessera.transport`).
+
+The servers that serve this configuration: :mod:`tessera.serving.gunicorn` (the webhook) and
+:mod:`tessera.serving.granian` (the allocator).
 """
 
 from __future__ import annotations
@@ -28,9 +28,10 @@ import re
 import sys
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import Any, Final, Protocol, TypeVar
+from typing import Final, Protocol, TypeVar
 
-from tessera import logs, transport
+from tessera import logs
+from tessera.serving.tls import TlsFiles
 from tessera.vocabulary import ConfigError
 
 #: A Kubernetes object name (Lease, scheduler): lowercase, digits, '-' and '.', at most 253.
@@ -48,7 +49,7 @@ T = TypeVar("T")
 
 @dataclass(frozen=True)
 class ServingConfig:
-    """Where and how one service listens: address, TLS files, gunicorn threads/workers."""
+    """Where and how one service listens: address, TLS files, request threads, workers."""
 
     host: str = "0.0.0.0"
     port: int = 8443
@@ -62,12 +63,19 @@ class ServingConfig:
 
     @property
     def bind(self) -> str:
-        """gunicorn's bind address; an IPv6 host goes in brackets."""
+        """``host:port``; an IPv6 host goes in brackets."""
         return f"[{self.host}]:{self.port}" if ":" in self.host else f"{self.host}:{self.port}"
+
+    def tls_files(self) -> TlsFiles | None:
+        """The files to serve HTTPS with; None (plain HTTP) unless a certificate and a key
+        are both given."""
+        if self.tls_cert and self.tls_key:
+            return TlsFiles(self.tls_cert, self.tls_key, self.tls_client_ca)
+        return None
 
     def missing_tls_files(self) -> list[str]:
         """A problem per given TLS file that does not exist (checked at start so a typo is a
-        clear error, not a crash loop inside gunicorn's worker boot)."""
+        clear error, not a crash loop inside a server's worker boot)."""
         return [
             f"TLS {label} file {path!r} does not exist"
             for label, path in (
@@ -262,69 +270,3 @@ def start(command: str, read: Callable[[], S]) -> S | None:
         return None
     logs.configure(config.serving.log_level)
     return config
-
-
-def gunicorn_options(
-    serving: ServingConfig,
-    *,
-    proc_name: str,
-    keepalive: int,
-    timeout: int = 30,
-    graceful_timeout: int = 10,
-    workers: int | None = None,
-) -> dict[str, Any]:
-    """gunicorn settings for the asyncio worker (:mod:`tessera.transport`); ``workers``
-    overrides ``serving.workers``. With a certificate, HTTPS; with a client CA too, a client
-    certificate is required. Request threads are the bridge's (:func:`serve`), not gunicorn's.
-    """
-    options: dict[str, Any] = {
-        "bind": [serving.bind],
-        "workers": serving.workers if workers is None else workers,
-        "worker_class": transport.WORKER_CLASS,
-        # uvloop: the worker's event loop and TLS transport in Cython instead of asyncio's
-        # pure-Python ones (allocator CPU per verb: docs/benchmarks.md).
-        "asgi_loop": "uvloop",
-        "threads": 1,
-        "proc_name": proc_name,
-        "loglevel": serving.log_level.lower(),
-        "logger_class": "tessera.logs.GunicornLogger",
-        "accesslog": None,
-        "errorlog": "-",
-        "timeout": timeout,
-        "graceful_timeout": graceful_timeout,
-        "keepalive": keepalive,
-        # gunicorn's control socket defaults to one path per user ($HOME/.gunicorn), shared by
-        # every instance on the host; nothing of ours uses it.
-        "control_socket_disable": True,
-        # the event loop waits for the GIL at most this long (transport.GIL_SWITCH_SECONDS)
-        "post_worker_init": transport.hand_over_the_gil_often,
-    }
-    if serving.tls_cert and serving.tls_key:
-        options["certfile"] = serving.tls_cert
-        options["keyfile"] = serving.tls_key
-        options["ssl_context"] = transport.CertificateFiles(
-            serving.tls_cert, serving.tls_key, serving.tls_client_ca)
-    return options
-
-
-def serve(app_factory: Callable[[], Any], options: Mapping[str, Any], *, threads: int,
-          max_body_bytes: int) -> None:
-    """Run gunicorn's arbiter in this process with ``options`` (it ends the process with
-    ``sys.exit`` when it halts: gunicorn/arbiter.py ``Arbiter.halt()``).
-
-    ``app_factory`` (a WSGI app) is called by ``load()`` in each worker after fork, so threads
-    and API connections the app starts belong to the worker, not to the arbiter; it is served
-    through :class:`~tessera.transport.WsgiBridge` with ``threads`` request threads and bodies
-    of at most ``max_body_bytes``."""
-    from gunicorn.app.base import BaseApplication
-
-    class Server(BaseApplication):  # type: ignore[misc]  # gunicorn ships no types
-        def load_config(self) -> None:
-            for key, value in options.items():
-                self.cfg.set(key, value)
-
-        def load(self) -> Any:
-            return transport.WsgiBridge(app_factory(), threads=threads,
-                                        max_body_bytes=max_body_bytes)
-
-    Server().run()

@@ -1,0 +1,37 @@
+"""What a dev cluster runs: which of Tessera's services, with which flags and vocabulary, and
+kube-scheduler's configuration changes (:class:`Options`)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from devcluster import DevClusterError
+from tessera.vocabulary import Vocabulary
+
+
+@dataclass(frozen=True)
+class Options:
+    #: Start Tessera's webhook and register it; False = plain control plane.
+    webhook: bool = True
+    #: Start Tessera's allocator and give kube-scheduler its extender entry.
+    allocator: bool = True
+    vocabulary: Vocabulary = field(default_factory=Vocabulary)
+    #: Extra flags for ``tessera allocator`` (e.g. a placement policy).
+    allocator_args: tuple[str, ...] = ()
+    #: Extra flags for ``tessera webhook``.
+    webhook_args: tuple[str, ...] = ()
+    #: The allocator's RBAC documents (default: manifests/base/allocator-rbac.yaml).
+    allocator_rbac: Path | None = None
+    #: Keep the shipped configuration's entry that scores CPU-only pods; False deletes it, as
+    #: a cluster that turns it off does (docs/deploy.md).
+    score_cpu_only_pods: bool = True
+    #: kube-scheduler's ``percentageOfNodesToScore`` instead of the shipped 100 (0: its
+    #: adaptive default; docs/deploy.md says what less trades); None keeps the shipped value.
+    nodes_to_score: int | None = None
+
+    def __post_init__(self) -> None:
+        # kube-scheduler refuses a file outside 0-100: refused here, before any process starts
+        if self.nodes_to_score is not None and not 0 <= self.nodes_to_score <= 100:
+            raise DevClusterError("percentageOfNodesToScore is 0-100 (0: adaptive), not "
+                                  f"{self.nodes_to_score}")
