@@ -72,6 +72,9 @@ class Unfit:
 
 FitResult = Placement | Unfit
 
+#: Placing a pod ran out of attempts: the node kept changing under it.
+NODE_CHANGING = Unfit("it changed too often to reserve cards; retry")
+
 
 def unfit_reason(request: PodRequest, node: NodeState) -> Unfit | None:
     """None when the whole pod fits the node, else why not (the first cause found).
@@ -297,3 +300,23 @@ def _best_step(
     # candidate always exists here; anything else is a bug worth failing loudly on.
     assert best is not None, "placement search lost a feasible placement"
     return best[1], best[2]
+
+
+def place_and_keep(request: PodRequest, node: Callable[[], tuple[NodeState, int] | None],
+                   chooser: Chooser, pod_uid: str, keep: Callable[[Allocation, int], bool],
+                   attempts: int) -> Allocation | Unfit | None:
+    """Place the pod on the ``node`` as it is now (its state and version) and ``keep`` the
+    allocation there (a reservation or a hold, told the version it was placed on), placing
+    again when ``keep`` says the node changed meanwhile. The allocation kept; why the pod does
+    not fit (or :data:`NODE_CHANGING` when ``attempts`` ran out); None for a node unknown."""
+    for _attempt in range(attempts):
+        now = node()
+        if now is None:
+            return None
+        placed = place(request, now[0], chooser, pod_uid=pod_uid)
+        if isinstance(placed, Unfit):
+            return placed
+        allocation = placed.allocation(pod_uid, 0.0)
+        if keep(allocation, now[1]):
+            return allocation
+    return NODE_CHANGING

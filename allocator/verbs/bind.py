@@ -20,14 +20,15 @@ from __future__ import annotations
 import logging
 from collections.abc import Mapping
 from dataclasses import dataclass, replace
+from functools import partial
 from typing import TYPE_CHECKING, Final
 
 from allocator import agents
 from allocator.errors import ApiError, BindError, Conflict, NotFound, describe_error
 from allocator.picture.records import Stage
 from allocator.ports import Obj
-from allocator.ranking.fit import Unfit
-from allocator.ranking.policies import Policy
+from allocator.ranking.fit import Unfit, place_and_keep
+from allocator.ranking.policies import Policy, chooser
 from allocator.verbs.decisions import PodRef
 from allocator.verbs.pods import Requests, pod_key
 from tessera.logs import pod_context
@@ -159,8 +160,8 @@ def _claim_or_reserve(a: Allocator, ref: PodRef, pod: Obj, request: PodRequest,
 
     ctx, requests = a.placing_inputs(request, pod)
     with a.state.node_lock(node):
-        kept = a.place_and_keep(request, policy, ctx, requests, ref.uid, node, reserve,
-                                RESERVE_PLACEMENTS)
+        kept = place_and_keep(request, partial(a.node_now, node), chooser(policy, ctx),
+                              ref.uid, partial(reserve, requests=requests), RESERVE_PLACEMENTS)
     if kept is None:
         raise BindError(f"node {node} is unknown to the GPU allocator")
     if isinstance(kept, Unfit):

@@ -21,7 +21,7 @@ from collections import OrderedDict
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from functools import partial
-from typing import Any, Final
+from typing import Any
 
 from allocator import agents
 from allocator.errors import NotReady
@@ -31,7 +31,6 @@ from allocator.ports import KubeApi, Obj
 from allocator.ranking.cards import NodeState
 from allocator.ranking.content_memo import NodeContents
 from allocator.ranking.fast import FastRanker
-from allocator.ranking.fit import Unfit, place
 from allocator.ranking.mix import LiveMix
 from allocator.ranking.policies import (
     DEFAULT_POLICY,
@@ -39,7 +38,6 @@ from allocator.ranking.policies import (
     Policy,
     PolicyContext,
     Workload,
-    chooser,
     get_policy,
 )
 from allocator.ranking.port import Ranker
@@ -53,15 +51,12 @@ from allocator.verbs.pods import Requests, pod_cpu_milli, pod_key, requests_or_z
 from allocator.verbs.requeue import RequeueOnRelease
 from tessera.dialects import DialectConfig, read_pod_request
 from tessera.vocabulary import (
-    Allocation,
     CodecError,
     PodRequest,
     RequestError,
     Vocabulary,
 )
 
-#: Placing a pod ran out of attempts: the node kept changing under it.
-NODE_CHANGING: Final = Unfit("it changed too often to reserve cards; retry")
 #: Pods remembered from filter for their bind (kube-scheduler binds within seconds).
 RECENT_PODS = 1024
 #: How long filter's choice for a pod stays held for its bind (:mod:`allocator.verbs.filter`):
@@ -266,6 +261,11 @@ class Allocator:
                 self.observe(pod, request)
 
     # ------------------------------------------------------------------ placing
+    def node_now(self, node: str) -> tuple[NodeState, int] | None:
+        """The node's state and version now (None: unknown), to place a pod on."""
+        view = self.state.view(node)
+        return None if view is None else (view.state, view.version)
+
     def placing_inputs(self, request: PodRequest, pod: Mapping[str, Any]
                        ) -> tuple[PolicyContext, Requests]:
         """The policy's view of the pod, and its (milli-CPU, memory bytes) requests as a node
@@ -274,28 +274,6 @@ class Allocator:
         cpu_and_memory = requests_or_zero(pod)
         return (self.context(request, pod, cpu_and_memory[0]),
                 cpu_and_memory if self.config.node_resources else None)
-
-    def place_and_keep(self, request: PodRequest, policy: Policy, ctx: PolicyContext,
-                       requests: Requests, uid: str, node: str,
-                       keep: Callable[[Allocation, int, Requests], bool], attempts: int
-                       ) -> Allocation | Unfit | None:
-        """Place the pod on ``node`` with its policy and ``keep`` the allocation there (a
-        reservation or a hold, given the node's version it was placed on and the pod's
-        ``requests``), placing again when ``keep`` says the node changed meanwhile. The
-        allocation kept; why the pod does not fit (or :data:`NODE_CHANGING` when ``attempts``
-        ran out); None for a node unknown."""
-        choose = chooser(policy, ctx)
-        for _attempt in range(attempts):
-            view = self.state.view(node)
-            if view is None:
-                return None
-            placed = place(request, view.state, choose, pod_uid=uid)
-            if isinstance(placed, Unfit):
-                return placed
-            allocation = placed.allocation(uid, 0.0)
-            if keep(allocation, view.version, requests):
-                return allocation
-        return NODE_CHANGING
 
 
 def node_states(state: ClusterState, names: Sequence[str]) -> list[NodeState | None]:

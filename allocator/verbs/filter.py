@@ -32,11 +32,12 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from functools import cache
+from functools import cache, partial
 from typing import TYPE_CHECKING, Any, Final
 
 from allocator.errors import event_safe
-from allocator.ranking.policies import PolicyContext
+from allocator.ranking.fit import place_and_keep
+from allocator.ranking.policies import PolicyContext, chooser
 from allocator.ranking.port import Nodes
 from allocator.verbs.decisions import PodRef
 from allocator.verbs.pods import Requests, uid_of
@@ -155,5 +156,5 @@ def _hold(a: Allocator, pod: Mapping[str, Any], request: PodRequest, node: str,
         return a.state.hold(uid, meta.get("namespace", ""), meta.get("name", ""),
                             allocation, version, requests, until=until, made_for=request)
 
-    a.place_and_keep(request, a.policy_for(request), ctx, requests, uid, node, hold,
-                     HOLD_PLACEMENTS)
+    place_and_keep(request, partial(a.node_now, node), chooser(a.policy_for(request), ctx),
+                   uid, partial(hold, requests=requests), HOLD_PLACEMENTS)

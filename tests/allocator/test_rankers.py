@@ -36,7 +36,7 @@ def _bound(uid: str, node: str, cpu: int, *containers: ContainerAllocation) -> d
     return pod
 
 
-def _cluster(rng: random.Random, policy: str) -> Runtime:
+def _cluster(rng: random.Random, policy: str, hold_seconds: float = 0.0) -> Runtime:
     """12-30 nodes of 1-8 cards of two models and sizes, random usage and free CPU; many
     alike (few sizes), so contents are shared."""
     fake = FakeKube()
@@ -54,7 +54,8 @@ def _cluster(rng: random.Random, policy: str) -> Runtime:
             elif isinstance(pick, int):
                 fake.add_pod(_bound(uid, node, rng.choice([1, 4, 16]), ContainerAllocation(
                     "c", (card,), core_percent=pick, memory_mib=memory * pick // 200)))
-    _, rt = make_app(fake, core=AllocatorConfig(default_policy=policy, hold_seconds=0))
+    _, rt = make_app(fake, core=AllocatorConfig(default_policy=policy,
+                                                hold_seconds=hold_seconds))
     rt.allocator.mix = LiveMix(refresh=1)
     for k in range(20):  # a workload mix of GPU pods with several CPU requests
         req = _request(rng)
@@ -146,3 +147,23 @@ def test_best_known_is_the_best_of_the_asked_nodes(policy_name: str, seed: int) 
             continue
         fitting = plain.fit(req, names, explain_when_some_fit=False).nodes
         assert known == plain.best(req, policy, ctx, fitting), (seed, i)
+
+
+@pytest.mark.parametrize("policy_name", ["fgd-cpu", "binpack", "random"])
+def test_the_verbs_answer_alike_over_either_ranker(policy_name: str) -> None:
+    """Filter (with its holds, pod after pod) and prioritize over the plain ranker answer as
+    over the fast one, on two copies of one cluster."""
+    fast_rt = _cluster(random.Random(f"verbs-{policy_name}"), policy_name, hold_seconds=15)
+    plain_rt = _cluster(random.Random(f"verbs-{policy_name}"), policy_name, hold_seconds=15)
+    plain_rt.allocator.ranker = PlainRanker(partial(node_states, plain_rt.state),
+                                            facts=plain_rt.state.resources.view())
+    rng = random.Random(policy_name)
+    everyone = fast_rt.state.node_names()
+    assert everyone == plain_rt.state.node_names()
+    for i in range(30):
+        names = rng.sample(everyone, rng.randint(1, len(everyone)))
+        req = _request(rng, policy_name)
+        pod = make_gpu_pod(f"p{i}", req, uid=f"u{i}")
+        assert fast_rt.allocator.filter(pod, names) == plain_rt.allocator.filter(pod, names), i
+        assert fast_rt.allocator.scores(pod, names) == plain_rt.allocator.scores(pod, names), i
+    assert fast_rt.state.comparable() == plain_rt.state.comparable()  # the same holds
