@@ -46,6 +46,9 @@ class Options:
     #: kube-scheduler's ``percentageOfNodesToScore`` instead of the shipped 100 (0: its
     #: adaptive default; docs/deploy.md says what less trades); None keeps the shipped value.
     nodes_to_score: int | None = None
+    #: Run the webhook and the allocator from this built image (REPOSITORY:TAG) as the chart
+    #: deploys them (devcluster/containers.py) instead of as subprocesses; both always run.
+    image: str | None = None
 
     def __post_init__(self) -> None:
         # kube-scheduler refuses a file outside 0-100: refused here, before any process starts
@@ -125,9 +128,14 @@ class DevCluster:
                 self.add_nodes(list(nodes))
             extender = None
             if self.options.webhook or self.options.allocator:
-                from devcluster.services import Services
+                if self.options.image is not None:
+                    from devcluster.containers import ContainerServices
 
-                self.services = Services(self)
+                    self.services = ContainerServices(self, self.options.image)
+                else:
+                    from devcluster.services import Services
+
+                    self.services = Services(self)
                 self.services.start()
                 if self.options.allocator:
                     extender = self.services.extender_address()
