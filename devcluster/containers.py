@@ -328,9 +328,11 @@ class ContainerServices:
                 "127.0.0.1:8443": f"127.0.0.1:{port}"}
 
     def container_spec(self, name: str) -> Doc:
-        (container,) = pod_spec(one(self.docs, "Deployment", name))["containers"]
-        spec: Doc = container
-        return spec
+        """The one container of Deployment ``name``, as rendered."""
+        containers: list[Doc] = pod_spec(one(self.docs, "Deployment", name))["containers"]
+        if len(containers) != 1:
+            raise DevClusterError(f"{name} has {len(containers)} containers; the chart has one")
+        return containers[0]
 
     def start_deployment(self, name: str) -> None:
         workload = one(self.docs, "Deployment", name)

@@ -20,12 +20,14 @@ the runtime may not raise a limit).
 
 from __future__ import annotations
 
+import fcntl
 import hashlib
 import json
 import re
 import resource
 import shutil
 import subprocess
+import sys
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
@@ -202,15 +204,24 @@ def named_paths(sections: dict[str, dict[str, str]]) -> list[Path]:
 
 
 def _host_pip_listing() -> str:
-    import sys
-
     return _run([sys.executable, "-m", "pip", "config", "list"], "pip config list", 60)
 
 
 # ---------------------------------------------------------------------- the image
 def build_image(podman: Podman, tag: str, log_dir: Path) -> str:
-    """``podman build`` of the repository's Dockerfile on the stand-in base, tagged ``tag``."""
-    base = ensure_base(podman, log_dir)
+    """``podman build`` of the repository's Dockerfile on the stand-in base, tagged ``tag``.
+
+    One build at a time on a machine: two test runs share the cached base and the tag."""
+    lock_path = cache_root() / "image.lock"
+    lock_path.parent.mkdir(parents=True, exist_ok=True)
+    with lock_path.open("w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        base = ensure_base(podman, log_dir)
+        _build(podman, base, tag, log_dir)
+    return tag
+
+
+def _build(podman: Podman, base: str, tag: str, log_dir: Path) -> None:
     sections = pip_settings(_host_pip_listing())
     with tempfile.TemporaryDirectory(prefix="tessera-pip-") as tmp:
         conf = Path(tmp) / "pip.conf"
@@ -221,5 +232,4 @@ def build_image(podman: Podman, tag: str, log_dir: Path) -> str:
                             f"--build-arg=PYTHON_IMAGE={base}", f"--tag={tag}",
                             f"--file={repo_root() / 'Dockerfile'}", str(repo_root())),
              "podman build", log=log_dir / "podman-build.log")
-    return tag
 

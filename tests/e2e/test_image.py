@@ -31,6 +31,7 @@ from devcluster.checks import admission_problems, allocation_problems
 from devcluster.cluster import DevCluster, Options
 from devcluster.containers import NAMESPACE, ContainerServices
 from devcluster.image import Podman, build_image
+from devcluster.kubelet import memory_bytes
 from devcluster.nodes import GpuNodeSpec, uniform
 from devcluster.process import wait_until
 from devcluster.workloads import container, get_object, make_pod, wait_for
@@ -83,10 +84,13 @@ try:
 except OSError as exc:
     write = errno.errorcode[exc.errno]
 tls = sorted(n for n in os.listdir("/etc/tessera/tls") if not n.startswith(".."))
+limit = "/sys/fs/cgroup/memory/memory.limit_in_bytes"  # cgroup v1; v2 names it memory.max
+limit = limit if os.path.exists(limit) else "/sys/fs/cgroup/memory.max"
 print(json.dumps({"uid": status["Uid"].split(), "gid": status["Gid"].split(),
                   "cap_eff": status["CapEff"], "cap_bnd": status["CapBnd"],
                   "no_new_privs": status["NoNewPrivs"], "write_root": write,
                   "tmp_writable": os.access("/tmp", os.W_OK), "tls": tls,
+                  "memory_limit": open(limit).read().strip(),
                   "argv": open("/proc/1/cmdline").read().split("\\0")[1:3]}))
 """
 
@@ -103,6 +107,8 @@ def test_each_service_runs_as_its_deployment_says(services: ContainerServices,
     assert seen["write_root"] == "EROFS"
     assert seen["tmp_writable"] is True  # the chart's emptyDir for gunicorn's heartbeat
     assert seen["tls"] == ["ca.crt", "tls.crt", "tls.key"]
+    limit = services.container_spec(deployment)["resources"]["limits"]["memory"]
+    assert int(seen["memory_limit"]) == memory_bytes(limit)
     # The image's ENTRYPOINT (the tessera console script) with the Deployment's subcommand.
     assert seen["argv"][0].endswith("/tessera")
     assert seen["argv"][1] == deployment.removeprefix("tessera-")
