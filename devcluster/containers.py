@@ -202,7 +202,8 @@ class ContainerServices:
     # ------------------------------------------------------------------ lifecycle
     def start(self) -> None:
         self.docs = self.render()
-        self.apply([d for d in self.docs if d["kind"] in APPLIED_KINDS])
+        self.apply([d for d in self.docs if d["kind"] in APPLIED_KINDS],
+                   f"https://127.0.0.1:{self.port('tessera-webhook')}")
         Services(self.cluster).install_pod_keys_policy()
         job = self.run_job(one(self.docs, "Job", "tessera-certs"), f"--days={LEAF_DAYS}",
                            "--renew-before-days=5")
@@ -227,13 +228,12 @@ class ContainerServices:
             raise DevClusterError(f"helm template failed: {result.stderr}")
         return [d for d in yaml.safe_load_all(result.stdout) if d]
 
-    def apply(self, docs: list[Doc]) -> None:
-        self.ports["tessera-webhook"] = free_port()
+    def apply(self, docs: list[Doc], webhook_url: str) -> None:
+        """``docs`` applied server-side, the webhook registration pointed at ``webhook_url``."""
         localised = []
         for doc in docs:
             if doc["kind"] == "MutatingWebhookConfiguration":
-                doc = webhook_configuration(
-                    doc, f"https://127.0.0.1:{self.ports['tessera-webhook']}", b"")
+                doc = webhook_configuration(doc, webhook_url, b"")
                 for hook in doc["webhooks"]:
                     del hook["clientConfig"]["caBundle"]  # the certs Job sets it
             localised.append(doc)
@@ -322,8 +322,12 @@ class ContainerServices:
         return result
 
     # ------------------------------------------------------------------ the Deployments
+    def port(self, name: str) -> int:
+        """The loopback port Deployment ``name`` listens on here, in place of 8443."""
+        return self.ports.setdefault(name, free_port())
+
     def replacements(self, name: str) -> dict[str, str]:
-        port = self.ports.setdefault(name, free_port())
+        port = self.port(name)
         return {"--host=0.0.0.0": "--host=127.0.0.1", "--port=8443": f"--port={port}",
                 "127.0.0.1:8443": f"127.0.0.1:{port}"}
 
@@ -364,7 +368,7 @@ class ContainerServices:
             raise DevClusterError(f"{name} has no {kind}")
         scheme, path, _ = http
         context = ssl.create_default_context(cadata=self.ca().cert_pem.decode())
-        url = f"{scheme}://127.0.0.1:{self.ports[name]}{path}"
+        url = f"{scheme}://127.0.0.1:{self.port(name)}{path}"
         try:
             with urllib.request.urlopen(url, context=context, timeout=3) as resp:
                 return bool(200 <= resp.status < 400)
@@ -378,6 +382,6 @@ class ContainerServices:
         server_name = shipped["extenders"][0]["tlsConfig"]["serverName"]
         client = self.read_secret("tessera-scheduler-client-tls")
         return ExtenderAddress(
-            f"https://127.0.0.1:{self.ports['tessera-allocator']}",
+            f"https://127.0.0.1:{self.port('tessera-allocator')}",
             tls_data(client["ca.crt"], KeyPair(client["tls.crt"], client["tls.key"]),
                      server_name))

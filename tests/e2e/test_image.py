@@ -194,7 +194,7 @@ def served_serial(services: ContainerServices, deployment: str) -> int | None:
     context.load_cert_chain(str(client / "tls.crt"), str(client / "tls.key"))
     context.check_hostname = False
     try:
-        with socket.create_connection(("127.0.0.1", services.ports[deployment]), timeout=5) \
+        with socket.create_connection(("127.0.0.1", services.port(deployment)), timeout=5) \
                 as raw, context.wrap_socket(raw) as tls:
             der = tls.getpeercert(binary_form=True)
     except OSError:
