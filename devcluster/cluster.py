@@ -131,7 +131,8 @@ class DevCluster:
                 if self.options.image is not None:
                     from devcluster.containers import ContainerServices
 
-                    self.services = ContainerServices(self, self.options.image)
+                    self.services = ContainerServices(self.control_plane, self.options,
+                                                      lambda: self.api_client)
                 else:
                     from devcluster.services import Services
 

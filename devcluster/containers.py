@@ -4,10 +4,10 @@ The alternative to :class:`devcluster.services.Services` (subprocesses) when the
 options name an image (``Options.image``). The chart (charts/tessera, self-signed TLS) is
 rendered with ``helm template`` for that image, and:
 
-* its identities (namespace, ServiceAccounts, RBAC) and its MutatingWebhookConfiguration are
-  applied unchanged but for the webhook's ``clientConfig``: ``url: https://127.0.0.1:<port>``
-  (no cluster network here; a Service would send the API server to a ClusterIP off this
-  machine). The shipped pod-keys policy is installed as for the subprocess services;
+* its identities (namespace, ServiceAccounts, RBAC), its pod-keys policy and its
+  MutatingWebhookConfiguration are applied unchanged but for the webhook's ``clientConfig``:
+  ``url: https://127.0.0.1:<port>`` (no cluster network here; a Service would send the API
+  server to a ClusterIP off this machine);
 * the certs Job's container runs in the image (its ServiceAccount's token at the kubelet's
   path) and creates the CA, the leaf Secrets and the webhook's caBundle;
 * the webhook and allocator Deployments' containers run in the image with podman
@@ -35,7 +35,7 @@ import ssl
 import subprocess
 import time
 import urllib.request
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -46,6 +46,7 @@ from devcluster import DevClusterError
 from devcluster.binaries import repo_root
 from devcluster.controlplane import (
     SCHEDULER_CONFIG,
+    ControlPlane,
     ExtenderAddress,
     load_scheduler_configuration,
     tls_data,
@@ -53,10 +54,10 @@ from devcluster.controlplane import (
 from devcluster.image import Podman, ulimits
 from devcluster.kubelet import ContainerRun, PodContext, container_run, exec_probe, http_probe
 from devcluster.process import ManagedProcess, free_port, wait_until
-from devcluster.services import Services, webhook_configuration
+from devcluster.services import webhook_configuration
 
 if TYPE_CHECKING:
-    from devcluster.cluster import DevCluster
+    from devcluster.cluster import Options
 
 logger = logging.getLogger(__name__)
 
@@ -65,7 +66,8 @@ CHART = Path("charts/tessera")
 #: The objects of the chart applied to the API server; the workloads run in podman instead
 #: (Deployments, the Job) or are never started (CronJob: its command is run on demand).
 APPLIED_KINDS = frozenset({"Namespace", "ServiceAccount", "ClusterRole", "ClusterRoleBinding",
-                           "Role", "RoleBinding", "MutatingWebhookConfiguration"})
+                           "Role", "RoleBinding", "MutatingWebhookConfiguration",
+                           "ValidatingAdmissionPolicy", "ValidatingAdmissionPolicyBinding"})
 START_TIMEOUT = 120.0
 TOKEN_SECONDS = 48 * 3600
 #: A Job's container finishes within the chart's activeDeadlineSeconds.
@@ -178,9 +180,14 @@ def _no_proxy_env() -> dict[str, str]:
 class ContainerServices:
     """The chart's webhook and allocator in containers; the certs Job's command in one."""
 
-    def __init__(self, cluster: DevCluster, image: str) -> None:
-        self.cluster = cluster
-        self.image = image
+    def __init__(self, control_plane: ControlPlane, options: Options,
+                 api_client: Callable[[], Any]) -> None:
+        if options.image is None:
+            raise DevClusterError("ContainerServices runs an image: Options.image is unset")
+        self.control_plane = control_plane
+        self.options = options
+        self.image = options.image
+        self._api_client = api_client
         self.podman = Podman.find()
         self.docs: list[Doc] = []
         self.containers: dict[str, Container] = {}
@@ -192,19 +199,22 @@ class ContainerServices:
 
     @property
     def _cp(self) -> Any:
-        return self.cluster.control_plane
+        return self.control_plane
+
+    @property
+    def api_client(self) -> Any:
+        return self._api_client()
 
     @property
     def workdir(self) -> Path:
-        path: Path = self.cluster.workdir / "containers"
-        return path
+        return self.control_plane.workdir / "containers"
 
     # ------------------------------------------------------------------ lifecycle
     def start(self) -> None:
         self.docs = self.render()
         self.apply([d for d in self.docs if d["kind"] in APPLIED_KINDS],
                    f"https://127.0.0.1:{self.port('tessera-webhook')}")
-        Services(self.cluster).install_pod_keys_policy()
+        self.wait_for_pod_keys_policy()
         job = self.run_job(one(self.docs, "Job", "tessera-certs"), f"--days={LEAF_DAYS}",
                            "--renew-before-days=5")
         if job.returncode != 0:
@@ -221,7 +231,7 @@ class ContainerServices:
     # ------------------------------------------------------------------ the chart
     def render(self) -> list[Doc]:
         result = subprocess.run(
-            [str(self.cluster.binaries.helm), "template", "tessera", str(repo_root() / CHART),
+            [str(self.control_plane.binaries.helm), "template", "tessera", str(repo_root() / CHART),
              f"--namespace={NAMESPACE}", *image_values(self.image)],
             capture_output=True, text=True, check=False, timeout=120)
         if result.returncode != 0:
@@ -238,12 +248,36 @@ class ContainerServices:
                     del hook["clientConfig"]["caBundle"]  # the certs Job sets it
             localised.append(doc)
         result = subprocess.run(
-            [str(self.cluster.binaries.kubectl), f"--kubeconfig={self.cluster.kubeconfig}",
+            [str(self.control_plane.binaries.kubectl),
+             f"--kubeconfig={self.control_plane.admin_kubeconfig}",
              "apply", "--server-side", "--filename=-"],
             input=yaml.safe_dump_all(localised), capture_output=True, text=True, check=False,
             timeout=120, env=_no_proxy_env())
         if result.returncode != 0:
             raise DevClusterError(f"applying the chart's objects failed: {result.stderr}")
+
+    def wait_for_pod_keys_policy(self) -> None:
+        """Returns once the API server enforces the chart's pod-keys policy (policies load
+        asynchronously): a dry-run pod that forges the allocation annotation is refused."""
+        from kubernetes import client
+        from kubernetes.client.exceptions import ApiException
+
+        core: Any = client.CoreV1Api(self.api_client)
+        forged = {
+            "apiVersion": "v1", "kind": "Pod",
+            "metadata": {"generateName": "forged-",
+                         "annotations": {self.options.vocabulary.allocation_annotation: "{}"}},
+            "spec": {"containers": [{"name": "c", "image": "busybox"}]},
+        }
+
+        def enforced() -> bool:
+            try:
+                core.create_namespaced_pod("default", forged, dry_run="All")
+            except ApiException as exc:
+                return exc.status in (400, 403, 422)
+            return False
+
+        wait_until("the pod keys policy enforced", enforced, START_TIMEOUT)
 
     def service_account(self, name: str) -> Path:
         """The kubelet's projected ServiceAccount volume: a token (TokenRequest), the API
@@ -251,7 +285,7 @@ class ContainerServices:
         if name not in self._service_accounts:
             from kubernetes import client
 
-            core: Any = client.CoreV1Api(self.cluster.api_client)
+            core: Any = client.CoreV1Api(self.api_client)
             token = core.create_namespaced_service_account_token(
                 name, NAMESPACE, {"spec": {"expirationSeconds": TOKEN_SECONDS}}).status.token
             volume = SecretVolume(self.workdir / "serviceaccount" / name)
@@ -288,7 +322,7 @@ class ContainerServices:
     def read_secret(self, name: str) -> dict[str, bytes]:
         from kubernetes import client
 
-        core: Any = client.CoreV1Api(self.cluster.api_client)
+        core: Any = client.CoreV1Api(self.api_client)
         data = core.read_namespaced_secret(name, NAMESPACE).data or {}
         return {k: base64.b64decode(v) for k, v in data.items()}
 
