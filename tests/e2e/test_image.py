@@ -16,6 +16,7 @@ first build would push the README's test command past half an hour on a fresh ma
 
 from __future__ import annotations
 
+import base64
 import json
 import socket
 import ssl
@@ -127,8 +128,6 @@ def test_the_certs_jobs_container_made_the_secrets_and_the_ca_bundle(
         assert leaf.issuer == x509.load_pem_x509_certificate(ca).subject
     admission: Any = client.AdmissionregistrationV1Api(cluster.api_client)
     mwc = admission.read_mutating_webhook_configuration("tessera")
-    import base64
-
     assert [base64.b64decode(h.client_config.ca_bundle) for h in mwc.webhooks] == \
         [ca] * len(mwc.webhooks)
 
