@@ -1,11 +1,16 @@
 # Tessera: one image for both services; the Deployments choose the subcommand
 # (`tessera webhook`, `tessera allocator`, `tessera certs ...`).
 #
-# No container engine runs on the project's machines: tests/deploy/test_dockerfile.py lints
-# this file with hadolint and runs the Deployments' entrypoint commands outside a container.
+# Built and run by tests/e2e/test_image.py (docs/deploy.md, "The image"), which passes
+# PYTHON_IMAGE: no image registry is reachable from the project's machines, so it builds a
+# stand-in for python:3.11-slim from Debian's packages (devcluster/image.py). Every other step
+# is the one users run.
+
+# The base of both stages: the official slim Python image unless a build argument says otherwise.
+ARG PYTHON_IMAGE=python:3.11-slim
 
 # ---- build: a virtualenv holding Tessera and its runtime dependencies only (no dev extras)
-FROM python:3.11-slim AS build
+FROM ${PYTHON_IMAGE} AS build
 
 ENV PIP_NO_CACHE_DIR=1 \
     PIP_DISABLE_PIP_VERSION_CHECK=1 \
@@ -26,7 +31,7 @@ RUN /opt/tessera/bin/pip install --no-compile . \
     && /opt/tessera/bin/python -m compileall -q /opt/tessera/lib
 
 # ---- runtime: the same slim base, the virtualenv, a non-root user, nothing else
-FROM python:3.11-slim
+FROM ${PYTHON_IMAGE}
 
 LABEL org.opencontainers.image.title="tessera" \
       org.opencontainers.image.description="Fractional GPUs for Kubernetes: admission webhook and scheduler extender" \

@@ -11,6 +11,7 @@ from typing import Any
 
 from devcluster import DevClusterError
 from devcluster.binaries import Binaries
+from devcluster.containers import ContainerServices
 from devcluster.controlplane import (
     SCHEDULER_CONFIG,
     ControlPlane,
@@ -99,8 +100,13 @@ class DevCluster:
                 self.add_nodes(list(nodes))
             extender = None
             if self.options.webhook or self.options.allocator:
-                services = self.services = Services(self.control_plane, self.options,
-                                                    lambda: self.api_client)
+                if self.options.image is not None:
+                    services: Services | ContainerServices = ContainerServices(
+                        self.control_plane, self.options, lambda: self.api_client)
+                else:
+                    services = Services(self.control_plane, self.options,
+                                        lambda: self.api_client)
+                self.services = services
                 services.start()
                 if self.options.allocator:
                     extender = services.extender_address()

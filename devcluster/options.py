@@ -29,6 +29,9 @@ class Options:
     #: kube-scheduler's ``percentageOfNodesToScore`` instead of the shipped 100 (0: its
     #: adaptive default; docs/deploy.md says what less trades); None keeps the shipped value.
     nodes_to_score: int | None = None
+    #: Run the webhook and the allocator from this built image (REPOSITORY:TAG) as the chart
+    #: deploys them (devcluster/containers.py) instead of as subprocesses; both always run.
+    image: str | None = None
 
     def __post_init__(self) -> None:
         # kube-scheduler refuses a file outside 0-100: refused here, before any process starts

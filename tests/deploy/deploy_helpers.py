@@ -9,15 +9,15 @@ from __future__ import annotations
 
 import base64
 import os
-import re
 import subprocess
 import sys
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
 import yaml
 
+from devcluster.kubelet import localise
 from devcluster.services import webhook_configuration
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -62,24 +62,6 @@ def container(workload: Doc, name: str | None = None) -> Doc:
         found: Doc = containers[0]
         return found
     return next(c for c in containers if c["name"] == name)
-
-
-def expand(text: str, env: Mapping[str, str]) -> str:
-    """``$(VAR)`` as the kubelet expands it in args (unknown variables are left as written)."""
-    return re.sub(r"\$\(([A-Za-z_][A-Za-z0-9_]*)\)", lambda m: env.get(m.group(1), m.group(0)),
-                  text)
-
-
-def localise(args: Iterable[str], replacements: Mapping[str, str],
-             env: Mapping[str, str] | None = None) -> list[str]:
-    """Shipped arguments with in-cluster addresses and paths replaced (exact substrings)."""
-    result = []
-    for arg in args:
-        arg = expand(arg, env or {})
-        for old, new in replacements.items():
-            arg = arg.replace(old, new)
-        result.append(arg)
-    return result
 
 
 def tessera_command() -> list[str]:

@@ -18,7 +18,6 @@ tessera/serving/granian/server.py).
 
 from __future__ import annotations
 
-import os
 import socket
 import ssl
 import subprocess
@@ -43,6 +42,7 @@ from deploy_helpers import (
 )
 
 from certs.builder import CertificateAuthority, build_leaf
+from devcluster.containers import SecretVolume
 from devcluster.controlplane import ControlPlane
 from devcluster.process import ManagedProcess, free_port, wait_until
 
@@ -62,31 +62,13 @@ def certs_files(ca: Path, out: Path, *extra: str) -> None:
     assert result.returncode == 0, result.stderr
 
 
-class SecretVolume:
-    """A directory updated the way the kubelet's AtomicWriter updates a Secret volume."""
-
-    def __init__(self, path: Path) -> None:
-        self.path = path
-        self.generation = 0
-
-    def publish(self, source: Path) -> None:
-        self.generation += 1
-        payload = self.path / f"..2026_01_01_00_00_00.{self.generation:06d}"
-        payload.mkdir(parents=True)
-        for name in ("tls.crt", "tls.key", "ca.crt"):
-            (payload / name).write_bytes((source / name).read_bytes())
-        tmp_link = self.path / "..data_tmp"
-        tmp_link.symlink_to(payload.name)
-        os.replace(tmp_link, self.path / "..data")  # the one atomic step
-        for name in ("tls.crt", "tls.key", "ca.crt"):
-            link = self.path / name
-            if not link.is_symlink():
-                link.symlink_to(f"..data/{name}")
-
-
 @pytest.fixture(scope="module")
 def rendered(kubectl: Path) -> list[Doc]:
     return kustomize(kubectl, MANIFESTS / "overlays" / "self-signed")
+
+
+def secret_files(directory: Path) -> dict[str, bytes]:
+    return {name: (directory / name).read_bytes() for name in ("tls.crt", "tls.key", "ca.crt")}
 
 
 def serial_of(path: Path) -> int:
@@ -131,12 +113,12 @@ def serving(request: pytest.FixtureRequest, rendered: list[Doc], tmp_path: Path,
     certs_files(ca, staging, "--days=20", "--renew-before-days=5")
     if style == "secret-volume":
         writer = SecretVolume(volume)
-        writer.publish(staging)
+        writer.publish(secret_files(staging))
         serve_dir = volume
 
         def rotate() -> None:
             certs_files(ca, staging)
-            writer.publish(staging)
+            writer.publish(secret_files(staging))
     else:
         serve_dir = staging
 

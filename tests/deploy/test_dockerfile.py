@@ -1,4 +1,5 @@
-"""The Dockerfile, checked without a container engine: hadolint, and what the image must be."""
+"""The Dockerfile, read: hadolint, and what the image must be (tests/e2e/test_image.py builds
+and runs it)."""
 
 from __future__ import annotations
 
@@ -57,9 +58,19 @@ def test_hadolint_would_catch_a_root_image_that_pins_nothing(tmp_path: Path) -> 
     assert "DL3006" in result.stdout  # untagged base image
 
 
+def base_image_default() -> str:
+    """The default of the ``PYTHON_IMAGE`` build argument (declared before the first FROM)."""
+    steps = instructions()
+    first_from = next(i for i, (word, _) in enumerate(steps) if word == "FROM")
+    declared = [args.partition("=") for word, args in steps[:first_from] if word == "ARG"]
+    return next(value for name, _, value in declared if name == "PYTHON_IMAGE")
+
+
 def test_the_image_is_built_in_two_stages_on_python_3_11_slim() -> None:
+    """Users get the official image; the tests pass a stand-in as ``--build-arg``."""
     bases = [args for word, args in instructions() if word == "FROM"]
-    assert bases == ["python:3.11-slim AS build", "python:3.11-slim"]
+    assert bases == ["${PYTHON_IMAGE} AS build", "${PYTHON_IMAGE}"]
+    assert base_image_default() == "python:3.11-slim"
 
 
 def test_the_runtime_stage_runs_tessera_as_a_non_root_user() -> None:
