@@ -102,7 +102,6 @@ class AllocatorConfig:
     #: How pods without the canonical annotation are read; carries the vocabulary.
     dialects: DialectConfig = field(default_factory=DialectConfig)
     default_policy: str = DEFAULT_POLICY
-    agent_dialects: tuple[str, ...] = (agents.ELASTIC,)
     #: Seed of the random policy (with the pod identity and the node).
     seed: int = 0
     #: Track every node's CPU and memory (all bound pods are watched) for the policies.
@@ -870,21 +869,24 @@ class Allocator:
         the pod — the GPU-pod label our watch selects by, the labels of agents that select
         by label (nano-gpu) — are PATCHed first (harmless on an unbound pod), with the UID as
         precondition. A webhook-admitted pod already has the GPU-pod label and the default
-        elastic dialect wants none (see :mod:`allocator.agents`), so its bind is the Binding
-        alone.
+        elastic agent wants none (see :mod:`allocator.agents`), so its bind is the Binding
+        alone. Only the cluster's agent profile is written; when its writer cannot express
+        the allocation the bind fails (:class:`BindError`): nothing is bound that the node's
+        agent cannot start.
         """
         vocab = self.config.vocabulary
         meta = pod.get("metadata") or {}
         old_ann: dict[str, str] = dict(meta.get("annotations") or {})
         old_lab: dict[str, str] = dict(meta.get("labels") or {})
-        extra = agents.agent_metadata(
-            allocation, self.config.agent_dialects, vocab,
-            self.state.cards(allocation.node), int(self.clock() * 1e9),
-            self.config.aliyun_unit_mib,
-        )
-        for dialect, why in extra.skipped.items():
-            logger.warning("agent dialect %s not written: %s", dialect, why,
-                           extra=pod_context(pod))
+        profile = self.config.dialects.agent_profile
+        extra = agents.agent_metadata(profile, agents.BindContext(
+            allocation, pod, self.state.cards(allocation.node), vocab,
+            int(self.clock() * 1e9), self.config.aliyun_unit_mib,
+        ))
+        if extra.skipped:
+            why = "; ".join(extra.skipped.values())
+            raise BindError(f"agent profile {profile.value}: its node agent cannot be given "
+                            f"this allocation ({why}); not bound")
         annotations = dict(extra.annotations)
         annotations[vocab.allocation_annotation] = encode_allocation(allocation)
         wanted = {**extra.labels, vocab.gpu_pod_label: "true"}

@@ -63,6 +63,7 @@ from tessera.vocabulary import (
     WHOLE_CARD_PERCENT,
     ContainerRequest,
     PodRequest,
+    RequestError,
     Vocabulary,
 )
 
@@ -198,6 +199,15 @@ class NodeAgent:
         the init containers the agent serves from an app container's card folded into it,
         memory in the unit the agent hands out, the memory a share without one gets."""
         return _PLACEMENT[self.profile](self, request)
+
+    def admit(self, request: PodRequest) -> PodRequest:
+        """``request`` as placed for this agent; :class:`RequestError` naming the agent when
+        it cannot run it (what the webhook and the allocator both apply)."""
+        refused = self.refusals(request)
+        if refused:
+            raise RequestError(
+                f"agent profile {self.profile.value} ({self.name}): " + "; ".join(refused))
+        return self.placement_request(request)
 
     def managed_resources(self) -> tuple[ManagedResource, ...]:
         """The extender's ``managedResources``: every resource the shaped pods carry."""
