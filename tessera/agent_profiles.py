@@ -232,6 +232,18 @@ class NodeAgent:
         return ""
 
 
+def shape_markers(vocabulary: Vocabulary) -> tuple[str, ...]:
+    """Resources every shaped GPU pod carries one of, under any profile: each profile's
+    resources but the vGPU counts (``nvidia.com/gpu`` alone is also what NVIDIA's own
+    plugin serves; every HAMi or Volcano shape also carries cores or memory). The pod-keys
+    policy lets Tessera's request keys be created on pods that carry one
+    (manifests/base/pod-keys-policy.yaml; tests/deploy checks the list)."""
+    counts = {HAMI_RESOURCES.count, VOLCANO_RESOURCES.count}
+    return tuple(dict.fromkeys(
+        name for profile in AgentProfile
+        for name in NodeAgent(profile, vocabulary).pod_resources if name not in counts))
+
+
 # ----------------------------------------------------------------------------- shapes
 
 
