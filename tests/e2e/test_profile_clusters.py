@@ -6,8 +6,10 @@ either keeps the shape that agent serves, is bound, and gets the keys the agent 
 other agent's), or is refused back to the client with the agent named.
 
 The elastic profile is the session cluster of the other e2e tests (tests/e2e/conftest.py);
-the others get one cluster each, started once per profile. A profile whose writer this build
-lacks runs without the allocator (its pods are then shaped and refused only)."""
+the others get one cluster each, started once per profile. The hami and volcano-vgpu clusters
+run without the allocator: their pods are shaped and refused here, and bound, allocated and
+Running on nodes that carry HAMi's register annotation in tests/e2e/test_hami.py (the HAMi
+node stand-in)."""
 
 from __future__ import annotations
 
@@ -50,6 +52,10 @@ INVENTORY = {
     AgentProfile.VOLCANO_VGPU: Inventory.EVEN,
 }
 
+#: The profiles whose pods this test binds: their nodes are described by what the agent
+#: registers (or GFD labels); HAMi's writers need HAMi's register annotation on the node.
+BOUND_HERE = frozenset({AgentProfile.NANO_GPU, AgentProfile.ALIYUN})
+
 
 @pytest.fixture(scope="module", params=list(INVENTORY), ids=str)
 def profile_cluster(binaries: Binaries, request: pytest.FixtureRequest
@@ -57,8 +63,8 @@ def profile_cluster(binaries: Binaries, request: pytest.FixtureRequest
     profile: AgentProfile = request.param
     base = os.environ.get("TESSERA_E2E_WORKDIR")
     workdir = Path(base) / f"profile-{profile.value}" if base else None
-    has_writer = agents.writer(profile) is not None
-    dev = DevCluster(binaries, workdir, Options(agent_profile=profile, allocator=has_writer))
+    bound_here = profile in BOUND_HERE and agents.writer(profile) is not None
+    dev = DevCluster(binaries, workdir, Options(agent_profile=profile, allocator=bound_here))
     nodes = [uniform(f"{profile.value}-t4-{i}", 4, "Tesla-T4", 15360,
                      inventory=INVENTORY[profile]) for i in range(2)]
     failed_before = request.session.testsfailed
