@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import os
 import sys
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -25,10 +25,12 @@ import yaml
 from allocator import agents
 from devcluster.binaries import Binaries
 from devcluster.cluster import DevCluster, Options
-from devcluster.nodes import Inventory, uniform
+from devcluster.nodes import GpuNodeSpec, Inventory, uniform
 from devcluster.workloads import (
+    container,
     ensure_namespace,
     get_object,
+    make_pod,
     quantities_as_strings,
     wait_for,
 )
@@ -37,6 +39,8 @@ from tessera.vocabulary import Vocabulary, decode_allocation, decode_request
 from tests.builders import REFUSED_SEEDS as REFUSED
 
 pytestmark = pytest.mark.e2e
+
+NodePool = Callable[[list[GpuNodeSpec]], dict[str, str]]
 
 EXAMPLES = Path(__file__).parents[2] / "examples" / "pods"
 VOCABULARY = Vocabulary()
@@ -120,8 +124,8 @@ def test_each_seed_pod_keeps_its_agents_shape_and_gets_its_keys_or_is_refused_na
     core_v1.create_namespaced_pod(NAMESPACE, pod)
     created = get_object(core_v1.read_namespaced_pod, name, NAMESPACE)
     # The shape the agent's device plugin serves: its resources and no other GPU key.
-    for container, keys in _gpu_keys(created).items():
-        assert keys <= set(agent.pod_resources), (container, keys)
+    for container_name, keys in _gpu_keys(created).items():
+        assert keys <= set(agent.pod_resources), (container_name, keys)
     request = decode_request(created["metadata"]["annotations"][VOCABULARY.request_annotation])
     assert request == agent.placement_request(request)
     if not cluster.options.allocator:
@@ -167,3 +171,37 @@ def test_a_cluster_spec_of_another_profile_is_refused_before_start() -> None:
     assert names == set(NodeAgent(AgentProfile.HAMI).pod_resources)
     with pytest.raises(DevClusterError):
         scheduler_setup(Options(), Vocabulary("gpu.example.com"), address)
+
+
+def test_elastic_an_init_container_runs_on_its_app_containers_card_or_is_refused(
+    cluster: DevCluster, core_v1: Any, namespace: str, pool: NodePool,
+) -> None:
+    """The session cluster runs the elastic profile: an init container asking for what its app
+    container asks for is placed on that container's cards (kubelet hands its devices on, and
+    elastic-gpu-agent serves it from the app container's annotation); one asking for something
+    else is refused naming the agent."""
+    from kubernetes.client.exceptions import ApiException
+
+    selector = pool([uniform(f"{namespace}-t4", 2, "Tesla-T4", 15360)])
+    whole = {"elasticgpu.io/gpu-core": "100"}
+    same = make_pod("same", [container("app", limits=whole)],
+                    init_containers=[container("warmup", limits=whole)], node_selector=selector)
+    core_v1.create_namespaced_pod(namespace, same)
+
+    def bound() -> dict[str, Any] | None:
+        obj = get_object(core_v1.read_namespaced_pod, "same", namespace)
+        return obj if (obj.get("spec") or {}).get("nodeName") else None
+
+    annotations = wait_for("same bound", bound, timeout=60)["metadata"]["annotations"]
+    allocation = decode_allocation(annotations[VOCABULARY.allocation_annotation])
+    assert [(c.name, len(c.card_indices)) for c in allocation.containers] == [("app", 1)]
+    (card,) = allocation.containers[0].card_indices
+    assert annotations["elasticgpu.io/container-app"] == str(card)
+    half = {"elasticgpu.io/gpu-core": "50"}
+    differs = make_pod("differs", [container("app", limits=whole)],
+                       init_containers=[container("warmup", limits=half)],
+                       node_selector=selector)
+    with pytest.raises(ApiException) as refused:
+        core_v1.create_namespaced_pod(namespace, differs)
+    assert "agent profile elastic (elastic-gpu-agent)" in str(refused.value.body)
+    assert "exactly the same" in str(refused.value.body)
