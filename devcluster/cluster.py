@@ -18,12 +18,14 @@ from devcluster.controlplane import (
     ExtenderAddress,
     load_scheduler_configuration,
     managed_resources,
+    with_managed_resources,
     with_nodes_to_score,
     without_cpu_only_scoring,
 )
 from devcluster.nodes import GpuNodeSpec, create_nodes
 from devcluster.options import Options
 from devcluster.services import Services
+from tessera.agent_profiles import DEFAULT_PROFILE, NodeAgent
 from tessera.vocabulary import Vocabulary
 
 logger = logging.getLogger(__name__)
@@ -32,18 +34,23 @@ logger = logging.getLogger(__name__)
 def scheduler_setup(options: Options, vocabulary: Vocabulary, extender: ExtenderAddress | None
                     ) -> tuple[dict[str, Any], ExtenderAddress | None]:
     """The shipped KubeSchedulerConfiguration this cluster runs (without its CPU-only scoring
-    entry, or with another ``percentageOfNodesToScore``, when asked) and where its extenders
-    are; refuses a vocabulary whose resources the shipped entries do not manage (the dev
-    cluster substitutes addresses and credentials only)."""
+    entry, or with another ``percentageOfNodesToScore``, when asked; with the managed
+    resources of another agent profile, as the chart's ``agentProfile`` renders them) and
+    where its extenders are; refuses a vocabulary whose resources the shipped entries do not
+    manage (the dev cluster substitutes addresses and credentials only)."""
     shipped = load_scheduler_configuration(SCHEDULER_CONFIG)
     if not options.score_cpu_only_pods:
         shipped = without_cpu_only_scoring(shipped)
     if options.nodes_to_score is not None:
         shipped = with_nodes_to_score(shipped, options.nodes_to_score)
-    if extender is not None and managed_resources(shipped) != set(vocabulary.managed_resources):
+    agent = NodeAgent(options.agent_profile, vocabulary)
+    if options.agent_profile is not DEFAULT_PROFILE:
+        shipped = with_managed_resources(shipped, agent.managed_resources())
+    wanted = {r.name for r in agent.managed_resources()}
+    if extender is not None and managed_resources(shipped) != wanted:
         raise DevClusterError(
             f"the shipped KubeSchedulerConfiguration manages {sorted(managed_resources(shipped))},"
-            f" this dev cluster's vocabulary {sorted(vocabulary.managed_resources)}")
+            f" this dev cluster's agent profile {sorted(wanted)}")
     return shipped, extender
 
 
@@ -87,7 +94,7 @@ class DevCluster:
         return client.CoreV1Api(self.api_client)
 
     def add_nodes(self, specs: list[GpuNodeSpec]) -> None:
-        create_nodes(self.core_v1(), specs, self.vocabulary)
+        create_nodes(self.core_v1(), specs, self.vocabulary, self.options.agent)
 
     # ------------------------------------------------------------------ lifecycle
     def start(self, nodes: Sequence[GpuNodeSpec] = ()) -> None:

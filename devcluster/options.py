@@ -7,6 +7,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from devcluster import DevClusterError
+from tessera.agent_profiles import DEFAULT_PROFILE, PROFILE_FLAG, AgentProfile, NodeAgent
 from tessera.vocabulary import Vocabulary
 
 
@@ -17,6 +18,9 @@ class Options:
     #: Start Tessera's allocator and give kube-scheduler its extender entry.
     allocator: bool = True
     vocabulary: Vocabulary = field(default_factory=Vocabulary)
+    #: The node agent the fake nodes stand for: they advertise its resources, both services
+    #: run with ``--agent-profile`` and kube-scheduler's extender manages its resources.
+    agent_profile: AgentProfile = DEFAULT_PROFILE
     #: Extra flags for ``tessera allocator`` (e.g. a placement policy).
     allocator_args: tuple[str, ...] = ()
     #: Extra flags for ``tessera webhook``.
@@ -38,3 +42,14 @@ class Options:
         if self.nodes_to_score is not None and not 0 <= self.nodes_to_score <= 100:
             raise DevClusterError("percentageOfNodesToScore is 0-100 (0: adaptive), not "
                                   f"{self.nodes_to_score}")
+
+    @property
+    def agent(self) -> NodeAgent:
+        return NodeAgent(self.agent_profile, self.vocabulary)
+
+    @property
+    def profile_args(self) -> tuple[str, ...]:
+        """The flag both services get (nothing for the default: as shipped)."""
+        if self.agent_profile is DEFAULT_PROFILE:
+            return ()
+        return (f"{PROFILE_FLAG}={self.agent_profile.value}",)

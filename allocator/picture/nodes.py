@@ -16,6 +16,7 @@ from typing import Any
 
 from allocator.picture.inventory import Inventory, read_inventory
 from allocator.ranking.cards import Card, NodeState
+from tessera.agent_profiles import NodeAgent
 from tessera.vocabulary import Vocabulary
 
 logger = logging.getLogger(__name__)
@@ -115,12 +116,13 @@ class NodeTable:
         self._views.pop(name, None)
 
 
-def inventory_of(node: Mapping[str, Any], name: str, vocabulary: Vocabulary) -> Inventory:
+def inventory_of(node: Mapping[str, Any], name: str, vocabulary: Vocabulary,
+                 agent: NodeAgent) -> Inventory:
     """The node's cards. Never raises: read_inventory reports what it cannot read as a
     problem; anything else is a bug, and one node must still not stop the node list or watch
     (no cards, the reason in ``/status``)."""
     try:
-        return read_inventory(node, vocabulary)
+        return read_inventory(node, vocabulary, agent)
     except Exception as exc:
         logger.exception("node %s: inventory unreadable", name, extra={"node": name})
         return Inventory((), "none", f"inventory unreadable: {type(exc).__name__}: {exc}")

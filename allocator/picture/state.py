@@ -36,14 +36,17 @@ from allocator.picture.observer import NodeObserver, Observers
 from allocator.picture.records import TERMINAL_PHASES, PodRecord, PodRecords, Stage, read_record
 from allocator.picture.resources import NodeResources
 from allocator.ranking.cards import Card, NodeState, build_node_state
+from tessera.agent_profiles import NodeAgent
 from tessera.logs import pod_context
 from tessera.vocabulary import Allocation, Vocabulary
 
 logger = logging.getLogger(__name__)
 
 class ClusterState:
-    def __init__(self, vocabulary: Vocabulary) -> None:
+    def __init__(self, vocabulary: Vocabulary, agent: NodeAgent | None = None) -> None:
         self.vocabulary = vocabulary
+        #: The cluster's node agent: what its nodes advertise (the inventory's last source).
+        self.agent = agent or NodeAgent(vocabulary=vocabulary)
         self._lock = threading.RLock()
         self._nodes = NodeTable()
         self._pods = PodRecords()
@@ -113,7 +116,7 @@ class ClusterState:
         inputs = read_from(node)
         if self._nodes.unchanged(name, inputs):
             return  # nothing the cards or the CPU are read from has changed
-        inv = inventory_of(node, name, self.vocabulary)
+        inv = inventory_of(node, name, self.vocabulary, self.agent)
         with self._lock:
             looked_up = self._nodes.looked_up.get(name)
             if looked_up is not None:
@@ -131,7 +134,7 @@ class ClusterState:
         if not name:
             return False
         name = self.names.intern(name)
-        inv = inventory_of(node, name, self.vocabulary)
+        inv = inventory_of(node, name, self.vocabulary, self.agent)
         with self._lock:
             if name in self._nodes.entries:
                 return False

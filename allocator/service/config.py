@@ -16,6 +16,7 @@ from typing import Final
 from allocator import agents
 from allocator.ranking.policies import DEFAULT_POLICY, REGISTRY
 from allocator.verbs.core import AllocatorConfig
+from tessera.agent_profiles import AGENTS
 from tessera.dialects import DialectConfig
 from tessera.serving import DIALECT_ENV_HELP, OBJECT_NAME, EnvReader, Listener, ServingConfig
 from tessera.vocabulary import ConfigError
@@ -38,8 +39,8 @@ ENV_VARS: Final = {
     "GiB (default) or MiB",
     "TESSERA_POLICY": f"cluster default placement policy (default {DEFAULT_POLICY}; "
     f"known: {', '.join(sorted(REGISTRY))})",
-    "TESSERA_AGENT_DIALECTS": "node-agent dialects written at bind, comma-separated "
-    f"(default elastic; known: {', '.join(agents.DIALECTS)})",
+    "TESSERA_AGENT_DIALECTS": "removed: the node agent is TESSERA_AGENT_PROFILE (set alike "
+    "on the webhook and the allocator); a value here is refused, naming the replacement",
     "TESSERA_SEED": "seed of the random policy (default 0)",
     "TESSERA_NODE_RESOURCES": "'true' (default) to track every node's free CPU and memory "
     "for the placement policies (watches every bound pod); 'false' to watch GPU pods only",
@@ -81,7 +82,7 @@ class Settings:
         # Read in this order, so that problems are named in it.
         dialects = read.collect(DialectConfig.from_env, DialectConfig())
         policy = _policy(read)
-        agent_dialects = _agent_dialects(read)
+        _check_writer(read, dialects)
         prefix = _url_prefix(read)
         lease_name, lease_ns = _lease(read)
         kubeconfig = _kubeconfig(read)
@@ -90,7 +91,6 @@ class Settings:
             core=AllocatorConfig(
                 dialects=dialects,
                 default_policy=policy,
-                agent_dialects=agent_dialects,
                 seed=read.integer("TESSERA_SEED", 0, 0, 2**63 - 1),
                 node_resources=read.flag("TESSERA_NODE_RESOURCES", True),
                 filter_best=read.flag("TESSERA_FILTER_BEST", True),
@@ -130,15 +130,13 @@ def _policy(read: EnvReader) -> str:
     return policy
 
 
-def _agent_dialects(read: EnvReader) -> tuple[str, ...]:
-    agent_raw = read.text("TESSERA_AGENT_DIALECTS") or agents.ELASTIC
-    agent_dialects = tuple(d.strip() for d in agent_raw.split(",") if d.strip())
-    unknown = [d for d in agent_dialects if d not in agents.DIALECTS]
-    if unknown or not agent_dialects:
-        read.problem(f"TESSERA_AGENT_DIALECTS={agent_raw!r}: choose from "
-                     f"{', '.join(agents.DIALECTS)}")
-        agent_dialects = (agents.ELASTIC,)
-    return agent_dialects
+def _check_writer(read: EnvReader, dialects: DialectConfig) -> None:
+    """The agent profile needs a writer of the keys its agent reads in this build."""
+    profile = dialects.agent_profile
+    if agents.writer(profile) is None:
+        read.problem(f"TESSERA_AGENT_PROFILE={profile.value}: this build has no writer of the "
+                     f"keys {AGENTS[profile].name} reads (known: "
+                     f"{', '.join(p.value for p in agents.WRITERS)})")
 
 
 def _url_prefix(read: EnvReader) -> str:

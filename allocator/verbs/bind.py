@@ -213,21 +213,24 @@ def _metadata(a: Allocator, pod: Obj, allocation: Allocation
     the pod — the GPU-pod label our watch selects by, the labels of agents that select
     by label (nano-gpu) — are PATCHed first (harmless on an unbound pod), with the UID as
     precondition. A webhook-admitted pod already has the GPU-pod label and the default
-    elastic dialect wants none (see :mod:`allocator.agents`), so its bind is the Binding
-    alone.
+    elastic agent wants none (see :mod:`allocator.agents`), so its bind is the Binding
+    alone. Only the cluster's agent profile is written; when its writer cannot express the
+    allocation the bind fails (:class:`BindError`): nothing is bound that the node's agent
+    cannot start.
     """
     vocab = a.config.vocabulary
     meta = pod.get("metadata") or {}
     old_ann: dict[str, str] = dict(meta.get("annotations") or {})
     old_lab: dict[str, str] = dict(meta.get("labels") or {})
-    extra = agents.agent_metadata(
-        allocation, a.config.agent_dialects, vocab,
-        a.state.cards(allocation.node), int(a.clock() * 1e9),
-        a.config.aliyun_unit_mib,
-    )
-    for dialect, why in extra.skipped.items():
-        logger.warning("agent dialect %s not written: %s", dialect, why,
-                       extra=pod_context(pod))
+    profile = a.config.dialects.agent_profile
+    extra = agents.agent_metadata(profile, agents.BindContext(
+        allocation, pod, a.state.cards(allocation.node), vocab,
+        int(a.clock() * 1e9), a.config.aliyun_unit_mib,
+    ))
+    if extra.skipped:
+        why = "; ".join(extra.skipped.values())
+        raise BindError(f"agent profile {profile.value}: its node agent cannot be given "
+                        f"this allocation ({why}); not bound")
     annotations = dict(extra.annotations)
     annotations[vocab.allocation_annotation] = encode_allocation(allocation)
     wanted = {**extra.labels, vocab.gpu_pod_label: "true"}

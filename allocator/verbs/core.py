@@ -23,7 +23,6 @@ from dataclasses import dataclass, field
 from functools import partial
 from typing import Any
 
-from allocator import agents
 from allocator.errors import NotReady
 from allocator.picture.nodelookup import NodeLookup
 from allocator.picture.state import ClusterState
@@ -73,7 +72,6 @@ class AllocatorConfig:
     #: How pods without the canonical annotation are read; carries the vocabulary.
     dialects: DialectConfig = field(default_factory=DialectConfig)
     default_policy: str = DEFAULT_POLICY
-    agent_dialects: tuple[str, ...] = (agents.ELASTIC,)
     #: Seed of the random policy (with the pod identity and the node).
     seed: int = 0
     #: Track every node's CPU and memory (all bound pods are watched) for the policies.
