@@ -15,6 +15,7 @@ from typing import Final
 
 from allocator import agents
 from allocator.core import AllocatorConfig
+from allocator.hami import codec as hami_codec
 from allocator.policies import DEFAULT_POLICY, REGISTRY
 from tessera.dialects import DialectConfig
 from tessera.serving import DIALECT_ENV_HELP, OBJECT_NAME, EnvReader, Listener, ServingConfig
@@ -40,6 +41,8 @@ ENV_VARS: Final = {
     f"known: {', '.join(sorted(REGISTRY))})",
     "TESSERA_AGENT_DIALECTS": "node-agent dialects written at bind, comma-separated "
     f"(default elastic; known: {', '.join(agents.DIALECTS)})",
+    "TESSERA_HAMI_AGENT": "HAMi's device plugin as the node agent (docs/hami.md): hami "
+    "(v2.9+), hami-v2.8 or volcano-vgpu; empty (default) for none",
     "TESSERA_SEED": "seed of the random policy (default 0)",
     "TESSERA_NODE_RESOURCES": "'true' (default) to track every node's free CPU and memory "
     "for the placement policies (watches every bound pod); 'false' to watch GPU pods only",
@@ -91,6 +94,7 @@ class Settings:
                 dialects=dialects,
                 default_policy=policy,
                 agent_dialects=agent_dialects,
+                hami_agent=_hami_agent(read),
                 seed=read.integer("TESSERA_SEED", 0, 0, 2**63 - 1),
                 node_resources=read.flag("TESSERA_NODE_RESOURCES", True),
                 filter_best=read.flag("TESSERA_FILTER_BEST", True),
@@ -139,6 +143,16 @@ def _agent_dialects(read: EnvReader) -> tuple[str, ...]:
                      f"{', '.join(agents.DIALECTS)}")
         agent_dialects = (agents.ELASTIC,)
     return agent_dialects
+
+
+def _hami_agent(read: EnvReader) -> str:
+    """HAMi's device plugin as the node agent (allocator.hami): which flavor, "" for none."""
+    name = read.text("TESSERA_HAMI_AGENT") or ""
+    if name and name not in hami_codec.FLAVORS:
+        read.problem(f"TESSERA_HAMI_AGENT={name!r}: choose from "
+                     f"{', '.join(hami_codec.FLAVORS)}")
+        return ""
+    return name
 
 
 def _url_prefix(read: EnvReader) -> str:

@@ -22,7 +22,8 @@ import math
 import threading
 import time
 from collections import OrderedDict
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass, field, replace
 from functools import partial
 from itertools import compress
@@ -48,6 +49,9 @@ from allocator.decisions import NO_HOOKS, DecisionHooks, PodRef
 from allocator.errors import ApiError, BindError, Conflict, NotFound, NotReady, WouldBlock
 from allocator.every_node import TriesAfterMisses, asked_among
 from allocator.fit import NodeState, Unfit, place, unfit_reason
+from allocator.hami import codec as hami_codec
+from allocator.hami import writer as hami_writer
+from allocator.hami.lock import NodeLocks, NodeLockTimeout
 from allocator.mix import LiveMix
 from allocator.nodelookup import NodeLookup
 from allocator.policies import (
@@ -113,6 +117,9 @@ class AllocatorConfig:
     filter_best: bool = True
     #: Seconds filter's single answer stays held for the pod's bind (0: never held).
     hold_seconds: float = HOLD_SECONDS
+    #: HAMi's device plugin as the node agent: a flavor of :data:`allocator.hami.codec.FLAVORS`
+    #: ("" for none). Its bind takes HAMi's node lock and writes HAMi's pod annotations.
+    hami_agent: str = ""
 
     @property
     def vocabulary(self) -> Vocabulary:
@@ -266,6 +273,9 @@ class Allocator:
             state.resources.view() if config.node_resources else {})
         #: When filter-best tries ranking every known node first (:meth:`_best_of_every_node`).
         self.every_node_tries = TriesAfterMisses()
+        #: HAMi's flavor and node locks (None: another agent).
+        self.hami = hami_codec.FLAVORS.get(config.hami_agent) if config.hami_agent else None
+        self.hami_locks = NodeLocks(api, self.hami, clock=clock) if self.hami else None
 
     # ------------------------------------------------------------------ common
     def check_ready(self) -> None:
@@ -764,10 +774,49 @@ class Allocator:
         if reserved is None:
             reserved = self._reserve(pod, request, policy, uid, node)
         try:
-            return self._write_and_bind(pod, reserved, policy, namespace, name, uid, node)
+            with self._hami_node_lock(namespace, name, node):
+                return self._write_and_bind(pod, reserved, policy, namespace, name, uid, node)
         except BaseException:
             self.state.unreserve(uid)  # no-op when the failure path already released it
             raise
+
+    @contextmanager
+    def _hami_node_lock(self, namespace: str, name: str, node: str) -> Iterator[None]:
+        """HAMi's node lock around the write step, left held when the pod is bound (the
+        device plugin releases it after Allocate) and given back when it is not."""
+        if self.hami_locks is None:
+            yield
+            return
+        try:
+            self.hami_locks.acquire(node, namespace, name)
+        except NodeLockTimeout as exc:
+            raise BindError(str(exc)) from exc
+        except ApiError as exc:
+            raise BindError(f"taking HAMi's lock on node {node} failed: {exc}") from exc
+        try:
+            yield
+        except BaseException:
+            self.hami_locks.release(node, namespace, name)
+            raise
+
+    def _hami_annotations(self, pod: Obj, allocation: Allocation) -> dict[str, str]:
+        """HAMi's pod annotations for the allocation, from the node's register annotation as
+        etcd has it now (the plugin addresses cards by its UUIDs)."""
+        assert self.hami is not None and self.hami_locks is not None
+        try:
+            node = (self.hami_locks.seen(allocation.node)
+                    or self.api.get_node(allocation.node) or {})
+        except ApiError as exc:
+            raise BindError(f"reading node {allocation.node} failed: {exc}") from exc
+        node_annotations = (node.get("metadata") or {}).get("annotations") or {}
+        devices = hami_writer.read_devices(node_annotations, self.hami)
+        if devices is None or devices.problem:
+            raise BindError(f"node {allocation.node}: "
+                            f"{devices.problem if devices else 'no HAMi device registered'}")
+        written = hami_writer.bind_annotations(allocation, pod, devices, self.hami, self.clock())
+        if isinstance(written, str):
+            raise BindError(f"pod {pod_key(pod)}: {written}")
+        return written
 
     def _write_and_bind(self, pod: Obj, reserved: Allocation, policy: Policy, namespace: str,
                         name: str, uid: str, node: str) -> BindOutcome:
@@ -886,6 +935,8 @@ class Allocator:
             logger.warning("agent dialect %s not written: %s", dialect, why,
                            extra=pod_context(pod))
         annotations = dict(extra.annotations)
+        if self.hami is not None:
+            annotations.update(self._hami_annotations(pod, allocation))
         annotations[vocab.allocation_annotation] = encode_allocation(allocation)
         wanted = {**extra.labels, vocab.gpu_pod_label: "true"}
         # Every pod we bind carries the GPU-pod label, so the label-selected pod watch sees

@@ -29,6 +29,7 @@ from typing import Any
 
 from allocator.content_memo import NodeColumns, NodeContents, NodeNames
 from allocator.fit import Card, NodeState, build_node_state
+from allocator.hami.writer import bind_failed_for_any as hami_bind_failed
 from allocator.inventory import Inventory, read_inventory
 from allocator.resources import NodeResources
 from tessera.logs import pod_context
@@ -302,7 +303,7 @@ class ClusterState:
         text = (meta.get("annotations") or {}).get(self.vocabulary.allocation_annotation)
         allocation: Allocation | None = None
         bad = ""
-        if node and text:
+        if node and text and not hami_bind_failed(meta.get("annotations") or {}):
             try:
                 allocation = decode_allocation(text)
             except CodecError as exc:

@@ -179,6 +179,23 @@ class FakeKube:
             node = self.nodes.get(name)
             return None if node is None else copy.deepcopy(node)
 
+    def patch_node(self, name: str, patch: Obj) -> Obj:
+        """Merge patch; a metadata.resourceVersion in it must match (else 409)."""
+        self.calls.append(("patch_node", name))
+        self._fault("patch_node")
+        with self.lock:
+            node = self.nodes.get(name)
+            if node is None:
+                raise NotFound(f"node {name} not found", 404)
+            patch = copy.deepcopy(patch)
+            version = (patch.get("metadata") or {}).pop("resourceVersion", None)
+            if version is not None and version != node["metadata"].get("resourceVersion"):
+                raise Conflict("the object has been modified", 409)
+            merged = merge_patch(node, patch)
+            self.nodes[name] = merged
+            self._bump("nodes", "MODIFIED", merged)
+            return copy.deepcopy(merged)
+
     def get_pod(self, namespace: str, name: str) -> Obj:
         self.calls.append(("get_pod", name))
         self._fault("get_pod")
