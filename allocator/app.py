@@ -38,7 +38,8 @@ from allocator import extender, page
 from allocator.config import Settings
 from allocator.core import Allocator, describe_error, event_safe
 from allocator.decisions import Fanout, PodRef
-from allocator.errors import WouldBlock
+from allocator.errors import ApiError, WouldBlock
+from allocator.hami.adopt import adopt_placed_pods
 from allocator.leader import LeaderElector
 from allocator.metrics import Metrics
 from allocator.nodelookup import NodeLookup
@@ -87,6 +88,12 @@ class Runtime:
                                  listed=self.allocator.seed_mix)
 
         def sync_and_watch() -> None:
+            if self.allocator.hami is not None:
+                try:
+                    adopt_placed_pods(self.api, self.state.vocabulary, self.allocator.hami)
+                except ApiError as exc:
+                    logger.warning("adopting pods another HAMi scheduler placed failed: %s",
+                                   exc)
             initial_sync(self.api, self.state, nodes, pods, self.sleep, self.stop)
             # The synced picture (every node, card and pod record) is long-lived: move it
             # out of the collector's sight, so that full collections triggered by the verbs'

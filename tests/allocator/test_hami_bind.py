@@ -303,3 +303,37 @@ def test_bind_phase_failed_gives_the_cards_back() -> None:
     pod["metadata"]["annotations"][HAMI.bind_phase_key] = "failed"
     alloc.state.apply_pod(pod)
     assert alloc.state.record("u-1") is None
+
+
+# --------------------------------------------------------------------------- migration
+
+
+def test_pods_hami_scheduler_placed_are_adopted_and_nothing_is_allocated_twice() -> None:
+    from alloc_harness import sync
+
+    from allocator.hami.adopt import adopt_placed_pods
+    from allocator.state import ClusterState
+    fake = FakeKube()
+    fake.add_node(hami_node(count=2))
+    # hami-scheduler's pods: a whole card 0 (nvidia.com/gpu: 1 alone), 60% of card 1.
+    for name, entry in (("whole", f"{UUIDS[0]},NVIDIA,16384,0:;"),
+                        ("part", f"{UUIDS[1]},NVIDIA,12000,60:;")):
+        pod = make_gpu_pod(name, request(share("main", core=10)), uid=name, node="n1",
+                           phase="Running", extra_annotations={
+                               HAMI.allocated_key: entry, HAMI.node_key: "n1",
+                               HAMI.bind_phase_key: "success"})
+        del pod["metadata"]["labels"]  # not Tessera's: no GPU-pod label, no record
+        fake.add_pod(pod)
+    assert adopt_placed_pods(fake, VOCAB, HAMI) == 2
+    assert adopt_placed_pods(fake, VOCAB, HAMI) == 0  # once
+    state = ClusterState(VOCAB)
+    sync(state, fake)
+    view = state.view("n1")
+    assert view is not None
+    used = {c.card.index: (c.whole, c.core_used, c.memory_used_mib) for c in view.state.cards}
+    assert used == {0: (True, 100, 16384), 1: (False, 60, 12000)}
+    # A new pod asking for 50% of a card fits nowhere: card 0 is whole, card 1 has 40% left.
+    fake.add_pod(make_gpu_pod("new", request(share("main", core=50, mem=1024)), uid="new"))
+    alloc = synced_allocator(fake, hami_agent="hami")
+    with pytest.raises(BindError):
+        alloc.bind("default", "new", "new", "n1")
