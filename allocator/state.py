@@ -303,7 +303,9 @@ class ClusterState:
         text = (meta.get("annotations") or {}).get(self.vocabulary.allocation_annotation)
         allocation: Allocation | None = None
         bad = ""
-        if node and text and not hami_bind_failed(meta.get("annotations") or {}):
+        # HAMi's device plugin failed the pod's Allocate: its cards are free again.
+        failed = bool(node) and hami_bind_failed(meta.get("annotations") or {})
+        if node and text and not failed:
             try:
                 allocation = decode_allocation(text)
             except CodecError as exc:
@@ -322,7 +324,7 @@ class ClusterState:
             if allocation is None:
                 # Not (yet) bound with a record. Our own in-flight/just-bound reservations
                 # stay: this event may predate our patch and binding.
-                if current is not None and current.stage is Stage.CONFIRMED:
+                if current is not None and (current.stage is Stage.CONFIRMED or failed):
                     self._drop(uid)
                 if bad:
                     self._note_bad(uid, bad, pod)  # after _drop, which forgets notes
