@@ -47,6 +47,19 @@ from enum import StrEnum
 from functools import cached_property
 from typing import Any, Final
 
+from tessera.agent_profiles import (
+    ALIYUN_MEMORY_KEY,
+    DEFAULT_PROFILE,
+    HAMI_RESOURCES,
+    MIB_PER_GIB,
+    NANO_PERCENT_KEY,
+    NVIDIA_GPU_KEY,
+    PROFILE_ENV,
+    VOLCANO_RESOURCES,
+    AgentProfile,
+    NodeAgent,
+    VgpuResources,
+)
 from tessera.quantity import QuantityError, parse_quantity
 from tessera.vocabulary import (
     DEFAULT_DOMAIN,
@@ -89,7 +102,6 @@ DEFAULT_DIALECTS: Final = frozenset(Dialect) - OPT_IN_DIALECTS
 #: README and its agent use ``elasticgpu.io``; some of its manifests say ``elasticgpu.com``).
 ELASTIC_DOMAINS: Final = (DEFAULT_DOMAIN, "elasticgpu.com")
 
-MIB_PER_GIB: Final = 1024
 BYTES_PER_MIB: Final = 1024 * 1024
 #: Units a memory dialect may be configured with (names as Aliyun's ``--memory-unit`` flag).
 MEMORY_UNITS: Final = {"MiB": 1, "GiB": MIB_PER_GIB}
@@ -101,34 +113,26 @@ MAX_CARDS: Final = 1024
 # nano-gpu 0.3 (percent-only). Source: elastic-ai/elastic-gpu-scheduler pkg/types/types.go
 # (ResourceGPUPercent = "nano-gpu/gpu-percent", GPUPercentEachCard = 100) and
 # elastic-ai/elastic-gpu-agent pkg/common/const.go.
-NANO_PERCENT_KEY: Final = "nano-gpu/gpu-percent"
+# (NANO_PERCENT_KEY: tessera.agent_profiles, the resource nano-gpu-agent registers.)
 # Older nano-gpu (core + memory). Source: nano-gpu-scheduler pkg/types/types.go
 # (ResourceGPUCore = "nano-gpu.io/gpu-core", ResourceGPUMemory = "nano-gpu.io/gpu-memory",
 # GPUCoreEachCard = 100) and its README example (gpu-core "20" + gpu-memory "1").
 NANO_CORE_KEY: Final = "nano-gpu.io/gpu-core"
 NANO_MEMORY_KEY: Final = "nano-gpu.io/gpu-memory"
-# Source: AliyunContainerService/gpushare-device-plugin pkg/gpu/nvidia/const.go
-# (resourceName = "aliyun.com/gpu-mem"); unit from cmd/nvidia/main.go (--memory-unit, default GiB).
-ALIYUN_MEMORY_KEY: Final = "aliyun.com/gpu-mem"
-#: NVIDIA's whole-GPU resource, which KAI refuses next to a fraction (and Koordinator next to
-#: its own keys).
-NVIDIA_GPU_KEY: Final = "nvidia.com/gpu"
+# ALIYUN_MEMORY_KEY (tessera.agent_profiles): AliyunContainerService/gpushare-device-plugin
+# pkg/gpu/nvidia/const.go; unit from cmd/nvidia/main.go (--memory-unit, default GiB).
+# NVIDIA_GPU_KEY (tessera.agent_profiles): NVIDIA's whole-GPU resource, which KAI refuses next
+# to a fraction (and Koordinator next to its own keys).
 # Source: Project-HAMi/HAMi v2.10.0 pkg/device/nvidia/device.go (NvidiaConfig resource names,
 # and GenerateResourceRequests: limits first, then requests; gpumem MiB; percentages of one
 # card; defaultExclusiveCoreIfNeeded: a count without share keys is the whole card).
-HAMI_COUNT_KEY: Final = NVIDIA_GPU_KEY
-HAMI_MEMORY_KEY: Final = "nvidia.com/gpumem"
-HAMI_MEMORY_PERCENT_KEY: Final = "nvidia.com/gpumem-percentage"
-HAMI_CORES_KEY: Final = "nvidia.com/gpucores"
+HAMI_KEYS: Final = HAMI_RESOURCES
 # Volcano vGPU (HAMi's request model under Volcano's names). Source: volcano-sh/volcano v1.15.1
 # pkg/scheduler/api/devices/config/vgpu.go (the four names) and pkg/scheduler/api/devices/util.go
 # ExtractResourceRequest (a count, MiB, % of memory, % of compute; a memory key without a count
 # means one vGPU). Memory is MiB: Project-HAMi/volcano-vgpu-device-plugin v1.12.0
 # pkg/plugin/register.go registers each card's memory as total bytes / (1024*1024).
-VOLCANO_COUNT_KEY: Final = "volcano.sh/vgpu-number"
-VOLCANO_MEMORY_KEY: Final = "volcano.sh/vgpu-memory"
-VOLCANO_MEMORY_PERCENT_KEY: Final = "volcano.sh/vgpu-memory-percentage"
-VOLCANO_CORES_KEY: Final = "volcano.sh/vgpu-cores"
+VOLCANO_KEYS: Final = VOLCANO_RESOURCES
 # tkestack gpu-manager. Source: tkestack/gpu-manager v1.1.5 pkg/types/types.go (VCoreAnnotation,
 # VMemoryAnnotation, MemoryBlockSize = 268435456 bytes) and
 # pkg/services/allocator/nvidia/allocator.go allocateOne (rules, see _gpu_manager).
@@ -188,8 +192,11 @@ class DialectConfig:
     aliyun_memory_unit_mib: int = MIB_PER_GIB
     #: MiB per unit of ``nano-gpu.io/gpu-memory`` (GiB by default; see docs/dialects.md).
     nano_gpu_memory_unit_mib: int = MIB_PER_GIB
-    #: Dialects the webhook rewrites; keys of other dialects are left untouched.
+    #: Dialects the webhook rewrites; keys of other dialects are left untouched. The agent
+    #: profile's own dialect is always added: a shaped pod must read back as itself.
     enabled: frozenset[Dialect] = DEFAULT_DIALECTS
+    #: The node agent the cluster runs: the shape the webhook writes, what it refuses.
+    agent_profile: AgentProfile = DEFAULT_PROFILE
 
     def __post_init__(self) -> None:
         for name in ("aliyun_memory_unit_mib", "nano_gpu_memory_unit_mib"):
@@ -197,6 +204,15 @@ class DialectConfig:
                 raise ConfigError(
                     f"{name} must be 1 (MiB) or 1024 (GiB), got {getattr(self, name)}"
                 )
+        own = PROFILE_DIALECT[self.agent_profile]
+        if own not in self.enabled:
+            # Normalising a frozen value once, at construction.
+            object.__setattr__(self, "enabled", self.enabled | {own})
+
+    @property
+    def agent(self) -> NodeAgent:
+        """The agent profile with the vocabulary and units it shapes pods with."""
+        return NodeAgent(self.agent_profile, self.vocabulary, self.aliyun_memory_unit_mib)
 
     @property
     def hami(self) -> bool:
@@ -229,30 +245,19 @@ class DialectConfig:
 
     @classmethod
     def from_env(cls, env: Mapping[str, str]) -> DialectConfig:
-        """Read ``TESSERA_DOMAIN``, ``TESSERA_DIALECTS``, ``TESSERA_ALIYUN_MEMORY_UNIT``,
-        ``TESSERA_NANO_GPU_MEMORY_UNIT``; raise :class:`ConfigError` naming every bad one."""
+        """Read ``TESSERA_DOMAIN``, ``TESSERA_DIALECTS``, ``TESSERA_AGENT_PROFILE``,
+        ``TESSERA_ALIYUN_MEMORY_UNIT``, ``TESSERA_NANO_GPU_MEMORY_UNIT``; raise
+        :class:`ConfigError` naming every bad one."""
         problems: list[str] = []
         domain = env.get("TESSERA_DOMAIN", "").strip() or DEFAULT_DOMAIN
         if not _is_dns_subdomain(domain):
             problems.append(f"TESSERA_DOMAIN={domain!r} is not a DNS subdomain like elasticgpu.io")
-        enabled = DEFAULT_DIALECTS
-        raw_dialects = env.get("TESSERA_DIALECTS", "").strip()
-        if raw_dialects:
-            names = [n.strip() for n in raw_dialects.split(",") if n.strip()]
-            unknown = [n for n in names if n not in {d.value for d in Dialect}]
-            if unknown:
-                problems.append(
-                    f"TESSERA_DIALECTS has unknown dialect(s) {unknown}; "
-                    f"known: {', '.join(d.value for d in Dialect)}"
-                )
-            else:
-                enabled = frozenset(Dialect(n) for n in names)
-        units: dict[str, int] = {}
-        for var in ("TESSERA_ALIYUN_MEMORY_UNIT", "TESSERA_NANO_GPU_MEMORY_UNIT"):
-            raw = env.get(var, "").strip() or "GiB"
-            if raw not in MEMORY_UNITS:
-                problems.append(f"{var}={raw!r} must be one of {', '.join(MEMORY_UNITS)}")
-            units[var] = MEMORY_UNITS.get(raw, MIB_PER_GIB)
+        enabled = _enabled_from_env(env, problems)
+        profile = _profile_from_env(env, problems)
+        units = {var: _unit_from_env(env, var, problems)
+                 for var in ("TESSERA_ALIYUN_MEMORY_UNIT", "TESSERA_NANO_GPU_MEMORY_UNIT")}
+        if problem := NodeAgent(profile, Vocabulary(domain)).domain_problem():
+            problems.append(problem)
         if problems:
             raise ConfigError("; ".join(problems))
         return cls(
@@ -260,7 +265,63 @@ class DialectConfig:
             aliyun_memory_unit_mib=units["TESSERA_ALIYUN_MEMORY_UNIT"],
             nano_gpu_memory_unit_mib=units["TESSERA_NANO_GPU_MEMORY_UNIT"],
             enabled=enabled,
+            agent_profile=profile,
         )
+
+
+#: The dialect that reads each agent profile's shape back (so a shaped pod admitted again,
+#: or read by the allocator without its annotation, is the same request).
+PROFILE_DIALECT: Final[Mapping[AgentProfile, Dialect]] = {
+    AgentProfile.ELASTIC: Dialect.ELASTIC,
+    AgentProfile.NANO_GPU: Dialect.PERCENT,
+    AgentProfile.ALIYUN: Dialect.ALIYUN,
+    AgentProfile.HAMI: Dialect.HAMI,
+    AgentProfile.VOLCANO_VGPU: Dialect.VOLCANO,
+}
+
+#: The allocator's setting that the agent profile replaced (one value per cluster, read by
+#: both services, where the allocator alone wrote keys of several agents).
+REMOVED_AGENT_ENV: Final = "TESSERA_AGENT_DIALECTS"
+
+
+def _enabled_from_env(env: Mapping[str, str], problems: list[str]) -> frozenset[Dialect]:
+    raw = env.get("TESSERA_DIALECTS", "").strip()
+    if not raw:
+        return DEFAULT_DIALECTS
+    names = [n.strip() for n in raw.split(",") if n.strip()]
+    unknown = [n for n in names if n not in {d.value for d in Dialect}]
+    if unknown:
+        problems.append(
+            f"TESSERA_DIALECTS has unknown dialect(s) {unknown}; "
+            f"known: {', '.join(d.value for d in Dialect)}"
+        )
+        return DEFAULT_DIALECTS
+    return frozenset(Dialect(n) for n in names)
+
+
+def _profile_from_env(env: Mapping[str, str], problems: list[str]) -> AgentProfile:
+    known = ", ".join(p.value for p in AgentProfile)
+    old = env.get(REMOVED_AGENT_ENV, "").strip()
+    if old:
+        problems.append(
+            f"{REMOVED_AGENT_ENV}={old!r} is replaced by {PROFILE_ENV} (--agent-profile), one "
+            f"node agent per cluster set alike on the webhook and the allocator: set "
+            f"{PROFILE_ENV} to one of {known} and unset {REMOVED_AGENT_ENV}"
+        )
+    raw = env.get(PROFILE_ENV, "").strip()
+    if not raw:
+        return DEFAULT_PROFILE
+    if raw not in {p.value for p in AgentProfile}:
+        problems.append(f"{PROFILE_ENV}={raw!r} is not an agent profile; known: {known}")
+        return DEFAULT_PROFILE
+    return AgentProfile(raw)
+
+
+def _unit_from_env(env: Mapping[str, str], var: str, problems: list[str]) -> int:
+    raw = env.get(var, "").strip() or "GiB"
+    if raw not in MEMORY_UNITS:
+        problems.append(f"{var}={raw!r} must be one of {', '.join(MEMORY_UNITS)}")
+    return MEMORY_UNITS.get(raw, MIB_PER_GIB)
 
 
 def _is_dns_subdomain(value: str) -> bool:
@@ -471,29 +532,7 @@ def _aliyun(c: _Container, cfg: DialectConfig) -> ContainerRequest | None:
     return ContainerRequest(c.name, memory_mib=value * unit, init=c.init)
 
 
-@dataclass(frozen=True)
-class _VgpuKeys:
-    """HAMi's four request keys, as one system names them (HAMi itself, Volcano's vGPU)."""
-
-    count: str
-    memory: str
-    memory_percent: str
-    cores: str
-
-    @property
-    def all(self) -> tuple[str, ...]:
-        return (self.count, self.memory, self.memory_percent, self.cores)
-
-
-HAMI_KEYS: Final = _VgpuKeys(
-    HAMI_COUNT_KEY, HAMI_MEMORY_KEY, HAMI_MEMORY_PERCENT_KEY, HAMI_CORES_KEY
-)
-VOLCANO_KEYS: Final = _VgpuKeys(
-    VOLCANO_COUNT_KEY, VOLCANO_MEMORY_KEY, VOLCANO_MEMORY_PERCENT_KEY, VOLCANO_CORES_KEY
-)
-
-
-def _vgpu(c: _Container, k: _VgpuKeys) -> ContainerRequest | None:
+def _vgpu(c: _Container, k: VgpuResources) -> ContainerRequest | None:
     """HAMi semantics (pkg/device/nvidia/device.go; Volcano's devices/util.go reads its keys the
     same way): ``count`` n vGPUs, each on its own card; without memory keys a vGPU gets 100% of
     the card's memory (defaultMemory 0); without cores it reserves no compute (defaultCores 0);
@@ -712,7 +751,7 @@ def _fraction_parser(key: str) -> _Parser:
     return parse
 
 
-def _vgpu_parser(keys: _VgpuKeys) -> _Parser:
+def _vgpu_parser(keys: VgpuResources) -> _Parser:
     def parse(c: _Container, _cfg: DialectConfig) -> ContainerRequest | None:
         return _vgpu(c, keys)
 

@@ -136,6 +136,7 @@ class Listener:
 DIALECT_FLAGS: Final[EnvFlags] = {
     "domain": ("--domain", "TESSERA_DOMAIN"),
     "dialects": ("--dialects", "TESSERA_DIALECTS"),
+    "agent_profile": ("--agent-profile", "TESSERA_AGENT_PROFILE"),
     "aliyun_memory_unit": ("--aliyun-memory-unit", "TESSERA_ALIYUN_MEMORY_UNIT"),
     "nano_gpu_memory_unit": ("--nano-gpu-memory-unit", "TESSERA_NANO_GPU_MEMORY_UNIT"),
 }
@@ -144,6 +145,9 @@ DIALECT_ENV_HELP: Final[Mapping[str, str]] = {
     "TESSERA_DIALECTS": "comma-separated dialects to normalise (default "
     "elastic,percent,fraction,nano-gpu,aliyun,genius,volcano,gpu-manager,koordinator; "
     "add hami or kai to opt in)",
+    "TESSERA_AGENT_PROFILE": "node agent the cluster's GPU nodes run, set alike on the "
+    "webhook and the allocator: elastic (default), nano-gpu, aliyun, hami or volcano-vgpu "
+    "(docs/agents.md)",
     "TESSERA_ALIYUN_MEMORY_UNIT": "unit of aliyun.com/gpu-mem: GiB (default) or MiB",
     "TESSERA_NANO_GPU_MEMORY_UNIT": "unit of nano-gpu.io/gpu-memory: GiB (default) or MiB",
 }

@@ -1,10 +1,12 @@
 """Pod in, normalised pod out (pure): the rewrite the webhook applies at CREATE.
 
-For every GPU container the dialect keys are removed and the canonical extended resources are
-set with request == limit (kube-scheduler would otherwise look for the dialect keys on nodes and
-API validation refuses non-integer extended resources or request != limit; see
-CONTRACTS.md §1). The pod gets the canonical request annotation, the GPU-pod and mode labels and,
-when configured, a schedulerName. Everything else is left as it was.
+For every GPU container the dialect keys are removed and the resources the cluster's node agent
+serves are set with request == limit (:class:`tessera.agent_profiles.NodeAgent`: kubelet calls
+the device plugin that registered them, and API validation refuses non-integer extended
+resources or request != limit; see CONTRACTS.md §1). What that agent cannot run is refused with
+a message naming it. The pod gets the canonical request annotation (the request as placed for
+the agent, the one form the allocator reads), the GPU-pod and mode labels and, when configured,
+a schedulerName. Everything else is left as it was.
 """
 
 from __future__ import annotations
@@ -17,6 +19,7 @@ from typing import Any
 from tessera.dialects import Dialect, DialectConfig, parse_pod
 from tessera.vocabulary import (
     CodecError,
+    ContainerRequest,
     PodRequest,
     RequestError,
     decode_request,
@@ -127,32 +130,39 @@ def _memory_percent_allowed(core_percent: int, memory_percent: int,
     return memory_percent == core_percent and bool(_EQUAL_MEMORY_PERCENT & enabled)
 
 
-def _restore_memory_percent(parsed: PodRequest, recorded: PodRequest | None,
-                            config: MutationConfig) -> PodRequest:
-    """``parsed`` with the memory percent of shares the canonical resources cannot carry.
+def _restorable(before: ContainerRequest, now: ContainerRequest, config: MutationConfig) -> bool:
+    """Whether the recorded ``before`` is what the container's resources, read as ``now``,
+    were shaped from: the same resources, and a memory percent a user could ask for."""
+    agent = config.dialects.agent
+    return (before.init == now.init
+            and agent.container_resources(before) == agent.container_resources(now)
+            and (before.memory_percent in (0, now.memory_percent)
+                 or _memory_percent_allowed(before.core_percent, before.memory_percent, config)))
 
-    A share in percent (``gpu: "0.25"``: 25% compute and 25% of the chosen card's memory)
-    becomes ``gpu-core: 25`` and the request annotation; MiB of an unknown card cannot be a
-    resource. A pod admitted again from its own mutated manifest (re-created, restored from
-    a backup, ``kubectl debug --copy-to``) would read as compute only. So its recorded
-    request is taken back, container by container, where it is exactly ``parsed`` plus a
-    memory percent that the enabled dialects would have let the user ask for: a forged
-    annotation can claim nothing a user could not write in a dialect.
+
+def _restore_recorded(placed: PodRequest, recorded: PodRequest | None,
+                      config: MutationConfig) -> PodRequest:
+    """``placed`` with what the agent's resources cannot carry taken back from the recorded
+    request annotation.
+
+    A shape is lossy: ``gpu: "0.25"`` (25% compute and 25% of the chosen card's memory) becomes
+    ``gpu-core: 25`` for elastic-gpu-agent (MiB of an unknown card cannot be a resource),
+    ``nano-gpu/gpu-percent`` carries no memory, ``aliyun.com/gpu-mem`` no compute. A pod
+    admitted again from its own mutated manifest (re-created, restored from a backup,
+    ``kubectl debug --copy-to``) would lose them. So its recorded request is taken back,
+    container by container, where that request has exactly these resources and asks for
+    nothing a user could not write in an enabled dialect.
     """
     if recorded is None or (recorded.models, recorded.min_card_memory_mib, recorded.policy) != (
-            parsed.models, parsed.min_card_memory_mib, parsed.policy):
-        return parsed
+            placed.models, placed.min_card_memory_mib, placed.policy):
+        return placed
     wanted = {c.name: c for c in recorded.containers}
     containers = []
-    for c in parsed.containers:
+    for c in placed.containers:
         before = wanted.get(c.name)
-        if (before is not None and not c.is_whole and not c.memory_mib
-                and not c.memory_percent and before.memory_percent
-                and before == replace(c, memory_percent=before.memory_percent)
-                and _memory_percent_allowed(c.core_percent, before.memory_percent, config)):
-            c = before
-        containers.append(c)
-    return replace(parsed, containers=tuple(containers))
+        containers.append(before if before is not None and _restorable(before, c, config)
+                          else c)
+    return replace(placed, containers=tuple(containers))
 
 
 def _check_unique_names(pod: Mapping[str, Any]) -> None:
@@ -166,50 +176,66 @@ def _check_unique_names(pod: Mapping[str, Any]) -> None:
         raise RequestError(f"container names repeat: {', '.join(map(str, repeated))}")
 
 
+def _admitted_request(pod: Mapping[str, Any], config: MutationConfig
+                      ) -> tuple[PodRequest, PodRequest] | None:
+    """(the request as written, the request as placed for the cluster's agent), or None for
+    a pod that asks for no GPU. Raises :class:`RequestError` for what the agent cannot run."""
+    parsed = parse_pod(pod, config.dialects)
+    if parsed is None:
+        return None
+    agent = config.dialects.agent
+    refused = agent.refusals(parsed)
+    if refused:
+        raise RequestError(
+            f"agent profile {agent.profile.value} ({agent.name}): " + "; ".join(refused))
+    placed = _restore_recorded(agent.placement_request(parsed), _recorded(pod, config), config)
+    return parsed, placed
+
+
+def _write_resources(spec: dict[str, Any], parsed: PodRequest, placed: PodRequest,
+                     config: MutationConfig) -> None:
+    """The agent's resources on every GPU container: as placed, or as written for an init
+    container folded into its app container (kubelet must still give it the devices)."""
+    agent = config.dialects.agent
+    remove = config.dialects.resource_keys | frozenset(agent.pod_resources)
+    by_name = {c.name: c for c in parsed.containers} | {c.name: c for c in placed.containers}
+    for field_name in ("initContainers", "containers"):
+        for container in spec.get(field_name) or []:
+            wanted = by_name.get(container["name"])
+            if wanted is not None:
+                _set_resources(container, agent.container_resources(wanted), remove)
+
+
+def _child(parent: dict[str, Any], key: str) -> dict[str, Any]:
+    value = parent.get(key)
+    if not isinstance(value, dict):
+        value = parent[key] = {}
+    return value
+
+
 def mutate_pod(pod: Mapping[str, Any], config: MutationConfig) -> Mutation:
-    """Normalise ``pod``; raises :class:`tessera.vocabulary.RequestError` for a bad request.
-    Idempotent: a mutated pod, mutated again, is the same pod."""
-    request = parse_pod(pod, config.dialects)
-    if request is not None:
-        request = _restore_memory_percent(request, _recorded(pod, config), config)
-    if request is None:
+    """Normalise ``pod``; raises :class:`tessera.vocabulary.RequestError` for a bad request or
+    one the cluster's node agent cannot run. Idempotent: a mutated pod, mutated again, is the
+    same pod."""
+    admitted = _admitted_request(pod, config)
+    if admitted is None:
         if not _carries_owned(pod, config):
             return Mutation(pod, None, changed=False)  # the fast path: nothing to do
         stripped = copy.deepcopy(dict(pod))
         _strip_owned(stripped, config)
         return Mutation(stripped, None, changed=True)
-
+    parsed, placed = admitted
     vocabulary = config.dialects.vocabulary
-    remove = config.dialects.resource_keys
     _check_unique_names(pod)
     new = copy.deepcopy(dict(pod))
     _strip_owned(new, config)
-    by_name = {c.name: c for c in request.containers}
     spec = new["spec"]
-    for field_name in ("initContainers", "containers"):
-        for container in spec.get(field_name) or []:
-            wanted = by_name.get(container["name"])
-            if wanted is None:
-                continue
-            values: dict[str, str] = {}
-            if wanted.core_resource_value:
-                values[vocabulary.core_resource] = str(wanted.core_resource_value)
-            if wanted.memory_mib:
-                values[vocabulary.memory_resource] = str(wanted.memory_mib)
-            _set_resources(container, values, remove)
-
-    meta = new.get("metadata")
-    if not isinstance(meta, dict):
-        meta = new["metadata"] = {}
-    annotations = meta.get("annotations")
-    if not isinstance(annotations, dict):
-        annotations = meta["annotations"] = {}
-    annotations[vocabulary.request_annotation] = encode_request(request)
-    labels = meta.get("labels")
-    if not isinstance(labels, dict):
-        labels = meta["labels"] = {}
+    _write_resources(spec, parsed, placed, config)
+    meta = _child(new, "metadata")
+    _child(meta, "annotations")[vocabulary.request_annotation] = encode_request(placed)
+    labels = _child(meta, "labels")
     labels[vocabulary.gpu_pod_label] = "true"
-    labels[vocabulary.mode_label] = request.mode.value
+    labels[vocabulary.mode_label] = placed.mode.value
     if config.scheduler_name:
         spec["schedulerName"] = config.scheduler_name
-    return Mutation(new, request, changed=new != pod)
+    return Mutation(new, placed, changed=new != pod)

@@ -8,6 +8,7 @@ from typing import Any
 import pytest
 from builders import make_pod
 
+from tessera.agent_profiles import AgentProfile
 from tessera.dialects import (
     DEFAULT_DIALECTS,
     Dialect,
@@ -618,8 +619,9 @@ def test_the_mode_of_a_pod_follows_its_containers() -> None:
         ({"TESSERA_DIALECTS": "elastic, hami"},
          DialectConfig(enabled=frozenset({Dialect.ELASTIC, Dialect.HAMI}))),
         ({"TESSERA_ALIYUN_MEMORY_UNIT": "MiB"}, DialectConfig(aliyun_memory_unit_mib=1)),
-        ({"TESSERA_DOMAIN": "gpu.example.com"},
-         DialectConfig(vocabulary=Vocabulary("gpu.example.com"))),
+        ({"TESSERA_DOMAIN": "gpu.example.com", "TESSERA_AGENT_PROFILE": "hami"},
+         DialectConfig(vocabulary=Vocabulary("gpu.example.com"),
+                       agent_profile=AgentProfile.HAMI)),
     ],
 )
 def test_dialect_config_is_read_from_the_environment(

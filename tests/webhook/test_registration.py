@@ -49,8 +49,11 @@ def test_opt_in_keys_are_not_sent_to_the_webhook_by_default() -> None:
     assert {"volcano.sh/vgpu-number", "tencent.com/vcuda-core", "koordinator.sh/gpu"} <= keys
 
 
-def test_a_configuration_that_reads_nothing_sends_nothing() -> None:
-    assert match_expression(DialectConfig(enabled=frozenset())) == "false"
+def test_a_configuration_without_dialects_still_reads_its_agents_shape() -> None:
+    # The agent profile's own dialect cannot be turned off: a shaped pod must read back.
+    expression = match_expression(DialectConfig(enabled=frozenset()))
+    assert "'elasticgpu.io/gpu-core'" in expression
+    assert "nano-gpu" not in expression and "volcano.sh" not in expression
 
 
 @pytest.mark.parametrize("config", CONFIGS.values(), ids=CONFIGS.keys())

@@ -1,0 +1,223 @@
+"""The agent profiles (tessera/agent_profiles.py): per profile the shape a container gets, what
+is refused (naming the agent), the request as placed, the extender's managed resources and the
+capacity its nodes advertise. Every resource name is the one the agent's source registers; the
+file and tag are cited beside each table (and in the module's docstring)."""
+
+from __future__ import annotations
+
+import pytest
+
+from tessera.agent_profiles import (
+    AGENTS,
+    AgentProfile,
+    Capacity,
+    ManagedResource,
+    NodeAgent,
+)
+from tessera.dialects import Dialect, DialectConfig
+from tessera.vocabulary import ConfigError, ContainerRequest, PodRequest, Vocabulary
+from tests.builders import share, whole
+
+ELASTIC = NodeAgent(AgentProfile.ELASTIC)
+NANO = NodeAgent(AgentProfile.NANO_GPU)
+ALIYUN = NodeAgent(AgentProfile.ALIYUN)
+HAMI = NodeAgent(AgentProfile.HAMI)
+VOLCANO = NodeAgent(AgentProfile.VOLCANO_VGPU)
+
+
+def pod(*containers: ContainerRequest) -> PodRequest:
+    return PodRequest(containers)
+
+
+# elastic-ai/elastic-gpu-agent v0.4.1 pkg/plugins/base.go registers elasticgpu.io/gpu-core
+# (100 devices a card, pkg/plugins/gpushare.go) and elasticgpu.io/gpu-memory (one per MiB).
+# nano-gpu-agent 0.3 (elastic-ai/elastic-gpu-agent v0.2.0) pkg/common/const.go ResourceName
+# "nano-gpu/gpu-percent", 100 devices a card (pkg/plugins/server.go).
+# AliyunContainerService/gpushare-device-plugin v0.3.0 pkg/gpu/nvidia/const.go resourceName
+# "aliyun.com/gpu-mem", counted in the plugin's --memory-unit (GiB by default).
+# Project-HAMi/HAMi v2.10.0 charts/hami/values.yaml resourceName/resourceMem/resourceCores/
+# resourceMemPercentage; a whole card as its webhook writes it (pkg/device/nvidia/device.go
+# defaultExclusiveCoreIfNeeded: gpucores 100).
+# Project-HAMi/volcano-vgpu-device-plugin v1.12.0 doc/config.md: the volcano.sh/vgpu-* names.
+@pytest.mark.parametrize(
+    ("agent", "container", "resources"),
+    [
+        (ELASTIC, share(core=30, mem=1000),
+         {"elasticgpu.io/gpu-core": "30", "elasticgpu.io/gpu-memory": "1000"}),
+        (ELASTIC, share(core=25, pct=25), {"elasticgpu.io/gpu-core": "25"}),
+        (ELASTIC, share(mem=512), {"elasticgpu.io/gpu-memory": "512"}),
+        (ELASTIC, whole(cards=2), {"elasticgpu.io/gpu-core": "200"}),
+        (NANO, share(core=30, mem=1000), {"nano-gpu/gpu-percent": "30"}),
+        (NANO, whole(cards=1), {"nano-gpu/gpu-percent": "100"}),
+        (ALIYUN, share(mem=3072), {"aliyun.com/gpu-mem": "3"}),
+        (ALIYUN, share(core=10, mem=1000), {"aliyun.com/gpu-mem": "1"}),
+        (HAMI, share(core=30, mem=1000),
+         {"nvidia.com/gpu": "1", "nvidia.com/gpucores": "30", "nvidia.com/gpumem": "1000"}),
+        (HAMI, share(core=20, pct=40),
+         {"nvidia.com/gpu": "1", "nvidia.com/gpucores": "20",
+          "nvidia.com/gpumem-percentage": "40"}),
+        (HAMI, whole(cards=2), {"nvidia.com/gpu": "2", "nvidia.com/gpucores": "100"}),
+        (VOLCANO, share(core=50, mem=3000),
+         {"volcano.sh/vgpu-number": "1", "volcano.sh/vgpu-cores": "50",
+          "volcano.sh/vgpu-memory": "3000"}),
+        (VOLCANO, whole(cards=4),
+         {"volcano.sh/vgpu-number": "4", "volcano.sh/vgpu-cores": "100"}),
+    ],
+    ids=lambda v: v.profile.value if isinstance(v, NodeAgent) else None,
+)
+def test_a_container_gets_the_resources_its_agent_registers(
+    agent: NodeAgent, container: ContainerRequest, resources: dict[str, str],
+) -> None:
+    shaped = agent.container_resources(container)
+    assert shaped == resources
+    assert set(shaped) <= set(agent.pod_resources)
+
+
+def test_the_aliyun_unit_follows_the_plugins_memory_unit() -> None:
+    mib = NodeAgent(AgentProfile.ALIYUN, aliyun_unit_mib=1)
+    assert mib.container_resources(share(mem=1000)) == {"aliyun.com/gpu-mem": "1000"}
+
+
+@pytest.mark.parametrize(
+    ("agent", "request_", "words"),
+    [
+        (NANO, pod(whole(cards=2)), ["nano-gpu-agent", "one card"]),
+        (NANO, pod(share(mem=2000)), ["nano-gpu-agent", "compute percent only"]),
+        (ALIYUN, pod(whole(cards=1)), ["gpushare-device-plugin", "no whole card"]),
+        (ALIYUN, pod(share(core=30)), ["gpushare-device-plugin", "memory only"]),
+        (ALIYUN, pod(share(core=20, pct=20)), ["gpushare-device-plugin", "memory only"]),
+        (ALIYUN, pod(share("a", mem=1024), share("b", mem=1024)),
+         ["gpushare-device-plugin", "one GPU container per pod"]),
+        (ALIYUN, pod(share("init", mem=1024, init=True), share(mem=1024)),
+         ["gpushare-device-plugin", "init container 'init'", "another pod's card"]),
+        (ELASTIC, pod(share("init", core=10, init=True), share(core=20)),
+         ["elastic-gpu-agent", "exactly the same"]),
+        (ELASTIC, pod(whole("init", init=True)),
+         ["elastic-gpu-agent", "no app container asks for a GPU"]),
+        (NANO, pod(share("init", core=10, init=True), share(core=20)),
+         ["nano-gpu-agent", "exactly the same"]),
+    ],
+    ids=["nano-two-cards", "nano-memory-only", "aliyun-whole", "aliyun-core-only",
+         "aliyun-percent", "aliyun-two-containers", "aliyun-init", "elastic-init-differs",
+         "elastic-init-alone", "nano-init-differs"],
+)
+def test_what_the_agent_cannot_run_is_refused_naming_the_agent(
+    agent: NodeAgent, request_: PodRequest, words: list[str],
+) -> None:
+    message = "; ".join(agent.refusals(request_))
+    for word in words:
+        assert word in message
+
+
+@pytest.mark.parametrize(
+    ("agent", "request_"),
+    [
+        (ELASTIC, pod(whole(cards=3), share("side", core=10, mem=100))),
+        (ELASTIC, pod(whole("init", cards=2, init=True), whole(cards=2), share("side", core=5))),
+        (NANO, pod(share("init", core=30, init=True), share(core=30))),
+        (NANO, pod(whole(cards=1), share("b", core=10, pct=10))),
+        (ALIYUN, pod(share(core=10, mem=1000))),
+        (HAMI, pod(whole("init", init=True), share(core=10, mem=100), whole("b", cards=4))),
+        (VOLCANO, pod(share("init", core=10, init=True), share(pct=30, core=30))),
+    ],
+    ids=["elastic-multi", "elastic-init-same", "nano-init-same", "nano-mixed", "aliyun-share",
+         "hami-init", "volcano-init"],
+)
+def test_what_the_agent_runs_is_not_refused(agent: NodeAgent, request_: PodRequest) -> None:
+    assert agent.refusals(request_) == ()
+
+
+def test_elastic_and_nano_place_an_init_container_on_its_app_containers_card() -> None:
+    # kubelet hands the init container's devices on to the app container asking for the same
+    # (devicesToReuse); the agent serves the init container with that container's cards.
+    written = pod(whole("init", cards=2, init=True), whole(cards=2))
+    for agent in (ELASTIC, NANO):
+        assert agent.placement_request(written) == pod(whole(cards=2))
+    # HAMi's plugin gives an init container devices of its own: it is placed as written.
+    assert HAMI.placement_request(written) == written
+
+
+def test_aliyun_places_memory_in_the_plugins_unit() -> None:
+    assert ALIYUN.placement_request(pod(share(mem=1000))) == pod(share(mem=1024))
+    assert ALIYUN.placement_request(pod(share(mem=2048))) == pod(share(mem=2048))
+
+
+def test_a_vgpu_share_without_memory_reserves_the_memory_hami_gives_it() -> None:
+    # GenerateResourceRequests (HAMi v2.10.0 pkg/device/nvidia/device.go): no memory key is
+    # 100% of the card's memory, and HAMi-core lets the container use all of it.
+    for agent in (HAMI, VOLCANO):
+        assert agent.placement_request(pod(share(core=30))) == pod(share(core=30, pct=100))
+        assert agent.placement_request(pod(share(core=30, mem=10))) == pod(
+            share(core=30, mem=10))
+
+
+def test_the_extender_manages_every_resource_the_shaped_pods_carry() -> None:
+    # HAMi v2.10.0 charts/hami/templates/_helpers.tpl hami-vgpu.scheduler.managedResources:
+    # the four names, each ignoredByScheduler (memory and cores are never on a node).
+    assert HAMI.managed_resources() == tuple(ManagedResource(n) for n in (
+        "nvidia.com/gpu", "nvidia.com/gpumem", "nvidia.com/gpumem-percentage",
+        "nvidia.com/gpucores"))
+    assert [r.name for r in ELASTIC.managed_resources()] == [
+        "elasticgpu.io/gpu-core", "elasticgpu.io/gpu-memory"]
+    assert [r.name for r in NANO.managed_resources()] == ["nano-gpu/gpu-percent"]
+    assert [r.name for r in ALIYUN.managed_resources()] == ["aliyun.com/gpu-mem"]
+    assert all(r.ignored_by_scheduler for a in (ELASTIC, NANO, ALIYUN, HAMI, VOLCANO)
+               for r in a.managed_resources())
+
+
+def test_each_profile_says_how_its_nodes_advertise_cards() -> None:
+    assert ELASTIC.capacity == Capacity("elasticgpu.io/gpu-core", 100, "elasticgpu.io/gpu-memory")
+    assert NANO.capacity == Capacity("nano-gpu/gpu-percent", 100, None)
+    # gpushare-device-plugin pkg/gpu/nvidia/podmanager.go patches aliyun.com/gpu-count.
+    assert ALIYUN.capacity == Capacity("aliyun.com/gpu-count", 1, "aliyun.com/gpu-mem", 1024)
+    # volcano-vgpu-device-plugin v1.12.0 pkg/plugin/server.go apiDevices: 100 cores a card.
+    assert VOLCANO.capacity == Capacity("volcano.sh/vgpu-cores", 100, "volcano.sh/vgpu-memory")
+    assert HAMI.capacity is None  # cards x split count: read from HAMi's register annotation
+
+
+def test_every_profile_names_its_agent() -> None:
+    assert set(AGENTS) == set(AgentProfile)
+    assert {a.name for a in AGENTS.values()} >= {"elastic-gpu-agent", "nano-gpu-agent",
+                                                  "gpushare-device-plugin"}
+
+
+def test_elastic_gpu_agent_with_another_domain_is_a_config_error() -> None:
+    with pytest.raises(ConfigError, match=r"elastic-gpu-agent reads only elasticgpu\.io"):
+        DialectConfig.from_env({"TESSERA_DOMAIN": "gpu.example.com"})
+    for profile in ("nano-gpu", "aliyun", "hami", "volcano-vgpu"):
+        config = DialectConfig.from_env({"TESSERA_DOMAIN": "gpu.example.com",
+                                         "TESSERA_AGENT_PROFILE": profile})
+        assert config.agent.domain_problem() == ""
+
+
+@pytest.mark.parametrize(
+    ("profile", "dialect"),
+    [("elastic", Dialect.ELASTIC), ("nano-gpu", Dialect.PERCENT), ("aliyun", Dialect.ALIYUN),
+     ("hami", Dialect.HAMI), ("volcano-vgpu", Dialect.VOLCANO)],
+)
+def test_the_profiles_own_dialect_is_always_read(profile: str, dialect: Dialect) -> None:
+    config = DialectConfig.from_env({"TESSERA_AGENT_PROFILE": profile,
+                                     "TESSERA_DIALECTS": "kai"})
+    assert config.agent_profile == AgentProfile(profile)
+    assert config.enabled == {Dialect.KAI, dialect}
+
+
+@pytest.mark.parametrize(
+    ("env", "words"),
+    [({"TESSERA_AGENT_PROFILE": "gpushare"}, ["not an agent profile", "volcano-vgpu"]),
+     ({"TESSERA_AGENT_DIALECTS": "nano-gpu"},
+      ["TESSERA_AGENT_DIALECTS='nano-gpu' is replaced by TESSERA_AGENT_PROFILE"])],
+    ids=["unknown", "removed-setting"],
+)
+def test_a_bad_profile_setting_is_a_config_error(env: dict[str, str], words: list[str]) -> None:
+    with pytest.raises(ConfigError) as caught:
+        DialectConfig.from_env(env)
+    for word in words:
+        assert word in str(caught.value)
+
+
+def test_a_profile_with_a_vocabulary_keeps_it() -> None:
+    agent = DialectConfig(vocabulary=Vocabulary("gpu.example.com"),
+                          agent_profile=AgentProfile.NANO_GPU).agent
+    assert agent.vocabulary.domain == "gpu.example.com"
+    assert agent.name == "nano-gpu-agent"
