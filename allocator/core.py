@@ -274,7 +274,10 @@ class Allocator:
         #: When filter-best tries ranking every known node first (:meth:`_best_of_every_node`).
         self.every_node_tries = TriesAfterMisses()
         #: HAMi's flavor and node locks (None: another agent).
-        self.hami = hami_codec.FLAVORS.get(config.hami_agent) if config.hami_agent else None
+        # The hami and volcano-vgpu agent profiles mean their current flavor; --hami-agent
+        # names an older one (hami-v2.8).
+        flavor = config.hami_agent or str(config.dialects.agent_profile)
+        self.hami = hami_codec.FLAVORS.get(flavor)
         self.hami_locks = NodeLocks(api, self.hami, clock=clock) if self.hami else None
 
     # ------------------------------------------------------------------ common

@@ -337,3 +337,14 @@ def test_pods_hami_scheduler_placed_are_adopted_and_nothing_is_allocated_twice()
     alloc = synced_allocator(fake, hami_agent="hami")
     with pytest.raises(BindError):
         alloc.bind("default", "new", "new", "n1")
+
+
+def test_the_agent_profile_chooses_the_flavor() -> None:
+    from tessera.agent_profiles import AgentProfile
+    from tessera.dialects import DialectConfig
+    fake = FakeKube()
+    for profile, flavor in ((AgentProfile.HAMI, HAMI), (AgentProfile.VOLCANO_VGPU, VOLCANO_VGPU),
+                            (AgentProfile.ELASTIC, None)):
+        alloc = synced_allocator(fake, dialects=DialectConfig(agent_profile=profile))
+        assert alloc.hami is flavor
+    assert synced_allocator(fake, hami_agent="hami-v2.8").hami is HAMI_V28
