@@ -16,6 +16,7 @@ import sys
 import threading
 import time
 from collections.abc import Callable, Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -27,11 +28,19 @@ from allocator.hami.codec import HAMI, encode_lock, parse_lock
 from allocator.hami.lock import LockSettings
 from allocator.kube import KubeClient
 from allocator.state import ClusterState
-from devcluster.binaries import Binaries
+from devcluster.binaries import Binaries, repo_root
 from devcluster.cluster import DevCluster, Options
 from devcluster.hami_node import HamiNode, fake_devices, node_envs, visible
 from devcluster.nodes import delete_nodes, uniform
-from devcluster.workloads import container, ensure_namespace, get_object, make_pod, wait_for
+from devcluster.workloads import (
+    container,
+    ensure_namespace,
+    get_object,
+    load_documents,
+    make_pod,
+    quantities_as_strings,
+    wait_for,
+)
 from tessera.agent_profiles import AgentProfile
 from tessera.dialects import Dialect, DialectConfig
 from tessera.vocabulary import decode_allocation
@@ -116,6 +125,18 @@ def hami_node(cluster: DevCluster, core_v1: Any, namespace: str, api: KubeClient
     delete_nodes(core_v1, [name])
 
 
+@pytest.fixture
+def t4_node(cluster: DevCluster, core_v1: Any, namespace: str, api: KubeClient
+            ) -> Iterator[HamiNode]:
+    """Eight T4s (NVIDIA-Tesla-T4, 15 GiB), the model the examples name."""
+    name = f"{namespace}-t4"
+    cluster.add_nodes([uniform(name, 8, "Tesla-T4", 15360)])
+    node = HamiNode(api, name, fake_devices(name, 8, memory_mib=15360, model="NVIDIA-Tesla-T4"))
+    node.register("2026-11-27T21:00:00Z")
+    yield node
+    delete_nodes(core_v1, [name])
+
+
 def _gpu(core: int = 0, mem: int = 0, cards: int = 0) -> dict[str, str]:
     """HAMi's own dialect: a vGPU count, MiB and cores."""
     if cards:
@@ -173,6 +194,38 @@ def test_each_shape_runs_only_after_allocate_with_exactly_the_chosen_cards(
             assert (env["CUDA_DEVICE_SM_LIMIT"], env["CUDA_DEVICE_MEMORY_LIMIT_0"]) == want
         node = api.get_node(hami_node.node) or {}
         assert HAMI.lock_key not in (node["metadata"].get("annotations") or {})
+
+
+EXAMPLES = sorted((repo_root() / "examples" / "pods").glob("*.yaml"))
+
+
+@pytest.mark.parametrize("path", EXAMPLES, ids=[p.stem for p in EXAMPLES])
+def test_every_dialects_example_pod_runs_with_the_cards_and_shares_chosen(
+        cluster: DevCluster, core_v1: Any, namespace: str, api: KubeClient,
+        t4_node: HamiNode, path: Path) -> None:
+    [pod] = [quantities_as_strings(d) for d in load_documents(path)]
+    name = pod["metadata"]["name"]
+    pod["spec"]["schedulerName"] = NOBODY
+    created = core_v1.create_namespaced_pod(namespace, pod).to_dict()
+    for c in created["spec"]["containers"]:
+        # The hami profile's shape: the vGPU count HAMi's plugin checks stays on the pod.
+        assert "nvidia.com/gpu" in (c["resources"]["limits"] or {}), c
+    alloc = _allocator(cluster, api)
+    alloc.bind(namespace, name, "", t4_node.node)
+    assert t4_node.allocate_next() == f"{namespace}/{name}"
+    wait_for(f"{name} Running", lambda: _pod(core_v1, namespace, name)["status"].get(
+        "phase") == "Running", timeout=60)
+    pod = _pod(core_v1, namespace, name)
+    chosen = decode_allocation(pod["metadata"]["annotations"][
+        cluster.vocabulary.allocation_annotation])
+    uuid = {d.index: d.uuid for d in t4_node.devices}
+    envs = node_envs(pod)
+    for c in chosen.containers:
+        assert envs[c.name]["NVIDIA_VISIBLE_DEVICES"].split(",") == [
+            uuid[i] for i in c.card_indices]
+        if not c.is_whole:
+            assert envs[c.name]["CUDA_DEVICE_SM_LIMIT"] == str(c.core_percent)
+            assert envs[c.name]["CUDA_DEVICE_MEMORY_LIMIT_0"] == f"{c.memory_mib}m"
 
 
 def test_a_stale_lock_is_taken_over_and_a_silent_plugin_leaves_nothing_stuck(
