@@ -42,8 +42,8 @@ from allocator.hami.codec import (
     encode_register_text,
     parse_lock,
 )
+from allocator.picture.resources import BOUND_ACTIVE_PODS
 from allocator.ports import KubeApi, Obj
-from allocator.resources import BOUND_ACTIVE_PODS
 
 logger = logging.getLogger(__name__)
 

@@ -20,7 +20,7 @@ from typing import Any, TextIO
 import yaml
 
 from allocator.errors import ApiError, NotFound
-from allocator.policies import DEFAULT_POLICY, REGISTRY, get_policy
+from allocator.ranking.policies import DEFAULT_POLICY, REGISTRY, get_policy
 from kubectl_tessera import defrag, inspection, whatif, why
 from kubectl_tessera.picture import (
     Picture,
@@ -47,7 +47,7 @@ class UsageError(TesseraError):
 
 
 def _kube_reader(args: argparse.Namespace) -> Reader:
-    from allocator.kube import KubeClient  # imports kubernetes: only when a command runs
+    from allocator.kube.client import KubeClient  # imports kubernetes: only when a command runs
 
     return KubeClient.from_config(args.kubeconfig, args.context)
 

@@ -16,8 +16,8 @@ from typing import Any
 from allocator.errors import ApiError
 from allocator.hami.codec import Flavor
 from allocator.hami.writer import NodeDevices, allocation_of, read_devices
+from allocator.picture.resources import BOUND_ACTIVE_PODS
 from allocator.ports import KubeApi, Obj
-from allocator.resources import BOUND_ACTIVE_PODS
 from tessera.vocabulary import Allocation, Vocabulary, encode_allocation
 
 logger = logging.getLogger(__name__)

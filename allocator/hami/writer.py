@@ -18,7 +18,6 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Final
 
-from allocator.fit import Card
 from allocator.hami.codec import (
     BIND_ALLOCATING,
     BIND_FAILED,
@@ -33,6 +32,7 @@ from allocator.hami.codec import (
     encode_pod_devices,
     parse_register,
 )
+from allocator.ranking.fit import Card
 from tessera.vocabulary import Allocation, ContainerAllocation
 
 CORDON_ANNOTATION: Final = "hami.io/device-cordon"

@@ -33,7 +33,7 @@ from allocator.hami.writer import (
     cards_of,
     read_devices,
 )
-from allocator.inventory import read_inventory
+from allocator.picture.inventory import read_inventory
 from tessera.vocabulary import Allocation, ContainerAllocation
 
 UUIDS = [f"GPU-{i:08d}-aaaa-bbbb-cccc-000000000000" for i in range(4)]
@@ -312,7 +312,7 @@ def test_pods_hami_scheduler_placed_are_adopted_and_nothing_is_allocated_twice()
     from alloc_harness import sync
 
     from allocator.hami.adopt import adopt_placed_pods
-    from allocator.state import ClusterState
+    from allocator.picture.state import ClusterState
     fake = FakeKube()
     fake.add_node(hami_node(count=2))
     # hami-scheduler's pods: a whole card 0 (nvidia.com/gpu: 1 alone), 60% of card 1.

@@ -21,13 +21,13 @@ from typing import Any
 
 import pytest
 
-from allocator.core import Allocator, AllocatorConfig
 from allocator.errors import BindError
 from allocator.hami.adopt import adopt_placed_pods
 from allocator.hami.codec import HAMI, encode_lock, parse_lock
 from allocator.hami.lock import LockSettings
-from allocator.kube import KubeClient
-from allocator.state import ClusterState
+from allocator.kube.client import KubeClient
+from allocator.picture.state import ClusterState
+from allocator.verbs.core import Allocator, AllocatorConfig
 from devcluster.binaries import Binaries, repo_root
 from devcluster.cluster import DevCluster, Options
 from devcluster.hami_node import HamiNode, fake_devices, node_envs, visible
