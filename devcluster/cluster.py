@@ -18,10 +18,12 @@ from devcluster.controlplane import (
     ExtenderAddress,
     load_scheduler_configuration,
     managed_resources,
+    with_managed_resources,
     with_nodes_to_score,
     without_cpu_only_scoring,
 )
 from devcluster.nodes import GpuNodeSpec, create_nodes
+from tessera.agent_profiles import DEFAULT_PROFILE, PROFILE_FLAG, AgentProfile, NodeAgent
 from tessera.vocabulary import Vocabulary
 
 logger = logging.getLogger(__name__)
@@ -34,6 +36,9 @@ class Options:
     #: Start Tessera's allocator and give kube-scheduler its extender entry.
     allocator: bool = True
     vocabulary: Vocabulary = field(default_factory=Vocabulary)
+    #: The node agent the fake nodes stand for: they advertise its resources, both services
+    #: run with ``--agent-profile`` and kube-scheduler's extender manages its resources.
+    agent_profile: AgentProfile = DEFAULT_PROFILE
     #: Extra flags for ``tessera allocator`` (e.g. a placement policy).
     allocator_args: tuple[str, ...] = ()
     #: Extra flags for ``tessera webhook``.
@@ -53,22 +58,38 @@ class Options:
             raise DevClusterError("percentageOfNodesToScore is 0-100 (0: adaptive), not "
                                   f"{self.nodes_to_score}")
 
+    @property
+    def agent(self) -> NodeAgent:
+        return NodeAgent(self.agent_profile, self.vocabulary)
+
+    @property
+    def profile_args(self) -> tuple[str, ...]:
+        """The flag both services get (nothing for the default: as shipped)."""
+        if self.agent_profile is DEFAULT_PROFILE:
+            return ()
+        return (f"{PROFILE_FLAG}={self.agent_profile.value}",)
+
 
 def scheduler_setup(options: Options, vocabulary: Vocabulary, extender: ExtenderAddress | None
                     ) -> tuple[dict[str, Any], ExtenderAddress | None]:
     """The shipped KubeSchedulerConfiguration this cluster runs (without its CPU-only scoring
-    entry, or with another ``percentageOfNodesToScore``, when asked) and where its extenders
-    are; refuses a vocabulary whose resources the shipped entries do not manage (the dev
-    cluster substitutes addresses and credentials only)."""
+    entry, or with another ``percentageOfNodesToScore``, when asked; with the managed
+    resources of another agent profile, as the chart's ``agentProfile`` renders them) and
+    where its extenders are; refuses a vocabulary whose resources the shipped entries do not
+    manage (the dev cluster substitutes addresses and credentials only)."""
     shipped = load_scheduler_configuration(SCHEDULER_CONFIG)
     if not options.score_cpu_only_pods:
         shipped = without_cpu_only_scoring(shipped)
     if options.nodes_to_score is not None:
         shipped = with_nodes_to_score(shipped, options.nodes_to_score)
-    if extender is not None and managed_resources(shipped) != set(vocabulary.managed_resources):
+    agent = NodeAgent(options.agent_profile, vocabulary)
+    if options.agent_profile is not DEFAULT_PROFILE:
+        shipped = with_managed_resources(shipped, agent.managed_resources())
+    wanted = {r.name for r in agent.managed_resources()}
+    if extender is not None and managed_resources(shipped) != wanted:
         raise DevClusterError(
             f"the shipped KubeSchedulerConfiguration manages {sorted(managed_resources(shipped))},"
-            f" this dev cluster's vocabulary {sorted(vocabulary.managed_resources)}")
+            f" this dev cluster's agent profile {sorted(wanted)}")
     return shipped, extender
 
 
@@ -112,7 +133,7 @@ class DevCluster:
         return client.CoreV1Api(self.api_client)
 
     def add_nodes(self, specs: list[GpuNodeSpec]) -> None:
-        create_nodes(self.core_v1(), specs, self.vocabulary)
+        create_nodes(self.core_v1(), specs, self.vocabulary, self.options.agent)
 
     # ------------------------------------------------------------------ lifecycle
     def start(self, nodes: Sequence[GpuNodeSpec] = ()) -> None:

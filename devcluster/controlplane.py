@@ -33,6 +33,7 @@ import os
 import ssl
 import urllib.parse
 import urllib.request
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -44,6 +45,7 @@ from devcluster import DevClusterError, kwok
 from devcluster.binaries import Binaries
 from devcluster.pki import ClusterCA, service_account_keys, write_pair
 from devcluster.process import ManagedProcess, free_port, http_ok, wait_until
+from tessera.agent_profiles import ManagedResource
 
 logger = logging.getLogger(__name__)
 
@@ -149,6 +151,19 @@ def without_cpu_only_scoring(shipped: dict[str, Any]) -> dict[str, Any]:
 def scheduler_client_connection(kubeconfig: Path) -> dict[str, Any]:
     return {"kubeconfig": str(kubeconfig), "qps": SCHEDULER_CLIENT_QPS,
             "burst": SCHEDULER_CLIENT_BURST}
+
+
+def with_managed_resources(shipped: dict[str, Any],
+                           resources: Sequence[ManagedResource]) -> dict[str, Any]:
+    """``shipped`` with ``resources`` as the ``managedResources`` of the entry that has them
+    (pure): the extender entry of another agent profile (charts/tessera ``agentProfile``)."""
+    config = copy.deepcopy(shipped)
+    for entry in config.get("extenders") or []:
+        if entry.get("managedResources"):
+            entry["managedResources"] = [
+                {"name": r.name, "ignoredByScheduler": r.ignored_by_scheduler}
+                for r in resources]
+    return config
 
 
 def managed_resources(config: dict[str, Any]) -> set[str]:

@@ -39,6 +39,7 @@ from devcluster.workloads import (
     workload_pods,
 )
 from kubectl_tessera.report import card_usage, render_table
+from tessera.agent_profiles import DEFAULT_PROFILE, AgentProfile
 
 logger = logging.getLogger(__name__)
 
@@ -104,6 +105,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--no-wait", action="store_true",
         help="print the table and stop at once instead of waiting for Ctrl-C",
+    )
+    parser.add_argument(
+        "--agent-profile", choices=[p.value for p in AgentProfile], default=DEFAULT_PROFILE,
+        help="the node agent the fake nodes stand for: they advertise its resources and "
+             "both services run with this profile (default elastic; docs/agents.md)",
     )
     parser.add_argument(
         "--timeout", type=float, default=120.0,
@@ -198,7 +204,8 @@ def run(args: argparse.Namespace) -> int:
         return 1
     if args.workdir is not None:
         args.workdir.mkdir(parents=True, exist_ok=True)
-    cluster = DevCluster(binaries, args.workdir, Options())
+    cluster = DevCluster(binaries, args.workdir,
+                         Options(agent_profile=AgentProfile(args.agent_profile)))
     print(f"tessera demo: starting etcd, kube-apiserver, kube-controller-manager, KWOK, "
           f"webhook, allocator, kube-scheduler "
           f"({binaries.versions or binaries.directory})", file=out, flush=True)

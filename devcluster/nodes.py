@@ -1,8 +1,10 @@
 """Fake GPU nodes: Node objects whose status carries GPU capacity, kept alive by KWOK.
 
-A device plugin would advertise ``gpu-core`` (100 per card) and ``gpu-memory`` (MiB) in
-``status.capacity``/``status.allocatable``; here we create the Node and PATCH its ``/status``
-subresource with both (CONTRACTS.md §1, Node capacity). Then KWOK takes the node over (see
+A device plugin advertises its resources in ``status.capacity``/``status.allocatable``: which
+ones depends on the cluster's node agent (:func:`advertised`, per agent profile:
+elastic-gpu-agent ``gpu-core`` 100 per card and ``gpu-memory`` MiB, CONTRACTS.md §1, Node
+capacity; nano-gpu-agent, gpushare, HAMi and Volcano's vGPU plugin theirs); here we create the
+Node with them. Then KWOK takes the node over (see
 kwok.py): it reports it Ready and renews its Lease, as a kubelet would. The per-card
 description comes in the three forms the allocator reads: totals only (even split, the
 upstream baseline), NVIDIA GPU Feature Discovery labels, and our per-card annotation (mixed
@@ -18,11 +20,11 @@ from enum import StrEnum
 from typing import Any
 
 from devcluster import kwok
+from tessera.agent_profiles import HAMI_RESOURCES, VOLCANO_RESOURCES, AgentProfile, NodeAgent
 from tessera.vocabulary import (
     GFD_COUNT_LABEL,
     GFD_MEMORY_LABEL,
     GFD_PRODUCT_LABEL,
-    WHOLE_CARD_PERCENT,
     Vocabulary,
 )
 
@@ -66,7 +68,32 @@ def uniform(name: str, count: int, model: str, memory_mib: int, **kwargs: Any) -
     return GpuNodeSpec(name, tuple(Card(model, memory_mib) for _ in range(count)), **kwargs)
 
 
-def node_object(spec: GpuNodeSpec, vocabulary: Vocabulary) -> dict[str, Any]:
+#: The vGPUs a HAMi or Volcano vGPU plugin registers per card (its deviceSplitCount default:
+#: Project-HAMi/HAMi v2.10.0 charts/hami/values.yaml devicePlugin.deviceSplitCount, and
+#: volcano-vgpu-device-plugin v1.12.0 cmd/vgpu/main.go --device-split-count).
+VGPU_SPLIT_COUNT = 10
+
+
+def advertised(cards: tuple[Card, ...], agent: NodeAgent) -> dict[str, str]:
+    """The extended resources the agent's device plugin registers for ``cards`` (pure):
+    what :attr:`NodeAgent.capacity` reads back, plus the vGPU counts that carry no card
+    count (HAMi ``nvidia.com/gpu``, Volcano ``volcano.sh/vgpu-number``: cards x split)."""
+    resources: dict[str, str] = {}
+    capacity = agent.capacity
+    if capacity is not None:
+        resources[capacity.count] = str(capacity.per_card * len(cards))
+        if capacity.memory is not None:
+            resources[capacity.memory] = str(
+                sum(c.memory_mib for c in cards) // capacity.memory_unit_mib)
+    vgpus = {AgentProfile.HAMI: HAMI_RESOURCES.count,
+             AgentProfile.VOLCANO_VGPU: VOLCANO_RESOURCES.count}.get(agent.profile)
+    if vgpus is not None:
+        resources[vgpus] = str(VGPU_SPLIT_COUNT * len(cards))
+    return resources
+
+
+def node_object(spec: GpuNodeSpec, vocabulary: Vocabulary,
+                agent: NodeAgent | None = None) -> dict[str, Any]:
     """The Node to create (pure), with its status (capacity) and handed to KWOK, as a kubelet
     registers its node: one create (a Node's create keeps its status,
     pkg/registry/core/node/strategy.go), so KWOK's first event for it is ADDED with
@@ -93,19 +120,18 @@ def node_object(spec: GpuNodeSpec, vocabulary: Vocabulary) -> dict[str, Any]:
         "kind": "Node",
         "metadata": {"name": spec.name, "labels": labels, "annotations": annotations},
         "spec": {},
-        **_status(spec, vocabulary),
+        **_status(spec, agent or NodeAgent(vocabulary=vocabulary)),
     }
 
 
-def _status(spec: GpuNodeSpec, vocabulary: Vocabulary) -> dict[str, Any]:
+def _status(spec: GpuNodeSpec, agent: NodeAgent) -> dict[str, Any]:
     """The ``status``: capacity == allocatable. Conditions are KWOK's to report (its
     node-initialize stage keeps the capacity it finds)."""
     resources = {
         "cpu": spec.cpu,
         "memory": spec.memory,
         "pods": spec.pods,
-        vocabulary.core_resource: str(WHOLE_CARD_PERCENT * len(spec.cards)),
-        vocabulary.memory_resource: str(spec.total_memory_mib),
+        **advertised(spec.cards, agent),
         **spec.extra_resources,
     }
     return {"status": {"capacity": resources, "allocatable": resources}}
@@ -118,11 +144,13 @@ def _status(spec: GpuNodeSpec, vocabulary: Vocabulary) -> dict[str, Any]:
 _UNTAINT: dict[str, Any] = {"spec": {"taints": []}}
 
 
-def create_nodes(core_v1: Any, specs: Iterable[GpuNodeSpec], vocabulary: Vocabulary) -> None:
-    """Register each node with its capacity, handed to KWOK, then lift the not-ready taint
-    (``core_v1``: kubernetes.client.CoreV1Api)."""
+def create_nodes(core_v1: Any, specs: Iterable[GpuNodeSpec], vocabulary: Vocabulary,
+                 agent: NodeAgent | None = None) -> None:
+    """Register each node with the capacity ``agent`` advertises (elastic-gpu-agent by
+    default), handed to KWOK, then lift the not-ready taint (``core_v1``:
+    kubernetes.client.CoreV1Api)."""
     for spec in specs:
-        core_v1.create_node(node_object(spec, vocabulary))
+        core_v1.create_node(node_object(spec, vocabulary, agent))
         core_v1.patch_node(spec.name, _UNTAINT)
 
 

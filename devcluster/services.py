@@ -200,6 +200,7 @@ class Services:
             f"--port={self.webhook_port}",
             f"--tls-cert={cert}",
             f"--tls-key={key}",
+            *self.cluster.options.profile_args,
             *self.cluster.options.webhook_args,
         ]
         env = _env({})
@@ -214,7 +215,8 @@ class Services:
 
         # The webhook started above with these flags and this environment, so it reads the
         # same dialects the conditions select.
-        dialects = dialects_from_args(parse_args(self.cluster.options.webhook_args), env)
+        dialects = dialects_from_args(parse_args(
+            [*self.cluster.options.profile_args, *self.cluster.options.webhook_args]), env)
         admission: Any = client.AdmissionregistrationV1Api(self.cluster.api_client)
         admission.create_mutating_webhook_configuration(
             webhook_configuration(mwc, f"https://127.0.0.1:{self.webhook_port}", cp.ca.cert_pem,
@@ -298,6 +300,7 @@ class Services:
             f"--kubeconfig={kubeconfig}",
             f"--lease-namespace={self.allocator_namespace}",
             "--identity=devcluster-allocator",
+            *self.cluster.options.profile_args,
             *self.cluster.options.allocator_args,
         ]
         self._allocator_env = _env({})

@@ -63,6 +63,7 @@ from tessera.vocabulary import (
     WHOLE_CARD_PERCENT,
     ContainerRequest,
     PodRequest,
+    RequestError,
     Vocabulary,
 )
 
@@ -199,6 +200,15 @@ class NodeAgent:
         memory in the unit the agent hands out, the memory a share without one gets."""
         return _PLACEMENT[self.profile](self, request)
 
+    def admit(self, request: PodRequest) -> PodRequest:
+        """``request`` as placed for this agent; :class:`RequestError` naming the agent when
+        it cannot run it (what the webhook and the allocator both apply)."""
+        refused = self.refusals(request)
+        if refused:
+            raise RequestError(
+                f"agent profile {self.profile.value} ({self.name}): " + "; ".join(refused))
+        return self.placement_request(request)
+
     def managed_resources(self) -> tuple[ManagedResource, ...]:
         """The extender's ``managedResources``: every resource the shaped pods carry."""
         return tuple(ManagedResource(name) for name in self.pod_resources)
@@ -220,6 +230,18 @@ class NodeAgent:
                 f"domain or choose the profile of the agent your nodes run"
             )
         return ""
+
+
+def shape_markers(vocabulary: Vocabulary) -> tuple[str, ...]:
+    """Resources every shaped GPU pod carries one of, under any profile: each profile's
+    resources but the vGPU counts (``nvidia.com/gpu`` alone is also what NVIDIA's own
+    plugin serves; every HAMi or Volcano shape also carries cores or memory). The pod-keys
+    policy lets Tessera's request keys be created on pods that carry one
+    (manifests/base/pod-keys-policy.yaml; tests/deploy checks the list)."""
+    counts = {HAMI_RESOURCES.count, VOLCANO_RESOURCES.count}
+    return tuple(dict.fromkeys(
+        name for profile in AgentProfile
+        for name in NodeAgent(profile, vocabulary).pod_resources if name not in counts))
 
 
 # ----------------------------------------------------------------------------- shapes

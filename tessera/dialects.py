@@ -1105,7 +1105,10 @@ def parse_pod(pod: Mapping[str, Any], config: DialectConfig) -> PodRequest | Non
 
 
 def read_pod_request(pod: Mapping[str, Any], config: DialectConfig) -> PodRequest | None:
-    """The allocator's view: the canonical annotation when present, else :func:`parse_pod`.
+    """The allocator's view: the canonical annotation when present, else :func:`parse_pod`;
+    either one as placed for the cluster's node agent, which must be able to run it
+    (:meth:`tessera.agent_profiles.NodeAgent.admit`: the webhook already did, but a pod may
+    have been admitted without it, or by an earlier configuration).
 
     A present but undecodable annotation is a :class:`RequestError` (never silently re-parsed:
     the annotation is what the webhook promised the pod would get).
@@ -1114,7 +1117,9 @@ def read_pod_request(pod: Mapping[str, Any], config: DialectConfig) -> PodReques
     annotations = _annotations(pod)
     if key in annotations:
         try:
-            return decode_request(str(annotations[key]))
+            request: PodRequest | None = decode_request(str(annotations[key]))
         except CodecError as exc:
             raise RequestError(f"pod annotation {key}: {exc}") from exc
-    return parse_pod(pod, config)
+    else:
+        request = parse_pod(pod, config)
+    return None if request is None else config.agent.admit(request)

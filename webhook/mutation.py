@@ -183,13 +183,8 @@ def _admitted_request(pod: Mapping[str, Any], config: MutationConfig
     parsed = parse_pod(pod, config.dialects)
     if parsed is None:
         return None
-    agent = config.dialects.agent
-    refused = agent.refusals(parsed)
-    if refused:
-        raise RequestError(
-            f"agent profile {agent.profile.value} ({agent.name}): " + "; ".join(refused))
-    placed = _restore_recorded(agent.placement_request(parsed), _recorded(pod, config), config)
-    return parsed, placed
+    placed = config.dialects.agent.admit(parsed)
+    return parsed, _restore_recorded(placed, _recorded(pod, config), config)
 
 
 def _write_resources(spec: dict[str, Any], parsed: PodRequest, placed: PodRequest,

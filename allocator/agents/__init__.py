@@ -1,8 +1,16 @@
 """What the node agents read: pod annotations and labels written at bind (pure).
 
-Every agent below trusts these keys and never re-checks capacity (CONTRACTS.md §3): a wrong
-index is a double allocation nothing downstream catches, so each writer refuses (returns
-nothing) rather than write something its agent would misread. The clock is passed in.
+One writer per agent profile (:class:`tessera.agent_profiles.AgentProfile`), registered in
+:data:`WRITERS`; the allocator writes only what the cluster's agent reads. Every agent below
+trusts these keys and never re-checks capacity (CONTRACTS.md §3): a wrong index is a double
+allocation nothing downstream catches, so each writer refuses (says why in ``skipped``) rather
+than write something its agent would misread, and the bind then fails: nothing is bound that
+its node's agent cannot start. The admission webhook refuses such pods first
+(:meth:`tessera.agent_profiles.NodeAgent.refusals`); the writers' own checks hold for pods
+admitted without it. The clock is passed in.
+
+Adding an agent: a writer ``(BindContext) -> AgentMetadata`` and the test of an annotation key
+it owns, as one :class:`AgentWriter` entry of :data:`WRITERS`.
 
 Upstream sources of the keys:
 
@@ -34,17 +42,13 @@ Upstream sources of the keys:
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Final
+from typing import Any, Final
 
 from allocator.ranking.fit import Card
+from tessera.agent_profiles import AgentProfile
 from tessera.vocabulary import Allocation, Vocabulary
-
-ELASTIC: Final = "elastic"
-NANO_GPU: Final = "nano-gpu"
-ALIYUN: Final = "aliyun"
-DIALECTS: Final = (ELASTIC, NANO_GPU, ALIYUN)
 
 NANO_CONTAINER = "nano-gpu/container-{}"
 NANO_ASSUME = "nano-gpu/assume"
@@ -53,16 +57,47 @@ ALIYUN_DEV = "ALIYUN_COM_GPU_MEM_DEV"
 ALIYUN_POD = "ALIYUN_COM_GPU_MEM_POD"
 ALIYUN_ASSIGNED = "ALIYUN_COM_GPU_MEM_ASSIGNED"
 ALIYUN_ASSUME_TIME = "ALIYUN_COM_GPU_MEM_ASSUME_TIME"
+_ALIYUN_KEYS: Final = frozenset({ALIYUN_IDX, ALIYUN_DEV, ALIYUN_POD, ALIYUN_ASSIGNED,
+                                 ALIYUN_ASSUME_TIME})
 
 
 @dataclass(frozen=True)
 class AgentMetadata:
-    """Annotations and labels to write on the pod, and dialects that could not express it."""
+    """Annotations and labels to write on the pod, and why the agent could not be served."""
 
     annotations: dict[str, str] = field(default_factory=dict)
     #: Only for agents that select pods by label (nano-gpu); each costs a PATCH per bind.
     labels: dict[str, str] = field(default_factory=dict)
-    skipped: dict[str, str] = field(default_factory=dict)  # dialect -> why
+    skipped: dict[str, str] = field(default_factory=dict)  # agent profile -> why
+
+
+@dataclass(frozen=True)
+class BindContext:
+    """What a writer may use: the decision, the pod as bound, the node's cards, the clock."""
+
+    allocation: Allocation
+    #: The pod object (its containers, in spec order, init containers first).
+    pod: Mapping[str, Any]
+    #: The node's cards, as its inventory describes them.
+    cards: Sequence[Card]
+    vocabulary: Vocabulary
+    #: Unix nanoseconds at bind.
+    now_ns: int
+    #: MiB per unit of the Aliyun gpushare device plugin.
+    aliyun_unit_mib: int = 1024
+    #: The node's annotations as the bind read them (HAMi's register annotation: card UUIDs).
+    node_annotations: Mapping[str, str] = field(default_factory=dict)
+    #: HAMi's flavor (allocator.hami.codec.FLAVORS) when it differs from the profile's own.
+    hami_flavor: str = ""
+
+
+@dataclass(frozen=True)
+class AgentWriter:
+    """One agent's writer, and the test of the annotation keys it owns (to clear stale
+    ones a bind of an earlier configuration left on an unbound pod)."""
+
+    write: Callable[[BindContext], AgentMetadata]
+    owns: Callable[[str, Vocabulary], bool]
 
 
 def elastic_keys(vocabulary: Vocabulary) -> tuple[str, str]:
@@ -70,75 +105,106 @@ def elastic_keys(vocabulary: Vocabulary) -> tuple[str, str]:
     return f"{vocabulary.domain}/container-", f"{vocabulary.domain}/assumed"
 
 
-def _elastic(allocation: Allocation, vocabulary: Vocabulary, out: AgentMetadata) -> None:
-    prefix, assumed = elastic_keys(vocabulary)
-    for c in allocation.containers:
+def _elastic(ctx: BindContext) -> AgentMetadata:
+    out = AgentMetadata()
+    prefix, assumed = elastic_keys(ctx.vocabulary)
+    for c in ctx.allocation.containers:
         out.annotations[prefix + c.name] = ",".join(str(i) for i in c.card_indices)
     out.annotations[assumed] = "true"
+    return out
 
 
-def _nano(allocation: Allocation, out: AgentMetadata) -> None:
-    if any(len(c.card_indices) != 1 for c in allocation.containers):
-        out.skipped[NANO_GPU] = "nano-gpu-agent takes one card per container"
-        return
-    for c in allocation.containers:
+def _elastic_owns(key: str, vocabulary: Vocabulary) -> bool:
+    prefix, assumed = elastic_keys(vocabulary)
+    return key == assumed or key.startswith(prefix)
+
+
+def _nano(ctx: BindContext) -> AgentMetadata:
+    out = AgentMetadata()
+    if any(len(c.card_indices) != 1 for c in ctx.allocation.containers):
+        out.skipped[AgentProfile.NANO_GPU] = "nano-gpu-agent takes one card per container"
+        return out
+    for c in ctx.allocation.containers:
         out.annotations[NANO_CONTAINER.format(c.name)] = str(c.card_indices[0])
     out.annotations[NANO_ASSUME] = "true"
     out.labels[NANO_ASSUME] = "true"
+    return out
 
 
-def _aliyun(allocation: Allocation, cards: Sequence[Card], unit_mib: int,
-            now_ns: int, out: AgentMetadata) -> None:
-    indices = allocation.card_indices()
-    if len(indices) != 1 or any(c.is_whole for c in allocation.containers):
-        out.skipped[ALIYUN] = "gpushare serves a whole pod from one shared card"
-        return
-    card = next((c for c in cards if c.index == indices[0]), None)
-    if card is None:
-        out.skipped[ALIYUN] = f"card {indices[0]} unknown"
-        return
-    pod_mib = sum(c.memory_mib for c in allocation.containers)
+def _nano_owns(key: str, _vocabulary: Vocabulary) -> bool:
+    return key == NANO_ASSUME or key.startswith(NANO_CONTAINER.format(""))
+
+
+def _aliyun_problem(ctx: BindContext) -> str:
+    containers = ctx.allocation.containers
+    if len(containers) != 1 or containers[0].init:
+        # The plugin matches one container's request against the pod's app total.
+        return "gpushare serves one GPU app container per pod (and no init container)"
+    if containers[0].is_whole:
+        return "gpushare serves shares of one card, no whole card"
+    return ""
+
+
+def _aliyun(ctx: BindContext) -> AgentMetadata:
+    out = AgentMetadata()
+    problem = _aliyun_problem(ctx)
+    (index, *_) = ctx.allocation.card_indices() or (-1,)
+    card = next((c for c in ctx.cards if c.index == index), None)
+    if not problem and card is None:
+        problem = f"card {index} unknown"
+    if problem or card is None:
+        out.skipped[AgentProfile.ALIYUN] = problem
+        return out
+    unit = ctx.aliyun_unit_mib
+    pod_mib = sum(c.memory_mib for c in ctx.allocation.containers)
     out.annotations.update({
         ALIYUN_IDX: str(card.index),
-        ALIYUN_DEV: str(card.memory_mib // unit_mib),
-        # Rounded up so the plugin's match by pod total never undercounts (its unit is
-        # coarser than ours).
-        ALIYUN_POD: str(-(-pod_mib // unit_mib)),
+        ALIYUN_DEV: str(card.memory_mib // unit),
+        # Rounded up, as the webhook rounds the container's aliyun.com/gpu-mem limit, which
+        # the plugin compares with this pod total.
+        ALIYUN_POD: str(-(-pod_mib // unit)),
         ALIYUN_ASSIGNED: "false",
-        ALIYUN_ASSUME_TIME: str(now_ns),
+        ALIYUN_ASSUME_TIME: str(ctx.now_ns),
     })
-
-
-def agent_metadata(
-    allocation: Allocation,
-    dialects: Sequence[str],
-    vocabulary: Vocabulary,
-    cards: Sequence[Card],
-    now_ns: int,
-    aliyun_unit_mib: int = 1024,
-) -> AgentMetadata:
-    """Annotations and labels for the configured node-agent dialects."""
-    out = AgentMetadata()
-    for dialect in dialects:
-        if dialect == ELASTIC:
-            _elastic(allocation, vocabulary, out)
-        elif dialect == NANO_GPU:
-            _nano(allocation, out)
-        elif dialect == ALIYUN:
-            _aliyun(allocation, cards, aliyun_unit_mib, now_ns, out)
-        else:
-            raise ValueError(f"unknown agent dialect {dialect!r} (known: {DIALECTS})")
     return out
+
+
+def _aliyun_owns(key: str, _vocabulary: Vocabulary) -> bool:
+    return key in _ALIYUN_KEYS
+
+
+#: The writer of each agent profile. A profile without an entry cannot be configured
+#: (:func:`writer`); the HAMi and Volcano vGPU writers register here.
+WRITERS: dict[AgentProfile, AgentWriter] = {
+    AgentProfile.ELASTIC: AgentWriter(_elastic, _elastic_owns),
+    AgentProfile.NANO_GPU: AgentWriter(_nano, _nano_owns),
+    AgentProfile.ALIYUN: AgentWriter(_aliyun, _aliyun_owns),
+}
+
+
+# HAMi's device plugin and Volcano's vGPU plugin (allocator/agents/hami.py), registered after
+# the names it uses exist.
+from allocator.agents.hami import HAMI_WRITERS  # noqa: E402
+
+WRITERS.update(HAMI_WRITERS)
+
+
+def writer(profile: AgentProfile) -> AgentWriter | None:
+    """The profile's writer, or None when this build has none."""
+    return WRITERS.get(profile)
+
+
+def agent_metadata(profile: AgentProfile, ctx: BindContext) -> AgentMetadata:
+    """Annotations and labels the profile's agent reads for this bind."""
+    registered = WRITERS.get(profile)
+    if registered is None:
+        return AgentMetadata(skipped={profile: "no writer for this agent profile"})
+    return registered.write(ctx)
 
 
 def all_agent_keys(
     annotations: Mapping[str, str], vocabulary: Vocabulary
 ) -> tuple[str, ...]:
     """Every agent key present in ``annotations`` (to clear stale ones on rollback)."""
-    prefix, assumed = elastic_keys(vocabulary)
-    fixed = {assumed, NANO_ASSUME, ALIYUN_IDX, ALIYUN_DEV, ALIYUN_POD, ALIYUN_ASSIGNED,
-             ALIYUN_ASSUME_TIME}
-    return tuple(
-        k for k in annotations
-        if k in fixed or k.startswith(prefix) or k.startswith("nano-gpu/container-")
-    )
+    return tuple(k for k in annotations
+                 if any(w.owns(k, vocabulary) for w in WRITERS.values()))

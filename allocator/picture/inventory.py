@@ -10,9 +10,15 @@ Four sources, most precise first:
    with cards of different sizes or models;
 2. NVIDIA GPU Feature Discovery labels (``nvidia.com/gpu.product``, ``nvidia.com/gpu.memory``
    in MiB per card, ``nvidia.com/gpu.count``; CONTRACTS.md §1);
-3. the upstream baseline (elastic-gpu-scheduler, nano-gpu, gpushare): node allocatable
-   ``<domain>/gpu-core`` / 100 cards, ``<domain>/gpu-memory`` split evenly among them.
-   The model then comes from :attr:`Vocabulary.node_model_label` or the GFD product label.
+3. what the cluster's node agent registers in ``status.allocatable``
+   (:attr:`tessera.agent_profiles.NodeAgent.capacity`): elastic-gpu-agent
+   ``<domain>/gpu-core`` / 100 cards and ``<domain>/gpu-memory`` MiB split evenly among them;
+   nano-gpu-agent ``nano-gpu/gpu-percent`` / 100 cards (no memory: give it by GFD labels or
+   the annotation); gpushare ``aliyun.com/gpu-count`` cards and ``aliyun.com/gpu-mem`` in its
+   unit; volcano-vgpu ``volcano.sh/vgpu-cores`` / 100 cards and ``volcano.sh/vgpu-memory``
+   MiB. HAMi's count is cards x split count: its nodes are described by HAMi's register
+   annotation. The model then comes from :attr:`Vocabulary.node_model_label` or the GFD
+   product label.
 """
 
 from __future__ import annotations
@@ -25,11 +31,11 @@ from typing import Any, Final
 from allocator.hami.codec import HAMI, VOLCANO_VGPU
 from allocator.hami.writer import cards_of, read_devices
 from allocator.ranking.fit import Card
+from tessera.agent_profiles import Capacity, NodeAgent
 from tessera.vocabulary import (
     GFD_COUNT_LABEL,
     GFD_MEMORY_LABEL,
     GFD_PRODUCT_LABEL,
-    WHOLE_CARD_PERCENT,
     Vocabulary,
 )
 
@@ -103,9 +109,11 @@ def _cards_from_annotation(text: str) -> tuple[Card, ...]:
     return tuple(sorted(cards, key=lambda c: c.index))
 
 
-def read_inventory(node: Mapping[str, Any], vocabulary: Vocabulary) -> Inventory:
-    """The node's cards. A node without GPU resources has none and no problem; a description
-    that cannot be read is a problem (and the next source is tried)."""
+def read_inventory(node: Mapping[str, Any], vocabulary: Vocabulary,
+                   agent: NodeAgent | None = None) -> Inventory:
+    """The node's cards (``agent``: the cluster's node agent, elastic-gpu-agent by default).
+    A node without GPU resources has none and no problem; a description that cannot be read
+    is a problem (and the next source is tried)."""
     meta = node.get("metadata") or {}
     annotations: Mapping[str, str] = meta.get("annotations") or {}
     labels: Mapping[str, str] = meta.get("labels") or {}
@@ -131,7 +139,10 @@ def read_inventory(node: Mapping[str, Any], vocabulary: Vocabulary) -> Inventory
     gfd = _from_gfd_labels(labels, model)
     if isinstance(gfd, Inventory):
         return Inventory(gfd.cards, gfd.source, problem)
-    return _from_allocatable(allocatable, model, vocabulary, problem or gfd)
+    capacity = (agent or NodeAgent(vocabulary=vocabulary)).capacity
+    if capacity is None:
+        return Inventory((), "none", problem or gfd)
+    return _from_allocatable(allocatable, model, capacity, problem or gfd)
 
 
 def _from_gfd_labels(labels: Mapping[str, str], model: str) -> Inventory | str:
@@ -147,28 +158,30 @@ def _from_gfd_labels(labels: Mapping[str, str], model: str) -> Inventory | str:
     return Inventory(tuple(Card(i, model, memory) for i in range(count)), "gfd")
 
 
-def _from_allocatable(allocatable: Mapping[str, Any], model: str, vocabulary: Vocabulary,
+def _from_allocatable(allocatable: Mapping[str, Any], model: str, capacity: Capacity,
                       problem: str) -> Inventory:
-    """The upstream baseline: core / 100 cards, memory split evenly; ``problem`` is what the
-    finer sources left, reported unless this source has a first problem of its own."""
-    raw_core = allocatable.get(vocabulary.core_resource)
-    core = _int_quantity(raw_core)
-    memory = _int_quantity(allocatable.get(vocabulary.memory_resource))
-    count = (core or 0) // WHOLE_CARD_PERCENT
+    """What the node agent registers: ``capacity.count`` / ``per_card`` cards, memory split
+    evenly; ``problem`` is what the finer sources left, reported unless this source has a
+    first problem of its own."""
+    raw_count = allocatable.get(capacity.count)
+    units = _int_quantity(raw_count)
+    memory = _int_quantity(allocatable.get(capacity.memory)) if capacity.memory else None
+    count = (units or 0) // capacity.per_card
     if count <= 0:
         # Most nodes of a real cluster simply have no GPU (and a new node has no status
         # yet): that is no problem. Only an inventory we cannot read is one.
-        if raw_core is not None and core is None:
-            problem = problem or f"{vocabulary.core_resource} {raw_core!r} is not an integer"
-        elif core:
-            problem = problem or (f"{vocabulary.core_resource} {core} is less than one card "
-                                  f"({WHOLE_CARD_PERCENT})")
+        if raw_count is not None and units is None:
+            problem = problem or f"{capacity.count} {raw_count!r} is not an integer"
+        elif units:
+            problem = problem or (f"{capacity.count} {units} is less than one card "
+                                  f"({capacity.per_card})")
         return Inventory((), "none", problem)
-    per_card = (memory or 0) // count
-    wrong = _check_cards(count, per_card, f"{vocabulary.core_resource} ignored")
+    per_card = (memory or 0) * capacity.memory_unit_mib // count
+    wrong = _check_cards(count, per_card, f"{capacity.count} ignored")
     if wrong:
         return Inventory((), "none", problem or wrong)
     if per_card <= 0:
-        problem = problem or f"{vocabulary.memory_resource} missing: cards have 0 MiB"
+        missing = capacity.memory or "a memory resource (the agent registers none)"
+        problem = problem or f"{missing} missing: cards have 0 MiB"
     cards = tuple(Card(i, model, per_card) for i in range(count))
     return Inventory(cards, "allocatable", problem)

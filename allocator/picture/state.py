@@ -33,6 +33,7 @@ from allocator.picture.inventory import Inventory, read_inventory
 from allocator.picture.resources import NodeResources
 from allocator.ranking.content_memo import NodeColumns, NodeContents, NodeNames
 from allocator.ranking.fit import Card, NodeState, build_node_state
+from tessera.agent_profiles import NodeAgent
 from tessera.logs import pod_context
 from tessera.vocabulary import Allocation, CodecError, Vocabulary, decode_allocation
 
@@ -106,8 +107,10 @@ class _Node:
 
 
 class ClusterState:
-    def __init__(self, vocabulary: Vocabulary) -> None:
+    def __init__(self, vocabulary: Vocabulary, agent: NodeAgent | None = None) -> None:
         self.vocabulary = vocabulary
+        #: The cluster's node agent: what its nodes advertise (the inventory's last source).
+        self.agent = agent or NodeAgent(vocabulary=vocabulary)
         self._lock = threading.RLock()
         self._nodes: dict[str, _Node] = {}
         #: Nodes read by name ahead of the watch: name -> the resourceVersion read.
@@ -229,7 +232,7 @@ class ClusterState:
         problem; anything else is a bug, and one node must still not stop the node list or
         watch (no cards, the reason in ``/status``)."""
         try:
-            return read_inventory(node, self.vocabulary)
+            return read_inventory(node, self.vocabulary, self.agent)
         except Exception as exc:
             logger.exception("node %s: inventory unreadable", name, extra={"node": name})
             return Inventory((), "none", f"inventory unreadable: {type(exc).__name__}: {exc}")

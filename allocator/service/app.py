@@ -156,7 +156,7 @@ def create_app(
 
         api = KubeClient.from_config(settings.kubeconfig,
                                      request_threads=settings.serving.threads)
-    state = ClusterState(settings.core.vocabulary)
+    state = ClusterState(settings.core.vocabulary, settings.core.dialects.agent)
     elector = (
         LeaderElector(api, settings.lease_namespace, settings.lease_name, settings.identity,
                       clock=time.monotonic)
@@ -314,7 +314,7 @@ def _routes(app: Flask, rt: Runtime, prefix: str) -> None:
         doc["leader"] = rt.is_leader()
         doc["identity"] = rt.settings.identity
         doc["defaultPolicy"] = rt.settings.core.default_policy
-        doc["agentDialects"] = list(rt.settings.core.agent_dialects)
+        doc["agentProfile"] = rt.settings.core.dialects.agent_profile.value
         return doc
 
     @app.get("/status")

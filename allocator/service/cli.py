@@ -73,13 +73,13 @@ def run(args: argparse.Namespace) -> int:
     if settings is None:
         return 2
     logger.info(
-        "serving the scheduler extender on %s%s (%s), policy %s, agent dialects %s, "
+        "serving the scheduler extender on %s%s (%s), policy %s, agent profile %s, "
         "leader election %s",
         settings.serving.bind, settings.url_prefix,
         ("mutual TLS" if settings.serving.tls_client_ca
          else "TLS, NO client authentication" if settings.serving.tls_cert
          else "plain HTTP, NO client authentication"),
-        settings.core.default_policy, ",".join(settings.core.agent_dialects),
+        settings.core.default_policy, settings.core.dialects.agent_profile.value,
         "on" if settings.leader_election else "off",
     )
     from allocator.service.app import create_app

@@ -17,6 +17,7 @@ from allocator import agents
 from allocator.hami import codec as hami_codec
 from allocator.ranking.policies import DEFAULT_POLICY, REGISTRY
 from allocator.verbs.core import AllocatorConfig
+from tessera.agent_profiles import AGENTS
 from tessera.dialects import DialectConfig
 from tessera.serving import DIALECT_ENV_HELP, OBJECT_NAME, EnvReader, Listener, ServingConfig
 from tessera.vocabulary import ConfigError
@@ -39,10 +40,10 @@ ENV_VARS: Final = {
     "GiB (default) or MiB",
     "TESSERA_POLICY": f"cluster default placement policy (default {DEFAULT_POLICY}; "
     f"known: {', '.join(sorted(REGISTRY))})",
-    "TESSERA_AGENT_DIALECTS": "node-agent dialects written at bind, comma-separated "
-    f"(default elastic; known: {', '.join(agents.DIALECTS)})",
-    "TESSERA_HAMI_AGENT": "HAMi's device plugin as the node agent (docs/hami.md): hami "
-    "(v2.9+), hami-v2.8 or volcano-vgpu; empty (default) for none",
+    "TESSERA_AGENT_DIALECTS": "removed: the node agent is TESSERA_AGENT_PROFILE (set alike "
+    "on the webhook and the allocator); a value here is refused, naming the replacement",
+    "TESSERA_HAMI_AGENT": "HAMi's device plugin at an older version (docs/hami.md): hami-v2.8; "
+    "empty (default): the agent profile says (hami, volcano-vgpu)",
     "TESSERA_SEED": "seed of the random policy (default 0)",
     "TESSERA_NODE_RESOURCES": "'true' (default) to track every node's free CPU and memory "
     "for the placement policies (watches every bound pod); 'false' to watch GPU pods only",
@@ -84,7 +85,7 @@ class Settings:
         # Read in this order, so that problems are named in it.
         dialects = read.collect(DialectConfig.from_env, DialectConfig())
         policy = _policy(read)
-        agent_dialects = _agent_dialects(read)
+        _check_writer(read, dialects)
         prefix = _url_prefix(read)
         lease_name, lease_ns = _lease(read)
         kubeconfig = _kubeconfig(read)
@@ -93,8 +94,7 @@ class Settings:
             core=AllocatorConfig(
                 dialects=dialects,
                 default_policy=policy,
-                agent_dialects=agent_dialects,
-                hami_agent=_hami_agent(read),
+                hami_agent=_hami_agent(read, dialects),
                 seed=read.integer("TESSERA_SEED", 0, 0, 2**63 - 1),
                 node_resources=read.flag("TESSERA_NODE_RESOURCES", True),
                 filter_best=read.flag("TESSERA_FILTER_BEST", True),
@@ -134,23 +134,23 @@ def _policy(read: EnvReader) -> str:
     return policy
 
 
-def _agent_dialects(read: EnvReader) -> tuple[str, ...]:
-    agent_raw = read.text("TESSERA_AGENT_DIALECTS") or agents.ELASTIC
-    agent_dialects = tuple(d.strip() for d in agent_raw.split(",") if d.strip())
-    unknown = [d for d in agent_dialects if d not in agents.DIALECTS]
-    if unknown or not agent_dialects:
-        read.problem(f"TESSERA_AGENT_DIALECTS={agent_raw!r}: choose from "
-                     f"{', '.join(agents.DIALECTS)}")
-        agent_dialects = (agents.ELASTIC,)
-    return agent_dialects
+def _check_writer(read: EnvReader, dialects: DialectConfig) -> None:
+    """The agent profile needs a writer of the keys its agent reads in this build."""
+    profile = dialects.agent_profile
+    if agents.writer(profile) is None:
+        read.problem(f"TESSERA_AGENT_PROFILE={profile.value}: this build has no writer of the "
+                     f"keys {AGENTS[profile].name} reads (known: "
+                     f"{', '.join(p.value for p in agents.WRITERS)})")
 
 
-def _hami_agent(read: EnvReader) -> str:
-    """HAMi's device plugin as the node agent (allocator.hami): which flavor, "" for none."""
+def _hami_agent(read: EnvReader, dialects: DialectConfig) -> str:
+    """HAMi's flavor when not the profile's own (hami-v2.8), "" for the profile's."""
     name = read.text("TESSERA_HAMI_AGENT") or ""
-    if name and name not in hami_codec.FLAVORS:
+    if name and (name not in hami_codec.FLAVORS
+                 or str(dialects.agent_profile) not in hami_codec.FLAVORS):
         read.problem(f"TESSERA_HAMI_AGENT={name!r}: choose from "
-                     f"{', '.join(hami_codec.FLAVORS)}")
+                     f"{', '.join(hami_codec.FLAVORS)}, with TESSERA_AGENT_PROFILE hami or "
+                     f"volcano-vgpu")
         return ""
     return name
 

@@ -36,7 +36,6 @@ import numpy.typing as npt
 from allocator import agents
 from allocator.errors import ApiError, BindError, Conflict, NotFound, NotReady, WouldBlock
 from allocator.hami import codec as hami_codec
-from allocator.hami import writer as hami_writer
 from allocator.hami.lock import NodeLocks, NodeLockTimeout
 from allocator.picture.nodelookup import NodeLookup
 from allocator.picture.resources import ResourceError, pod_requests
@@ -107,7 +106,6 @@ class AllocatorConfig:
     #: How pods without the canonical annotation are read; carries the vocabulary.
     dialects: DialectConfig = field(default_factory=DialectConfig)
     default_policy: str = DEFAULT_POLICY
-    agent_dialects: tuple[str, ...] = (agents.ELASTIC,)
     #: Seed of the random policy (with the pod identity and the node).
     seed: int = 0
     #: Track every node's CPU and memory (all bound pods are watched) for the policies.
@@ -277,8 +275,9 @@ class Allocator:
         #: HAMi's flavor and node locks (None: another agent).
         # The hami and volcano-vgpu agent profiles mean their current flavor; --hami-agent
         # names an older one (hami-v2.8).
-        flavor = config.hami_agent or str(config.dialects.agent_profile)
-        self.hami = hami_codec.FLAVORS.get(flavor)
+        profile = str(config.dialects.agent_profile)
+        self.hami = (hami_codec.FLAVORS[config.hami_agent or profile]
+                     if profile in hami_codec.FLAVORS else None)
         self.hami_locks = NodeLocks(api, self.hami, clock=clock) if self.hami else None
 
     # ------------------------------------------------------------------ common
@@ -806,24 +805,17 @@ class Allocator:
             self.hami_locks.release(node, namespace, name)
             raise
 
-    def _hami_annotations(self, pod: Obj, allocation: Allocation) -> dict[str, str]:
-        """HAMi's pod annotations for the allocation, from the node's register annotation as
-        etcd has it now (the plugin addresses cards by its UUIDs)."""
-        assert self.hami is not None and self.hami_locks is not None
+    def _hami_node_annotations(self, node: str) -> Mapping[str, str]:
+        """For HAMi's writers, the node's annotations as etcd has them now (its register
+        annotation names the cards' UUIDs): the node as the lock just read it, else a read."""
+        if self.hami_locks is None:
+            return {}
         try:
-            node = (self.hami_locks.seen(allocation.node)
-                    or self.api.get_node(allocation.node) or {})
+            obj = self.hami_locks.seen(node) or self.api.get_node(node) or {}
         except ApiError as exc:
-            raise BindError(f"reading node {allocation.node} failed: {exc}") from exc
-        node_annotations = (node.get("metadata") or {}).get("annotations") or {}
-        devices = hami_writer.read_devices(node_annotations, self.hami)
-        if devices is None or devices.problem:
-            raise BindError(f"node {allocation.node}: "
-                            f"{devices.problem if devices else 'no HAMi device registered'}")
-        written = hami_writer.bind_annotations(allocation, pod, devices, self.hami, self.clock())
-        if isinstance(written, str):
-            raise BindError(f"pod {pod_key(pod)}: {written}")
-        return written
+            raise BindError(f"reading node {node} failed: {exc}") from exc
+        annotations: Mapping[str, str] = (obj.get("metadata") or {}).get("annotations") or {}
+        return annotations
 
     def _write_and_bind(self, pod: Obj, reserved: Allocation, policy: Policy, namespace: str,
                         name: str, uid: str, node: str) -> BindOutcome:
@@ -926,24 +918,26 @@ class Allocator:
         the pod — the GPU-pod label our watch selects by, the labels of agents that select
         by label (nano-gpu) — are PATCHed first (harmless on an unbound pod), with the UID as
         precondition. A webhook-admitted pod already has the GPU-pod label and the default
-        elastic dialect wants none (see :mod:`allocator.agents`), so its bind is the Binding
-        alone.
+        elastic agent wants none (see :mod:`allocator.agents`), so its bind is the Binding
+        alone. Only the cluster's agent profile is written; when its writer cannot express
+        the allocation the bind fails (:class:`BindError`): nothing is bound that the node's
+        agent cannot start.
         """
         vocab = self.config.vocabulary
         meta = pod.get("metadata") or {}
         old_ann: dict[str, str] = dict(meta.get("annotations") or {})
         old_lab: dict[str, str] = dict(meta.get("labels") or {})
-        extra = agents.agent_metadata(
-            allocation, self.config.agent_dialects, vocab,
-            self.state.cards(allocation.node), int(self.clock() * 1e9),
-            self.config.aliyun_unit_mib,
-        )
-        for dialect, why in extra.skipped.items():
-            logger.warning("agent dialect %s not written: %s", dialect, why,
-                           extra=pod_context(pod))
+        profile = self.config.dialects.agent_profile
+        extra = agents.agent_metadata(profile, agents.BindContext(
+            allocation, pod, self.state.cards(allocation.node), vocab,
+            int(self.clock() * 1e9), self.config.aliyun_unit_mib,
+            self._hami_node_annotations(allocation.node), self.hami.name if self.hami else "",
+        ))
+        if extra.skipped:
+            why = "; ".join(extra.skipped.values())
+            raise BindError(f"agent profile {profile.value}: its node agent cannot be given "
+                            f"this allocation ({why}); not bound")
         annotations = dict(extra.annotations)
-        if self.hami is not None:
-            annotations.update(self._hami_annotations(pod, allocation))
         annotations[vocab.allocation_annotation] = encode_allocation(allocation)
         wanted = {**extra.labels, vocab.gpu_pod_label: "true"}
         # Every pod we bind carries the GPU-pod label, so the label-selected pod watch sees

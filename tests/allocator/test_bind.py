@@ -1,4 +1,5 @@
-"""Bind: the write order, agent dialects, every failure path's rollback, idempotence."""
+"""Bind: the write order, the keys of each agent profile, every failure path's rollback,
+idempotence."""
 
 from __future__ import annotations
 
@@ -14,7 +15,14 @@ from allocator import agents
 from allocator.errors import ApiError, BindError, Conflict
 from allocator.picture.state import Stage
 from allocator.verbs.core import Allocator
+from tessera.agent_profiles import AgentProfile
+from tessera.dialects import DialectConfig
 from tessera.vocabulary import PodRequest, decode_allocation
+
+
+def profile(name: str) -> DialectConfig:
+    """The dialect configuration of a cluster whose nodes run the agent ``name``."""
+    return DialectConfig(agent_profile=AgentProfile(name))
 
 
 def _setup(req: PodRequest | None = None, webhook_labelled: bool = True,
@@ -77,44 +85,73 @@ def test_the_watch_seeing_our_bind_confirms_the_record_and_leaves_the_node_as_it
 
 
 @pytest.mark.parametrize(
-    ("dialects", "req", "expected_annotations", "expected_labels"),
+    ("agent", "req", "expected_annotations", "expected_labels"),
     [
         # elastic-gpu-agent reads annotations only (allocator/agents/): no label.
-        (("elastic",), request(whole("a", cards=2)),
+        ("elastic", request(whole("a", cards=2)),
          {"elasticgpu.io/container-a": "0,1", "elasticgpu.io/assumed": "true"}, {}),
-        (("nano-gpu",), request(share("a", core=20)),
+        ("nano-gpu", request(share("a", core=20)),
          {"nano-gpu/container-a": "0", "nano-gpu/assume": "true"},
          {"nano-gpu/assume": "true"}),
-        (("aliyun",), request(share("a", mem=2048), share("b", mem=1024)),
+        ("aliyun", request(share("a", mem=2500)),
          {"ALIYUN_COM_GPU_MEM_IDX": "0", "ALIYUN_COM_GPU_MEM_DEV": "16",
           "ALIYUN_COM_GPU_MEM_POD": "3", "ALIYUN_COM_GPU_MEM_ASSIGNED": "false",
           "ALIYUN_COM_GPU_MEM_ASSUME_TIME": str(int(NOW * 1e9))}, {}),
     ],
 )
-def test_each_agent_dialect_is_written_as_its_agent_reads_it(
-    dialects: tuple[str, ...], req: PodRequest, expected_annotations: dict[str, str],
+def test_each_agent_profile_is_written_as_its_agent_reads_it_and_no_other(
+    agent: str, req: PodRequest, expected_annotations: dict[str, str],
     expected_labels: dict[str, str],
 ) -> None:
-    fake, alloc = _setup(req, agent_dialects=dialects)
+    fake, alloc = _setup(req, dialects=profile(agent))
     alloc.bind("default", "p", "u-1", "n1")
     annotations = _annotations(fake)
+    assert set(agents.all_agent_keys(annotations, VOCAB)) == set(expected_annotations)
     for key, value in expected_annotations.items():
         assert annotations[key] == value
     assert _labels(fake) == {VOCAB.gpu_pod_label: "true", **expected_labels}
 
 
 @pytest.mark.parametrize(
-    ("dialect", "req"),
-    [("nano-gpu", request(whole("a", cards=2))), ("aliyun", request(whole("a")))],
+    ("agent", "req", "why"),
+    [("nano-gpu", request(whole("a", cards=2)), "nano-gpu-agent gives a container one card"),
+     ("aliyun", request(whole("a")), "gpushare-device-plugin"),
+     ("aliyun", request(share("a", mem=1024), share("b", mem=1024)),
+      "one GPU container per pod"),
+     ("elastic", request(share("i", core=10, init=True), share("a", core=20)),
+      "exactly the same")],
+    ids=["nano-two-cards", "aliyun-whole", "aliyun-two-containers", "elastic-init-differs"],
 )
-def test_a_dialect_that_cannot_express_the_allocation_writes_nothing(
-    dialect: str, req: PodRequest
-) -> None:
-    fake, alloc = _setup(req, agent_dialects=(dialect,))
-    alloc.bind("default", "p", "u-1", "n1")
-    keys = agents.all_agent_keys(_annotations(fake), VOCAB)
-    assert keys == ()
-    assert VOCAB.allocation_annotation in _annotations(fake)
+def test_a_pod_its_agent_cannot_start_is_not_bound(agent: str, req: PodRequest,
+                                                   why: str) -> None:
+    # The webhook refuses these; a pod admitted without it (or by an earlier configuration)
+    # is refused at bind, and nothing of it remains.
+    fake, alloc = _setup(req, dialects=profile(agent))
+    with pytest.raises(BindError, match=f"agent profile {agent}") as refused:
+        alloc.bind("default", "p", "u-1", "n1")
+    assert why in str(refused.value)
+    assert "nodeName" not in fake.pods[("default", "p")]["spec"]
+    assert VOCAB.allocation_annotation not in _annotations(fake)
+    assert alloc.state.record("u-1") is None
+
+
+def test_a_writer_that_cannot_express_the_allocation_fails_the_bind() -> None:
+    # The writer's own check (an allocation no agent-checked request would give).
+    from tessera.vocabulary import Allocation, ContainerAllocation
+    ctx = agents.BindContext(Allocation("n1", (ContainerAllocation("a", (0, 1)),)), {}, (),
+                             VOCAB, 0)
+    out = agents.agent_metadata(AgentProfile.NANO_GPU, ctx)
+    assert out.annotations == {} and "one card" in out.skipped[AgentProfile.NANO_GPU]
+    assert agents.agent_metadata(AgentProfile.ALIYUN, ctx).skipped
+
+
+def test_an_elastic_init_container_is_placed_on_its_app_containers_card() -> None:
+    fake, alloc = _setup(request(whole("i", cards=2, init=True), whole("a", cards=2)),
+                         dialects=profile("elastic"))
+    assert alloc.bind("default", "p", "u-1", "n1").cards == (0, 1)
+    allocation = decode_allocation(_annotations(fake)[VOCAB.allocation_annotation])
+    assert [c.name for c in allocation.containers] == ["a"]
+    assert _annotations(fake)["elasticgpu.io/container-a"] == "0,1"
 
 
 def test_a_webhook_labelled_pod_after_filter_is_bound_with_one_api_call_the_binding(
@@ -133,30 +170,28 @@ def test_a_webhook_labelled_pod_after_filter_is_bound_with_one_api_call_the_bind
     assert _labels(fake) == {VOCAB.gpu_pod_label: "true"}
 
 
-@pytest.mark.parametrize("dialects", [("elastic",), ("aliyun",), ("elastic", "aliyun")])
-def test_no_dialect_but_nano_gpu_makes_a_webhook_labelled_pod_need_a_patch(
-    dialects: tuple[str, ...],
-) -> None:
-    fake, alloc = _setup(agent_dialects=dialects)
+@pytest.mark.parametrize("agent", ["elastic", "aliyun"])
+def test_no_agent_but_nano_gpu_makes_a_webhook_labelled_pod_need_a_patch(agent: str) -> None:
+    fake, alloc = _setup(dialects=profile(agent))
     alloc.bind("default", "p", "u-1", "n1")
     assert [c for c in fake.calls if c[0] in ("patch_pod", "bind_pod")] == [("bind_pod", "p")]
 
 
 @pytest.mark.parametrize(
-    ("webhook_labelled", "dialects", "labels"),
+    ("webhook_labelled", "agent", "labels"),
     [
         # admitted without the webhook: our pod watch selects by the GPU-pod label
-        (False, ("elastic",), {VOCAB.gpu_pod_label: "true"}),
+        (False, "elastic", {VOCAB.gpu_pod_label: "true"}),
         # nano-gpu-agent 0.3 finds pods through a label-selected informer
-        (True, ("nano-gpu",), {"nano-gpu/assume": "true"}),
-        (False, ("nano-gpu",), {VOCAB.gpu_pod_label: "true", "nano-gpu/assume": "true"}),
+        (True, "nano-gpu", {"nano-gpu/assume": "true"}),
+        (False, "nano-gpu", {VOCAB.gpu_pod_label: "true", "nano-gpu/assume": "true"}),
     ],
 )
 def test_a_pod_lacking_a_label_it_must_carry_is_patched_with_the_uid_before_the_binding(
-    webhook_labelled: bool, dialects: tuple[str, ...], labels: dict[str, str],
+    webhook_labelled: bool, agent: str, labels: dict[str, str],
 ) -> None:
     fake, alloc = _setup(request(share("main", core=20)), webhook_labelled=webhook_labelled,
-                         agent_dialects=dialects)
+                         dialects=profile(agent))
     alloc.bind("default", "p", "u-1", "n1")
     assert [c for c in fake.calls if c[0] in ("patch_pod", "bind_pod")] == [
         ("patch_pod", "p"), ("bind_pod", "p")]
@@ -166,7 +201,7 @@ def test_a_pod_lacking_a_label_it_must_carry_is_patched_with_the_uid_before_the_
 
 
 def test_agent_keys_an_older_attempt_left_on_the_unbound_pod_are_cleared() -> None:
-    fake, alloc = _setup(agent_dialects=("elastic",))
+    fake, alloc = _setup(dialects=profile("elastic"))
     fake.pods[("default", "p")]["metadata"]["annotations"].update(
         {"nano-gpu/container-main": "1", "nano-gpu/assume": "true"})
     alloc.bind("default", "p", "u-1", "n1")

@@ -8,6 +8,7 @@ import pytest
 
 from allocator.service import cli
 from allocator.service.config import Settings
+from tessera.agent_profiles import AgentProfile
 from tessera.cli import build_parser
 from tessera.granian_server import server_options
 from tessera.vocabulary import ConfigError
@@ -17,7 +18,7 @@ def test_defaults_are_valid_and_single_process() -> None:
     settings = Settings.from_env({})
     assert settings.url_prefix == "/scheduler"
     assert settings.core.default_policy == "fgd-cpu"
-    assert settings.core.agent_dialects == ("elastic",)
+    assert settings.core.dialects.agent_profile == AgentProfile.ELASTIC
     assert settings.leader_election is True
     options = server_options(settings.serving, threads=settings.serving.threads)
     assert options["workers"] == 1 and options["interface"] == "wsgi"
@@ -28,7 +29,10 @@ def test_defaults_are_valid_and_single_process() -> None:
     ("env", "message"),
     [
         ({"TESSERA_POLICY": "fastest"}, "TESSERA_POLICY='fastest'"),
-        ({"TESSERA_AGENT_DIALECTS": "elastic,hami"}, "TESSERA_AGENT_DIALECTS"),
+        ({"TESSERA_AGENT_DIALECTS": "nano-gpu"},
+         "TESSERA_AGENT_DIALECTS='nano-gpu' is replaced by TESSERA_AGENT_PROFILE"),
+        ({"TESSERA_AGENT_PROFILE": "gpushare"}, "not an agent profile"),
+        ({"TESSERA_DOMAIN": "gpu.example.com"}, "elastic-gpu-agent reads only"),
         ({"TESSERA_ALLOCATOR_PORT": "0"}, "TESSERA_ALLOCATOR_PORT"),
         ({"TESSERA_LEADER_ELECTION": "maybe"}, "must be true or false"),
         ({"TESSERA_ALLOCATOR_TLS_CERT": "/nonexistent.crt"}, "needs both"),
@@ -50,14 +54,14 @@ def test_flags_override_environment_and_tls_enables_mutual_auth(
 ) -> None:
     for name in ("tls.crt", "tls.key", "ca.crt"):
         (tmp_path / name).write_text("x")
-    argv = ["allocator", "--policy", "spread", "--agent-dialects", "elastic,nano-gpu",
+    argv = ["allocator", "--policy", "spread", "--agent-profile", "nano-gpu",
             "--tls-cert", str(tmp_path / "tls.crt"), "--tls-key", str(tmp_path / "tls.key"),
             "--tls-client-ca", str(tmp_path / "ca.crt"), "--leader-election", "false",
             "--url-prefix", "/gpu/"]
     args = build_parser(argv).parse_args(argv)
     settings = cli.settings_from_args(args, {"TESSERA_POLICY": "random"})
     assert settings.core.default_policy == "spread"
-    assert settings.core.agent_dialects == ("elastic", "nano-gpu")
+    assert settings.core.dialects.agent_profile == AgentProfile.NANO_GPU
     assert settings.url_prefix == "/gpu"
     assert settings.serving.port == 8443 and not settings.leader_election
     options = server_options(settings.serving, threads=settings.serving.threads)

@@ -34,9 +34,13 @@ from allocator.hami.writer import (
     read_devices,
 )
 from allocator.picture.inventory import read_inventory
+from tessera.agent_profiles import AgentProfile
+from tessera.dialects import DialectConfig
 from tessera.vocabulary import Allocation, ContainerAllocation
 
 UUIDS = [f"GPU-{i:08d}-aaaa-bbbb-cccc-000000000000" for i in range(4)]
+
+HAMI_PROFILE = DialectConfig(agent_profile=AgentProfile.HAMI)
 
 
 def _devices(count: int = 4, split: int = 10, unhealthy: tuple[int, ...] = ()
@@ -254,7 +258,7 @@ def _hami_setup(req: Any = None) -> tuple[FakeKube, Any]:
     fake = FakeKube()
     fake.add_node(hami_node())
     fake.add_pod(make_gpu_pod("p", req or request(share(core=30, mem=2048)), uid="u-1"))
-    return fake, synced_allocator(fake, hami_agent="hami")
+    return fake, synced_allocator(fake, dialects=HAMI_PROFILE)
 
 
 def test_bind_takes_the_lock_and_the_binding_carries_hamis_annotations() -> None:
@@ -334,17 +338,15 @@ def test_pods_hami_scheduler_placed_are_adopted_and_nothing_is_allocated_twice()
     assert used == {0: (True, 100, 16384), 1: (False, 60, 12000)}
     # A new pod asking for 50% of a card fits nowhere: card 0 is whole, card 1 has 40% left.
     fake.add_pod(make_gpu_pod("new", request(share("main", core=50, mem=1024)), uid="new"))
-    alloc = synced_allocator(fake, hami_agent="hami")
+    alloc = synced_allocator(fake, dialects=HAMI_PROFILE)
     with pytest.raises(BindError):
         alloc.bind("default", "new", "new", "n1")
 
 
 def test_the_agent_profile_chooses_the_flavor() -> None:
-    from tessera.agent_profiles import AgentProfile
-    from tessera.dialects import DialectConfig
     fake = FakeKube()
     for profile, flavor in ((AgentProfile.HAMI, HAMI), (AgentProfile.VOLCANO_VGPU, VOLCANO_VGPU),
                             (AgentProfile.ELASTIC, None)):
         alloc = synced_allocator(fake, dialects=DialectConfig(agent_profile=profile))
         assert alloc.hami is flavor
-    assert synced_allocator(fake, hami_agent="hami-v2.8").hami is HAMI_V28
+    assert synced_allocator(fake, dialects=HAMI_PROFILE, hami_agent="hami-v2.8").hami is HAMI_V28

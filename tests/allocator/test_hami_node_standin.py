@@ -13,7 +13,11 @@ from fake_kube import FakeKube
 
 from allocator.hami.codec import HAMI, parse_lock
 from devcluster.hami_node import HamiNode, fake_devices, node_envs, visible
+from tessera.agent_profiles import AgentProfile
+from tessera.dialects import DialectConfig
 from tessera.vocabulary import decode_allocation
+
+HAMI_PROFILE = DialectConfig(agent_profile=AgentProfile.HAMI)
 
 
 def _cluster(cards: int = 8) -> tuple[FakeKube, HamiNode]:
@@ -36,7 +40,7 @@ def test_what_the_containers_see_is_what_tessera_chose() -> None:
     fake, standin = _cluster()
     _pod(fake, "p", request(share("main", core=30, mem=4096), whole("big", cards=2)),
          {"main": 1, "big": 2})
-    alloc = synced_allocator(fake, hami_agent="hami")
+    alloc = synced_allocator(fake, dialects=HAMI_PROFILE)
     alloc.bind("default", "p", "p", "n1")
     assert standin.allocate_next() == "default/p"
     pod = fake.pods[("default", "p")]
@@ -62,7 +66,7 @@ def test_what_the_containers_see_is_what_tessera_chose() -> None:
 def test_a_count_mismatch_fails_allocate_and_the_cards_come_back() -> None:
     fake, standin = _cluster()
     _pod(fake, "p", request(share("main", core=30, mem=4096)), {"main": 2})  # asks 2, got 1
-    alloc = synced_allocator(fake, hami_agent="hami")
+    alloc = synced_allocator(fake, dialects=HAMI_PROFILE)
     alloc.bind("default", "p", "p", "n1")
     standin.allocate_next()
     pod = fake.pods[("default", "p")]
@@ -76,7 +80,7 @@ def test_forty_concurrent_binds_on_one_node_queue_behind_the_lock_and_all_alloca
     fake, standin = _cluster(8)
     for i in range(40):
         _pod(fake, f"p{i}", request(share("main", core=20, mem=8192)), {"main": 1})
-    alloc = synced_allocator(fake, hami_agent="hami")
+    alloc = synced_allocator(fake, dialects=HAMI_PROFILE)
     stop = threading.Event()
     served: list[str] = []
 

@@ -37,6 +37,9 @@ from deploy_helpers import (
 )
 
 from devcluster.binaries import Binaries, repo_root
+from tessera.agent_profiles import AgentProfile, NodeAgent
+from tessera.dialects import DialectConfig
+from webhook.registration import match_conditions
 
 pytestmark = pytest.mark.e2e
 
@@ -101,6 +104,8 @@ VARIANTS: list[tuple[str, tuple[str, ...], Callable[[Path], Path]]] = [
     ("cert-manager+second-scheduler+monitoring",
      ("tls.provider=cert-manager", "secondScheduler.enabled=true", "monitoring.enabled=true"),
      composed("cert-manager", "second-scheduler", "monitoring")),
+    *((f"self-signed+agent-{p}", (f"agentProfile={p}",), composed("self-signed", f"agent-{p}"))
+      for p in ("nano-gpu", "aliyun", "hami", "volcano-vgpu")),
 ]
 IDS = [v[0] for v in VARIANTS]
 
@@ -255,3 +260,31 @@ def test_the_dry_run_refuses_a_misspelt_service_monitor_field(
                          stdin=yaml.safe_dump(monitor), check=False)
     assert result.returncode != 0
     assert "serverNam" in result.stderr
+
+
+@pytest.mark.parametrize("profile", list(AgentProfile), ids=str)
+def test_the_agent_profile_sets_both_services_the_managed_resources_and_the_conditions(
+    helm: Path, profile: AgentProfile,
+) -> None:
+    docs = helm_template(helm, f"agentProfile={profile.value}", "secondScheduler.enabled=true")
+    flag = f"--agent-profile={profile.value}"
+    for name in ("tessera-webhook", "tessera-allocator"):
+        args = container(one(docs, "Deployment", name))["args"]
+        assert (flag in args) is (profile is not AgentProfile.ELASTIC), (name, args)
+    config_map = one(docs, "ConfigMap", "tessera-scheduler-config")
+    config = yaml.safe_load(config_map["data"]["kube-scheduler-config.yaml"])
+    (entry,) = config["extenders"]
+    assert entry["managedResources"] == [
+        {"name": r.name, "ignoredByScheduler": r.ignored_by_scheduler}
+        for r in NodeAgent(profile).managed_resources()]
+    hook = one(docs, "MutatingWebhookConfiguration", "tessera")["webhooks"][0]
+    assert hook["matchConditions"] == match_conditions(DialectConfig(agent_profile=profile))
+
+
+def test_an_unknown_agent_profile_is_refused_at_render_time(helm: Path) -> None:
+    result = subprocess.run(
+        [str(helm), "template", "tessera", str(CHART), f"--namespace={NAMESPACE}",
+         "--set=agentProfile=gpushare"], capture_output=True, text=True, timeout=120,
+        check=False)
+    assert result.returncode != 0
+    assert "agentProfile must be elastic, nano-gpu, aliyun, hami or volcano-vgpu" in result.stderr

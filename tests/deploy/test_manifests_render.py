@@ -332,6 +332,12 @@ def test_the_pod_keys_policy_names_every_key_the_code_writes_and_the_allocators_
             *(k.rsplit("_", 1)[0] + "_" for k in (agents.ALIYUN_IDX, agents.ALIYUN_DEV,
                                                  agents.ALIYUN_POD, agents.ALIYUN_ASSIGNED))]
     assert [k for k in keys if f"'{k}" not in text] == []
+    # A shaped pod of every agent profile may carry the request keys its webhook wrote.
+    from tessera.agent_profiles import shape_markers
+    policy = next(d for d in yaml.safe_load_all(text) if d)
+    (listed,) = [var["expression"] for var in policy["spec"]["variables"]
+                 if var["name"] == "gpuResources"]
+    assert yaml.safe_load(listed) == list(shape_markers(v))
     rbac = list(yaml.safe_load_all((MANIFESTS / "base" / "allocator-rbac.yaml").read_text()))
     (namespace, account), = {(s["namespace"], s["name"]) for d in rbac if d
                              for s in d.get("subjects") or [] if s["kind"] == "ServiceAccount"}

@@ -13,6 +13,7 @@ from tessera.agent_profiles import (
     Capacity,
     ManagedResource,
     NodeAgent,
+    shape_markers,
 )
 from tessera.dialects import Dialect, DialectConfig
 from tessera.vocabulary import ConfigError, ContainerRequest, PodRequest, Vocabulary
@@ -221,3 +222,15 @@ def test_a_profile_with_a_vocabulary_keeps_it() -> None:
                           agent_profile=AgentProfile.NANO_GPU).agent
     assert agent.vocabulary.domain == "gpu.example.com"
     assert agent.name == "nano-gpu-agent"
+
+
+@pytest.mark.parametrize("agent", [ELASTIC, NANO, ALIYUN, HAMI, VOLCANO],
+                         ids=lambda a: a.profile.value)
+def test_every_shape_carries_a_marker_the_pod_keys_policy_knows(agent: NodeAgent) -> None:
+    markers = set(shape_markers(Vocabulary()))
+    for container in (share(core=30, mem=1000), share(core=25, pct=25), share(mem=2048),
+                      whole(cards=1), whole(cards=3)):
+        if agent.refusals(pod(container)):
+            continue
+        placed = agent.placement_request(pod(container)).containers[0]
+        assert markers & set(agent.container_resources(placed)), container

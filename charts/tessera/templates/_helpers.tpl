@@ -21,4 +21,29 @@ helm.sh/chart: {{ printf "%s-%s" $root.Chart.Name $root.Chart.Version }}
 {{- if not (has .Values.tls.provider (list "self-signed" "cert-manager")) -}}
 {{- fail (printf "tls.provider must be self-signed or cert-manager, not %q" .Values.tls.provider) -}}
 {{- end -}}
+{{- if not (has .Values.agentProfile (list "elastic" "nano-gpu" "aliyun" "hami" "volcano-vgpu")) -}}
+{{- fail (printf "agentProfile must be elastic, nano-gpu, aliyun, hami or volcano-vgpu, not %q" .Values.agentProfile) -}}
+{{- end -}}
+{{- end -}}
+
+{{/* The --agent-profile argument of both services (none for the default, elastic). */}}
+{{- define "tessera.agentProfileArgs" -}}
+{{- if ne .Values.agentProfile "elastic" }}
+- --agent-profile={{ .Values.agentProfile }}
+{{- end -}}
+{{- end -}}
+
+{{/* The resources the extender manages for the agent profile: every resource the shaped
+     pods carry (tessera/agent_profiles.py NodeAgent.managed_resources; tests/deploy checks). */}}
+{{- define "tessera.managedResources" -}}
+{{- $names := dict
+      "elastic" (list "elasticgpu.io/gpu-core" "elasticgpu.io/gpu-memory")
+      "nano-gpu" (list "nano-gpu/gpu-percent")
+      "aliyun" (list "aliyun.com/gpu-mem")
+      "hami" (list "nvidia.com/gpu" "nvidia.com/gpumem" "nvidia.com/gpumem-percentage" "nvidia.com/gpucores")
+      "volcano-vgpu" (list "volcano.sh/vgpu-number" "volcano.sh/vgpu-memory" "volcano.sh/vgpu-memory-percentage" "volcano.sh/vgpu-cores") -}}
+{{- range get $names .Values.agentProfile }}
+- name: {{ . }}
+  ignoredByScheduler: true
+{{- end -}}
 {{- end -}}

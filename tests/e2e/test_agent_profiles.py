@@ -1,0 +1,163 @@
+"""Every agent profile end to end: a dev cluster per profile whose fake nodes advertise that
+agent's resources, whose webhook and allocator run with ``--agent-profile`` and whose
+kube-scheduler's extender manages that profile's resources (as the chart's ``agentProfile``
+renders it). Each seed pod (one per dialect) is created through the real API server and
+either keeps the shape that agent serves, is bound, and gets the keys the agent reads (and no
+other agent's), or is refused back to the client with the agent named.
+
+The elastic profile is the session cluster of the other e2e tests (tests/e2e/conftest.py);
+the others get one cluster each, started once per profile. A profile whose writer this build
+lacks runs without the allocator (its pods are then shaped and refused only)."""
+
+from __future__ import annotations
+
+import os
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from allocator import agents
+from devcluster.binaries import Binaries
+from devcluster.cluster import DevCluster, Options
+from devcluster.nodes import Inventory, uniform
+from devcluster.workloads import (
+    ensure_namespace,
+    get_object,
+    quantities_as_strings,
+    wait_for,
+)
+from tessera.agent_profiles import AgentProfile, NodeAgent
+from tessera.vocabulary import Vocabulary, decode_allocation, decode_request
+from tests.webhook.test_agent_profile_shapes import REFUSED
+
+pytestmark = pytest.mark.e2e
+
+EXAMPLES = Path(__file__).parents[2] / "examples" / "pods"
+VOCABULARY = Vocabulary()
+NAMESPACE = "profiles"
+#: How each profile's nodes describe their cards: from the agent's own allocatable where it
+#: tells cards and memory, GFD labels for nano (it registers no memory), the per-card
+#: annotation for HAMi (its count is cards x split count; HAMi's register annotation is read
+#: by its own inventory source).
+INVENTORY = {
+    AgentProfile.NANO_GPU: Inventory.GFD,
+    AgentProfile.ALIYUN: Inventory.EVEN,
+    AgentProfile.HAMI: Inventory.CARDS,
+    AgentProfile.VOLCANO_VGPU: Inventory.EVEN,
+}
+
+
+@pytest.fixture(scope="module", params=list(INVENTORY), ids=str)
+def profile_cluster(binaries: Binaries, request: pytest.FixtureRequest
+                    ) -> Iterator[tuple[DevCluster, AgentProfile]]:
+    profile: AgentProfile = request.param
+    base = os.environ.get("TESSERA_E2E_WORKDIR")
+    workdir = Path(base) / f"profile-{profile.value}" if base else None
+    has_writer = agents.writer(profile) is not None
+    dev = DevCluster(binaries, workdir, Options(agent_profile=profile, allocator=has_writer))
+    nodes = [uniform(f"{profile.value}-t4-{i}", 4, "Tesla-T4", 15360,
+                     inventory=INVENTORY[profile]) for i in range(2)]
+    failed_before = request.session.testsfailed
+    dev.start(nodes)
+    try:
+        ensure_namespace(dev.core_v1(), NAMESPACE)
+        yield dev, profile
+    finally:
+        failed = request.session.testsfailed > failed_before
+        dev.stop(keep_files=failed)
+        if failed:
+            print(f"\ne2e: {profile} dev cluster logs kept in {dev.workdir}", file=sys.stderr)
+
+
+def _seed(name: str) -> dict[str, Any]:
+    pod: dict[str, Any] = quantities_as_strings(yaml.safe_load((EXAMPLES / name).read_text()))
+    pod["spec"]["terminationGracePeriodSeconds"] = 0
+    return pod
+
+
+def _gpu_keys(pod: dict[str, Any]) -> dict[str, set[str]]:
+    spec = pod["spec"]
+    found: dict[str, set[str]] = {}
+    for c in [*(spec.get("initContainers") or []), *spec["containers"]]:
+        resources = c.get("resources") or {}
+        keys = set(resources.get("limits") or {}) | set(resources.get("requests") or {})
+        found[c["name"]] = keys - {"cpu", "memory"}
+    return found
+
+
+SEEDS = sorted(p.name for p in EXAMPLES.glob("*.yaml"))
+
+
+@pytest.mark.parametrize("seed", SEEDS)
+def test_each_seed_pod_keeps_its_agents_shape_and_gets_its_keys_or_is_refused_naming_it(
+    profile_cluster: tuple[DevCluster, AgentProfile], seed: str,
+) -> None:
+    from kubernetes.client.exceptions import ApiException
+
+    cluster, profile = profile_cluster
+    core_v1 = cluster.core_v1()
+    agent = NodeAgent(profile, VOCABULARY)
+    pod = _seed(seed)
+    name = pod["metadata"]["name"]
+    why = REFUSED[profile].get(seed)
+    if why is not None:
+        with pytest.raises(ApiException) as refused:
+            core_v1.create_namespaced_pod(NAMESPACE, pod)
+        body = str(refused.value.body)
+        assert f"agent profile {profile.value} ({agent.name})" in body
+        assert why in body
+        return
+    core_v1.create_namespaced_pod(NAMESPACE, pod)
+    created = get_object(core_v1.read_namespaced_pod, name, NAMESPACE)
+    # The shape the agent's device plugin serves: its resources and no other GPU key.
+    for container, keys in _gpu_keys(created).items():
+        assert keys <= set(agent.pod_resources), (container, keys)
+    request = decode_request(created["metadata"]["annotations"][VOCABULARY.request_annotation])
+    assert request == agent.placement_request(request)
+    if not cluster.options.allocator:
+        return
+
+    def bound() -> dict[str, Any] | None:
+        obj = get_object(core_v1.read_namespaced_pod, name, NAMESPACE)
+        return obj if (obj.get("spec") or {}).get("nodeName") else None
+
+    obj = wait_for(f"{name} bound", bound, timeout=60)
+    annotations = obj["metadata"]["annotations"]
+    allocation = decode_allocation(annotations[VOCABULARY.allocation_annotation])
+    assert [c.name for c in allocation.containers] == [c.name for c in request.containers]
+    keys = agents.all_agent_keys(annotations, VOCABULARY)
+    writer = agents.writer(profile)
+    assert writer is not None and keys
+    # Only what this agent reads: every agent key on the pod is its writer's.
+    assert all(writer.owns(k, VOCABULARY) for k in keys), keys
+
+
+def test_the_nodes_advertise_the_agents_resources_and_no_other_agents(
+    profile_cluster: tuple[DevCluster, AgentProfile],
+) -> None:
+    cluster, profile = profile_cluster
+    agent = NodeAgent(profile, VOCABULARY)
+    node = get_object(cluster.core_v1().read_node, f"{profile.value}-t4-0")
+    allocatable = node["status"]["allocatable"]
+    capacity = agent.capacity
+    if capacity is not None:
+        assert int(allocatable[capacity.count]) == 4 * capacity.per_card
+    assert VOCABULARY.core_resource not in allocatable  # elastic-gpu-agent's, not this one's
+
+
+def test_a_cluster_spec_of_another_profile_is_refused_before_start() -> None:
+    # The dev cluster refuses to run kube-scheduler with another profile's resources.
+    from devcluster import DevClusterError
+    from devcluster.cluster import scheduler_setup
+    from devcluster.controlplane import ExtenderAddress
+
+    address = ExtenderAddress("https://127.0.0.1:1", {})
+    shipped, _ = scheduler_setup(Options(agent_profile=AgentProfile.HAMI), VOCABULARY, address)
+    names = {r["name"] for e in shipped["extenders"] for r in e.get("managedResources") or []}
+    assert names == set(NodeAgent(AgentProfile.HAMI).pod_resources)
+    with pytest.raises(DevClusterError):
+        scheduler_setup(Options(), Vocabulary("gpu.example.com"), address)
