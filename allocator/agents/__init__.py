@@ -17,7 +17,8 @@ Upstream sources of the keys:
 - elastic: elastic-ai/elastic-gpu-scheduler ``pkg/utils`` constants ``EGPUAssumed =
   "elasticgpu.io/assumed"``, ``AnnotationEGPUContainer = "elasticgpu.io/container-%s"``; the
   agent (elastic-ai/elastic-gpu-agent) parses the value as comma-separated card indices. The
-  domain follows :class:`Vocabulary` so a non-default domain stays consistent. Annotations
+  domain follows :class:`Vocabulary`; the agent reads only ``elasticgpu.io``, so the elastic
+  profile refuses another domain at start (``NodeAgent.domain_problem``). Annotations
   only: the agent reads ``pod.Annotations`` (``pkg/plugins/gpushare.go``, and the GC in
   ``pkg/plugins/base.go``) from a pod informer selected by field ``spec.nodeName``
   (``pkg/kube/sitter.go``, ``nodeNameFilter``); no version of it that speaks these keys

@@ -11,12 +11,14 @@ memory (MiB), or the whole card, and by which pod containers. Placing a
 - the cards of one multi-card container are all of one model, unless the pod opts out
   (``PodRequest.mixed_models``).
 
-Init containers are placed like the others and reserved **disjointly** from the app
-containers. Kubernetes runs init containers before the app containers, so their cards could
-in principle be reused, but the node agents hand devices out per container at container start
-and none of them frees an init container's device for reuse: reserving both is the only
-choice that never over-commits a card. (kube-scheduler itself takes max(init, sum(app)) for
-node totals, so our per-card answer is the stricter of the two.)
+Init containers in the request are placed like the others and reserved **disjointly** from
+the app containers: the agents that give an init container devices of its own (HAMi's and
+Volcano's plugins) hand them out at container start and never give them back, so reserving
+both is the only choice that never over-commits a card. (kube-scheduler itself takes
+max(init, sum(app)) for node totals, so our per-card answer is the stricter of the two.) With
+elastic-gpu-agent and nano-gpu-agent an init container runs on the cards of the app container
+kubelet hands its devices to, so the request as placed for them holds no init container
+(:meth:`tessera.agent_profiles.NodeAgent.placement_request`, docs/agents.md).
 
 Feasibility is exact (a small backtracking search with symmetry breaking over identical
 cards), so filter never admits a node on which bind then fails. The placement itself is
