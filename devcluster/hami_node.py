@@ -42,7 +42,6 @@ from allocator.hami.codec import (
     encode_register_text,
     parse_lock,
 )
-from allocator.picture.resources import BOUND_ACTIVE_PODS
 from allocator.ports import KubeApi, Obj
 
 logger = logging.getLogger(__name__)
@@ -100,7 +99,8 @@ class HamiNode:
         pod = self._from_lock()
         if pod is not None and self._waiting(pod):
             return pod
-        pods, _rv = self.api.list_pods_by_field(BOUND_ACTIVE_PODS, lambda p: p)
+        # GetPendingPod lists the node's pods (spec.nodeName=<node>).
+        pods, _rv = self.api.list_pods_by_field(f"spec.nodeName={self.node}", lambda p: p)
         waiting = [p for p in pods if self._waiting(p)]
         waiting.sort(key=lambda p: (p["metadata"].get("annotations") or {}).get(
             self.flavor.bind_time_key, ""))

@@ -32,6 +32,7 @@ from devcluster.binaries import repo_root
 from devcluster.controlplane import ExtenderAddress, tls_data
 from devcluster.pki import write_pair
 from devcluster.process import ManagedProcess, free_port, http_ok, wait_until
+from tessera.agent_profiles import AgentProfile
 
 if TYPE_CHECKING:
     from devcluster.cluster import DevCluster
@@ -249,6 +250,12 @@ class Services:
             manifests_dir() / "base" / "allocator-rbac.yaml"
         )
         rbac = load_documents(rbac_file)
+        if self.cluster.options.agent_profile is AgentProfile.HAMI:
+            # As manifests/components/agent-hami grants: HAMi's node lock (docs/hami.md).
+            for doc in rbac:
+                if doc.get("kind") == "ClusterRole":
+                    doc["rules"].append({"apiGroups": [""], "resources": ["nodes"],
+                                         "verbs": ["patch"]})
         namespace, account = service_account_subject(rbac)
         self.allocator_namespace = namespace
         core: Any = client.CoreV1Api(api)

@@ -11,7 +11,8 @@ is taken over by the next locker (``LockNode``).
 hami-scheduler fails a bind that finds the node locked and kube-scheduler retries the pod
 after its backoff; that is what makes a node of HAMi pods fill slowly. Here a bind waits:
 the binds of one node queue in process (one thread at a time asks the API server, the rest
-wait on a lock), each for at most ``wait_seconds``; a free lock is taken at once.
+wait on a lock), each for at most ``wait_seconds`` (under the bind verb's timeout); a free
+lock is taken at once.
 """
 
 from __future__ import annotations
@@ -52,7 +53,9 @@ class NodeLockTimeout(Exception):
 
 @dataclass(frozen=True)
 class LockSettings:
-    wait_seconds: float = 25.0
+    #: Under the bind verb's httpTimeout (10 s in the shipped scheduler configurations):
+    #: kube-scheduler must hear the bind's failure, not give up on a bind still running.
+    wait_seconds: float = 8.0
     expiry_seconds: float = LOCK_EXPIRY_SECONDS
     first_poll_seconds: float = 0.01
     max_poll_seconds: float = 0.2

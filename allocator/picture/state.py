@@ -307,8 +307,11 @@ class ClusterState:
         text = (meta.get("annotations") or {}).get(self.vocabulary.allocation_annotation)
         allocation: Allocation | None = None
         bad = ""
-        # HAMi's device plugin failed the pod's Allocate: its cards are free again.
-        failed = bool(node) and hami_bind_failed(meta.get("annotations") or {})
+        # HAMi's device plugin failed the pod's Allocate: its cards are free again. Only while
+        # the pod is Pending (Allocate runs before any container starts): anyone who may edit
+        # the pod can write the phase, and a running pod's cards must not be freed by it.
+        failed = (bool(node) and phase in (None, "Pending")
+                  and hami_bind_failed(meta.get("annotations") or {}))
         if node and text and not failed:
             try:
                 allocation = decode_allocation(text)

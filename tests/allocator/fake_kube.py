@@ -151,11 +151,14 @@ class FakeKube:
 
     def list_pods_by_field(self, field_selector: str,
                            reduce: Callable[[Obj], T]) -> tuple[list[T], str]:
-        assert field_selector == BOUND_ACTIVE, field_selector
+        on_node = field_selector.removeprefix("spec.nodeName=")
+        assert field_selector == BOUND_ACTIVE or on_node != field_selector, field_selector
         self.calls.append(("list_pods_by_field", field_selector))
         self._fault("list_pods_by_field")
         with self.lock:
-            pods = [copy.deepcopy(p) for p in self.pods.values() if bound_active(p)]
+            pods = [copy.deepcopy(p) for p in self.pods.values()
+                    if (bound_active(p) if field_selector == BOUND_ACTIVE
+                        else p["spec"].get("nodeName") == on_node)]
             rv = str(self.rv)
         return [reduce(p) for p in pods], rv
 

@@ -350,3 +350,13 @@ def test_the_agent_profile_chooses_the_flavor() -> None:
         alloc = synced_allocator(fake, dialects=DialectConfig(agent_profile=profile))
         assert alloc.hami is flavor
     assert synced_allocator(fake, dialects=HAMI_PROFILE, hami_agent="hami-v2.8").hami is HAMI_V28
+
+
+def test_a_running_pods_forged_failed_phase_frees_nothing() -> None:
+    fake, alloc = _hami_setup()
+    alloc.bind("default", "p", "u-1", "n1")
+    pod = fake.pods[("default", "p")]
+    pod["status"]["phase"] = "Running"
+    pod["metadata"]["annotations"][HAMI.bind_phase_key] = "failed"
+    alloc.state.apply_pod(pod)
+    assert alloc.state.record("u-1") is not None

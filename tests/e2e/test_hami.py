@@ -11,7 +11,6 @@ annotations, the plugin's patches, the pod lifecycle), each bind called directly
 from __future__ import annotations
 
 import itertools
-import subprocess
 import sys
 import threading
 import time
@@ -62,31 +61,17 @@ def _allocator(cluster: DevCluster, api: KubeClient,
     return Allocator(state, api, config, clock=clock)
 
 
-PROFILE = ("--agent-profile=hami", f"--dialects={','.join(Dialect)}")
+ALL_DIALECTS = (f"--dialects={','.join(Dialect)}",)
 _count = itertools.count()
 
 
 @pytest.fixture(scope="module")
 def cluster(binaries: Binaries, request: pytest.FixtureRequest) -> Iterator[DevCluster]:
     """A dev cluster of its own: webhook and allocator in the hami agent profile."""
-    dev = DevCluster(binaries, None, Options(webhook_args=PROFILE, allocator_args=PROFILE))
+    dev = DevCluster(binaries, None, Options(agent_profile=AgentProfile.HAMI,
+                                             webhook_args=ALL_DIALECTS,
+                                             allocator_args=ALL_DIALECTS))
     dev.start()
-    # The pod-keys policy (manifests/base/pod-keys-policy.yaml) knows the elastic resources
-    # only and refuses every pod the hami profile shapes (it keeps nvidia.com/* and carries
-    # Tessera's keys): off on this cluster until the policy follows the agent profile.
-    subprocess.run([str(binaries.kubectl), "--kubeconfig", str(dev.kubeconfig), "delete",
-                    "validatingadmissionpolicybinding", "tessera-pod-keys"],
-                   check=True, capture_output=True, timeout=60)
-    probe = make_pod("probe", [container("main", _gpu(core=10, mem=1024))])
-
-    def admitted() -> bool:
-        try:
-            dev.core_v1().create_namespaced_pod("default", probe, dry_run="All")
-        except Exception:  # still refused: the binding's removal not seen yet
-            return False
-        return True
-
-    wait_for("the pod-keys policy's removal to take effect", admitted, timeout=60)
     try:
         yield dev
     finally:
@@ -111,7 +96,10 @@ def namespace(core_v1: Any) -> Iterator[str]:
 
 @pytest.fixture
 def api(cluster: DevCluster) -> KubeClient:
-    return KubeClient.from_config(str(cluster.kubeconfig))
+    """The allocator's own identity (its RBAC, and the pod-keys policy lets only it change
+    Tessera's keys); the stand-in uses it too."""
+    return KubeClient.from_config(
+        str(cluster.control_plane.kubeconfig_path("tessera-allocator")))
 
 
 @pytest.fixture
@@ -334,3 +322,73 @@ def test_switching_from_hami_scheduler_double_allocates_nothing(
     hami_node.allocate_next()
     with pytest.raises(BindError):
         alloc.bind(namespace, "nope", "", hami_node.node)  # 20% left on cards 1-7, none on 0
+
+
+STORM_PODS = 300
+
+
+def test_a_storm_through_kube_scheduler_with_an_allocator_restart_overcommits_nothing(
+        cluster: DevCluster, core_v1: Any, namespace: str, api: KubeClient) -> None:
+    """The whole path: kube-scheduler, the cluster's allocator (its own process, hami profile)
+    as extender and binder, the stand-in on every node; the allocator is restarted mid-storm.
+    300 pods of 10% (HAMi's split count, 10, also caps a card at 10) on 4 x 8 cards (320)."""
+    names = [f"{namespace}-s{i}" for i in range(4)]
+    cluster.add_nodes([uniform(n, 8, "H100", MIB, labels={"hami-storm": namespace})
+                       for n in names])
+    nodes = [HamiNode(api, n, fake_devices(n, 8, memory_mib=MIB)) for n in names]
+    for node in nodes:
+        node.register("2026-11-27T21:00:00Z")
+    stop = threading.Event()
+
+    def plugin(node: HamiNode) -> None:
+        while not stop.is_set():
+            try:
+                if node.allocate_next() is None:
+                    stop.wait(0.05)
+            except Exception:  # an API hiccup: the real plugin is called again by kubelet
+                stop.wait(0.1)
+
+    agents = [threading.Thread(target=plugin, args=(n,), daemon=True) for n in nodes]
+    for t in agents:
+        t.start()
+    started = time.monotonic()
+    try:
+        for i in range(STORM_PODS):
+            pod = make_pod(f"s{i}", [container("main", _gpu(core=10, mem=4096))])
+            pod["spec"]["nodeSelector"] = {"hami-storm": namespace}
+            core_v1.create_namespaced_pod(namespace, pod)
+
+        def running() -> int:
+            pods = core_v1.list_namespaced_pod(namespace).items
+            return sum(1 for p in pods if p.status.phase == "Running")
+
+        wait_for("a third of the storm running", lambda: running() >= STORM_PODS // 3,
+                 timeout=600, interval=1)
+        cluster.services.restart_allocator()
+        wait_for("the whole storm running", lambda: running() == STORM_PODS, timeout=900,
+                 interval=2)
+        elapsed = time.monotonic() - started
+    finally:
+        stop.set()
+        for t in agents:
+            t.join(5)
+        delete_nodes(core_v1, names)
+    by_uuid = {d.uuid: (n.node, d) for n in nodes for d in n.devices}
+    cores: dict[str, int] = {}
+    tasks: dict[str, int] = {}
+    for pod in core_v1.list_namespaced_pod(namespace).items:
+        raw = api.get_pod(namespace, pod.metadata.name)
+        annotations = raw["metadata"]["annotations"]
+        assert annotations[HAMI.bind_phase_key] == "success"
+        chosen = decode_allocation(annotations[cluster.vocabulary.allocation_annotation])
+        envs = node_envs(raw)
+        [c] = chosen.containers
+        [uuid] = envs[c.name]["NVIDIA_VISIBLE_DEVICES"].split(",")
+        node, device = by_uuid[uuid]
+        assert (node, device.index) == (raw["spec"]["nodeName"], c.card_indices[0])
+        cores[uuid] = cores.get(uuid, 0) + int(envs[c.name]["CUDA_DEVICE_SM_LIMIT"])
+        tasks[uuid] = tasks.get(uuid, 0) + 1
+    assert max(cores.values()) <= 100 and max(tasks.values()) <= 10
+    assert sum(tasks.values()) == STORM_PODS
+    print(f"\nhami storm through kube-scheduler: {STORM_PODS} pods Running on 4 x 8 cards in "
+          f"{elapsed:.0f}s with an allocator restart (shared machine)")
