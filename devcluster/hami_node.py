@@ -23,7 +23,9 @@ from __future__ import annotations
 
 import json
 import logging
+import threading
 from collections.abc import Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any
 
@@ -106,6 +108,10 @@ class HamiNode:
             self.flavor.bind_time_key, ""))
         return waiting[0] if waiting else None
 
+    def waiting(self, pod: Mapping[str, Any]) -> bool:
+        """The pod is bound here and waits for Allocate."""
+        return self._waiting(pod)
+
     def _waiting(self, pod: Mapping[str, Any]) -> bool:
         annotations = (pod.get("metadata") or {}).get("annotations") or {}
         spec = pod.get("spec") or {}
@@ -121,6 +127,10 @@ class HamiNode:
         pod = self.pending_pod()
         if pod is None:
             return None
+        return self.allocate(pod)
+
+    def allocate(self, pod: Mapping[str, Any]) -> str:
+        """Allocate for ``pod`` (one waiting on this node); its ``namespace/name``."""
         meta = pod["metadata"]
         who = f"{meta['namespace']}/{meta['name']}"
         try:
@@ -222,3 +232,51 @@ def node_envs(pod: Mapping[str, Any]) -> dict[str, dict[str, str]]:
 
 def visible(envs: Mapping[str, Mapping[str, str]]) -> Sequence[str]:
     return sorted(u for env in envs.values() for u in env["NVIDIA_VISIBLE_DEVICES"].split(","))
+
+
+class HamiFleet:
+    """The stand-in on many nodes, driven by one pod watch (the benchmarks' thousand nodes):
+    each pod that shows up bound and waiting is allocated by its node's stand-in, nodes in
+    parallel (each node's plugin is its own process on a real cluster), one pod at a time
+    per node (the plugin serialises its Allocate calls)."""
+
+    def __init__(self, nodes: Sequence[HamiNode], workers: int = 16) -> None:
+        self.nodes = {n.node: n for n in nodes}
+        self.workers = workers
+        self.served = 0
+        self._done: set[str] = set()
+        self._node_locks = {n.node: threading.Lock() for n in nodes}
+        self._guard = threading.Lock()
+
+    def _serve(self, node: HamiNode, pod: Mapping[str, Any]) -> None:
+        uid = pod["metadata"].get("uid", "")
+        with self._node_locks[node.node]:
+            with self._guard:
+                if uid in self._done:
+                    return  # a second event of the same wait
+                self._done.add(uid)
+            try:
+                node.allocate(pod)
+            except ApiError as exc:
+                logger.warning("stand-in %s: %s", node.node, exc)
+                return
+            with self._guard:
+                self.served += 1
+
+    def run(self, api: KubeApi, stop: threading.Event, timeout_seconds: int = 60) -> None:
+        selector = "spec.nodeName!="
+        _pods, version = api.list_pods_by_field(selector, lambda p: None)
+        with ThreadPoolExecutor(self.workers, thread_name_prefix="hami-standin") as pool:
+            while not stop.is_set():
+                try:
+                    for kind, pod in api.watch_pods_by_field(selector, version,
+                                                             timeout_seconds):
+                        if stop.is_set():
+                            return
+                        version = (pod.get("metadata") or {}).get("resourceVersion", version)
+                        node = self.nodes.get((pod.get("spec") or {}).get("nodeName", ""))
+                        if node is not None and kind != "DELETED" and node.waiting(pod):
+                            pool.submit(self._serve, node, pod)
+                except ApiError as exc:
+                    logger.warning("stand-in fleet watch: %s", exc)
+                    _pods, version = api.list_pods_by_field(selector, lambda p: None)
