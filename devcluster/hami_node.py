@@ -35,6 +35,7 @@ from allocator.hami.codec import (
     BIND_FAILED,
     BIND_SUCCESS,
     HAMI,
+    VOLCANO_VGPU,
     Flavor,
     HamiFormatError,
     RegisteredDevice,
@@ -187,8 +188,9 @@ class HamiNode:
 
     def release(self, namespace: str, name: str) -> None:
         """The plugin's release: only the pod's own lock (or a legacy one), with the node's
-        resourceVersion as precondition, retried on conflict."""
-        if not self.flavor.lock_key:
+        resourceVersion as precondition, retried on conflict. volcano-vgpu's plugin releases
+        none of Tessera's (allocator/hami/codec.py)."""
+        if not self.flavor.lock_key or self.flavor is VOLCANO_VGPU:
             return
         for _attempt in range(5):
             node = self.api.get_node(self.node) or {}

@@ -250,8 +250,9 @@ class Services:
             manifests_dir() / "base" / "allocator-rbac.yaml"
         )
         rbac = load_documents(rbac_file)
-        if self.cluster.options.agent_profile is AgentProfile.HAMI:
-            # As manifests/components/agent-hami grants: HAMi's node lock (docs/hami.md).
+        if self.cluster.options.agent_profile in (AgentProfile.HAMI, AgentProfile.VOLCANO_VGPU):
+            # As manifests/components/agent-hami (-volcano-vgpu) grant: the node lock
+            # (docs/hami.md).
             for doc in rbac:
                 if doc.get("kind") == "ClusterRole":
                     doc["rules"].append({"apiGroups": [""], "resources": ["nodes"],

@@ -104,10 +104,12 @@ VOLCANO_VGPU: Final = Flavor(
     allocated_key="volcano.sh/vgpu-ids-new",
     node_key="volcano.sh/vgpu-node", time_key="volcano.sh/vgpu-time",
     bind_phase_key="volcano.sh/bind-phase", bind_time_key="volcano.sh/bind-time",
-    # The plugin (v1.12.0 pkg/plugin/server.go) finds its pod as the oldest by vgpu-time
-    # with the device count asked and never reads volcano's lock: Tessera serialises the
-    # node's binds in process instead (allocator.hami.lock).
-    lock_key="", init_containers=False, closing_separator=False)
+    # The plugin (v1.12.0 pkg/plugin/server.go) finds its pod as the oldest by vgpu-time with
+    # the device count asked, so two pods of one node must not wait for Allocate at once:
+    # Tessera takes volcano's lock key (pkg/util/types.go NodeLockTime) as HAMi's. The plugin
+    # never releases it (it releases an annotation named "hamivgpu"): the next bind takes it
+    # over once its pod's bind-phase is success or failed (allocator.hami.lock).
+    lock_key="volcano.sh/mutex.lock", init_containers=False, closing_separator=False)
 FLAVORS: Final = {f.name: f for f in (HAMI, HAMI_V28, VOLCANO_VGPU)}
 
 

@@ -360,3 +360,19 @@ def test_a_running_pods_forged_failed_phase_frees_nothing() -> None:
     pod["metadata"]["annotations"][HAMI.bind_phase_key] = "failed"
     alloc.state.apply_pod(pod)
     assert alloc.state.record("u-1") is not None
+
+
+def test_volcano_binds_of_one_node_wait_until_the_plugin_is_done_with_the_previous_pod() -> None:
+    fake, clock = FakeKube(), _Clock()
+    fake.add_node(hami_node(flavor=VOLCANO_VGPU, text=True))
+    fake.add_pod(make_gpu_pod("first", uid="f", node="n1"))
+    locks = NodeLocks(fake, VOLCANO_VGPU, LockSettings(wait_seconds=0.05,
+                                                       first_poll_seconds=0.001), clock=clock)
+    locks.acquire("n1", "default", "first")
+    with pytest.raises(NodeLockTimeout):  # first still allocating
+        locks.acquire("n1", "default", "second")
+    fake.patch_pod("default", "first", {"metadata": {"annotations": {
+        VOLCANO_VGPU.bind_phase_key: "success"}}})
+    locks.acquire("n1", "default", "second")
+    value = fake.nodes["n1"]["metadata"]["annotations"][VOLCANO_VGPU.lock_key]
+    assert parse_lock(value).held_by("default", "second")
