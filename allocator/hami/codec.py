@@ -87,6 +87,9 @@ class Flavor:
     init_containers: bool
     #: Each container's entry ends with ``;`` (HAMi) instead of ``;`` joining them (volcano).
     closing_separator: bool
+    #: The plugin removes the lock after Allocate (HAMi); else the pod's final bind-phase is
+    #: the only sign the node is free again.
+    plugin_releases_lock: bool = True
 
 
 HAMI: Final = Flavor(
@@ -109,7 +112,8 @@ VOLCANO_VGPU: Final = Flavor(
     # Tessera takes volcano's lock key (pkg/util/types.go NodeLockTime) as HAMi's. The plugin
     # never releases it (it releases an annotation named "hamivgpu"): the next bind takes it
     # over once its pod's bind-phase is success or failed (allocator.hami.lock).
-    lock_key="volcano.sh/mutex.lock", init_containers=False, closing_separator=False)
+    lock_key="volcano.sh/mutex.lock", init_containers=False, closing_separator=False,
+    plugin_releases_lock=False)
 FLAVORS: Final = {f.name: f for f in (HAMI, HAMI_V28, VOLCANO_VGPU)}
 
 

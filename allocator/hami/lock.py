@@ -59,6 +59,13 @@ class LockSettings:
     expiry_seconds: float = LOCK_EXPIRY_SECONDS
     first_poll_seconds: float = 0.01
     max_poll_seconds: float = 0.2
+    #: Binds parked waiting for a held lock, all nodes together; one more fails at once
+    #: (kube-scheduler tries the pod again), so that waiting binds never take every request
+    #: thread from filter, which lies on kube-scheduler's one-pod-at-a-time path.
+    max_waiting: int = 6
+    #: A lock this old whose plugin releases it is checked for a finished or gone pod (the
+    #: plugin died before releasing); younger ones are simply waited for.
+    owner_check_after_seconds: float = 2.0
 
 
 def _annotations(node: Mapping[str, Any]) -> Mapping[str, str]:
@@ -78,6 +85,7 @@ class NodeLocks:
         #: The node as last read by a locker (its register annotation serves the bind).
         self._seen: dict[str, Obj] = {}
         self._guard = threading.Lock()
+        self._waiting = 0
 
     def _queue(self, node: str) -> threading.Lock:
         with self._guard:
@@ -99,15 +107,32 @@ class NodeLocks:
             return
         deadline = time.monotonic() + self.settings.wait_seconds
         queue = self._queue(node)
-        if not queue.acquire(timeout=max(0.0, self.settings.wait_seconds)):
-            raise NodeLockTimeout(f"node {node}: {self.settings.wait_seconds:g}s waiting behind "
-                                  f"other binds of this node")
+        if queue.acquire(blocking=False):
+            try:
+                if self._take(node, namespace, name, deadline, may_wait=False):
+                    return
+            finally:
+                queue.release()
+        with self._guard:
+            if self._waiting >= self.settings.max_waiting:
+                raise NodeLockTimeout(f"node {node} is locked and {self._waiting} binds already "
+                                      f"wait for their nodes; try again")
+            self._waiting += 1
         try:
-            self._take(node, namespace, name, deadline)
+            if not queue.acquire(timeout=max(0.0, self.settings.wait_seconds)):
+                raise NodeLockTimeout(f"node {node}: {self.settings.wait_seconds:g}s waiting "
+                                      f"behind other binds of this node")
+            try:
+                self._take(node, namespace, name, deadline, may_wait=True)
+            finally:
+                queue.release()
         finally:
-            queue.release()
+            with self._guard:
+                self._waiting -= 1
 
-    def _take(self, node: str, namespace: str, name: str, deadline: float) -> None:
+    def _take(self, node: str, namespace: str, name: str, deadline: float,
+              may_wait: bool) -> bool:
+        """Take the lock; False when it is held and ``may_wait`` is not set."""
         key = self.flavor.lock_key
         poll = self.settings.first_poll_seconds
         holder = ""
@@ -119,8 +144,10 @@ class NodeLocks:
             if value is None or self._stale(node, value, namespace, name):
                 if self._patch(node, current, encode_lock(self.clock(), namespace, name)):
                     self._seen[node] = current
-                    return
+                    return True
                 continue  # the node changed under us: read it again at once
+            if not may_wait:
+                return False
             holder = value
             left = deadline - time.monotonic()
             if left <= 0:
@@ -144,6 +171,9 @@ class NodeLocks:
             return True
         if not lock.namespace:
             return False  # legacy form: only its age says it is stale
+        if (self.flavor.plugin_releases_lock
+                and self.clock() - lock.taken_at < self.settings.owner_check_after_seconds):
+            return False
         return self._owner_done(lock)
 
     def _owner_done(self, lock: NodeLock) -> bool:

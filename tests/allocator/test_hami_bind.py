@@ -4,6 +4,7 @@ node lock, bind-phase failed, and pods a hami-scheduler placed read back."""
 from __future__ import annotations
 
 import threading
+import time
 from typing import Any
 
 import pytest
@@ -231,8 +232,9 @@ def test_a_lock_held_for_the_whole_wait_fails_the_bind_and_a_stale_one_is_taken_
 def test_dangling_finished_and_unreadable_locks_are_taken_over(holder: str) -> None:
     fake, clock = FakeKube(), _Clock()
     node = hami_node()
-    value = {"gone": encode_lock(NOW, "default", "nobody"),
-             "done": encode_lock(NOW, "default", "other"),
+    # (checked once the lock is older than a moment: younger ones are just waited for)
+    value = {"gone": encode_lock(NOW - 3, "default", "nobody"),
+             "done": encode_lock(NOW - 3, "default", "other"),
              "legacy-old": "2020-01-01T00:00:00Z", "garbage": "not a lock"}[holder]
     node["metadata"]["annotations"][HAMI.lock_key] = value
     fake.add_node(node)
@@ -240,6 +242,44 @@ def test_dangling_finished_and_unreadable_locks_are_taken_over(holder: str) -> N
                               extra_annotations={HAMI.bind_phase_key: "success"}))
     _locks(fake, clock).acquire("n1", "default", "p")
     assert parse_lock(_lock_value(fake) or "").held_by("default", "p")
+
+
+def test_a_young_lock_of_a_finished_pod_is_waited_for_not_checked() -> None:
+    fake, clock = FakeKube(), _Clock()
+    node = hami_node()
+    node["metadata"]["annotations"][HAMI.lock_key] = encode_lock(NOW, "default", "other")
+    fake.add_node(node)
+    fake.add_pod(make_gpu_pod("other", uid="o", node="n1",
+                              extra_annotations={HAMI.bind_phase_key: "success"}))
+    with pytest.raises(NodeLockTimeout):
+        _locks(fake, clock, wait=0.03).acquire("n1", "default", "p")
+    assert ("get_pod", "other") not in fake.calls
+
+
+def test_binds_beyond_the_waiting_cap_fail_at_once() -> None:
+    fake, clock = FakeKube(), _Clock()
+    fake.add_node(hami_node())
+    fake.add_pod(make_gpu_pod("other", uid="o", node="n1"))
+    locks = NodeLocks(fake, HAMI, LockSettings(wait_seconds=5, max_waiting=1), clock=clock)
+    locks.acquire("n1", "default", "other")
+    outcome: list[BaseException] = []
+
+    def wait() -> None:
+        try:
+            locks.acquire("n1", "default", "p")
+        except NodeLockTimeout as exc:
+            outcome.append(exc)
+
+    waiter = threading.Thread(target=wait)
+    locks.settings = LockSettings(wait_seconds=0.3, max_waiting=1)
+    waiter.start()
+    time.sleep(0.05)  # the first waiter is parked
+    started = time.monotonic()
+    with pytest.raises(NodeLockTimeout, match="already wait"):
+        locks.acquire("n1", "default", "q")
+    assert time.monotonic() - started < 0.2  # refused, not parked
+    waiter.join()
+    assert outcome and "locked by" in str(outcome[0])
 
 
 def test_a_fresh_legacy_lock_is_waited_for() -> None:

@@ -5,12 +5,14 @@ node queue behind HAMi's lock instead of failing, and a failed Allocate frees th
 from __future__ import annotations
 
 import threading
+import time
 from typing import Any
 
 from alloc_harness import synced_allocator
 from builders import VOCAB, make_gpu_pod, make_node, request, share, whole
 from fake_kube import FakeKube
 
+from allocator.errors import BindError
 from allocator.hami.codec import HAMI, parse_lock
 from devcluster.hami_node import HamiNode, fake_devices, node_envs, visible
 from tessera.agent_profiles import AgentProfile
@@ -95,10 +97,17 @@ def test_forty_concurrent_binds_on_one_node_queue_behind_the_lock_and_all_alloca
     errors: list[BaseException] = []
 
     def bind(i: int) -> None:
-        try:
-            alloc.bind("default", f"p{i}", f"p{i}", "n1")
-        except BaseException as exc:
-            errors.append(exc)
+        # As kube-scheduler does: a bind refused because too many wait is tried again.
+        for _attempt in range(200):
+            try:
+                alloc.bind("default", f"p{i}", f"p{i}", "n1")
+                return
+            except BindError as exc:
+                if "try again" not in str(exc):
+                    errors.append(exc)
+                    return
+                time.sleep(0.02)
+        errors.append(TimeoutError(f"p{i} never bound"))
 
     agent = threading.Thread(target=plugin)
     agent.start()

@@ -266,11 +266,17 @@ def test_a_storm_on_one_node_with_an_allocator_restart_overcommits_nothing(
 
     def bind_all(alloc: Allocator, names: list[str]) -> None:
         def one(name: str) -> None:
-            try:
-                alloc.bind(namespace, name, "", hami_node.node)
-                outcomes[name] = "bound"
-            except BindError as exc:
-                outcomes[name] = str(exc)
+            for _attempt in range(300):  # as kube-scheduler tries a refused bind again
+                try:
+                    alloc.bind(namespace, name, "", hami_node.node)
+                    outcomes[name] = "bound"
+                    return
+                except BindError as exc:
+                    outcomes[name] = str(exc)
+                    if "try again" not in str(exc):
+                        return
+                    time.sleep(0.05)
+
         threads = [threading.Thread(target=one, args=(n,)) for n in names]
         for t in threads:
             t.start()
@@ -392,3 +398,49 @@ def test_a_storm_through_kube_scheduler_with_an_allocator_restart_overcommits_no
     assert sum(tasks.values()) == STORM_PODS
     print(f"\nhami storm through kube-scheduler: {STORM_PODS} pods Running on 4 x 8 cards in "
           f"{elapsed:.0f}s with an allocator restart (shared machine)")
+
+
+def test_the_allocator_adopts_hami_schedulers_pods_at_start_and_schedules_around_them(
+        cluster: DevCluster, core_v1: Any, namespace: str, api: KubeClient) -> None:
+    """Switching schedulers for real: running pods with hami-scheduler's annotations, the
+    allocator process restarted (it adopts them at start), then kube-scheduler and Tessera
+    place new pods around them."""
+    name = f"{namespace}-m"
+    cluster.add_nodes([uniform(name, 8, "H100", MIB, labels={"hami-migrate": namespace})])
+    node = HamiNode(api, name, fake_devices(name, 8, memory_mib=MIB))
+    node.register("2026-11-27T21:00:00Z")
+    try:
+        for i, device in enumerate(node.devices):
+            entry = (f"{device.uuid},NVIDIA,{MIB},0:;" if i == 0
+                     else f"{device.uuid},NVIDIA,{MIB * 8 // 10},80:;")
+            pod = make_pod(f"old{i}", [container("main", {"nvidia.com/gpu": "1"})],
+                           annotations={HAMI.allocated_key: entry, HAMI.node_key: name,
+                                        HAMI.bind_phase_key: "success"})
+            pod["spec"]["nodeName"] = name
+            core_v1.create_namespaced_pod(namespace, pod)
+        cluster.services.restart_allocator()  # adopts at start, then lists
+        stop = threading.Event()
+
+        def plugin() -> None:
+            while not stop.is_set():
+                if node.allocate_next() is None:
+                    stop.wait(0.05)
+
+        agent = threading.Thread(target=plugin, daemon=True)
+        agent.start()
+        for pod_name, limits in (("big", _gpu(core=30, mem=4096)),
+                                 ("small", _gpu(core=20, mem=4096))):
+            pod = make_pod(pod_name, [container("main", limits)])
+            pod["spec"]["nodeSelector"] = {"hami-migrate": namespace}
+            core_v1.create_namespaced_pod(namespace, pod)
+        wait_for("small Running", lambda: _pod(core_v1, namespace, "small")["status"].get(
+            "phase") == "Running", timeout=120)
+        stop.set()
+        agent.join(5)
+        small = api.get_pod(namespace, "small")
+        [uuid] = visible(node_envs(small))
+        assert uuid != node.devices[0].uuid  # not the card hami-scheduler gave whole
+        big = _pod(core_v1, namespace, "big")
+        assert big["status"]["phase"] == "Pending" and not big["spec"].get("nodeName")
+    finally:
+        delete_nodes(core_v1, [name])
