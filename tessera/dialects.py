@@ -671,6 +671,26 @@ def _koordinator(c: _Container, _cfg: DialectConfig) -> ContainerRequest | None:
         return None
     where = f"container {c.name!r}"
     written = " + ".join(given)
+    _koord_check_combination(c, given, where, written)
+    if gpu:
+        core = ratio = gpu
+    count = _koord_count(where, values, core, ratio, shared)
+    card_ratio = ratio // count
+    card_core = core // count if core else card_ratio
+    if card_core == card_ratio == WHOLE_CARD_PERCENT and not memory:
+        return ContainerRequest(c.name, cards=count, init=c.init)
+    _koord_check_share(where, written, count, core, card_core, memory)
+    return ContainerRequest(
+        c.name,
+        core_percent=card_core,
+        memory_mib=memory,
+        memory_percent=0 if memory else card_ratio,
+        init=c.init,
+    )
+
+
+def _koord_check_combination(c: _Container, given: Sequence[str], where: str,
+                             written: str) -> None:
     if c.has(NVIDIA_GPU_KEY) or frozenset(given) not in _KOORD_COMBINATIONS:
         also = f"{NVIDIA_GPU_KEY} + " if c.has(NVIDIA_GPU_KEY) else ""
         raise RequestError(
@@ -678,8 +698,11 @@ def _koordinator(c: _Container, _cfg: DialectConfig) -> ContainerRequest | None:
             f"{KOORD_GPU_KEY} alone, {KOORD_MEMORY_KEY} or {KOORD_RATIO_KEY} alone, or "
             f"{KOORD_CORE_KEY} with one of those two (each optionally with {KOORD_SHARED_KEY})"
         )
-    if gpu:
-        core = ratio = gpu
+
+
+def _koord_count(where: str, values: Mapping[str, int], core: int, ratio: int,
+                 shared: int) -> int:
+    """The number of cards the request is split over (checking the values split evenly)."""
     if shared:
         for key, value in ((KOORD_CORE_KEY, core), (KOORD_RATIO_KEY, ratio)):
             if value and (value % shared or value // shared > WHOLE_CARD_PERCENT):
@@ -688,20 +711,20 @@ def _koordinator(c: _Container, _cfg: DialectConfig) -> ContainerRequest | None:
                     f"split evenly over {shared} card(s), so it must be a multiple of {shared} "
                     f"and at most {shared * WHOLE_CARD_PERCENT}"
                 )
-        count = shared
-    else:
-        for key in (KOORD_GPU_KEY, KOORD_CORE_KEY, KOORD_RATIO_KEY):
-            value = values[key]
-            if value > WHOLE_CARD_PERCENT and value % WHOLE_CARD_PERCENT:
-                raise RequestError(
-                    f"{where}: {key}={value} is invalid; 1-100 is a share of one card, above 100 "
-                    f"only multiples of 100 (k cards)"
-                )
-        count = ratio // WHOLE_CARD_PERCENT if ratio > WHOLE_CARD_PERCENT else 1
-    card_ratio = ratio // count
-    card_core = core // count if core else card_ratio
-    if card_core == card_ratio == WHOLE_CARD_PERCENT and not memory:
-        return ContainerRequest(c.name, cards=count, init=c.init)
+        return shared
+    for key in (KOORD_GPU_KEY, KOORD_CORE_KEY, KOORD_RATIO_KEY):
+        value = values[key]
+        if value > WHOLE_CARD_PERCENT and value % WHOLE_CARD_PERCENT:
+            raise RequestError(
+                f"{where}: {key}={value} is invalid; 1-100 is a share of one card, above 100 "
+                f"only multiples of 100 (k cards)"
+            )
+    return ratio // WHOLE_CARD_PERCENT if ratio > WHOLE_CARD_PERCENT else 1
+
+
+def _koord_check_share(where: str, written: str, count: int, core: int, card_core: int,
+                       memory: int) -> None:
+    """A share is of one card and takes 1-99% of its compute."""
     if count > 1:
         raise RequestError(
             f"{where}: {written} asks for a share on each of {count} cards; Tessera places a "
@@ -721,13 +744,6 @@ def _koordinator(c: _Container, _cfg: DialectConfig) -> ContainerRequest | None:
             f"takes 1-99% of one card's compute: lower {KOORD_CORE_KEY}, or ask for whole cards "
             f"with {KOORD_GPU_KEY}=100·k"
         )
-    return ContainerRequest(
-        c.name,
-        core_percent=card_core,
-        memory_mib=memory,
-        memory_percent=0 if memory else card_ratio,
-        init=c.init,
-    )
 
 
 def _elastic_parser(core: str, memory: str) -> _Parser:
@@ -988,26 +1004,38 @@ def _kai(
             f"{key}; KAI refuses a share next to whole GPUs: remove one of them"
         )
     if devices_text is not None:
-        if not _GO_UINT.fullmatch(devices_text) or int(devices_text) == 0:
-            raise RequestError(
-                f"{where} {KAI_DEVICES_ANNOTATION}={devices_text!r} is invalid; it is a whole "
-                f"number of cards >= 1"
-            )
-        if int(devices_text) > 1:
-            raise RequestError(
-                f"{where} {KAI_DEVICES_ANNOTATION}={devices_text} asks for a share on each of "
-                f"{int(devices_text)} cards; Tessera places a share on exactly one card: remove "
-                f"{KAI_DEVICES_ANNOTATION} (or set it to 1)"
-            )
+        _kai_check_devices(where, devices_text)
     label = f"pod annotation {key}"
     if memory_text is not None:
-        if not _GO_UINT.fullmatch(memory_text) or not 0 < int(memory_text) <= MAX_MEMORY_MIB:
-            raise RequestError(
-                f"{where} {KAI_MEMORY_ANNOTATION}={memory_text!r} is invalid; it is a whole "
-                f"number of MiB from 1 to {MAX_MEMORY_MIB}, e.g. \"2000\""
-            )
-        return label, ContainerRequest(target.name, memory_mib=int(memory_text), init=target.init)
+        return label, _kai_memory(where, memory_text, target)
     assert fraction_text is not None  # one of the two is given (checked above)
+    return label, _kai_fraction(where, fraction_text, target)
+
+
+def _kai_check_devices(where: str, devices_text: str) -> None:
+    if not _GO_UINT.fullmatch(devices_text) or int(devices_text) == 0:
+        raise RequestError(
+            f"{where} {KAI_DEVICES_ANNOTATION}={devices_text!r} is invalid; it is a whole "
+            f"number of cards >= 1"
+        )
+    if int(devices_text) > 1:
+        raise RequestError(
+            f"{where} {KAI_DEVICES_ANNOTATION}={devices_text} asks for a share on each of "
+            f"{int(devices_text)} cards; Tessera places a share on exactly one card: remove "
+            f"{KAI_DEVICES_ANNOTATION} (or set it to 1)"
+        )
+
+
+def _kai_memory(where: str, memory_text: str, target: _Container) -> ContainerRequest:
+    if not _GO_UINT.fullmatch(memory_text) or not 0 < int(memory_text) <= MAX_MEMORY_MIB:
+        raise RequestError(
+            f"{where} {KAI_MEMORY_ANNOTATION}={memory_text!r} is invalid; it is a whole "
+            f"number of MiB from 1 to {MAX_MEMORY_MIB}, e.g. \"2000\""
+        )
+    return ContainerRequest(target.name, memory_mib=int(memory_text), init=target.init)
+
+
+def _kai_fraction(where: str, fraction_text: str, target: _Container) -> ContainerRequest:
     valid = (
         "it is a share of one card strictly between 0 and 1 (e.g. \"0.5\"), in hundredths "
         "(Tessera counts shares in whole percents: 0.33, not 0.333)"
@@ -1021,7 +1049,7 @@ def _kai(
             f"{where} {KAI_FRACTION_ANNOTATION}={fraction_text!r} is invalid; {valid}"
         )
     share = int(percent)
-    return label, ContainerRequest(
+    return ContainerRequest(
         target.name, core_percent=share, memory_percent=share, init=target.init
     )
 
@@ -1056,35 +1084,18 @@ def parse_pod(pod: Mapping[str, Any], config: DialectConfig) -> PodRequest | Non
         return None
     containers = _containers(pod)
     annotations = _annotations(pod)
-    requests: list[ContainerRequest] = []
     problems: list[str] = []
-    # Requests written on the pod rather than a container: (label, request of one container).
-    pod_level: list[tuple[str, ContainerRequest]] = []
     genius = _genius(_labels(pod)) if Dialect.GENIUS in config.enabled else None
-    # Genius labels apply to the pod's first app container.
-    genius_target = next((c.name for c in containers if not c.init), None)
-    if genius is not None and genius_target is not None:
-        genius_request = ContainerRequest(genius_target, cards=genius.cards)
-        pod_level.append(("pod label " + GENIUS_NUMBER_LABEL, genius_request))
-    if Dialect.KAI in config.enabled:
-        try:
-            if (kai := _kai(annotations, containers)) is not None:
-                pod_level.append(kai)
-        except RequestError as exc:
-            problems.append(str(exc))
+    pod_level = _pod_level_requests(annotations, containers, genius, config, problems)
+    requests: list[ContainerRequest] = []
     for c in containers:
         try:
-            found: list[tuple[str, ContainerRequest]] = []
-            for source in config.sources:
-                present = [k for k in source.keys if c.has(k)]
-                if present and (parsed := source.parse(c, config)) is not None:
-                    found.append((" + ".join(present), parsed))
-            found += [(label, r) for label, r in pod_level if r.name == c.name]
-            merged = _merge(c.name, found)
-            if merged is not None:
-                requests.append(merged)
+            merged = _container_request(c, pod_level, config)
         except RequestError as exc:
             problems.append(str(exc))
+            continue
+        if merged is not None:
+            requests.append(merged)
     try:
         models = _models(annotations, genius, config.vocabulary)
         policy = _policy(annotations, config.vocabulary)
@@ -1102,6 +1113,39 @@ def parse_pod(pod: Mapping[str, Any], config: DialectConfig) -> PodRequest | Non
         policy=policy,
         mixed_models=mixed_models,
     )
+
+
+def _pod_level_requests(
+    annotations: Mapping[str, Any], containers: Sequence[_Container], genius: _Genius | None,
+    config: DialectConfig, problems: list[str],
+) -> list[tuple[str, ContainerRequest]]:
+    """Requests written on the pod rather than a container, as (label, request of one
+    container): Genius labels (for the pod's first app container) and KAI's annotations. A
+    KAI problem is added to ``problems``."""
+    pod_level: list[tuple[str, ContainerRequest]] = []
+    genius_target = next((c.name for c in containers if not c.init), None)
+    if genius is not None and genius_target is not None:
+        pod_level.append(("pod label " + GENIUS_NUMBER_LABEL,
+                          ContainerRequest(genius_target, cards=genius.cards)))
+    if Dialect.KAI in config.enabled:
+        try:
+            if (kai := _kai(annotations, containers)) is not None:
+                pod_level.append(kai)
+        except RequestError as exc:
+            problems.append(str(exc))
+    return pod_level
+
+
+def _container_request(c: _Container, pod_level: Sequence[tuple[str, ContainerRequest]],
+                       config: DialectConfig) -> ContainerRequest | None:
+    """The one request every dialect found for container ``c`` describes (or None)."""
+    found: list[tuple[str, ContainerRequest]] = []
+    for source in config.sources:
+        present = [k for k in source.keys if c.has(k)]
+        if present and (parsed := source.parse(c, config)) is not None:
+            found.append((" + ".join(present), parsed))
+    found += [(label, r) for label, r in pod_level if r.name == c.name]
+    return _merge(c.name, found)
 
 
 def read_pod_request(pod: Mapping[str, Any], config: DialectConfig) -> PodRequest | None:

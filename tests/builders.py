@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from allocator.ranking.fit import Card, CardState, NodeState
+from tessera.agent_profiles import AgentProfile
 from tessera.vocabulary import (
     Allocation,
     ContainerRequest,
@@ -190,3 +191,23 @@ def write_tls_pair(directory: Path, name: str) -> tuple[Path, Path, bytes]:
         tmp.write_bytes(data)
         os.replace(tmp, path)
     return cert, key, leaf.cert_pem
+
+
+#: The seed pods (examples/pods) each agent profile refuses (it runs all others), and a word of
+#: the reason (tests/webhook/test_agent_profile_shapes.py, tests/e2e/test_profile_clusters.py).
+REFUSED_SEEDS: dict[AgentProfile, dict[str, str]] = {
+    AgentProfile.ELASTIC: {},
+    AgentProfile.NANO_GPU: {
+        "aliyun-gpu-mem.yaml": "compute percent only",
+        "elastic-share-256mib.yaml": "compute percent only",
+        "elastic-two-cards.yaml": "one card",
+    },
+    AgentProfile.ALIYUN: {
+        "elastic-two-cards.yaml": "no whole card",
+        "genius-one-card.yaml": "no whole card",
+        "fraction-share.yaml": "init container",
+        "percent-share.yaml": "memory only",
+    },
+    AgentProfile.HAMI: {},
+    AgentProfile.VOLCANO_VGPU: {},
+}

@@ -380,3 +380,10 @@ def test_a_bind_that_loses_leadership_before_the_binding_is_undone() -> None:
         alloc.bind("default", "p", "u-1", "n1")
     assert "nodeName" not in fake.pods[("default", "p")]["spec"]
     assert alloc.state.record("u-1") is None
+
+
+def test_filter_finds_no_node_for_a_pod_its_agent_cannot_start_and_names_the_agent() -> None:
+    fake, alloc = _setup(request(whole("a", cards=2)), dialects=profile("nano-gpu"))
+    out = alloc.filter(fake.pods[("default", "p")], ["n1"])
+    assert out.nodes == []
+    assert "nano-gpu-agent gives a container one card" in out.unresolvable["n1"]

@@ -13,30 +13,12 @@ import yaml
 from tessera.agent_profiles import AgentProfile
 from tessera.dialects import DialectConfig, parse_pod
 from tessera.vocabulary import RequestError, Vocabulary, decode_request
+from tests.builders import REFUSED_SEEDS as REFUSED
 from webhook.mutation import MutationConfig, mutate_pod
 
 EXAMPLES = Path(__file__).parents[2] / "examples" / "pods"
 SEEDS = sorted(p.name for p in EXAMPLES.glob("*.yaml"))
 VOCABULARY = Vocabulary()
-
-#: The seed pods each agent cannot run (all others it runs), and a word of the reason.
-REFUSED: dict[AgentProfile, dict[str, str]] = {
-    AgentProfile.ELASTIC: {},
-    AgentProfile.NANO_GPU: {
-        "aliyun-gpu-mem.yaml": "compute percent only",
-        "elastic-share-256mib.yaml": "compute percent only",
-        "elastic-two-cards.yaml": "one card",
-    },
-    AgentProfile.ALIYUN: {
-        "elastic-two-cards.yaml": "no whole card",
-        "genius-one-card.yaml": "no whole card",
-        "fraction-share.yaml": "init container",
-        "percent-share.yaml": "memory only",
-    },
-    AgentProfile.HAMI: {},
-    AgentProfile.VOLCANO_VGPU: {},
-}
-
 
 def config_for(profile: AgentProfile) -> MutationConfig:
     return MutationConfig(DialectConfig.from_env({"TESSERA_AGENT_PROFILE": profile.value}))

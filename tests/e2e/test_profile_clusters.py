@@ -32,7 +32,7 @@ from devcluster.workloads import (
 )
 from tessera.agent_profiles import AgentProfile, NodeAgent
 from tessera.vocabulary import Vocabulary, decode_allocation, decode_request
-from tests.webhook.test_agent_profile_shapes import REFUSED
+from tests.builders import REFUSED_SEEDS as REFUSED
 
 pytestmark = pytest.mark.e2e
 
