@@ -24,6 +24,7 @@ from __future__ import annotations
 import json
 import logging
 import threading
+import zlib
 from collections.abc import Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
@@ -54,12 +55,26 @@ HANDSHAKE = "hami.io/node-handshake"
 GPU_RESOURCE = "nvidia.com/gpu"
 
 
+def device_uuid(node: str, index: int) -> str:
+    """A stable, node-unique UUID for a fake card."""
+    return f"GPU-{zlib.crc32(node.encode()):08x}-0000-4000-8000-{index:012d}"
+
+
 def fake_devices(node: str, count: int = 8, memory_mib: int = 81920, split: int = 10,
                  model: str = "NVIDIA-H100-80GB-HBM3") -> tuple[RegisteredDevice, ...]:
-    """Devices with stable, node-unique UUIDs."""
-    tag = abs(hash(node)) % 10**8
-    return tuple(RegisteredDevice(f"GPU-{tag:08d}-0000-4000-8000-{i:012d}", i, split,
-                                  memory_mib, 100, model) for i in range(count))
+    return tuple(RegisteredDevice(device_uuid(node, i), i, split, memory_mib, 100, model)
+                 for i in range(count))
+
+
+def register_annotations(node: str, cards: Sequence[tuple[str, int]], flavor: Flavor,
+                         split: int = 10) -> dict[str, str]:
+    """The annotation the plugin registers for ``cards`` ((model, MiB) each), as a node
+    agent writes it when it starts (devcluster/nodes.py puts it on a new node)."""
+    devices = [RegisteredDevice(device_uuid(node, i), i, split, memory, 100, f"NVIDIA-{model}")
+               for i, (model, memory) in enumerate(cards)]
+    text = (encode_register_json(devices) if flavor is HAMI
+            else encode_register_text(devices, flavor))
+    return {flavor.register_key: text}
 
 
 class AllocateFailed(Exception):

@@ -398,16 +398,11 @@ def run_mode(mode: str, nodes: int, pods: int, threads: int, timeout: float,
 
 def _start_hami_standins(dev: DevCluster, names: list[str], threads: int,
                          stop: threading.Event) -> HamiFleet:
-    """Register every node's fake devices, then serve every node's Allocate from one watch."""
+    """Serve every node's Allocate from one watch (the nodes were created with the plugin's
+    register annotation, devcluster/nodes.py)."""
     api = KubeClient.from_config(str(dev.kubeconfig), request_threads=threads + 2)
     nodes = [HamiNode(api, n, fake_devices(n, 8, memory_mib=16384, model="NVIDIA-T4"))
              for n in names]
-
-    def register(_core: Any, chunk: list[HamiNode]) -> None:
-        for node in chunk:
-            node.register()
-
-    in_parallel(dev, nodes, register, threads)
     fleet = HamiFleet(nodes)
     threading.Thread(target=fleet.run, args=(api, stop), name="hami-standins",
                      daemon=True).start()

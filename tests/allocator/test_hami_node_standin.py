@@ -135,3 +135,21 @@ def test_forty_concurrent_binds_on_one_node_queue_behind_the_lock_and_all_alloca
     assert sorted(per_card.values()) == [100] * 8
     lock = fake.nodes["n1"]["metadata"]["annotations"].get(HAMI.lock_key)
     assert lock is None or parse_lock(lock).namespace == "default"
+
+
+def test_a_hami_profile_node_is_created_with_the_plugins_register_annotation() -> None:
+    from allocator.hami.codec import VOLCANO_VGPU
+    from allocator.hami.writer import read_devices
+    from devcluster.nodes import node_object, uniform
+    from tessera.agent_profiles import AgentProfile, NodeAgent
+    for profile, flavor in ((AgentProfile.HAMI, HAMI), (AgentProfile.VOLCANO_VGPU, VOLCANO_VGPU)):
+        node = node_object(uniform("n1", 4, "Tesla-T4", 15360), VOCAB, NodeAgent(profile, VOCAB))
+        devices = read_devices(node["metadata"]["annotations"], flavor)
+        assert devices is not None and not devices.problem
+        assert [(d.index, d.model, d.memory_mib) for d in devices.devices] == [
+            (i, "Tesla-T4", 15360) for i in range(4)]
+        # The stand-in's own devices for such a node are the same cards (same UUIDs).
+        assert [d.uuid for d in devices.devices] == [
+            d.uuid for d in fake_devices("n1", 4, memory_mib=15360)]
+    plain = node_object(uniform("n1", 4, "Tesla-T4", 15360), VOCAB)
+    assert HAMI.register_key not in plain["metadata"]["annotations"]
