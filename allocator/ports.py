@@ -46,6 +46,10 @@ class KubeApi(Protocol):
                             timeout_seconds: int) -> Iterator[WatchEvent]:
         ...
 
+    def patch_node(self, name: str, patch: Obj) -> Obj:
+        """JSON merge patch; ``metadata.resourceVersion`` in it is a precondition (Conflict)."""
+        ...
+
     def get_pod(self, namespace: str, name: str) -> Obj:
         ...
 

@@ -17,6 +17,9 @@ that annotation (devcluster/nodes.py).
 The pod stages make the dev cluster behave like a cluster whose pods run and end:
 
 * a bound pod becomes Running (podIP, conditions, container states), as a kubelet reports it;
+  a pod bound for HAMi's device plugin (it carries :data:`HAMI_BIND_PHASE`) only once the
+  plugin's Allocate said ``success`` (the stand-in, devcluster/hami_node.py): kubelet starts
+  no container before its device plugins' Allocate answers;
 * a pod owned by a Job, or any pod annotated with :data:`RUN_FOR_ANNOTATION`, turns Succeeded
   after the annotation's duration (Job pods without it: the cluster's default run time);
 * a pod being deleted is removed (a kubelet confirms a graceful deletion the same way).
@@ -64,6 +67,11 @@ addresses:
 phase: Running
 """
 _RUNNING = {"key": ".status.phase", "operator": "In", "values": ["Running"]}
+#: HAMi's bind phase (allocator/hami/codec.py); volcano-vgpu's key is held the same way.
+HAMI_BIND_PHASE = "hami.io/bind-phase"
+VOLCANO_BIND_PHASE = "volcano.sh/bind-phase"
+_NO_HAMI = [{"key": f'.metadata.annotations["{k}"]', "operator": "DoesNotExist"}
+            for k in (HAMI_BIND_PHASE, VOLCANO_BIND_PHASE)]
 
 _READY_STATUS = """\
 {{ $now := Now }}
@@ -171,8 +179,15 @@ def pod_stages(job_run_seconds: float) -> list[dict[str, Any]]:
     }
     succeed = {"statusTemplate": _SUCCEEDED_STATUS}
     return [
-        _stage("pod-ready", [_NOT_DELETED, {"key": ".status.podIP", "operator": "DoesNotExist"}],
+        _stage("pod-ready", [_NOT_DELETED, {"key": ".status.podIP", "operator": "DoesNotExist"},
+                             *_NO_HAMI],
                {"statusTemplate": _READY_STATUS}),
+        *(_stage(f"pod-ready-{name}",
+                 [_NOT_DELETED, {"key": ".status.podIP", "operator": "DoesNotExist"},
+                  {"key": f'.metadata.annotations["{key}"]', "operator": "In",
+                   "values": ["success"]}],
+                 {"statusTemplate": _READY_STATUS})
+          for name, key in (("hami", HAMI_BIND_PHASE), ("volcano-vgpu", VOLCANO_BIND_PHASE))),
         _stage("pod-complete-job",
                [_NOT_DELETED, _RUNNING,
                 {"key": ".metadata.ownerReferences.[].kind", "operator": "In",

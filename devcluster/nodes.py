@@ -19,7 +19,9 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Any
 
+from allocator.hami.codec import FLAVORS
 from devcluster import kwok
+from devcluster.hami_node import register_annotations
 from tessera.agent_profiles import HAMI_RESOURCES, VOLCANO_RESOURCES, AgentProfile, NodeAgent
 from tessera.vocabulary import (
     GFD_COUNT_LABEL,
@@ -115,6 +117,12 @@ def node_object(spec: GpuNodeSpec, vocabulary: Vocabulary,
                 for i, c in enumerate(spec.cards)
             ]
         )
+    profile = agent.profile if agent is not None else None
+    if profile in (AgentProfile.HAMI, AgentProfile.VOLCANO_VGPU):
+        # The device plugin registers its cards when it starts (docs/hami.md).
+        flavor = FLAVORS[str(profile)]
+        annotations.update(register_annotations(
+            spec.name, [(c.model, c.memory_mib) for c in spec.cards], flavor))
     return {
         "apiVersion": "v1",
         "kind": "Node",

@@ -34,6 +34,7 @@ from devcluster.controlplane import ControlPlane, ExtenderAddress, tls_data
 from devcluster.options import Options
 from devcluster.pki import write_pair
 from devcluster.process import ManagedProcess, free_port, http_ok, wait_until
+from tessera.agent_profiles import AgentProfile
 
 logger = logging.getLogger(__name__)
 
@@ -252,6 +253,13 @@ class Services:
             manifests_dir() / "base" / "allocator-rbac.yaml"
         )
         rbac = load_documents(rbac_file)
+        if self.options.agent_profile in (AgentProfile.HAMI, AgentProfile.VOLCANO_VGPU):
+            # As manifests/components/agent-hami (-volcano-vgpu) grant: the node lock
+            # (docs/hami.md).
+            for doc in rbac:
+                if doc.get("kind") == "ClusterRole":
+                    doc["rules"].append({"apiGroups": [""], "resources": ["nodes"],
+                                         "verbs": ["patch"]})
         namespace, account = service_account_subject(rbac)
         self.allocator_namespace = namespace
         core: Any = client.CoreV1Api(api)

@@ -86,6 +86,10 @@ class BindContext:
     now_ns: int
     #: MiB per unit of the Aliyun gpushare device plugin.
     aliyun_unit_mib: int = 1024
+    #: The node's annotations as the bind read them (HAMi's register annotation: card UUIDs).
+    node_annotations: Mapping[str, str] = field(default_factory=dict)
+    #: HAMi's flavor (allocator.hami.codec.FLAVORS) when it differs from the profile's own.
+    hami_flavor: str = ""
 
 
 @dataclass(frozen=True)
@@ -177,6 +181,13 @@ WRITERS: dict[AgentProfile, AgentWriter] = {
     AgentProfile.NANO_GPU: AgentWriter(_nano, _nano_owns),
     AgentProfile.ALIYUN: AgentWriter(_aliyun, _aliyun_owns),
 }
+
+
+# HAMi's device plugin and Volcano's vGPU plugin (allocator/agents/hami.py), registered after
+# the names it uses exist.
+from allocator.agents.hami import HAMI_WRITERS  # noqa: E402
+
+WRITERS.update(HAMI_WRITERS)
 
 
 def writer(profile: AgentProfile) -> AgentWriter | None:

@@ -242,6 +242,12 @@ class KubeClient:
         except NotFound:
             return None
 
+    def patch_node(self, name: str, patch: Obj) -> Obj:
+        # JSON merge patch; a metadata.resourceVersion in it is a precondition (409 when the
+        # node changed), which HAMi's node lock relies on (allocator.hami.lock).
+        return self._json("PATCH", "/api/v1/nodes/" + quote(name, safe=""), body=patch,
+                          content_type="application/merge-patch+json")
+
     def list_pods(self, label_selector: str) -> tuple[list[Obj], str]:
         return self._list("/api/v1/pods", [("labelSelector", label_selector)])
 

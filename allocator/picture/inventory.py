@@ -1,7 +1,10 @@
 """A node's GPU cards, read from its Node object (pure).
 
-Three sources, most precise first:
+Four sources, most precise first:
 
+0. HAMi's device plugin register annotation (``hami.io/node-nvidia-register``, or volcano-vgpu's
+   ``volcano.sh/node-vgpu-register``): what the node agent itself serves, unhealthy and
+   cordoned cards left out (:mod:`allocator.hami.writer`);
 1. the node annotation :attr:`Vocabulary.node_cards_annotation` — a JSON list of
    ``{"index", "model", "memoryMiB"}``, one per card; the only source that describes nodes
    with cards of different sizes or models;
@@ -25,6 +28,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, Final
 
+from allocator.hami.codec import HAMI, VOLCANO_VGPU
+from allocator.hami.writer import cards_of, read_devices
 from allocator.ranking.cards import Card
 from tessera.agent_profiles import Capacity, NodeAgent
 from tessera.vocabulary import (
@@ -115,6 +120,13 @@ def read_inventory(node: Mapping[str, Any], vocabulary: Vocabulary,
     allocatable: Mapping[str, Any] = (node.get("status") or {}).get("allocatable") or {}
 
     problem = ""
+    for flavor in (HAMI, VOLCANO_VGPU):
+        devices = read_devices(annotations, flavor)
+        if devices is not None:
+            if not devices.problem:
+                return Inventory(cards_of(devices), "hami")
+            problem = devices.problem
+            break
     described = annotations.get(vocabulary.node_cards_annotation)
     if described is not None:
         try:

@@ -20,6 +20,7 @@ import threading
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
+from allocator.hami.writer import bind_failed_for_any as hami_bind_failed
 from allocator.picture import status
 from allocator.picture.holds import Hold, Holds
 from allocator.picture.inventory import Inventory
@@ -192,13 +193,19 @@ class ClusterState:
         if phase in TERMINAL_PHASES:
             self._drop(uid)
             return
-        record, bad = read_record(pod, uid, self.vocabulary.allocation_annotation)
+        # HAMi's device plugin failed the pod's Allocate: its cards are free again. Only while
+        # the pod is Pending (Allocate runs before any container starts): anyone who may edit
+        # the pod can write the phase, and a running pod's cards must not be freed by it.
+        failed = (bool((pod.get("spec") or {}).get("nodeName")) and phase in (None, "Pending")
+                  and hami_bind_failed(pod["metadata"].get("annotations") or {}))
+        record, bad = ((None, "") if failed
+                       else read_record(pod, uid, self.vocabulary.allocation_annotation))
         with self._lock:
             current = self._pods.get(uid)
             if record is None:
                 # Not (yet) bound with a record. Our own in-flight/just-bound reservations
                 # stay: this event may predate our patch and binding.
-                if current is not None and current.stage is Stage.CONFIRMED:
+                if current is not None and (current.stage is Stage.CONFIRMED or failed):
                     self._drop(uid)
                 if bad:
                     self._note_bad(uid, bad, pod)  # after _drop, which forgets notes

@@ -34,7 +34,8 @@ from flask import Flask, Response, jsonify, request
 from prometheus_client import CONTENT_TYPE_LATEST
 from werkzeug.exceptions import HTTPException
 
-from allocator.errors import describe_error, event_safe
+from allocator.errors import ApiError, describe_error, event_safe
+from allocator.hami.adopt import adopt_placed_pods
 from allocator.kube.leader import LeaderElector
 from allocator.kube.recorder import EventRecorder
 from allocator.picture.nodelookup import NodeLookup
@@ -87,6 +88,12 @@ class Runtime:
                                  listed=self.allocator.seed_mix)
 
         def sync_and_watch() -> None:
+            if self.allocator.hami is not None:
+                try:
+                    adopt_placed_pods(self.api, self.state.vocabulary, self.allocator.hami)
+                except ApiError as exc:
+                    logger.warning("adopting pods another HAMi scheduler placed failed: %s",
+                                   exc)
             initial_sync(self.api, self.state, nodes, pods, self.sleep, self.stop)
             # The synced picture (every node, card and pod record) is long-lived: move it
             # out of the collector's sight, so that full collections triggered by the verbs'

@@ -18,13 +18,15 @@ Told in three steps, each a function below:
 from __future__ import annotations
 
 import logging
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
 from dataclasses import dataclass, replace
 from functools import partial
 from typing import TYPE_CHECKING, Final
 
 from allocator import agents
 from allocator.errors import ApiError, BindError, Conflict, NotFound, describe_error
+from allocator.hami.lock import NodeLockTimeout
 from allocator.picture.records import Stage
 from allocator.ports import Obj
 from allocator.ranking.fit import Unfit, place_and_keep
@@ -83,7 +85,8 @@ def _bind(a: Allocator, namespace: str, name: str, uid: str, node: str) -> BindO
     reserved = _claim_or_reserve(a, ref, pod, request, policy, node, held)
     try:
         allocation = replace(reserved, allocated_at=a.clock())
-        write(a, ref, pod, node, allocation)
+        with _hami_node_lock(a, ref, node):
+            write(a, ref, pod, node, allocation)
     except BaseException:
         a.state.unreserve(ref.uid)  # the reservation goes with everything else
         raise
@@ -198,6 +201,39 @@ def write(a: Allocator, ref: PodRef, pod: Obj, node: str, allocation: Allocation
         raise BindError(f"{describe_error(exc)}; allocation {undone}") from exc
 
 
+@contextmanager
+def _hami_node_lock(a: Allocator, ref: PodRef, node: str) -> Iterator[None]:
+    """HAMi's node lock around the write step, left held when the pod is bound (the device
+    plugin releases it after Allocate) and given back when it is not."""
+    if a.hami_locks is None:
+        yield
+        return
+    try:
+        a.hami_locks.acquire(node, ref.namespace, ref.name)
+    except NodeLockTimeout as exc:
+        raise BindError(str(exc)) from exc
+    except ApiError as exc:
+        raise BindError(f"taking HAMi's lock on node {node} failed: {exc}") from exc
+    try:
+        yield
+    except BaseException:
+        a.hami_locks.release(node, ref.namespace, ref.name)
+        raise
+
+
+def _hami_node_annotations(a: Allocator, node: str) -> Mapping[str, str]:
+    """For HAMi's writers, the node's annotations as etcd has them now (its register
+    annotation names the cards' UUIDs): the node as the lock just read it, else a read."""
+    if a.hami_locks is None:
+        return {}
+    try:
+        obj = a.hami_locks.seen(node) or a.api.get_node(node) or {}
+    except ApiError as exc:
+        raise BindError(f"reading node {node} failed: {exc}") from exc
+    annotations: Mapping[str, str] = (obj.get("metadata") or {}).get("annotations") or {}
+    return annotations
+
+
 def _metadata(a: Allocator, pod: Obj, allocation: Allocation
               ) -> tuple[dict[str, str], Obj | None, Obj]:
     """(annotations for the Binding, label PATCH or None when nothing is missing, its
@@ -226,6 +262,7 @@ def _metadata(a: Allocator, pod: Obj, allocation: Allocation
     extra = agents.agent_metadata(profile, agents.BindContext(
         allocation, pod, a.state.cards(allocation.node), vocab,
         int(a.clock() * 1e9), a.config.aliyun_unit_mib,
+        _hami_node_annotations(a, allocation.node), a.hami.name if a.hami else "",
     ))
     if extra.skipped:
         why = "; ".join(extra.skipped.values())

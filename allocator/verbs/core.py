@@ -24,6 +24,8 @@ from functools import partial
 from typing import Any
 
 from allocator.errors import NotReady
+from allocator.hami import codec as hami_codec
+from allocator.hami.lock import NodeLocks
 from allocator.picture.nodelookup import NodeLookup
 from allocator.picture.state import ClusterState
 from allocator.ports import KubeApi, Obj
@@ -82,6 +84,9 @@ class AllocatorConfig:
     filter_best: bool = True
     #: Seconds filter's single answer stays held for the pod's bind (0: never held).
     hold_seconds: float = HOLD_SECONDS
+    #: HAMi's device plugin as the node agent: a flavor of :data:`allocator.hami.codec.FLAVORS`
+    #: ("" for none). Its bind takes HAMi's node lock and writes HAMi's pod annotations.
+    hami_agent: str = ""
 
     @property
     def vocabulary(self) -> Vocabulary:
@@ -133,6 +138,12 @@ class Allocator:
             state.resources.view() if config.node_resources else {})
         #: Which nodes fit a request, and their scores (the ranking port).
         self.ranker: Ranker = ranker or _fast_ranker(state, config, node_lookup)
+        #: HAMi's flavor and node locks (None: another agent). The hami and volcano-vgpu
+        #: agent profiles mean their current flavor; --hami-agent names an older one.
+        profile = str(config.dialects.agent_profile)
+        self.hami = (hami_codec.FLAVORS[config.hami_agent or profile]
+                     if profile in hami_codec.FLAVORS else None)
+        self.hami_locks = NodeLocks(api, self.hami, clock=clock) if self.hami else None
 
     # ------------------------------------------------------------------ the verbs
     def filter(self, pod: Mapping[str, Any], names: Sequence[str]) -> FilterOutcome:

@@ -151,11 +151,14 @@ class FakeKube:
 
     def list_pods_by_field(self, field_selector: str,
                            reduce: Callable[[Obj], T]) -> tuple[list[T], str]:
-        assert field_selector == BOUND_ACTIVE, field_selector
+        on_node = field_selector.removeprefix("spec.nodeName=")
+        assert field_selector == BOUND_ACTIVE or on_node != field_selector, field_selector
         self.calls.append(("list_pods_by_field", field_selector))
         self._fault("list_pods_by_field")
         with self.lock:
-            pods = [copy.deepcopy(p) for p in self.pods.values() if bound_active(p)]
+            pods = [copy.deepcopy(p) for p in self.pods.values()
+                    if (bound_active(p) if field_selector == BOUND_ACTIVE
+                        else p["spec"].get("nodeName") == on_node)]
             rv = str(self.rv)
         return [reduce(p) for p in pods], rv
 
@@ -178,6 +181,23 @@ class FakeKube:
         with self.lock:
             node = self.nodes.get(name)
             return None if node is None else copy.deepcopy(node)
+
+    def patch_node(self, name: str, patch: Obj) -> Obj:
+        """Merge patch; a metadata.resourceVersion in it must match (else 409)."""
+        self.calls.append(("patch_node", name))
+        self._fault("patch_node")
+        with self.lock:
+            node = self.nodes.get(name)
+            if node is None:
+                raise NotFound(f"node {name} not found", 404)
+            patch = copy.deepcopy(patch)
+            version = (patch.get("metadata") or {}).pop("resourceVersion", None)
+            if version is not None and version != node["metadata"].get("resourceVersion"):
+                raise Conflict("the object has been modified", 409)
+            merged = merge_patch(node, patch)
+            self.nodes[name] = merged
+            self._bump("nodes", "MODIFIED", merged)
+            return copy.deepcopy(merged)
 
     def get_pod(self, namespace: str, name: str) -> Obj:
         self.calls.append(("get_pod", name))

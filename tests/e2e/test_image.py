@@ -29,11 +29,12 @@ from cryptography import x509
 
 from devcluster.binaries import Binaries
 from devcluster.checks import admission_problems, allocation_problems
-from devcluster.cluster import DevCluster, Options
+from devcluster.cluster import DevCluster
 from devcluster.containers import NAMESPACE, ContainerServices
 from devcluster.image import Podman, build_image
 from devcluster.kubelet import memory_bytes
 from devcluster.nodes import GpuNodeSpec, uniform
+from devcluster.options import Options
 from devcluster.process import wait_until
 from devcluster.workloads import container, get_object, make_pod, wait_for
 from kubectl_tessera.report import node_cards

@@ -24,8 +24,9 @@ import yaml
 
 from allocator import agents
 from devcluster.binaries import Binaries
-from devcluster.cluster import DevCluster, Options
+from devcluster.cluster import DevCluster
 from devcluster.nodes import GpuNodeSpec, Inventory, uniform
+from devcluster.options import Options
 from devcluster.workloads import (
     container,
     ensure_namespace,

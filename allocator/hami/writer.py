@@ -1,0 +1,189 @@
+"""Tessera's allocation in HAMi's terms and back (pure).
+
+- :func:`read_devices` / :func:`cards_of`: a node's cards from the plugin's register
+  annotation. An unhealthy card (``health`` false) or one listed in HAMi's live cordon
+  annotation ``hami.io/device-cordon`` (comma-separated UUIDs; ``pkg/device/nvidia/device.go``
+  ``DeviceCordonAnnotation``, v2.10.0) takes no new pod: it is left out of the cards.
+- :func:`bind_annotations`: what the bind writes on the pod for the plugin's ``Allocate``
+  (the keys of :class:`~allocator.hami.codec.Flavor`, as hami-scheduler's ``Filter`` and
+  ``Bind`` write them in ``pkg/scheduler/scheduler.go``: node, time, both device keys,
+  ``bind-phase: allocating``, ``bind-time``; times in unix seconds).
+- :func:`allocation_of`: a pod's cards read back from ``vgpu-devices-allocated``, so pods a
+  hami-scheduler placed count too.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any, Final
+
+from allocator.hami.codec import (
+    BIND_ALLOCATING,
+    BIND_FAILED,
+    CARD_CORES,
+    HAMI,
+    VOLCANO_VGPU,
+    DeviceShare,
+    Flavor,
+    HamiFormatError,
+    RegisteredDevice,
+    decode_pod_devices,
+    encode_pod_devices,
+    parse_register,
+)
+from allocator.ranking.cards import Card
+from tessera.vocabulary import Allocation, ContainerAllocation
+
+CORDON_ANNOTATION: Final = "hami.io/device-cordon"
+
+
+@dataclass(frozen=True)
+class NodeDevices:
+    """A node's registered devices, which of them take new pods, and any problem reading."""
+
+    devices: tuple[RegisteredDevice, ...]
+    usable: frozenset[str]  # UUIDs
+    problem: str = ""
+
+    def by_index(self) -> dict[int, RegisteredDevice]:
+        return {d.index: d for d in self.devices}
+
+    def by_uuid(self) -> dict[str, RegisteredDevice]:
+        return {d.uuid: d for d in self.devices}
+
+
+def read_devices(annotations: Mapping[str, str], flavor: Flavor = HAMI) -> NodeDevices | None:
+    """The node's devices; None when the plugin registered none (not a HAMi node)."""
+    text = annotations.get(flavor.register_key)
+    if text is None:
+        return None
+    try:
+        devices = parse_register(text, flavor)
+    except HamiFormatError as exc:
+        return NodeDevices((), frozenset(), f"annotation {flavor.register_key} ignored: {exc}")
+    cordoned = {u.strip() for u in annotations.get(CORDON_ANNOTATION, "").split(",")}
+    usable = frozenset(d.uuid for d in devices
+                       if d.healthy and d.uuid not in cordoned and d.split_count > 0)
+    return NodeDevices(devices, usable)
+
+
+def cards_of(node_devices: NodeDevices) -> tuple[Card, ...]:
+    """Tessera's cards: the usable devices, by their index."""
+    return tuple(Card(d.index, d.model, d.memory_mib)
+                 for d in node_devices.devices if d.uuid in node_devices.usable)
+
+
+def _container_order(pod: Mapping[str, Any], flavor: Flavor) -> list[tuple[str, bool]]:
+    spec = pod.get("spec") or {}
+    inits = [(c.get("name", ""), True) for c in spec.get("initContainers") or []]
+    apps = [(c.get("name", ""), False) for c in spec.get("containers") or []]
+    return inits + apps if flavor.init_containers else apps
+
+
+def _share(container: ContainerAllocation, device: RegisteredDevice) -> DeviceShare:
+    if container.is_whole:
+        return DeviceShare(device.uuid, device.memory_mib, CARD_CORES)
+    return DeviceShare(device.uuid, container.memory_mib, container.core_percent)
+
+
+def bind_annotations(allocation: Allocation, pod: Mapping[str, Any], devices: NodeDevices,
+                     flavor: Flavor, now_s: float) -> dict[str, str] | str:
+    """The annotations the plugin reads for this allocation, or why it cannot express it."""
+    by_index = devices.by_index()
+    by_name = {(c.name, c.init): c for c in allocation.containers}
+    order = _container_order(pod, flavor)
+    missing = set(by_name) - set(order)
+    if missing:
+        name, init = sorted(missing)[0]
+        if init and not flavor.init_containers:
+            return (f"{flavor.name}'s device plugin gives no device to init container "
+                    f"{name!r}")
+        return f"container {name!r} is not in the pod"
+    containers: list[tuple[DeviceShare, ...]] = []
+    for key in order:
+        c = by_name.get(key)
+        if c is None:
+            containers.append(())
+            continue
+        shares = []
+        for index in c.card_indices:
+            device = by_index.get(index)
+            if device is None:
+                return f"card {index} is not in the node's {flavor.register_key}"
+            shares.append(_share(c, device))
+        containers.append(tuple(shares))
+    encoded = encode_pod_devices(containers, flavor)
+    stamp = str(int(now_s))
+    return {
+        flavor.node_key: allocation.node,
+        flavor.time_key: stamp,
+        flavor.to_allocate_key: encoded,
+        flavor.allocated_key: encoded,
+        flavor.bind_phase_key: BIND_ALLOCATING,
+        flavor.bind_time_key: stamp,
+    }
+
+
+def all_keys(flavor: Flavor) -> tuple[str, ...]:
+    """Every pod key the bind writes (to clear stale ones on an unbound pod)."""
+    return (flavor.node_key, flavor.time_key, flavor.to_allocate_key, flavor.allocated_key,
+            flavor.bind_phase_key, flavor.bind_time_key)
+
+
+def bind_failed(annotations: Mapping[str, str], flavor: Flavor = HAMI) -> bool:
+    """The plugin's Allocate gave up on this pod (``PodAllocationFailed``): its cards are
+    free again."""
+    return annotations.get(flavor.bind_phase_key) == BIND_FAILED
+
+
+def bind_failed_for_any(annotations: Mapping[str, str]) -> bool:
+    """HAMi's or volcano-vgpu's plugin failed this pod's Allocate: it holds no card."""
+    return bind_failed(annotations, HAMI) or bind_failed(annotations, VOLCANO_VGPU)
+
+
+def allocation_of(pod: Mapping[str, Any], devices: NodeDevices, flavor: Flavor = HAMI
+                  ) -> Allocation | str | None:
+    """The cards a pod holds according to ``vgpu-devices-allocated``; None when it holds
+    none (no key, another node, or its bind failed); why, when the annotation cannot be read.
+
+    A share of a card's whole memory counts as the whole card (hami-scheduler writes
+    ``nvidia.com/gpu: 1`` without a memory ask as the card's memory and 0 cores)."""
+    meta = pod.get("metadata") or {}
+    annotations: Mapping[str, str] = meta.get("annotations") or {}
+    node = (pod.get("spec") or {}).get("nodeName") or annotations.get(flavor.node_key, "")
+    text = annotations.get(flavor.allocated_key)
+    if not text or not node or bind_failed(annotations, flavor):
+        return None
+    try:
+        entries = decode_pod_devices(text, flavor)
+    except HamiFormatError as exc:
+        return f"{flavor.allocated_key}: {exc}"
+    order = _container_order(pod, flavor)
+    by_uuid = devices.by_uuid()
+    containers = []
+    for position, shares in enumerate(entries):
+        if not shares:
+            continue
+        if position >= len(order):
+            return f"{flavor.allocated_key} has more entries than the pod has containers"
+        name, init = order[position]
+        indices, memory, cores, whole = [], 0, 0, True
+        for share in shares:
+            device = by_uuid.get(share.uuid.split("[")[0])
+            if device is None:
+                return f"device {share.uuid} is not registered on node {node}"
+            indices.append(device.index)
+            whole = whole and share.memory_mib >= device.memory_mib
+            memory, cores = max(memory, share.memory_mib), max(cores, share.cores)
+        containers.append(ContainerAllocation(
+            name, tuple(indices), 0 if whole else min(cores, CARD_CORES),
+            0 if whole else memory, init))
+    if not containers:
+        return None
+    return Allocation(node, tuple(containers), pod_uid=meta.get("uid", ""))
+
+
+def shares_of(text: str, flavor: Flavor = HAMI) -> Sequence[tuple[DeviceShare, ...]]:
+    """The entries of a device annotation (the node stand-in and the tests read them)."""
+    return decode_pod_devices(text, flavor)

@@ -1,0 +1,299 @@
+"""A HAMi node stand-in for the dev cluster: the device plugin's side of HAMi's contract,
+written from that contract (Project-HAMi/HAMi v2.10.0; none of its code is copied, none of it
+is built here), over fake devices.
+
+- :meth:`HamiNode.register` writes the register annotation as the plugin's ``register.go``
+  does (v2.8+ JSON) and the handshake ``hami.io/node-handshake: Reported <time>``.
+- :meth:`HamiNode.allocate_next` does what the plugin's ``Allocate``
+  (``pkg/device-plugin/nvidiadevice/nvinternal/plugin/server.go``) does for one pod: finds it
+  from the node lock, else as the pending pod (``pkg/util/util.go`` ``GetPendingPod``: bound
+  here, Pending, with ``bind-time``, ``bind-phase`` allocating or success, ``vgpu-node`` this
+  node); takes each container's devices in the flavor's order (``popNextContainerDevices``);
+  checks the count against the container's ``nvidia.com/gpu`` (the plugin's "device number
+  not matched"); computes ``NVIDIA_VISIBLE_DEVICES``, ``CUDA_DEVICE_MEMORY_LIMIT_<i>``
+  (``<MiB>m``) and ``CUDA_DEVICE_SM_LIMIT``; erases the consumed entries from
+  ``vgpu-devices-to-allocate``; sets ``bind-phase: success`` (``failed`` when anything does
+  not match); releases the lock if the pod holds it.
+
+What the container would have seen is recorded on the pod under :data:`ENVS_ANNOTATION` (JSON,
+container name -> environment) so tests can check the cards and shares Tessera chose.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import threading
+import zlib
+from collections.abc import Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from typing import Any
+
+from allocator.errors import ApiError, Conflict, NotFound
+from allocator.hami.codec import (
+    BIND_ALLOCATING,
+    BIND_FAILED,
+    BIND_SUCCESS,
+    HAMI,
+    VOLCANO_VGPU,
+    Flavor,
+    HamiFormatError,
+    RegisteredDevice,
+    decode_pod_devices,
+    encode_pod_devices,
+    encode_register_json,
+    encode_register_text,
+    parse_lock,
+)
+from allocator.ports import KubeApi, Obj
+
+logger = logging.getLogger(__name__)
+
+ENVS_ANNOTATION = "devcluster.tessera.dev/hami-envs"
+HANDSHAKE = "hami.io/node-handshake"
+GPU_RESOURCE = "nvidia.com/gpu"
+
+
+def device_uuid(node: str, index: int) -> str:
+    """A stable, node-unique UUID for a fake card."""
+    return f"GPU-{zlib.crc32(node.encode()):08x}-0000-4000-8000-{index:012d}"
+
+
+def fake_devices(node: str, count: int = 8, memory_mib: int = 81920, split: int = 10,
+                 model: str = "NVIDIA-H100-80GB-HBM3") -> tuple[RegisteredDevice, ...]:
+    return tuple(RegisteredDevice(device_uuid(node, i), i, split, memory_mib, 100, model)
+                 for i in range(count))
+
+
+def register_annotations(node: str, cards: Sequence[tuple[str, int]], flavor: Flavor,
+                         split: int = 10) -> dict[str, str]:
+    """The annotation the plugin registers for ``cards`` ((model, MiB) each), as a node
+    agent writes it when it starts (devcluster/nodes.py puts it on a new node)."""
+    devices = [RegisteredDevice(device_uuid(node, i), i, split, memory, 100, f"NVIDIA-{model}")
+               for i, (model, memory) in enumerate(cards)]
+    text = (encode_register_json(devices) if flavor is HAMI
+            else encode_register_text(devices, flavor))
+    return {flavor.register_key: text}
+
+
+class AllocateFailed(Exception):
+    """What the plugin would answer kubelet with, after setting bind-phase failed."""
+
+
+@dataclass
+class HamiNode:
+    api: KubeApi
+    node: str
+    devices: tuple[RegisteredDevice, ...]
+    flavor: Flavor = HAMI
+
+    def register(self, now: str = "") -> None:
+        text = (encode_register_json(self.devices) if self.flavor is HAMI
+                else encode_register_text(self.devices, self.flavor))
+        annotations = {self.flavor.register_key: text}
+        if self.flavor is HAMI:
+            annotations[HANDSHAKE] = f"Reported {now}".strip()
+        self.api.patch_node(self.node, {"metadata": {"annotations": annotations}})
+
+    # ------------------------------------------------------------------ Allocate
+    def _from_lock(self) -> Obj | None:
+        if not self.flavor.lock_key:
+            return None
+        node = self.api.get_node(self.node) or {}
+        value = ((node.get("metadata") or {}).get("annotations") or {}).get(self.flavor.lock_key)
+        if not value:
+            return None
+        lock = parse_lock(value)
+        if not lock.namespace:
+            return None
+        try:
+            return self.api.get_pod(lock.namespace, lock.name)
+        except NotFound:
+            return None
+
+    def pending_pod(self) -> Obj | None:
+        """The pod the plugin's Allocate would serve next on this node, or None."""
+        pod = self._from_lock()
+        if pod is not None and self._waiting(pod):
+            return pod
+        # GetPendingPod lists the node's pods (spec.nodeName=<node>).
+        pods, _rv = self.api.list_pods_by_field(f"spec.nodeName={self.node}", lambda p: p)
+        waiting = [p for p in pods if self._waiting(p)]
+        waiting.sort(key=lambda p: (p["metadata"].get("annotations") or {}).get(
+            self.flavor.bind_time_key, ""))
+        return waiting[0] if waiting else None
+
+    def waiting(self, pod: Mapping[str, Any]) -> bool:
+        """The pod is bound here and waits for Allocate."""
+        return self._waiting(pod)
+
+    def _waiting(self, pod: Mapping[str, Any]) -> bool:
+        annotations = (pod.get("metadata") or {}).get("annotations") or {}
+        spec = pod.get("spec") or {}
+        return (spec.get("nodeName") == self.node
+                and (pod.get("status") or {}).get("phase", "Pending") == "Pending"
+                and self.flavor.bind_time_key in annotations
+                and annotations.get(self.flavor.bind_phase_key) == BIND_ALLOCATING
+                and annotations.get(self.flavor.node_key) == self.node
+                and bool(annotations.get(self.flavor.to_allocate_key, "").replace(";", "")))
+
+    def allocate_next(self) -> str | None:
+        """Serve one pending pod; its ``namespace/name``, or None when none waits."""
+        pod = self.pending_pod()
+        if pod is None:
+            return None
+        return self.allocate(pod)
+
+    def allocate(self, pod: Mapping[str, Any]) -> str:
+        """Allocate for ``pod`` (one waiting on this node); its ``namespace/name``."""
+        meta = pod["metadata"]
+        who = f"{meta['namespace']}/{meta['name']}"
+        try:
+            envs, rest = self._allocate(pod)
+        except (AllocateFailed, HamiFormatError) as exc:
+            logger.warning("allocate %s failed: %s", who, exc)
+            self._finish(pod, {self.flavor.bind_phase_key: BIND_FAILED})
+            return who
+        self._finish(pod, {self.flavor.bind_phase_key: BIND_SUCCESS,
+                           self.flavor.to_allocate_key: rest,
+                           ENVS_ANNOTATION: json.dumps(envs, sort_keys=True)})
+        return who
+
+    def _containers(self, pod: Mapping[str, Any]) -> list[Mapping[str, Any]]:
+        spec = pod.get("spec") or {}
+        inits = list(spec.get("initContainers") or []) if self.flavor.init_containers else []
+        return inits + list(spec.get("containers") or [])
+
+    def _allocate(self, pod: Mapping[str, Any]) -> tuple[dict[str, dict[str, str]], str]:
+        annotations = pod["metadata"].get("annotations") or {}
+        entries = list(decode_pod_devices(annotations[self.flavor.to_allocate_key],
+                                          self.flavor))
+        containers = self._containers(pod)
+        known = {d.uuid for d in self.devices}
+        envs: dict[str, dict[str, str]] = {}
+        for position, shares in enumerate(entries):
+            if not shares:
+                continue
+            if position >= len(containers):
+                raise AllocateFailed(f"entry {position} has no container")
+            container = containers[position]
+            limits = (container.get("resources") or {}).get("limits") or {}
+            asked = limits.get(GPU_RESOURCE)
+            if asked is None or int(str(asked)) != len(shares):
+                raise AllocateFailed(f"device number not matched: {container.get('name')} "
+                                     f"asks {asked} {GPU_RESOURCE}, got {len(shares)} devices")
+            unknown = [s.uuid for s in shares if s.uuid not in known]
+            if unknown:
+                raise AllocateFailed(f"unknown device {unknown[0]}")
+            env = {"NVIDIA_VISIBLE_DEVICES": ",".join(s.uuid for s in shares),
+                   "CUDA_DEVICE_SM_LIMIT": str(shares[0].cores)}
+            for i, s in enumerate(shares):
+                env[f"CUDA_DEVICE_MEMORY_LIMIT_{i}"] = f"{s.memory_mib}m"
+            envs[str(container.get("name"))] = env
+            entries[position] = ()
+        return envs, encode_pod_devices(entries, self.flavor)
+
+    def _finish(self, pod: Mapping[str, Any], annotations: Mapping[str, str]) -> None:
+        meta = pod["metadata"]
+        self.api.patch_pod(meta["namespace"], meta["name"],
+                           {"metadata": {"uid": meta.get("uid"),
+                                         "annotations": dict(annotations)}})
+        self.release(meta["namespace"], meta["name"])
+
+    def release(self, namespace: str, name: str) -> None:
+        """The plugin's release: only the pod's own lock (or a legacy one), with the node's
+        resourceVersion as precondition, retried on conflict. volcano-vgpu's plugin releases
+        none of Tessera's (allocator/hami/codec.py)."""
+        if not self.flavor.lock_key or self.flavor is VOLCANO_VGPU:
+            return
+        for _attempt in range(5):
+            node = self.api.get_node(self.node) or {}
+            meta = node.get("metadata") or {}
+            value = (meta.get("annotations") or {}).get(self.flavor.lock_key)
+            if value is None:
+                return
+            try:
+                lock = parse_lock(value)
+            except HamiFormatError:
+                return
+            if lock.namespace and not lock.held_by(namespace, name):
+                return
+            try:
+                self.api.patch_node(self.node, {"metadata": {
+                    "annotations": {self.flavor.lock_key: None},
+                    "resourceVersion": meta.get("resourceVersion")}})
+                return
+            except Conflict:
+                continue
+            except ApiError as exc:
+                logger.warning("node %s: release failed: %s", self.node, exc)
+                return
+
+    def drain(self, limit: int = 10_000) -> list[str]:
+        """Serve every waiting pod (bounded); who was served, in order."""
+        served: list[str] = []
+        for _ in range(limit):
+            who = self.allocate_next()
+            if who is None:
+                break
+            served.append(who)
+        return served
+
+
+def node_envs(pod: Mapping[str, Any]) -> dict[str, dict[str, str]]:
+    """What the stand-in gave each container of ``pod`` ({} before its Allocate)."""
+    text = ((pod.get("metadata") or {}).get("annotations") or {}).get(ENVS_ANNOTATION)
+    return json.loads(text) if text else {}
+
+
+def visible(envs: Mapping[str, Mapping[str, str]]) -> Sequence[str]:
+    return sorted(u for env in envs.values() for u in env["NVIDIA_VISIBLE_DEVICES"].split(","))
+
+
+class HamiFleet:
+    """The stand-in on many nodes, driven by one pod watch (the benchmarks' thousand nodes):
+    each pod that shows up bound and waiting is allocated by its node's stand-in, nodes in
+    parallel (each node's plugin is its own process on a real cluster), one pod at a time
+    per node (the plugin serialises its Allocate calls)."""
+
+    def __init__(self, nodes: Sequence[HamiNode], workers: int = 16) -> None:
+        self.nodes = {n.node: n for n in nodes}
+        self.workers = workers
+        self.served = 0
+        self._done: set[str] = set()
+        self._node_locks = {n.node: threading.Lock() for n in nodes}
+        self._guard = threading.Lock()
+
+    def _serve(self, node: HamiNode, pod: Mapping[str, Any]) -> None:
+        uid = pod["metadata"].get("uid", "")
+        with self._node_locks[node.node]:
+            with self._guard:
+                if uid in self._done:
+                    return  # a second event of the same wait
+                self._done.add(uid)
+            try:
+                node.allocate(pod)
+            except ApiError as exc:
+                logger.warning("stand-in %s: %s", node.node, exc)
+                return
+            with self._guard:
+                self.served += 1
+
+    def run(self, api: KubeApi, stop: threading.Event, timeout_seconds: int = 60) -> None:
+        selector = "spec.nodeName!="
+        _pods, version = api.list_pods_by_field(selector, lambda p: None)
+        with ThreadPoolExecutor(self.workers, thread_name_prefix="hami-standin") as pool:
+            while not stop.is_set():
+                try:
+                    for kind, pod in api.watch_pods_by_field(selector, version,
+                                                             timeout_seconds):
+                        if stop.is_set():
+                            return
+                        version = (pod.get("metadata") or {}).get("resourceVersion", version)
+                        node = self.nodes.get((pod.get("spec") or {}).get("nodeName", ""))
+                        if node is not None and kind != "DELETED" and node.waiting(pod):
+                            pool.submit(self._serve, node, pod)
+                except ApiError as exc:
+                    logger.warning("stand-in fleet watch: %s", exc)
+                    _pods, version = api.list_pods_by_field(selector, lambda p: None)

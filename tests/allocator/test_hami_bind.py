@@ -1,0 +1,418 @@
+"""HAMi as the node agent: inventory from the register annotation, the bind's annotations and
+node lock, bind-phase failed, and pods a hami-scheduler placed read back."""
+
+from __future__ import annotations
+
+import threading
+import time
+from typing import Any
+
+import pytest
+from alloc_harness import NOW, synced_allocator
+from builders import VOCAB, make_gpu_pod, make_node, request, share, whole
+from fake_kube import FakeKube
+
+from allocator.errors import BindError
+from allocator.hami.codec import (
+    HAMI,
+    HAMI_V28,
+    VOLCANO_VGPU,
+    DeviceShare,
+    RegisteredDevice,
+    decode_pod_devices,
+    encode_lock,
+    encode_register_json,
+    encode_register_text,
+    parse_lock,
+)
+from allocator.hami.lock import LockSettings, NodeLocks, NodeLockTimeout
+from allocator.hami.writer import (
+    CORDON_ANNOTATION,
+    NodeDevices,
+    allocation_of,
+    bind_annotations,
+    cards_of,
+    read_devices,
+)
+from allocator.picture.inventory import read_inventory
+from tessera.agent_profiles import AgentProfile
+from tessera.dialects import DialectConfig
+from tessera.vocabulary import Allocation, ContainerAllocation
+
+UUIDS = [f"GPU-{i:08d}-aaaa-bbbb-cccc-000000000000" for i in range(4)]
+
+HAMI_PROFILE = DialectConfig(agent_profile=AgentProfile.HAMI)
+
+
+def _devices(count: int = 4, split: int = 10, unhealthy: tuple[int, ...] = ()
+             ) -> tuple[RegisteredDevice, ...]:
+    return tuple(RegisteredDevice(UUIDS[i], i, split, 16384, 100, "NVIDIA-Tesla T4",
+                                  healthy=i not in unhealthy) for i in range(count))
+
+
+def hami_node(name: str = "n1", count: int = 4, flavor: Any = HAMI, text: bool = False,
+              **kw: Any) -> dict[str, Any]:
+    node = make_node(name, count=count)
+    devices = _devices(count, **kw)
+    node["metadata"]["annotations"][flavor.register_key] = (
+        encode_register_text(devices, flavor) if text else encode_register_json(devices))
+    return node
+
+
+# --------------------------------------------------------------------------- inventory
+
+
+def test_inventory_from_register_leaves_out_unhealthy_and_cordoned_cards() -> None:
+    node = hami_node(unhealthy=(1,))
+    node["metadata"]["annotations"][CORDON_ANNOTATION] = f"{UUIDS[3]}, other"
+    inv = read_inventory(node, VOCAB)
+    assert inv.source == "hami" and not inv.problem
+    assert [(c.index, c.model, c.memory_mib) for c in inv.cards] == [
+        (0, "Tesla T4", 16384), (2, "Tesla T4", 16384)]
+
+
+@pytest.mark.parametrize("flavor", [HAMI, VOLCANO_VGPU])
+def test_inventory_from_the_text_forms(flavor: Any) -> None:
+    inv = read_inventory(hami_node(flavor=flavor, text=True), VOCAB)
+    assert inv.source == "hami" and [c.index for c in inv.cards] == [0, 1, 2, 3]
+
+
+def test_unreadable_register_is_a_problem_and_the_next_source_is_used() -> None:
+    node = make_node("n1", count=2)
+    node["metadata"]["annotations"][HAMI.register_key] = "[{broken"
+    inv = read_inventory(node, VOCAB)
+    assert inv.source == "allocatable" and "hami.io/node-nvidia-register" in inv.problem
+
+
+def test_split_count_zero_takes_nothing() -> None:
+    devices = read_devices({HAMI.register_key: encode_register_json(_devices(2, split=0))})
+    assert devices is not None and cards_of(devices) == ()
+
+
+# --------------------------------------------------------------------------- writer
+
+
+def _pod_with_init() -> dict[str, Any]:
+    pod = make_gpu_pod("p", request(share("prep", core=10, mem=1024, init=True),
+                                    share("main", core=30, mem=2048)), uid="u")
+    pod["spec"]["containers"].append({"name": "side", "image": "busybox"})  # no GPU
+    return pod
+
+
+def _alloc() -> Allocation:
+    return Allocation("n1", (ContainerAllocation("prep", (1,), 10, 1024, init=True),
+                             ContainerAllocation("main", (0, 2), 30, 2048)))
+
+
+def _node_devices() -> NodeDevices:
+    devices = read_devices({HAMI.register_key: encode_register_json(_devices())})
+    assert devices is not None
+    return devices
+
+
+def test_bind_annotations_init_first_for_v29_and_gpu_less_containers_empty() -> None:
+    out = bind_annotations(_alloc(), _pod_with_init(), _node_devices(), HAMI, NOW + 0.9)
+    assert isinstance(out, dict)
+    expected = (f"{UUIDS[1]},NVIDIA,1024,10:;"
+                f"{UUIDS[0]},NVIDIA,2048,30:{UUIDS[2]},NVIDIA,2048,30:;;")
+    assert out == {
+        "hami.io/vgpu-node": "n1", "hami.io/vgpu-time": str(int(NOW)),
+        "hami.io/vgpu-devices-to-allocate": expected,
+        "hami.io/vgpu-devices-allocated": expected,
+        "hami.io/bind-phase": "allocating", "hami.io/bind-time": str(int(NOW)),
+    }
+
+
+def test_bind_annotations_v28_and_volcano_refuse_a_gpu_init_container() -> None:
+    for flavor in (HAMI_V28, VOLCANO_VGPU):
+        out = bind_annotations(_alloc(), _pod_with_init(), _node_devices(), flavor, NOW)
+        assert isinstance(out, str) and "init container 'prep'" in out
+
+
+def test_bind_annotations_whole_card_is_its_memory_and_all_cores() -> None:
+    pod = make_gpu_pod("p", request(whole("main", cards=2)), uid="u")
+    alloc = Allocation("n1", (ContainerAllocation("main", (2, 3)),))
+    out = bind_annotations(alloc, pod, _node_devices(), VOLCANO_VGPU, NOW)
+    assert isinstance(out, dict)
+    assert out["volcano.sh/devices-to-allocate"] == (
+        f"{UUIDS[2]},NVIDIA,16384,100:{UUIDS[3]},NVIDIA,16384,100:")
+    assert out["volcano.sh/vgpu-ids-new"] == out["volcano.sh/devices-to-allocate"]
+
+
+def test_bind_annotations_unknown_card_is_refused() -> None:
+    pod = make_gpu_pod("p", request(share("main", core=10)), uid="u")
+    alloc = Allocation("n1", (ContainerAllocation("main", (7,), 10, 0),))
+    assert "card 7" in str(bind_annotations(alloc, pod, _node_devices(), HAMI, NOW))
+
+
+# --------------------------------------------------------------------------- read back
+
+
+def test_allocation_of_reads_hami_schedulers_pods_back() -> None:
+    pod = _pod_with_init()
+    pod["spec"]["nodeName"] = "n1"
+    out = bind_annotations(_alloc(), pod, _node_devices(), HAMI, NOW)
+    assert isinstance(out, dict)
+    pod["metadata"]["annotations"].update(out)
+    back = allocation_of(pod, _node_devices())
+    assert isinstance(back, Allocation)
+    assert back.containers == _alloc().containers and back.pod_uid == "u"
+    # hami-scheduler's whole card: nvidia.com/gpu: 1 alone is all the memory and 0 cores.
+    pod["metadata"]["annotations"]["hami.io/vgpu-devices-allocated"] = (
+        f";{UUIDS[3]},NVIDIA,16384,0:;;")
+    back = allocation_of(pod, _node_devices())
+    assert isinstance(back, Allocation)
+    assert back.containers == (ContainerAllocation("main", (3,), 0, 0),)
+    pod["metadata"]["annotations"]["hami.io/bind-phase"] = "failed"
+    assert allocation_of(pod, _node_devices()) is None
+    pod["metadata"]["annotations"]["hami.io/bind-phase"] = "success"
+    pod["metadata"]["annotations"]["hami.io/vgpu-devices-allocated"] = "GPU-gone,NVIDIA,1,1:;"
+    assert "not registered" in str(allocation_of(pod, _node_devices()))
+
+
+# --------------------------------------------------------------------------- node lock
+
+
+class _Clock:
+    def __init__(self) -> None:
+        self.now = NOW
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def _locks(fake: FakeKube, clock: _Clock, wait: float = 0.5) -> NodeLocks:
+    return NodeLocks(fake, HAMI, LockSettings(wait_seconds=wait, first_poll_seconds=0.001,
+                                              max_poll_seconds=0.005), clock=clock)
+
+
+def _lock_value(fake: FakeKube) -> str | None:
+    return (fake.nodes["n1"]["metadata"]["annotations"] or {}).get(HAMI.lock_key)
+
+
+def test_lock_taken_with_the_resource_version_precondition_and_released() -> None:
+    fake, clock = FakeKube(), _Clock()
+    fake.add_node(hami_node())
+    locks = _locks(fake, clock)
+    locks.acquire("n1", "default", "p")
+    assert _lock_value(fake) == encode_lock(NOW, "default", "p")
+    locks.acquire("n1", "default", "p")  # ours already: taken again at once
+    locks.release("n1", "default", "q")  # not ours: left
+    assert _lock_value(fake) is not None
+    locks.release("n1", "default", "p")
+    assert _lock_value(fake) is None
+
+
+def test_a_held_lock_is_waited_for_and_taken_when_the_plugin_releases_it() -> None:
+    fake, clock = FakeKube(), _Clock()
+    fake.add_node(hami_node())
+    fake.add_pod(make_gpu_pod("other", uid="o", node="n1"))
+    _locks(fake, clock).acquire("n1", "default", "other")
+    releaser = threading.Timer(0.05, lambda: fake.patch_node(
+        "n1", {"metadata": {"annotations": {HAMI.lock_key: None}}}))
+    releaser.start()
+    _locks(fake, clock, wait=5).acquire("n1", "default", "p")
+    releaser.join()
+    assert parse_lock(_lock_value(fake) or "").held_by("default", "p")
+
+
+def test_a_lock_held_for_the_whole_wait_fails_the_bind_and_a_stale_one_is_taken_over() -> None:
+    fake, clock = FakeKube(), _Clock()
+    fake.add_node(hami_node())
+    fake.add_pod(make_gpu_pod("other", uid="o", node="n1"))
+    _locks(fake, clock).acquire("n1", "default", "other")
+    with pytest.raises(NodeLockTimeout):
+        _locks(fake, clock, wait=0.05).acquire("n1", "default", "p")
+    clock.now += 301  # HAMi's five minutes
+    _locks(fake, clock).acquire("n1", "default", "p")
+    assert parse_lock(_lock_value(fake) or "").held_by("default", "p")
+
+
+@pytest.mark.parametrize("holder", ["gone", "done", "legacy-old", "garbage"])
+def test_dangling_finished_and_unreadable_locks_are_taken_over(holder: str) -> None:
+    fake, clock = FakeKube(), _Clock()
+    node = hami_node()
+    # (checked once the lock is older than a moment: younger ones are just waited for)
+    value = {"gone": encode_lock(NOW - 3, "default", "nobody"),
+             "done": encode_lock(NOW - 3, "default", "other"),
+             "legacy-old": "2020-01-01T00:00:00Z", "garbage": "not a lock"}[holder]
+    node["metadata"]["annotations"][HAMI.lock_key] = value
+    fake.add_node(node)
+    fake.add_pod(make_gpu_pod("other", uid="o", node="n1",
+                              extra_annotations={HAMI.bind_phase_key: "success"}))
+    _locks(fake, clock).acquire("n1", "default", "p")
+    assert parse_lock(_lock_value(fake) or "").held_by("default", "p")
+
+
+def test_a_young_lock_of_a_finished_pod_is_waited_for_not_checked() -> None:
+    fake, clock = FakeKube(), _Clock()
+    node = hami_node()
+    node["metadata"]["annotations"][HAMI.lock_key] = encode_lock(NOW, "default", "other")
+    fake.add_node(node)
+    fake.add_pod(make_gpu_pod("other", uid="o", node="n1",
+                              extra_annotations={HAMI.bind_phase_key: "success"}))
+    with pytest.raises(NodeLockTimeout):
+        _locks(fake, clock, wait=0.03).acquire("n1", "default", "p")
+    assert ("get_pod", "other") not in fake.calls
+
+
+def test_binds_beyond_the_waiting_cap_fail_at_once() -> None:
+    fake, clock = FakeKube(), _Clock()
+    fake.add_node(hami_node())
+    fake.add_pod(make_gpu_pod("other", uid="o", node="n1"))
+    locks = NodeLocks(fake, HAMI, LockSettings(wait_seconds=5, max_waiting=1), clock=clock)
+    locks.acquire("n1", "default", "other")
+    outcome: list[BaseException] = []
+
+    def wait() -> None:
+        try:
+            locks.acquire("n1", "default", "p")
+        except NodeLockTimeout as exc:
+            outcome.append(exc)
+
+    waiter = threading.Thread(target=wait)
+    locks.settings = LockSettings(wait_seconds=0.3, max_waiting=1)
+    waiter.start()
+    time.sleep(0.05)  # the first waiter is parked
+    started = time.monotonic()
+    with pytest.raises(NodeLockTimeout, match="already wait"):
+        locks.acquire("n1", "default", "q")
+    assert time.monotonic() - started < 0.2  # refused, not parked
+    waiter.join()
+    assert outcome and "locked by" in str(outcome[0])
+
+
+def test_a_fresh_legacy_lock_is_waited_for() -> None:
+    fake, clock = FakeKube(), _Clock()
+    node = hami_node()
+    node["metadata"]["annotations"][HAMI.lock_key] = encode_lock(NOW, "", "").split(",")[0]
+    fake.add_node(node)
+    with pytest.raises(NodeLockTimeout):
+        _locks(fake, clock, wait=0.03).acquire("n1", "default", "p")
+
+
+# --------------------------------------------------------------------------- bind
+
+
+def _hami_setup(req: Any = None) -> tuple[FakeKube, Any]:
+    fake = FakeKube()
+    fake.add_node(hami_node())
+    fake.add_pod(make_gpu_pod("p", req or request(share(core=30, mem=2048)), uid="u-1"))
+    return fake, synced_allocator(fake, dialects=HAMI_PROFILE)
+
+
+def test_bind_takes_the_lock_and_the_binding_carries_hamis_annotations() -> None:
+    fake, alloc = _hami_setup()
+    out = alloc.bind("default", "p", "u-1", "n1")
+    assert out.outcome == "bound"
+    annotations = fake.pods[("default", "p")]["metadata"]["annotations"]
+    [entry] = decode_pod_devices(annotations[HAMI.to_allocate_key])
+    assert entry == (DeviceShare(UUIDS[out.cards[0]], 2048, 30),)
+    assert annotations[HAMI.bind_phase_key] == "allocating"
+    assert annotations[HAMI.node_key] == "n1"
+    # The lock stays for the plugin to release after Allocate.
+    assert parse_lock(_lock_value(fake) or "").held_by("default", "p")
+    # One node read by the locker serves the annotations too.
+    assert [c for c in fake.calls if c[0] == "get_node"] == [("get_node", "n1")]
+
+
+def test_a_failed_binding_gives_the_lock_and_the_cards_back() -> None:
+    from allocator.errors import ApiError
+    fake, alloc = _hami_setup()
+    fake.fail("bind_pod", ApiError("boom", 500))
+    with pytest.raises(BindError):
+        alloc.bind("default", "p", "u-1", "n1")
+    assert _lock_value(fake) is None and alloc.state.record("u-1") is None
+
+
+def test_a_locked_node_fails_the_bind_after_the_wait_and_keeps_nothing() -> None:
+    fake, alloc = _hami_setup()
+    fake.add_pod(make_gpu_pod("other", uid="o", node="n1"))
+    node = fake.nodes["n1"]
+    node["metadata"]["annotations"][HAMI.lock_key] = encode_lock(NOW, "default", "other")
+    assert alloc.hami_locks is not None
+    alloc.hami_locks.settings = LockSettings(wait_seconds=0.05, first_poll_seconds=0.001)
+    with pytest.raises(BindError, match="locked"):
+        alloc.bind("default", "p", "u-1", "n1")
+    assert alloc.state.record("u-1") is None
+    assert fake.pods[("default", "p")]["spec"].get("nodeName") is None
+
+
+def test_bind_phase_failed_gives_the_cards_back() -> None:
+    fake, alloc = _hami_setup()
+    alloc.bind("default", "p", "u-1", "n1")
+    pod = fake.pods[("default", "p")]
+    alloc.state.apply_pod(pod)
+    assert alloc.state.record("u-1") is not None
+    pod["metadata"]["annotations"][HAMI.bind_phase_key] = "failed"
+    alloc.state.apply_pod(pod)
+    assert alloc.state.record("u-1") is None
+
+
+# --------------------------------------------------------------------------- migration
+
+
+def test_pods_hami_scheduler_placed_are_adopted_and_nothing_is_allocated_twice() -> None:
+    from alloc_harness import sync
+
+    from allocator.hami.adopt import adopt_placed_pods
+    from allocator.picture.state import ClusterState
+    fake = FakeKube()
+    fake.add_node(hami_node(count=2))
+    # hami-scheduler's pods: a whole card 0 (nvidia.com/gpu: 1 alone), 60% of card 1.
+    for name, entry in (("whole", f"{UUIDS[0]},NVIDIA,16384,0:;"),
+                        ("part", f"{UUIDS[1]},NVIDIA,12000,60:;")):
+        pod = make_gpu_pod(name, request(share("main", core=10)), uid=name, node="n1",
+                           phase="Running", extra_annotations={
+                               HAMI.allocated_key: entry, HAMI.node_key: "n1",
+                               HAMI.bind_phase_key: "success"})
+        del pod["metadata"]["labels"]  # not Tessera's: no GPU-pod label, no record
+        fake.add_pod(pod)
+    assert adopt_placed_pods(fake, VOCAB, HAMI) == 2
+    assert adopt_placed_pods(fake, VOCAB, HAMI) == 0  # once
+    state = ClusterState(VOCAB)
+    sync(state, fake)
+    view = state.view("n1")
+    assert view is not None
+    used = {c.card.index: (c.whole, c.core_used, c.memory_used_mib) for c in view.state.cards}
+    assert used == {0: (True, 100, 16384), 1: (False, 60, 12000)}
+    # A new pod asking for 50% of a card fits nowhere: card 0 is whole, card 1 has 40% left.
+    fake.add_pod(make_gpu_pod("new", request(share("main", core=50, mem=1024)), uid="new"))
+    alloc = synced_allocator(fake, dialects=HAMI_PROFILE)
+    with pytest.raises(BindError):
+        alloc.bind("default", "new", "new", "n1")
+
+
+def test_the_agent_profile_chooses_the_flavor() -> None:
+    fake = FakeKube()
+    for profile, flavor in ((AgentProfile.HAMI, HAMI), (AgentProfile.VOLCANO_VGPU, VOLCANO_VGPU),
+                            (AgentProfile.ELASTIC, None)):
+        alloc = synced_allocator(fake, dialects=DialectConfig(agent_profile=profile))
+        assert alloc.hami is flavor
+    assert synced_allocator(fake, dialects=HAMI_PROFILE, hami_agent="hami-v2.8").hami is HAMI_V28
+
+
+def test_a_running_pods_forged_failed_phase_frees_nothing() -> None:
+    fake, alloc = _hami_setup()
+    alloc.bind("default", "p", "u-1", "n1")
+    pod = fake.pods[("default", "p")]
+    pod["status"]["phase"] = "Running"
+    pod["metadata"]["annotations"][HAMI.bind_phase_key] = "failed"
+    alloc.state.apply_pod(pod)
+    assert alloc.state.record("u-1") is not None
+
+
+def test_volcano_binds_of_one_node_wait_until_the_plugin_is_done_with_the_previous_pod() -> None:
+    fake, clock = FakeKube(), _Clock()
+    fake.add_node(hami_node(flavor=VOLCANO_VGPU, text=True))
+    fake.add_pod(make_gpu_pod("first", uid="f", node="n1"))
+    locks = NodeLocks(fake, VOLCANO_VGPU, LockSettings(wait_seconds=0.05,
+                                                       first_poll_seconds=0.001), clock=clock)
+    locks.acquire("n1", "default", "first")
+    with pytest.raises(NodeLockTimeout):  # first still allocating
+        locks.acquire("n1", "default", "second")
+    fake.patch_pod("default", "first", {"metadata": {"annotations": {
+        VOLCANO_VGPU.bind_phase_key: "success"}}})
+    locks.acquire("n1", "default", "second")
+    value = fake.nodes["n1"]["metadata"]["annotations"][VOLCANO_VGPU.lock_key]
+    assert parse_lock(value).held_by("default", "second")

@@ -1,0 +1,447 @@
+"""HAMi's contract against the real API server, on a dev cluster of the ``hami`` agent profile
+(its webhook shapes every dialect into the pod HAMi's plugin serves): Tessera's allocator (in
+process, over a real client) binds, the HAMi node stand-in (devcluster/hami_node.py)
+allocates, KWOK holds each pod Pending until the stand-in's ``bind-phase: success``.
+
+kube-scheduler is left out on purpose (the pods name a scheduler nobody runs): these tests
+exercise what crosses the API for HAMi (the lock's resourceVersion precondition, the Binding's
+annotations, the plugin's patches, the pod lifecycle), each bind called directly.
+"""
+
+from __future__ import annotations
+
+import itertools
+import sys
+import threading
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from allocator.errors import BindError
+from allocator.hami.adopt import adopt_placed_pods
+from allocator.hami.codec import HAMI, encode_lock, parse_lock
+from allocator.hami.lock import LockSettings
+from allocator.kube.client import KubeClient
+from allocator.picture.state import ClusterState
+from allocator.verbs.core import Allocator, AllocatorConfig
+from devcluster.binaries import Binaries, repo_root
+from devcluster.cluster import DevCluster
+from devcluster.hami_node import HamiNode, fake_devices, node_envs, visible
+from devcluster.nodes import delete_nodes, uniform
+from devcluster.options import Options
+from devcluster.workloads import (
+    container,
+    ensure_namespace,
+    get_object,
+    load_documents,
+    make_pod,
+    quantities_as_strings,
+    wait_for,
+)
+from tessera.agent_profiles import AgentProfile
+from tessera.dialects import Dialect, DialectConfig
+from tessera.vocabulary import decode_allocation
+
+pytestmark = pytest.mark.e2e
+
+NOBODY = "hami-e2e-bound-directly"  # no scheduler runs under this name
+MIB = 81920
+
+
+def _allocator(cluster: DevCluster, api: KubeClient,
+               clock: Callable[[], float] = time.time) -> Allocator:
+    state = ClusterState(cluster.vocabulary)
+    state.replace_nodes(api.list_nodes()[0])
+    state.replace_pods(api.list_pods(cluster.vocabulary.gpu_pod_selector)[0])
+    state.mark_synced()
+    config = AllocatorConfig(dialects=DialectConfig(agent_profile=AgentProfile.HAMI),
+                             node_resources=False)
+    return Allocator(state, api, config, clock=clock)
+
+
+ALL_DIALECTS = (f"--dialects={','.join(Dialect)}",)
+_count = itertools.count()
+
+
+@pytest.fixture(scope="module")
+def cluster(binaries: Binaries, request: pytest.FixtureRequest) -> Iterator[DevCluster]:
+    """A dev cluster of its own: webhook and allocator in the hami agent profile."""
+    dev = DevCluster(binaries, None, Options(agent_profile=AgentProfile.HAMI,
+                                             webhook_args=ALL_DIALECTS,
+                                             allocator_args=ALL_DIALECTS))
+    dev.start()
+    try:
+        yield dev
+    finally:
+        failed = request.session.testsfailed > 0
+        dev.stop(keep_files=failed)
+        if failed:
+            print(f"\ne2e: hami dev cluster logs kept in {dev.workdir}", file=sys.stderr)
+
+
+@pytest.fixture
+def core_v1(cluster: DevCluster) -> Any:
+    return cluster.core_v1()
+
+
+@pytest.fixture
+def namespace(core_v1: Any) -> Iterator[str]:
+    name = f"hami-{next(_count)}"
+    ensure_namespace(core_v1, name)
+    yield name
+    core_v1.delete_namespace(name)
+
+
+@pytest.fixture
+def api(cluster: DevCluster) -> KubeClient:
+    """The allocator's own identity (its RBAC, and the pod-keys policy lets only it change
+    Tessera's keys); the stand-in uses it too."""
+    return KubeClient.from_config(
+        str(cluster.control_plane.kubeconfig_path("tessera-allocator")))
+
+
+@pytest.fixture
+def hami_node(cluster: DevCluster, core_v1: Any, namespace: str, api: KubeClient
+              ) -> Iterator[HamiNode]:
+    name = f"{namespace}-h"
+    cluster.add_nodes([uniform(name, 8, "H100", MIB)])
+    node = HamiNode(api, name, fake_devices(name, 8, memory_mib=MIB))
+    node.register("2026-11-27T21:00:00Z")
+    yield node
+    delete_nodes(core_v1, [name])
+
+
+@pytest.fixture
+def t4_node(cluster: DevCluster, core_v1: Any, namespace: str, api: KubeClient
+            ) -> Iterator[HamiNode]:
+    """Eight T4s (NVIDIA-Tesla-T4, 15 GiB), the model the examples name."""
+    name = f"{namespace}-t4"
+    cluster.add_nodes([uniform(name, 8, "Tesla-T4", 15360)])
+    node = HamiNode(api, name, fake_devices(name, 8, memory_mib=15360, model="NVIDIA-Tesla-T4"))
+    node.register("2026-11-27T21:00:00Z")
+    yield node
+    delete_nodes(core_v1, [name])
+
+
+def _gpu(core: int = 0, mem: int = 0, cards: int = 0) -> dict[str, str]:
+    """HAMi's own dialect: a vGPU count, MiB and cores."""
+    if cards:
+        return {"nvidia.com/gpu": str(cards)}
+    limits = {"nvidia.com/gpu": "1", "nvidia.com/gpucores": str(core)}
+    if mem:
+        limits["nvidia.com/gpumem"] = str(mem)
+    return limits
+
+
+def _create(core_v1: Any, namespace: str, name: str, containers: list[dict[str, Any]],
+            inits: list[dict[str, Any]] = ()) -> None:  # type: ignore[assignment]
+    pod = make_pod(name, containers, init_containers=inits)
+    pod["spec"]["schedulerName"] = NOBODY
+    core_v1.create_namespaced_pod(namespace, pod)
+
+
+def _pod(core_v1: Any, namespace: str, name: str) -> dict[str, Any]:
+    return get_object(core_v1.read_namespaced_pod, name, namespace)
+
+
+def test_each_shape_runs_only_after_allocate_with_exactly_the_chosen_cards(
+        cluster: DevCluster, core_v1: Any, namespace: str, api: KubeClient,
+        hami_node: HamiNode) -> None:
+    shapes = {
+        "share": ([container("main", _gpu(core=30, mem=8192))], []),
+        "whole2": ([container("main", _gpu(cards=2))], []),
+        "sidecar": ([container("main", _gpu(core=50, mem=20480)), container("side")], []),
+        "init": ([container("main", _gpu(core=20, mem=4096))],
+                 [container("prep", _gpu(core=10, mem=2048))]),
+    }
+    for name, (containers, inits) in shapes.items():
+        _create(core_v1, namespace, name, containers, inits)
+    alloc = _allocator(cluster, api)
+    uuid = {d.index: d.uuid for d in hami_node.devices}
+    for name in shapes:
+        alloc.bind(namespace, name, "", hami_node.node)
+        pod = _pod(core_v1, namespace, name)
+        assert pod["metadata"]["annotations"][HAMI.bind_phase_key] == "allocating"
+        time.sleep(0.5)  # KWOK had time to run it, and must not have
+        assert _pod(core_v1, namespace, name)["status"]["phase"] == "Pending"
+        assert hami_node.allocate_next() == f"{namespace}/{name}"
+        wait_for(f"{name} Running", lambda n=name: _pod(core_v1, namespace, n)["status"].get(
+            "phase") == "Running", timeout=60)
+        pod = _pod(core_v1, namespace, name)
+        chosen = decode_allocation(pod["metadata"]["annotations"][
+            cluster.vocabulary.allocation_annotation])
+        envs = node_envs(pod)
+        assert set(envs) == {c.name for c in chosen.containers}
+        for c in chosen.containers:
+            env = envs[c.name]
+            assert env["NVIDIA_VISIBLE_DEVICES"].split(",") == [uuid[i] for i in c.card_indices]
+            want = ("100", f"{MIB}m") if c.is_whole else (str(c.core_percent),
+                                                          f"{c.memory_mib}m")
+            assert (env["CUDA_DEVICE_SM_LIMIT"], env["CUDA_DEVICE_MEMORY_LIMIT_0"]) == want
+        node = api.get_node(hami_node.node) or {}
+        assert HAMI.lock_key not in (node["metadata"].get("annotations") or {})
+
+
+EXAMPLES = sorted((repo_root() / "examples" / "pods").glob("*.yaml"))
+
+
+@pytest.mark.parametrize("path", EXAMPLES, ids=[p.stem for p in EXAMPLES])
+def test_every_dialects_example_pod_runs_with_the_cards_and_shares_chosen(
+        cluster: DevCluster, core_v1: Any, namespace: str, api: KubeClient,
+        t4_node: HamiNode, path: Path) -> None:
+    [pod] = [quantities_as_strings(d) for d in load_documents(path)]
+    name = pod["metadata"]["name"]
+    pod["spec"]["schedulerName"] = NOBODY
+    created = core_v1.create_namespaced_pod(namespace, pod).to_dict()
+    for c in created["spec"]["containers"]:
+        # The hami profile's shape: the vGPU count HAMi's plugin checks stays on the pod.
+        assert "nvidia.com/gpu" in (c["resources"]["limits"] or {}), c
+    alloc = _allocator(cluster, api)
+    alloc.bind(namespace, name, "", t4_node.node)
+    assert t4_node.allocate_next() == f"{namespace}/{name}"
+    wait_for(f"{name} Running", lambda: _pod(core_v1, namespace, name)["status"].get(
+        "phase") == "Running", timeout=60)
+    pod = _pod(core_v1, namespace, name)
+    chosen = decode_allocation(pod["metadata"]["annotations"][
+        cluster.vocabulary.allocation_annotation])
+    uuid = {d.index: d.uuid for d in t4_node.devices}
+    envs = node_envs(pod)
+    for c in chosen.containers:
+        assert envs[c.name]["NVIDIA_VISIBLE_DEVICES"].split(",") == [
+            uuid[i] for i in c.card_indices]
+        if not c.is_whole:
+            assert envs[c.name]["CUDA_DEVICE_SM_LIMIT"] == str(c.core_percent)
+            assert envs[c.name]["CUDA_DEVICE_MEMORY_LIMIT_0"] == f"{c.memory_mib}m"
+
+
+def test_a_stale_lock_is_taken_over_and_a_silent_plugin_leaves_nothing_stuck(
+        cluster: DevCluster, core_v1: Any, namespace: str, api: KubeClient,
+        hami_node: HamiNode) -> None:
+    for name in ("a", "b"):
+        _create(core_v1, namespace, name, [container("main", _gpu(core=30, mem=4096))])
+    node = hami_node.node
+    # A lock HAMi left six minutes ago for a pod long gone.
+    api.patch_node(node, {"metadata": {"annotations": {
+        HAMI.lock_key: encode_lock(time.time() - 360, namespace, "gone")}}})
+    alloc = _allocator(cluster, api)
+    alloc.bind(namespace, "a", "", node)
+    held = (api.get_node(node) or {})["metadata"]["annotations"][HAMI.lock_key]
+    assert parse_lock(held).held_by(namespace, "a")
+    # The plugin never answers: b waits its bounded time, fails, and keeps nothing.
+    assert alloc.hami_locks is not None
+    alloc.hami_locks.settings = LockSettings(wait_seconds=1.0)
+    with pytest.raises(BindError, match="locked"):
+        alloc.bind(namespace, "b", "", node)
+    assert not _pod(core_v1, namespace, "b")["spec"].get("nodeName")
+    assert alloc.state.record(_pod(core_v1, namespace, "b")["metadata"]["uid"]) is None
+    # Five minutes on, HAMi's own expiry: b's retry takes the lock over.
+    later = _allocator(cluster, api, clock=lambda: time.time() + 301)
+    later.bind(namespace, "b", "", node)
+    assert parse_lock((api.get_node(node) or {})["metadata"]["annotations"][
+        HAMI.lock_key]).held_by(namespace, "b")
+
+
+def test_a_storm_on_one_node_with_an_allocator_restart_overcommits_nothing(
+        cluster: DevCluster, core_v1: Any, namespace: str, api: KubeClient,
+        hami_node: HamiNode) -> None:
+    count = 48  # 8 cards x 5 pods of 20%, and 8 more that must find no room
+    for i in range(count):
+        _create(core_v1, namespace, f"p{i}", [container("main", _gpu(core=20, mem=8192))])
+    stop = threading.Event()
+    served: list[str] = []
+
+    def plugin() -> None:
+        while not stop.is_set():
+            who = hami_node.allocate_next()
+            if who is None:
+                stop.wait(0.02)
+            else:
+                served.append(who)
+
+    agent = threading.Thread(target=plugin, daemon=True)
+    agent.start()
+    outcomes: dict[str, str] = {}
+
+    def bind_all(alloc: Allocator, names: list[str]) -> None:
+        def one(name: str) -> None:
+            for _attempt in range(300):  # as kube-scheduler tries a refused bind again
+                try:
+                    alloc.bind(namespace, name, "", hami_node.node)
+                    outcomes[name] = "bound"
+                    return
+                except BindError as exc:
+                    outcomes[name] = str(exc)
+                    if "try again" not in str(exc):
+                        return
+                    time.sleep(0.05)
+
+        threads = [threading.Thread(target=one, args=(n,)) for n in names]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(120)
+
+    started = time.monotonic()
+    first = [f"p{i}" for i in range(count // 2)]
+    bind_all(_allocator(cluster, api), first)
+    # Restart: a new allocator, its picture rebuilt from the API alone.
+    bind_all(_allocator(cluster, api), [f"p{i}" for i in range(count // 2, count)])
+    wait_for("every bound pod allocated", lambda: len(served) >= sum(
+        1 for v in outcomes.values() if v == "bound"), timeout=120)
+    elapsed = time.monotonic() - started
+    stop.set()
+    agent.join(5)
+    bound = sorted(n for n, v in outcomes.items() if v == "bound")
+    assert len(bound) == 40, outcomes
+    per_card: dict[str, int] = {}
+    for name in bound:
+        pod = _pod(core_v1, namespace, name)
+        assert pod["metadata"]["annotations"][HAMI.bind_phase_key] == "success"
+        for uuid in visible(node_envs(pod)):
+            per_card[uuid] = per_card.get(uuid, 0) + 20
+    assert sorted(per_card.values()) == [100] * 8
+    print(f"\nhami storm: {len(bound)} pods bound and allocated on one 8-card node in "
+          f"{elapsed:.1f}s (shared machine)")
+
+
+def test_switching_from_hami_scheduler_double_allocates_nothing(
+        cluster: DevCluster, core_v1: Any, namespace: str, api: KubeClient,
+        hami_node: HamiNode) -> None:
+    devices = hami_node.devices
+    # What hami-scheduler left on running pods: a whole card 0 and 80% of each other card.
+    for i, device in enumerate(devices):
+        entry = (f"{device.uuid},NVIDIA,{MIB},0:;" if i == 0
+                 else f"{device.uuid},NVIDIA,{MIB * 8 // 10},80:;")
+        pod = make_pod(f"old{i}", [container("main", {"nvidia.com/gpu": "1"})],
+                       annotations={HAMI.allocated_key: entry, HAMI.node_key: hami_node.node,
+                                    HAMI.bind_phase_key: "success"})
+        pod["spec"]["nodeName"] = hami_node.node
+        core_v1.create_namespaced_pod(namespace, pod)
+    assert adopt_placed_pods(api, cluster.vocabulary, HAMI) == len(devices)
+    for name, limits in (("fits", _gpu(core=20, mem=4096)), ("nope", _gpu(core=30, mem=4096))):
+        _create(core_v1, namespace, name, [container("main", limits)])
+    alloc = _allocator(cluster, api)
+    out = alloc.bind(namespace, "fits", "", hami_node.node)
+    assert out.cards and out.cards[0] != 0
+    hami_node.allocate_next()
+    with pytest.raises(BindError):
+        alloc.bind(namespace, "nope", "", hami_node.node)  # 20% left on cards 1-7, none on 0
+
+
+STORM_PODS = 300
+
+
+def test_a_storm_through_kube_scheduler_with_an_allocator_restart_overcommits_nothing(
+        cluster: DevCluster, core_v1: Any, namespace: str, api: KubeClient) -> None:
+    """The whole path: kube-scheduler, the cluster's allocator (its own process, hami profile)
+    as extender and binder, the stand-in on every node; the allocator is restarted mid-storm.
+    300 pods of 10% (HAMi's split count, 10, also caps a card at 10) on 4 x 8 cards (320)."""
+    names = [f"{namespace}-s{i}" for i in range(4)]
+    cluster.add_nodes([uniform(n, 8, "H100", MIB, labels={"hami-storm": namespace})
+                       for n in names])
+    nodes = [HamiNode(api, n, fake_devices(n, 8, memory_mib=MIB)) for n in names]
+    for node in nodes:
+        node.register("2026-11-27T21:00:00Z")
+    stop = threading.Event()
+
+    def plugin(node: HamiNode) -> None:
+        while not stop.is_set():
+            try:
+                if node.allocate_next() is None:
+                    stop.wait(0.05)
+            except Exception:  # an API hiccup: the real plugin is called again by kubelet
+                stop.wait(0.1)
+
+    agents = [threading.Thread(target=plugin, args=(n,), daemon=True) for n in nodes]
+    for t in agents:
+        t.start()
+    started = time.monotonic()
+    try:
+        for i in range(STORM_PODS):
+            pod = make_pod(f"s{i}", [container("main", _gpu(core=10, mem=4096))])
+            pod["spec"]["nodeSelector"] = {"hami-storm": namespace}
+            core_v1.create_namespaced_pod(namespace, pod)
+
+        def running() -> int:
+            pods = core_v1.list_namespaced_pod(namespace).items
+            return sum(1 for p in pods if p.status.phase == "Running")
+
+        wait_for("a third of the storm running", lambda: running() >= STORM_PODS // 3,
+                 timeout=600, interval=1)
+        cluster.services.restart_allocator()
+        wait_for("the whole storm running", lambda: running() == STORM_PODS, timeout=900,
+                 interval=2)
+        elapsed = time.monotonic() - started
+    finally:
+        stop.set()
+        for t in agents:
+            t.join(5)
+        delete_nodes(core_v1, names)
+    by_uuid = {d.uuid: (n.node, d) for n in nodes for d in n.devices}
+    cores: dict[str, int] = {}
+    tasks: dict[str, int] = {}
+    for pod in core_v1.list_namespaced_pod(namespace).items:
+        raw = api.get_pod(namespace, pod.metadata.name)
+        annotations = raw["metadata"]["annotations"]
+        assert annotations[HAMI.bind_phase_key] == "success"
+        chosen = decode_allocation(annotations[cluster.vocabulary.allocation_annotation])
+        envs = node_envs(raw)
+        [c] = chosen.containers
+        [uuid] = envs[c.name]["NVIDIA_VISIBLE_DEVICES"].split(",")
+        node, device = by_uuid[uuid]
+        assert (node, device.index) == (raw["spec"]["nodeName"], c.card_indices[0])
+        cores[uuid] = cores.get(uuid, 0) + int(envs[c.name]["CUDA_DEVICE_SM_LIMIT"])
+        tasks[uuid] = tasks.get(uuid, 0) + 1
+    assert max(cores.values()) <= 100 and max(tasks.values()) <= 10
+    assert sum(tasks.values()) == STORM_PODS
+    print(f"\nhami storm through kube-scheduler: {STORM_PODS} pods Running on 4 x 8 cards in "
+          f"{elapsed:.0f}s with an allocator restart (shared machine)")
+
+
+def test_the_allocator_adopts_hami_schedulers_pods_at_start_and_schedules_around_them(
+        cluster: DevCluster, core_v1: Any, namespace: str, api: KubeClient) -> None:
+    """Switching schedulers for real: running pods with hami-scheduler's annotations, the
+    allocator process restarted (it adopts them at start), then kube-scheduler and Tessera
+    place new pods around them."""
+    name = f"{namespace}-m"
+    cluster.add_nodes([uniform(name, 8, "H100", MIB, labels={"hami-migrate": namespace})])
+    node = HamiNode(api, name, fake_devices(name, 8, memory_mib=MIB))
+    node.register("2026-11-27T21:00:00Z")
+    try:
+        for i, device in enumerate(node.devices):
+            entry = (f"{device.uuid},NVIDIA,{MIB},0:;" if i == 0
+                     else f"{device.uuid},NVIDIA,{MIB * 8 // 10},80:;")
+            pod = make_pod(f"old{i}", [container("main", {"nvidia.com/gpu": "1"})],
+                           annotations={HAMI.allocated_key: entry, HAMI.node_key: name,
+                                        HAMI.bind_phase_key: "success"})
+            pod["spec"]["nodeName"] = name
+            core_v1.create_namespaced_pod(namespace, pod)
+        cluster.services.restart_allocator()  # adopts at start, then lists
+        stop = threading.Event()
+
+        def plugin() -> None:
+            while not stop.is_set():
+                if node.allocate_next() is None:
+                    stop.wait(0.05)
+
+        agent = threading.Thread(target=plugin, daemon=True)
+        agent.start()
+        for pod_name, limits in (("big", _gpu(core=30, mem=4096)),
+                                 ("small", _gpu(core=20, mem=4096))):
+            pod = make_pod(pod_name, [container("main", limits)])
+            pod["spec"]["nodeSelector"] = {"hami-migrate": namespace}
+            core_v1.create_namespaced_pod(namespace, pod)
+        wait_for("small Running", lambda: _pod(core_v1, namespace, "small")["status"].get(
+            "phase") == "Running", timeout=120)
+        stop.set()
+        agent.join(5)
+        small = api.get_pod(namespace, "small")
+        [uuid] = visible(node_envs(small))
+        assert uuid != node.devices[0].uuid  # not the card hami-scheduler gave whole
+        big = _pod(core_v1, namespace, "big")
+        assert big["status"]["phase"] == "Pending" and not big["spec"].get("nodeName")
+    finally:
+        delete_nodes(core_v1, [name])
