@@ -40,6 +40,7 @@ from allocator.core import Allocator, describe_error, event_safe
 from allocator.decisions import Fanout, PodRef
 from allocator.errors import WouldBlock
 from allocator.leader import LeaderElector
+from allocator.measured_source import MeasuredSource
 from allocator.metrics import Metrics
 from allocator.nodelookup import NodeLookup
 from allocator.pending import RecentRefusals
@@ -71,6 +72,8 @@ class Runtime:
     elector: LeaderElector | None
     recorder: EventRecorder
     refusals: RecentRefusals
+    #: Measured GPU figures from Prometheus (None: off, the default).
+    measured: MeasuredSource | None = None
     sleep: Callable[[float], None] = time.sleep
     stop: threading.Event = field(default_factory=threading.Event)
     threads: list[threading.Thread] = field(default_factory=list)
@@ -106,6 +109,9 @@ class Runtime:
         if self.elector is not None:
             elector = self.elector
             targets.append(("leader-election", lambda: elector.run(self.stop)))
+        if self.measured is not None:
+            measured = self.measured
+            targets.append(("measured", lambda: measured.run(self.stop)))
         for name, target in targets:
             t = threading.Thread(target=target, name=name, daemon=True)
             t.start()
@@ -173,8 +179,12 @@ def create_app(
                           node_lookup=NodeLookup(api.get_node, state),
                           hooks=Fanout([recorder, refusals]))
     state.on_release = requeue.released
+    measured = (MeasuredSource(settings.measured, state, clock=clock)
+                if settings.measured.enabled else None)
+    if measured is not None:
+        metrics.watch_measured(lambda: measured.fresh, lambda: dict(measured.queries))
     runtime = Runtime(settings, api, state, allocator, metrics, elector, recorder, refusals,
-                      sleep)
+                      measured, sleep)
     runtime_box.append(runtime)
 
     app = Flask("allocator")
@@ -307,6 +317,7 @@ def _routes(app: Flask, rt: Runtime, prefix: str) -> None:
         doc["identity"] = rt.settings.identity
         doc["defaultPolicy"] = rt.settings.core.default_policy
         doc["agentDialects"] = list(rt.settings.core.agent_dialects)
+        doc["measured"] = rt.measured.status() if rt.measured is not None else None
         return doc
 
     @app.get("/status")

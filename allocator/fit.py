@@ -66,6 +66,12 @@ class CardState:
     memory_used_mib: int = 0
     whole: bool = False
     holders: tuple[Holder, ...] = ()
+    #: Memory measured in use beyond what Tessera booked here (processes it did not place;
+    #: :mod:`allocator.measured`): not free, and a card with any is not idle. 0 without
+    #: metrics.
+    foreign_memory_mib: int = 0
+    #: Measured compute utilisation (percent, stepped), read by the ``usage`` policy only.
+    busy_percent: int = 0
 
     @property
     def free_core(self) -> int:
@@ -73,11 +79,11 @@ class CardState:
 
     @property
     def free_memory_mib(self) -> int:
-        return self.card.memory_mib - self.memory_used_mib
+        return self.card.memory_mib - self.memory_used_mib - self.foreign_memory_mib
 
     @property
     def idle(self) -> bool:
-        return not self.holders
+        return not self.holders and not self.foreign_memory_mib
 
     @property
     def utilisation(self) -> float:
@@ -89,7 +95,8 @@ class CardState:
 
     def with_whole(self, holder: Holder) -> CardState:
         return CardState(
-            self.card, _FULL, self.card.memory_mib, True, (*self.holders, holder)
+            self.card, _FULL, self.card.memory_mib, True, (*self.holders, holder),
+            self.foreign_memory_mib, self.busy_percent,
         )
 
     def with_share(self, core: int, memory_mib: int, holder: Holder) -> CardState:
@@ -99,6 +106,8 @@ class CardState:
             self.memory_used_mib + memory_mib,
             self.whole,
             (*self.holders, holder),
+            self.foreign_memory_mib,
+            self.busy_percent,
         )
 
 
@@ -139,15 +148,17 @@ class NodeState:
         return sum(1 for c in self.cards if c.idle)
 
 
-#: What placement and the policies can tell apart about a card: model, memory and usage. Left
-#: out on purpose: the card's index and its holders. Fit answers, reasons and the scores of
-#: policies that sum over cards never depend on them; a bind chooses the real cards again.
-CardSignature = tuple[str, int, int, int, bool, bool]
+#: What placement and the policies can tell apart about a card: model, memory and usage
+#: (booked, and measured: foreign memory, busy percent). Left out on purpose: the card's index
+#: and its holders. Fit answers, reasons and the scores of policies that sum over cards never
+#: depend on them; a bind chooses the real cards again.
+CardSignature = tuple[str, int, int, int, bool, bool, int, int]
 
 
 def card_signature(card: CardState) -> CardSignature:
     return (card.card.model, card.card.memory_mib, card.core_used, card.memory_used_mib,
-            card.whole, not card.holders)  # not holders: idle, without a property call
+            card.whole, not card.holders,  # not holders: idle, without a property call
+            card.foreign_memory_mib, card.busy_percent)
 
 
 def node_signature(node: NodeState) -> tuple[CardSignature, ...]:
@@ -425,7 +436,8 @@ def _short_of_whole_cards(request: PodRequest, cards: Sequence[CardState]) -> Un
         return Unfit(f"needs {whole} whole cards, node has {len(cards)}", resolvable=False)
     free = sum(1 for c in cards if c.idle)
     if whole > free:
-        return Unfit(f"needs {whole} whole card{'s' if whole > 1 else ''}, {free} free")
+        return Unfit(f"needs {whole} whole card{'s' if whole > 1 else ''}, {free} free"
+                     f"{foreign_note(cards)}")
     return None
 
 
@@ -469,13 +481,27 @@ def _no_room_for(c: ContainerRequest, cards: Sequence[CardState]) -> Unfit:
         return Unfit(f"no card with {c.describe()} free (all cards taken whole)")
     best_core = max(x.free_core for x in open_cards)
     best_mem = max(x.free_memory_mib for x in open_cards)
+    note = foreign_note(open_cards)
     if c.core_percent and not (c.memory_mib or c.memory_percent):
         return Unfit(f"no card with {c.core_percent}% core free (largest {best_core}%)")
     if not c.core_percent and c.memory_mib:
-        return Unfit(f"no card with {c.memory_mib} MiB free (largest {best_mem} MiB)")
+        return Unfit(f"no card with {c.memory_mib} MiB free (largest {best_mem} MiB){note}")
     return Unfit(
         f"no card with {c.describe()} free (most free: {best_core}% core, {best_mem} MiB)"
+        f"{note}"
     )
+
+
+def foreign_note(cards: Sequence[CardState]) -> str:
+    """The cards whose memory is measured in use by processes Tessera did not place, in words
+    ("" when none: always so without metrics), to end an :class:`Unfit` reason."""
+    busy = [f"gpu {c.card.index}: {_gib(c.foreign_memory_mib)} used by processes Tessera did "
+            f"not place" for c in cards if c.foreign_memory_mib]
+    return f"; {'; '.join(busy)}" if busy else ""
+
+
+def _gib(mib: int) -> str:
+    return f"{mib // 1024} GiB" if mib % 1024 == 0 else f"{mib} MiB"
 
 
 def _short_of_room_together(request: PodRequest, cards: Sequence[CardState]) -> Unfit | None:

@@ -30,6 +30,14 @@ from typing import Any
 from allocator.content_memo import NodeColumns, NodeContents, NodeNames
 from allocator.fit import Card, NodeState, build_node_state
 from allocator.inventory import Inventory, read_inventory
+from allocator.measured import (
+    MeasuredConfig,
+    Overlay,
+    Sample,
+    apply_overlay,
+    booked_before,
+    overlay,
+)
 from allocator.resources import NodeResources
 from tessera.logs import pod_context
 from tessera.vocabulary import Allocation, CodecError, Vocabulary, decode_allocation
@@ -134,6 +142,8 @@ class ClusterState:
         self._touched: dict[str, int] = {}
         #: Filter's holds by pod UID (records at Stage.HELD), oldest first (:meth:`hold`).
         self._holds: dict[str, _Hold] = {}
+        #: Each node's measured figures as applied to its cards (:meth:`apply_sample`).
+        self._measured: dict[str, Overlay] = {}
         #: Told the node whenever a pod's record leaves it and its cards are free again
         #: (called under the lock: it must only note the node; :mod:`allocator.requeue`).
         self.on_release: Callable[[str], None] | None = None
@@ -256,6 +266,7 @@ class ClusterState:
             self._read_from.pop(name, None)
             self._nodes.pop(name, None)
             self._views.pop(name, None)
+            self._measured.pop(name, None)
             self.node_contents.forget(name)
             self.resources.remove_node(name)
 
@@ -483,6 +494,38 @@ class ClusterState:
             self._drop(uid)
             self.resources.unreserve(uid)
 
+    # ------------------------------------------------------------------ measured figures
+    def apply_sample(self, sample: Sample | None, config: MeasuredConfig) -> int:
+        """Put each node's measured figures on its cards (None: take them all off, placing by
+        bookings alone); the nodes whose cards changed. A node's foreign memory is what its
+        sample shows beyond the bookings the sample can show (:mod:`allocator.measured`), and
+        stays as computed until the next sample: a pod bound or released meanwhile changes
+        the bookings, not what the sample saw."""
+        changed = 0
+        for name in list(self._nodes):
+            with self._lock:  # per node: binds and watches wait for one node at most
+                entry = self._nodes.get(name)
+                if entry is None:
+                    continue
+                figures: Overlay = ()
+                reading = sample.nodes.get(name) if sample is not None else None
+                if sample is not None and reading:
+                    seen = booked_before(
+                        ((self._pods[u].allocation.allocated_at,
+                          self._pods[u].allocation.containers)
+                         for u in self._by_node.get(name, ()) if u in self._pods),
+                        entry.cards, sample.at - config.settle_seconds)
+                    figures = overlay(entry.cards, seen, reading, config)
+                if self._measured.get(name, ()) == figures:
+                    continue
+                if figures:
+                    self._measured[name] = figures
+                else:
+                    self._measured.pop(name, None)
+                self._recompute(name)
+                changed += 1
+        return changed
+
     # ------------------------------------------------------------------ internals
     def _touch(self, uid: str) -> None:
         self._touched[uid] = self._epoch
@@ -536,6 +579,7 @@ class ClusterState:
             logger.error("node %s over-committed: %s", name, "; ".join(problems),
                          extra={"node": name})
         entry.problems = problems
+        state = apply_overlay(state, self._measured.get(name, ()))  # hook: measured figures
         content = self.node_contents.assign(name, state)
         entry.view = NodeView(state, entry.view.version + 1, content)
         self._views[name] = entry.view
@@ -567,6 +611,8 @@ class ClusterState:
                     "coreUsedPercent": cs.core_used,
                     "memoryUsedMiB": cs.memory_used_mib,
                     "whole": cs.whole,
+                    "foreignMemoryMiB": cs.foreign_memory_mib,
+                    "busyPercent": cs.busy_percent,
                     "pods": [_holder(pods.get(uid), uid, ctr) for uid, ctr in cs.holders],
                 })
             docs.append({

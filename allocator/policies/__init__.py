@@ -22,6 +22,7 @@ from allocator.policies.fgd_cpu import FGDCpu
 from allocator.policies.fgd_ff import FGDFirstFit
 from allocator.policies.random import Random
 from allocator.policies.spread import Spread
+from allocator.policies.usage import Usage
 from tessera.vocabulary import RequestError
 
 #: name -> policy. Policies are stateless, so one shared instance each.
@@ -32,6 +33,7 @@ REGISTRY: dict[str, Policy] = {
     FGD.name: FGD(),
     FGDFirstFit.name: FGDFirstFit(),
     FGDCpu.name: FGDCpu(),
+    Usage.name: Usage(),
 }
 
 #: The cluster default: chosen in the openb deployed-mode replay (docs/benchmarks.md).
