@@ -43,6 +43,10 @@ _FLAGS: serving.EnvFlags = {
     "prometheus_url": ("--prometheus-url", "TESSERA_PROMETHEUS_URL"),
     "prometheus_node_label": ("--prometheus-node-label", "TESSERA_PROMETHEUS_NODE_LABEL"),
     "prometheus_selector": ("--prometheus-selector", "TESSERA_PROMETHEUS_SELECTOR"),
+    "prometheus_interval": ("--prometheus-interval-seconds",
+                            "TESSERA_PROMETHEUS_INTERVAL_SECONDS"),
+    "prometheus_stale": ("--prometheus-stale-seconds", "TESSERA_PROMETHEUS_STALE_SECONDS"),
+    "prometheus_settle": ("--prometheus-settle-seconds", "TESSERA_PROMETHEUS_SETTLE_SECONDS"),
     **LISTENER.flags(),
 }
 

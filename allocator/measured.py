@@ -36,6 +36,7 @@ import math
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any, Final
+from urllib.parse import urlencode
 
 from allocator.fit import Card, NodeState
 from tessera.vocabulary import ContainerAllocation
@@ -98,6 +99,10 @@ class MeasuredConfig:
         names = "|".join((FB_USED, FB_FREE, GPU_UTIL))
         extra = f",{self.selector}" if self.selector else ""
         return f'{{__name__=~"{names}"{extra}}}'
+
+    def query_url(self) -> str:
+        """:meth:`query` as a GET of Prometheus's instant query API."""
+        return f"{self.url.rstrip('/')}/api/v1/query?{urlencode({'query': self.query()})}"
 
 
 @dataclass(frozen=True, slots=True)

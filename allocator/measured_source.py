@@ -15,7 +15,6 @@ import logging
 import threading
 import time
 import urllib.error
-import urllib.parse
 import urllib.request
 from collections.abc import Callable
 from typing import Any, Final
@@ -64,15 +63,10 @@ class MeasuredSource:
         self._sample: Sample | None = None
         self.queries: dict[str, int] = {"ok": 0, "failed": 0}
 
-    @property
-    def url(self) -> str:
-        query = urllib.parse.urlencode({"query": self.config.query()})
-        return f"{self.config.url.rstrip('/')}/api/v1/query?{query}"
-
     def poll_once(self) -> bool:
         """One query; True when its figures were applied."""
         try:
-            sample = parse_sample(self._fetch(self.url, self.config.timeout_seconds),
+            sample = parse_sample(self._fetch(self.config.query_url(), self.config.timeout_seconds),
                                   self.config.node_label)
         except (OSError, MeasureError, ValueError) as exc:
             self._failed(f"{type(exc).__name__}: {exc}")
