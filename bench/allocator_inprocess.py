@@ -72,7 +72,8 @@ def node_obj(name: str, cpu: bool = False) -> dict[str, Any]:
 
 def bound_pod(uid: str, node: str, containers: tuple[ContainerAllocation, ...],
               cpu: int = 0) -> dict[str, Any]:
-    alloc = Allocation(node=node, containers=containers, pod_uid=uid)
+    # allocated at 1.0 (long before --measured's sample): what the sample shows is theirs
+    alloc = Allocation(node=node, containers=containers, allocated_at=1.0, pod_uid=uid)
     return {"metadata": {"uid": uid, "namespace": "bench", "name": uid,
                          "annotations": {VOCAB.allocation_annotation: encode_allocation(alloc)}},
             "spec": {"nodeName": node, "containers": [
@@ -110,6 +111,31 @@ def build_state(n: int, rng: random.Random, cpu: bool = False) -> ClusterState:
 MIX = [PodRequest((ContainerRequest("main", core_percent=c, memory_mib=m),))
        for c, m in ((25, 4096), (50, 8192))] + [
       PodRequest((ContainerRequest("main", cards=k),)) for k in (1, 2)]
+
+
+def apply_measured(state: ClusterState, rng: random.Random) -> None:
+    """``--measured``: dcgm-exporter's figures for every card, through the allocator's own
+    path (:meth:`ClusterState.apply_sample`): used memory as booked, and on one node in ten
+    one card also carrying 4-12 GiB of processes Tessera did not place; utilisation drawn per
+    card (0-100 %, stepped by the allocator), so that nodes alike by their bookings mostly
+    differ by what is measured: the memos' worst case."""
+    from allocator.measured import MeasuredCard, MeasuredConfig, Sample
+
+    nodes = {}
+    for name in state.node_names():
+        view = state.view(name)
+        assert view is not None
+        foreign = rng.random() < 0.1
+        cards = {}
+        for cs in view.state.cards:
+            used = cs.memory_used_mib
+            if foreign and cs.card.index == 0:
+                used = min(cs.card.memory_mib, used + rng.choice([4, 8, 12]) * 1024)
+            busy = rng.randrange(0, 101) if cs.holders else 0
+            cards[cs.card.index] = MeasuredCard(cs.card.index, used, cs.card.memory_mib - used,
+                                                busy)
+        nodes[name] = cards
+    state.apply_sample(Sample(1000.0, nodes), MeasuredConfig(url="http://bench"))
 
 
 def feed_mix(allocator: Allocator, names: list[str], rng: random.Random) -> None:
@@ -189,6 +215,9 @@ def main() -> None:
     parser.add_argument("--metrics", action="store_true",
                         help="time /metrics and the /status document instead of the verbs")
     parser.add_argument("--clock", choices=["wall", "cpu"], default="wall")
+    parser.add_argument("--measured", action="store_true",
+                        help="each size twice in one run: without, then with measured figures "
+                             "(apply_measured)")
     args = parser.parse_args()
     if args.clock == "cpu":
         CLOCK[0] = time.process_time
@@ -203,8 +232,9 @@ def main() -> None:
         if args.metrics:
             run_metrics(n, args.repeat, args.cpu)
         else:
-            run_size(n, shapes, args.repeat, args.policy, args.cpu, not args.no_node_resources,
-                     args.bodies)
+            for measured in (False, True) if args.measured else (False,):
+                run_size(n, shapes, args.repeat, args.policy, args.cpu,
+                         not args.no_node_resources, args.bodies, measured)
 
 
 def run_metrics(n: int, repeat: int, cpu: bool) -> None:
@@ -233,9 +263,11 @@ def run_metrics(n: int, repeat: int, cpu: bool) -> None:
 
 
 def run_size(n: int, shapes: dict[str, PodRequest], repeat: int, policy: str, cpu: bool,
-             node_resources: bool, bodies: bool = False) -> None:
+             node_resources: bool, bodies: bool = False, measured: bool = False) -> None:
     rng = random.Random(42)
     state = build_state(n, rng, cpu)
+    if measured:
+        apply_measured(state, random.Random(43))
     allocator = Allocator(state, api=None,  # type: ignore[arg-type]  # no binds here
                           config=AllocatorConfig(default_policy=policy) if node_resources
                           else AllocatorConfig(default_policy=policy, node_resources=False))
@@ -254,6 +286,7 @@ def run_size(n: int, shapes: dict[str, PodRequest], repeat: int, policy: str, cp
 
     for label, request in shapes.items():
         pod = pod_obj(request, f"bench-{label}")
+        label = f"{label}{' +measured' if measured else ''}"
         verbs: list[tuple[str, Callable[[], object]]] = [
             ("filter", lambda p=pod: allocator.filter(p, names)),  # type: ignore[misc]
             ("prioritize", lambda p=pod: allocator.prioritize(p, names)),  # type: ignore[misc]
