@@ -1,14 +1,20 @@
 """Tessera's allocator: a kube-scheduler extender that never hands out a GPU twice.
 
-Layers (pure core, I/O at the edges):
+The folders, from the pure core out to the edges:
 
-- :mod:`allocator.inventory` — a node's cards from its Node object (pure).
-- :mod:`allocator.fit` — node state, feasibility, placement of a request (pure).
-- :mod:`allocator.policies` — placement policies behind one interface (pure).
-- :mod:`allocator.agents` — node-agent annotation dialects written at bind (pure).
-- :mod:`allocator.state` — the thread-safe cluster picture fed by watch events.
-- :mod:`allocator.core` — filter / prioritize / bind decisions over the state and an adapter.
-- :mod:`allocator.extender` — the kube-scheduler extender wire format.
-- :mod:`allocator.kube` — the only module that imports ``kubernetes``.
-- :mod:`allocator.app`, :mod:`allocator.cli` — Flask app factory and ``tessera allocator``.
+- :mod:`allocator.ranking` — whether a request fits a node (``fit``), how a policy scores it
+  (``policies``), the live workload mix, and the speed machinery (``content_memo``,
+  ``every_node``) that answers once per distinct node content. Pure but for the memo's arrays.
+- :mod:`allocator.agents` — the annotations and labels each node agent reads, written at bind
+  (pure).
+- :mod:`allocator.picture` — the cluster picture: a node's cards (``inventory``) and CPU/memory
+  (``resources``), the thread-safe ``state`` fed by list/watch (``watch``), ``nodelookup``.
+- :mod:`allocator.verbs` — filter, prioritize and bind over the picture and the API port.
+- :mod:`allocator.kube` — the API adapters: ``client`` (the only importer of ``kubernetes``),
+  its libcurl pool, leader election, Events.
+- :mod:`allocator.service` — configuration, CLI, Flask app, the extender wire format, page,
+  metrics.
+
+Two modules stay at the top because every folder speaks them: :mod:`allocator.ports` (the API
+as the verbs need it, a Protocol) and :mod:`allocator.errors`.
 """

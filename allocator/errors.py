@@ -1,5 +1,5 @@
 """The allocator's exceptions. ``kubernetes.ApiException`` is wrapped into these once, in
-:mod:`allocator.kube`; nothing else sees it."""
+:mod:`allocator.kube.client`; nothing else sees it."""
 
 from __future__ import annotations
 
@@ -36,4 +36,4 @@ class NotReady(TesseraError):
 
 class WouldBlock(TesseraError):
     """The verb needs an API read, and its caller asked it not to block (it answers in the
-    event loop first: :class:`allocator.app.VerbRoutes`)."""
+    event loop first: :class:`allocator.service.app.VerbRoutes`)."""

@@ -1,6 +1,6 @@
 """The Kubernetes API as the allocator needs it: a small Protocol (no ``kubernetes`` import).
 
-:class:`allocator.kube.KubeClient` implements it against a real API server; tests implement
+:class:`allocator.kube.client.KubeClient` implements it against a real API server; tests implement
 it in memory. Objects are plain JSON-shaped dicts as the API server sends them. Errors are
 :mod:`allocator.errors` exceptions.
 """

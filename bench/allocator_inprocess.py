@@ -15,7 +15,8 @@ With ``--cpu`` the picture also has node CPU (96 cores a node, every bound pod a
 GPU pods of four shapes filtered first); ``prioritize-cpu-only`` is timed too (a CPU-only pod
 of 8 cores, the default policy's ``score_cpu_only``). ``--no-node-resources`` runs the same
 with node tracking off (the allocator's ``--node-resources false``). ``--bodies`` also times
-what the service's filter verb does with a request body (:func:`allocator.extender.filter_reply`:
+what the service's filter verb does with a request body
+(:func:`allocator.service.extender.filter_reply`:
 decode, the decision with the asked names as strings the allocator has not seen, the reply)
 on a JSON body of every node name in a new
 shuffled order per call, as kube-scheduler's parallel filter sends them (row ``filter body``,
@@ -24,7 +25,8 @@ name objects, whose hashes are cached and which the names' dict finds by identit
 a reference for the decision alone (issue 12's before/after), not a deployed filter's cost.
 ``--metrics`` times instead what the operators' endpoints build: the text of ``/metrics`` on
 the first scrape (every node written) and on a later one with one node changed since (the rest
-kept, ``allocator/node_series.py``), the ``/status`` document and the page's (its first nodes).
+kept, ``allocator/service/node_series.py``), the ``/status`` document and the page's (its first
+nodes).
 
 Usage: ``.venv/bin/python bench/allocator_inprocess.py [--nodes 1000 5000] [--repeat 50]
 [--policy fgd-cpu] [--cpu] [--no-node-resources] [--bodies] [--metrics] [--clock cpu]``; without
@@ -42,10 +44,10 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from allocator import page
-from allocator.core import Allocator, AllocatorConfig
-from allocator.metrics import Metrics
-from allocator.state import ClusterState
+from allocator.picture.state import ClusterState
+from allocator.service import page
+from allocator.service.metrics import Metrics
+from allocator.verbs.core import Allocator, AllocatorConfig
 from tessera.vocabulary import (
     Allocation,
     ContainerAllocation,
@@ -101,7 +103,7 @@ def build_state(n: int, rng: random.Random, cpu: bool = False) -> ClusterState:
                                   rng.choice([8, 16, 24])))
     state.replace_pods(pods)
     if cpu:
-        from allocator.resources import pod_usage  # only with --cpu: runs on older code too
+        from allocator.picture.resources import pod_usage  # only with --cpu: runs on older code too
 
         state.resources.replace_pods(map(pod_usage, pods))
     state.mark_synced()
@@ -119,7 +121,7 @@ def apply_measured(state: ClusterState, rng: random.Random) -> None:
     one card also carrying 4-12 GiB of processes Tessera did not place; utilisation drawn per
     card (0-100 %, stepped by the allocator), so that nodes alike by their bookings mostly
     differ by what is measured: the memos' worst case."""
-    from allocator.measured import MeasuredCard, MeasuredConfig, Sample
+    from allocator.picture.measured import MeasuredCard, MeasuredConfig, Sample
 
     nodes = {}
     for name in state.node_names():
@@ -181,9 +183,12 @@ def measure(fn: Callable[[], object], repeat: int, before: Callable[[], None]) -
 
 def measure_bodies(allocator: Allocator, pod: dict[str, Any], names: list[str], repeat: int,
                    touch_one_node: Callable[[], None], rng: random.Random) -> list[float]:
-    """:func:`allocator.extender.filter_reply` on a new body per call (untimed: the names in a
+    """:func:`allocator.service.extender.filter_reply` on a new body per call (untimed: the names
+    in a
     new shuffled order, JSON-encoded), one node changed before each (module doc)."""
-    from allocator.extender import filter_reply  # only with --bodies: issue 12's code had none
+    from allocator.service.extender import (
+        filter_reply,  # only with --bodies: issue 12's code had none
+    )
 
     order = list(names)
     body = [b""]

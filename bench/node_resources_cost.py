@@ -1,4 +1,4 @@
-"""What tracking every node's CPU and memory costs the allocator (allocator/resources.py).
+"""What tracking every node's CPU and memory costs the allocator (allocator/picture/resources.py).
 
 In process, synthetic: N nodes and P bound pods as the API server would send them (JSON
 text of a realistic Deployment pod: labels, owner reference, two containers, a service
@@ -9,7 +9,7 @@ as a list returns them). Measured:
   list (allocatable of every node, one compact record per pod) — what stays for the life of
   the process;
 - **list traffic, time and peak**: the bytes of the list's JSON pages (500 pods a page, as
-  ``allocator/kube.py`` asks), the CPU time (``time.process_time``: what the process spent,
+  ``allocator/kube/client.py`` asks), the CPU time (``time.process_time``: what the process spent,
   whatever else runs on the machine) to decode, reduce (``pod_usage``) and apply them
   (without ``tracemalloc``, which slows allocation many times), and the peak of
   ``tracemalloc`` while they are — full objects live only for one page;
@@ -30,7 +30,7 @@ import time
 import tracemalloc
 from typing import Any
 
-from allocator.resources import NodeResources, PodUsage, pod_usage
+from allocator.picture.resources import NodeResources, PodUsage, pod_usage
 
 PAGE = 500
 

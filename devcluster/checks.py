@@ -131,7 +131,7 @@ def allocation_problems(
         expected = ",".join(str(i) for i in alloc.card_indices)
         if annotations.get(key) != expected:
             problems.append(f"agent annotation {key}={annotations.get(key)!r}, want {expected!r}")
-    # An annotation only: elastic-gpu-agent never selects by label (allocator/agents.py).
+    # An annotation only: elastic-gpu-agent never selects by label (allocator/agents/).
     assumed = f"{vocabulary.domain}/assumed"
     if annotations.get(assumed) != "true":
         problems.append(f"{assumed} annotation missing")

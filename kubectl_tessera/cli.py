@@ -20,9 +20,9 @@ from typing import Any, TextIO
 import yaml
 
 from allocator.errors import ApiError, NotFound
-from allocator.measured import HOSTNAME_LABEL, MeasuredConfig, parse_sample
-from allocator.measured_source import http_get
-from allocator.policies import DEFAULT_POLICY, REGISTRY, get_policy
+from allocator.picture.measured import HOSTNAME_LABEL, MeasuredConfig, parse_sample
+from allocator.ranking.policies import DEFAULT_POLICY, REGISTRY, get_policy
+from allocator.service.measured_source import http_get
 from kubectl_tessera import defrag, inspection, whatif, why
 from kubectl_tessera.picture import (
     Picture,
@@ -50,7 +50,7 @@ class UsageError(TesseraError):
 
 
 def _kube_reader(args: argparse.Namespace) -> Reader:
-    from allocator.kube import KubeClient  # imports kubernetes: only when a command runs
+    from allocator.kube.client import KubeClient  # imports kubernetes: only when a command runs
 
     return KubeClient.from_config(args.kubeconfig, args.context)
 

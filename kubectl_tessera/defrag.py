@@ -35,8 +35,8 @@ import dataclasses
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from allocator.fit import CardState, NodeState
-from allocator.policies import PolicyContext, get_policy
+from allocator.ranking.fit import CardState, NodeState
+from allocator.ranking.policies import PolicyContext, get_policy
 from kubectl_tessera.picture import GpuNode, GpuPod, Picture, selector_excludes
 from kubectl_tessera.placing import ContentIds, ScoreMemo, place_best
 

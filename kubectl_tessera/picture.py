@@ -3,12 +3,12 @@
 Read exactly as the allocator reads it, with its own functions, so that what the plugin says
 is what the allocator would decide:
 
-- a node's cards: :func:`allocator.inventory.read_inventory` (annotation, GFD labels, or the
+- a node's cards: :func:`allocator.picture.inventory.read_inventory` (annotation, GFD labels, or the
   even split of allocatable totals);
 - what a pod holds: its canonical allocation record (the durable truth the allocator's cache
   is rebuilt from), counted only on a bound pod in a non-terminal phase, ignored when it names
   another pod's UID (the rules of ``ClusterState.apply_pod``); the cards' usage is
-  :func:`allocator.fit.build_node_state` of those records, init containers reserved
+  :func:`allocator.ranking.fit.build_node_state` of those records, init containers reserved
   disjointly as the allocator reserves them;
 - what a pod asks for: :func:`tessera.dialects.read_pod_request` (the canonical annotation,
   else the dialects).
@@ -24,9 +24,8 @@ from dataclasses import dataclass, field, replace
 from functools import cached_property
 from typing import Any
 
-from allocator.fit import Card, NodeState, build_node_state
-from allocator.inventory import read_inventory
-from allocator.measured import (
+from allocator.picture.inventory import read_inventory
+from allocator.picture.measured import (
     MeasuredConfig,
     Overlay,
     Sample,
@@ -34,6 +33,7 @@ from allocator.measured import (
     booked_before,
     overlay,
 )
+from allocator.ranking.fit import Card, NodeState, build_node_state
 from tessera.dialects import DialectConfig, read_pod_request
 from tessera.vocabulary import (
     Allocation,
@@ -91,7 +91,7 @@ class GpuNode:
     name: str
     labels: Mapping[str, str]
     cards: tuple[Card, ...]
-    #: "annotation" | "gfd" | "allocatable" | "none" (allocator.inventory).
+    #: "annotation" | "gfd" | "allocatable" | "none" (allocator.picture.inventory).
     source: str
     #: Why the inventory is incomplete ("" when it is fine).
     problem: str
@@ -100,7 +100,7 @@ class GpuNode:
     #: The allocation records counted on this node, sorted by pod UID.
     records: tuple[Record, ...]
     state: NodeState
-    #: Over-commitment found while applying the records (allocator.fit.build_node_state).
+    #: Over-commitment found while applying the records (allocator.ranking.fit.build_node_state).
     overcommitted: tuple[str, ...]
     #: Measured figures per card position, as the allocator applies them (:func:`measure`).
     measured: Overlay = ()

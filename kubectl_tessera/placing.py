@@ -1,15 +1,15 @@
 """Which node a policy would choose for a pod: the extender's prioritize, replayed (pure).
 
-The same steps as ``Allocator.scores`` (allocator/core.py) and the openb replay
+The same steps as ``Allocator.scores`` (allocator/verbs/core.py) and the openb replay
 (bench/openb/replay.py): a node's raw score is the policy's ``score(before, after)`` of the
-placement :func:`allocator.fit.place` makes with that policy's card chooser; a policy with a
+placement :func:`allocator.ranking.fit.place` makes with that policy's card chooser; a policy with a
 ``node_ranker`` (random) ranks feasible nodes without placing; the node with the highest
 score wins. kube-scheduler breaks ties at random; here the first node in the caller's order
 wins, so a replay is reproducible.
 
 A score that depends on the node's cards alone may be memoised by node content
-(:func:`allocator.content_memo.content_key`), with the policy's ``name_bias`` (fgd-ff's fixed
-first-fit order) taken out and added back per node, as the extender's own memo does.
+(:func:`allocator.ranking.content_memo.content_key`), with the policy's ``name_bias`` (fgd-ff's
+fixed first-fit order) taken out and added back per node, as the extender's own memo does.
 """
 
 from __future__ import annotations
@@ -17,9 +17,9 @@ from __future__ import annotations
 from collections.abc import Sequence
 from functools import lru_cache, partial
 
-from allocator.content_memo import ContentKey, content_key
-from allocator.fit import NodeState, Placement, Unfit, fits, place
-from allocator.policies import NodeRank, Policy, PolicyContext, chooser, get_policy
+from allocator.ranking.content_memo import ContentKey, content_key
+from allocator.ranking.fit import NodeState, Placement, Unfit, fits, place
+from allocator.ranking.policies import NodeRank, Policy, PolicyContext, chooser, get_policy
 from tessera.vocabulary import PodRequest, encode_request
 
 #: (request shape, node content id) -> raw score without the node's bias (None: no fit)
@@ -27,7 +27,8 @@ ScoreMemo = dict[tuple[str, int], float | None]
 
 
 class ContentIds:
-    """Small integers for node contents (:func:`allocator.content_memo.content_key`): equal ids,
+    """Small integers for node contents (:func:`allocator.ranking.content_memo.content_key`): equal
+    ids,
     equal cards and usage. A replay keeps one id per node, renewed when the node changes, so
     that a memo lookup hashes an int instead of every card."""
 
@@ -39,7 +40,7 @@ class ContentIds:
 
 
 def _bias(policy: Policy) -> NodeRank | None:
-    # The extender adds the same part per node (allocator/core.py, scores()).
+    # The extender adds the same part per node (allocator/verbs/core.py, scores()).
     if policy.name_bias() is None:
         return None
     return partial(_node_bias, policy.name)

@@ -198,7 +198,7 @@ def render_table(usage: Mapping[str, list[CardUsage]], *, wide: bool = False,
     """A per-node, per-card table of who got what.
 
     ``wide`` adds the free core and memory of each card, and with ``measured`` figures
-    (allocator/measured.py) what is measured next to what is booked: memory used by others
+    (allocator/picture/measured.py) what is measured next to what is booked: memory used by others
     and utilisation; ``colour`` paints the core-used cell (green idle, yellow partly used,
     red full) for a terminal. Cells are padded before they are painted, so the columns stay
     aligned.

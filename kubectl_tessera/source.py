@@ -3,7 +3,7 @@
 Nodes and the GPU pods are read directly (the label the allocator's own pod watch selects by),
 so the plugin needs no access to the allocator's Service, only ``list`` on nodes and pods and
 ``get`` on the pod a ``why`` names. The transport is the allocator's adapter
-(:class:`allocator.kube.KubeClient`), so ``kubernetes`` is still imported in one place and
+(:class:`allocator.kube.client.KubeClient`), so ``kubernetes`` is still imported in one place and
 every API failure arrives as an :class:`allocator.errors.ApiError`.
 """
 

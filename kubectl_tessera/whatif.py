@@ -3,8 +3,9 @@
 The openb replay's engine (bench/openb/replay.py) on live data: the nodes start empty, the pods
 arrive one at a time in the order they were allocated (then the Pending ones, oldest first),
 and each goes where :func:`kubectl_tessera.placing.place_best` puts it, i.e. the policy's score
-of the placement :func:`allocator.fit.place` makes, applied with
-:func:`allocator.fit.apply_placement`. No pod leaves. kube-scheduler's part is reduced to what
+of the placement :func:`allocator.ranking.fit.place` makes, applied with
+:func:`allocator.ranking.fit.apply_placement`. No pod leaves. kube-scheduler's part is reduced to
+what
 the picture knows: a pod only goes to nodes its ``nodeSelector`` matches and that are not
 cordoned; CPU, memory, affinity and taints are not modelled, and ties go to the first node by
 name where kube-scheduler would pick one at random.
@@ -19,8 +20,8 @@ from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from allocator.fit import NodeState, apply_placement, empty_node
-from allocator.policies import PolicyContext, Workload, get_policy
+from allocator.ranking.fit import NodeState, apply_placement, empty_node
+from allocator.ranking.policies import PolicyContext, Workload, get_policy
 from kubectl_tessera.picture import GpuNode, GpuPod, Picture, selector_excludes
 from kubectl_tessera.placing import ContentIds, ScoreMemo, place_best
 from tessera.vocabulary import PodRequest

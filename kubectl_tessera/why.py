@@ -1,10 +1,11 @@
 """``why POD``: every node's verdict on a GPU pod, in words (pure).
 
 A Pending pod gets, per node, the allocator's own filter answer
-(:func:`allocator.fit.unfit_reason`, the text kube-scheduler relays in its events), whether
+(:func:`allocator.ranking.fit.unfit_reason`, the text kube-scheduler relays in its events), whether
 evicting other pods could ever help (``Unfit.resolvable``, what the extender reports as
 unresolvable), and for the nodes where it fits now, the policy's 0-10 score as prioritize
-would give it (:func:`allocator.policies.scaled` over :func:`kubectl_tessera.placing.raw_scores`).
+would give it (:func:`allocator.ranking.policies.scaled` over
+:func:`kubectl_tessera.placing.raw_scores`).
 
 A bound pod gets its cards from its allocation record, and the same ranking computed on
 today's cards with the pod taken out: where the policy would put it if it arrived now. That is
@@ -19,8 +20,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from allocator.fit import NodeState, unfit_reason
-from allocator.policies import PolicyContext, get_policy, scaled
+from allocator.ranking.fit import NodeState, unfit_reason
+from allocator.ranking.policies import PolicyContext, get_policy, scaled
 from kubectl_tessera.picture import GpuNode, GpuPod, Picture, selector_excludes
 from kubectl_tessera.placing import raw_scores
 from tessera.vocabulary import PodRequest

@@ -17,7 +17,7 @@ from tessera import __version__
 #: subcommand -> (module, one-line help)
 SUBCOMMANDS: dict[str, tuple[str, str]] = {
     "webhook": ("webhook.cli", "serve the mutating admission webhook (gunicorn, TLS)"),
-    "allocator": ("allocator.cli", "serve the kube-scheduler extender (gunicorn)"),
+    "allocator": ("allocator.service.cli", "serve the kube-scheduler extender (gunicorn)"),
     "certs": ("certs.cli", "create, install and rotate TLS material"),
 }
 

@@ -16,7 +16,7 @@ import os
 from pathlib import Path
 from typing import Any
 
-from allocator.fit import Card, CardState, NodeState
+from allocator.ranking.fit import Card, CardState, NodeState
 from tessera.vocabulary import (
     Allocation,
     ContainerRequest,

@@ -4,7 +4,7 @@
 
 The openb cluster (1,213 nodes) becomes KWOK nodes with the trace's CPU and memory, and cards
 described as GPU Feature Discovery labels (``nvidia.com/gpu.product|memory|count``, read by
-allocator/inventory.py) with the card totals as allocatable ``gpu-core``/``gpu-memory``. The
+allocator/picture/inventory.py) with the card totals as allocatable ``gpu-core``/``gpu-memory``. The
 pods of :func:`bench.openb.trace.workload_sequence` (CPU-only pods included) are created in
 that order as bare Pods, each asking for the trace's request the way a user writes it (the
 mapping of :func:`bench.openb.trace.gpu_request`): a share of one card as

@@ -8,8 +8,8 @@ Two roles, kept apart:
   placed by the scheduler's default scoring, ``NodeResourcesFit`` LeastAllocated (or
   MostAllocated with ``cpu_pods="most"``), ties broken at random like ``selectHost``.
 - **Tessera's part** (never re-implemented here): whether a GPU request fits a node, on which
-  cards, and how good the node is, come from :func:`allocator.fit.place`, the placement
-  policy's ``score`` and :func:`allocator.fit.apply_placement` — the code the extender runs.
+  cards, and how good the node is, come from :func:`allocator.ranking.fit.place`, the placement
+  policy's ``score`` and :func:`allocator.ranking.fit.apply_placement` — the code the extender runs.
   The node with the best policy score wins; ties are broken at random (``selectHost``).
 
 Speed without a second implementation: a node's answer (fits or not, the cards chosen, the
@@ -32,7 +32,7 @@ v1.34 with the default profile, for every pod. The score of a node is the sum of
   real requests (``useRequested`` true), fractions capped at 1,
   ``int64((1 - |f_cpu - f_mem| / 2) * 100)``; skipped for a pod without requests;
 - for a GPU pod, with ``extender="prioritize"``, the extender's integer 0..10 (the policy's
-  raw scores over the nodes that pass the filters, scaled by ``allocator.policies``
+  raw scores over the nodes that pass the filters, scaled by ``allocator.ranking.policies``
   :data:`SCALINGS`) times the extender weight times ``MaxNodeScore / MaxExtenderPriority`` =
   10 (pkg/scheduler/schedule_one.go ``prioritizeNodes``); with ``extender="filter-best"``
   (shipped) nothing, but only the nodes the policy scores best pass the extender's filter;
@@ -44,7 +44,7 @@ InterPodAffinity, ImageLocality, VolumeBinding) give every node the same score f
 pods — no taints, affinities, spread constraints, volumes or images — so they never change a
 choice and are left out. The best total wins; equal totals at random (``selectHost``).
 The extender sees a node's free CPU as allocatable minus the requests of the pods bound to it.
-The workload mix is the allocator's :class:`allocator.mix.LiveMix`, fed with each arriving
+The workload mix is the allocator's :class:`allocator.ranking.mix.LiveMix`, fed with each arriving
 GPU pod in sequence order (what the allocator observes at filter), or the oracle typical pods.
 
 Memoisation stays honest with a changing workload: the memo holds answers for one published
@@ -68,7 +68,7 @@ from typing import Literal
 import numpy as np
 import numpy.typing as npt
 
-from allocator.fit import (
+from allocator.ranking.fit import (
     CardSignature,
     NodeState,
     Unfit,
@@ -79,9 +79,9 @@ from allocator.fit import (
     node_signature,
     place,
 )
-from allocator.mix import LiveMix
-from allocator.policies import NodeFacts, Policy, PolicyContext, Workload, chooser
-from allocator.policies.base import MAX_SCORE, SCALINGS
+from allocator.ranking.mix import LiveMix
+from allocator.ranking.policies import NodeFacts, Policy, PolicyContext, Workload, chooser
+from allocator.ranking.policies.base import MAX_SCORE, SCALINGS
 from bench.openb.trace import MILLI, TraceNode, TracePod, TypicalPod, gpu_request
 from tessera.vocabulary import ContainerAllocation, PodRequest
 
@@ -104,7 +104,7 @@ _Answer = tuple[float, tuple[ContainerAllocation, ...]] | None
 
 
 #: Raw policy scores closer than this are equal (float rounding between alike nodes; the
-#: value of ``allocator.policies.base.scaled``).
+#: value of ``allocator.ranking.policies.base.scaled``).
 _EQUAL_SCORE = 1e-9
 #: kube-scheduler's MaxNodeScore (pkg/scheduler/framework/interface.go).
 MAX_NODE_SCORE = 100
@@ -132,9 +132,9 @@ class Deployed:
     extender_weight: int = 10
     #: Weight of the CPU-only scoring entry (shipped on); 0 = not configured.
     cpu_only_weight: int = 10
-    #: Name in :data:`allocator.policies.base.SCALINGS`: raw scores -> integers 0..10.
+    #: Name in :data:`allocator.ranking.policies.base.SCALINGS`: raw scores -> integers 0..10.
     scaling: str = "best-alone"
-    #: True: :class:`allocator.mix.LiveMix` from the arriving GPU pods; False: the oracle
+    #: True: :class:`allocator.ranking.mix.LiveMix` from the arriving GPU pods; False: the oracle
     #: typical pods of the whole trace.
     live_mix: bool = True
     #: ``LiveMix.refresh`` (observations between two published workloads).
@@ -144,7 +144,7 @@ class Deployed:
 def workload_context(typical: Sequence[TypicalPod]) -> Workload:
     """``PolicyContext.workload`` (requests, weights and CPU) from the typical pods.
 
-    CPU-only typical pods have no GPU request and are left out (see allocator.policies.fgd:
+    CPU-only typical pods have no GPU request and are left out (see allocator.ranking.policies.fgd:
     their term never changes a decision)."""
     pairs: list[tuple[PodRequest, float]] = []
     cpus: list[int] = []

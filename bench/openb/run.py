@@ -36,8 +36,8 @@ from dataclasses import dataclass
 from multiprocessing import get_context
 from pathlib import Path
 
-from allocator.policies import REGISTRY
-from allocator.policies.base import SCALINGS
+from allocator.ranking.policies import REGISTRY
+from allocator.ranking.policies.base import SCALINGS
 from bench.openb.replay import MAX_ARRIVED_PERCENT, Classes, CpuPods, Deployed, Replay, Ties
 from bench.openb.trace import (
     MILLI,
@@ -61,7 +61,7 @@ PROFILES: dict[str, tuple[CpuPods, Ties]] = {
     "deployed": ("least", "random"),
 }
 #: The shipped path's settings: the extender's weight and scaling in the shipped
-#: KubeSchedulerConfiguration and ``allocator.policies.scaled``, the live mix.
+#: KubeSchedulerConfiguration and ``allocator.ranking.policies.scaled``, the live mix.
 SHIPPED = Deployed()
 #: ``--small``: nodes kept (every k-th of the trace's node list) and pods replayed.
 SMALL_NODES = 150

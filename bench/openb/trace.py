@@ -35,7 +35,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Final
 
-from allocator.fit import Card
+from allocator.ranking.fit import Card
 from tessera.vocabulary import ContainerRequest, PodRequest
 
 ENV_DIR: Final = "TESSERA_OPENB_DIR"

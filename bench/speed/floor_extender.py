@@ -6,7 +6,8 @@ picture, no watches, no decisions and no Events:
 - ``filter``: the first of the node names it was sent (one node, as the allocator's
   filter-best answer usually is, so kube-scheduler skips its own scoring);
 - ``bind``: one Binding through the allocator's own API client
-  (:meth:`allocator.kube.KubeClient.bind_pod`, the shipped request path), with one annotation;
+  (:meth:`allocator.kube.client.KubeClient.bind_pod`, the shipped request path), with one
+  annotation;
 - ``prioritize`` and ``prioritize-cpu-only``: 0 for every node; ``/healthz``, ``/readyz``:
   ``ok``;
 - ``/metrics``: the TLS connections begun (``tessera_allocator_tls_connections_total``) when
@@ -35,8 +36,8 @@ from typing import TYPE_CHECKING, Any
 
 import orjson
 
-from allocator.config import DEFAULT_MAX_BODY_BYTES, LISTENER
-from allocator.kube import KubeClient
+from allocator.kube.client import KubeClient
+from allocator.service.config import DEFAULT_MAX_BODY_BYTES, LISTENER
 from tessera import granian_server, serving, transport
 from tessera.transport import WsgiApp
 

@@ -8,11 +8,11 @@ from builders import VOCAB
 from fake_kube import FakeKube
 from flask import Flask
 
-from allocator.app import EXTENSION, Runtime, create_app
-from allocator.config import Settings
-from allocator.core import Allocator, AllocatorConfig
-from allocator.resources import BOUND_ACTIVE_PODS, pod_usage
-from allocator.state import ClusterState
+from allocator.picture.resources import BOUND_ACTIVE_PODS, pod_usage
+from allocator.picture.state import ClusterState
+from allocator.service.app import EXTENSION, Runtime, create_app
+from allocator.service.config import Settings
+from allocator.verbs.core import Allocator, AllocatorConfig
 
 NOW = 1_700_000_000.0
 

@@ -11,9 +11,9 @@ from builders import VOCAB, make_gpu_pod, make_node, request, share, whole
 from fake_kube import FakeKube
 
 from allocator import agents
-from allocator.core import Allocator
 from allocator.errors import ApiError, BindError, Conflict
-from allocator.state import Stage
+from allocator.picture.state import Stage
+from allocator.verbs.core import Allocator
 from tessera.vocabulary import PodRequest, decode_allocation
 
 
@@ -79,7 +79,7 @@ def test_the_watch_seeing_our_bind_confirms_the_record_and_leaves_the_node_as_it
 @pytest.mark.parametrize(
     ("dialects", "req", "expected_annotations", "expected_labels"),
     [
-        # elastic-gpu-agent reads annotations only (allocator/agents.py): no label.
+        # elastic-gpu-agent reads annotations only (allocator/agents/): no label.
         (("elastic",), request(whole("a", cards=2)),
          {"elasticgpu.io/container-a": "0,1", "elasticgpu.io/assumed": "true"}, {}),
         (("nano-gpu",), request(share("a", core=20)),

@@ -13,11 +13,11 @@ from alloc_harness import make_app, sync
 from builders import VOCAB, make_gpu_pod, make_node, request, share, whole
 from fake_kube import FakeKube
 
-import allocator.state as state_module
-from allocator import node_series
-from allocator.fit import build_node_state
-from allocator.inventory import read_inventory
-from allocator.state import ClusterState
+import allocator.picture.state as state_module
+from allocator.picture.inventory import read_inventory
+from allocator.picture.state import ClusterState
+from allocator.ranking.fit import build_node_state
+from allocator.service import node_series
 from tessera.vocabulary import PodRequest, decode_allocation
 
 SHAPES: list[PodRequest] = [

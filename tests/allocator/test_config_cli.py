@@ -6,8 +6,8 @@ import pathlib
 
 import pytest
 
-from allocator import cli
-from allocator.config import Settings
+from allocator.service import cli
+from allocator.service.config import Settings
 from tessera.cli import build_parser
 from tessera.granian_server import server_options
 from tessera.vocabulary import ConfigError

@@ -9,10 +9,10 @@ from typing import Any
 import pytest
 from builders import VOCAB, make_gpu_pod, make_node, request, share, whole
 
-from allocator.core import Allocator, AllocatorConfig, event_safe
-from allocator.fit import Unfit, place, unfit_reason
-from allocator.policies import MAX_SCORE, PolicyContext, chooser, get_policy, scaled
-from allocator.state import ClusterState
+from allocator.picture.state import ClusterState
+from allocator.ranking.fit import Unfit, place, unfit_reason
+from allocator.ranking.policies import MAX_SCORE, PolicyContext, chooser, get_policy, scaled
+from allocator.verbs.core import Allocator, AllocatorConfig, event_safe
 from tessera.vocabulary import (
     Allocation,
     ContainerAllocation,
@@ -165,7 +165,7 @@ def test_the_prioritize_reply_text_is_what_json_dumps_writes(
 ) -> None:
     import json
 
-    from allocator.extender import encode_priorities
+    from allocator.service.extender import encode_priorities
 
     expected = json.dumps([{"Host": n, "Score": s} for n, s in zip(names, scores, strict=True)],
                           separators=(",", ":"))

@@ -1,6 +1,6 @@
 """The live workload mix and node CPU in prioritize, and the prioritize-cpu-only verb.
 
-Shared answers (per content and CPU bucket, allocator/content_memo.py) must equal a plain
+Shared answers (per content and CPU bucket, allocator/ranking/content_memo.py) must equal a plain
 per-node computation with each node's real free CPU, node by node."""
 
 from __future__ import annotations
@@ -15,11 +15,9 @@ from builders import VOCAB, make_gpu_pod, make_node, request, share, whole
 from fake_kube import FakeKube
 from flask import Flask
 
-from allocator.app import Runtime
-from allocator.core import Allocator, AllocatorConfig
-from allocator.fit import Unfit, place
-from allocator.mix import LiveMix
-from allocator.policies import (
+from allocator.ranking.fit import Unfit, place
+from allocator.ranking.mix import LiveMix
+from allocator.ranking.policies import (
     NO_WORKLOAD,
     REGISTRY,
     Policy,
@@ -28,6 +26,8 @@ from allocator.policies import (
     get_policy,
     scaled,
 )
+from allocator.service.app import Runtime
+from allocator.verbs.core import Allocator, AllocatorConfig
 from tessera.vocabulary import (
     Allocation,
     ContainerAllocation,

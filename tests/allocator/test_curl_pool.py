@@ -1,4 +1,4 @@
-"""allocator.curl_pool: which configurations get the libcurl path, the TLS options it sets,
+"""allocator.kube.curl_pool: which configurations get the libcurl path, the TLS options it sets,
 and its handles over real HTTP against a loopback server (answers, no answer, the bound on
 idle handles). The adapter's requests over it: tests/allocator/test_kube_adapter.py; over TLS
 with client certificates against the real API server: the e2e suite."""
@@ -16,7 +16,7 @@ import pycurl
 import pytest
 from kubernetes import client
 
-from allocator.curl_pool import CurlError, CurlPool
+from allocator.kube.curl_pool import CurlError, CurlPool
 
 #: How long the loopback server takes to answer ``/slow``: far past the client's timeout.
 SLOW_ANSWER_SECONDS = 10.0

@@ -23,7 +23,7 @@ def app() -> Flask:
     fake = FakeKube()
     fake.add_node(make_node("n1", count=1, memory_mib=16000))
     # n1's only card is taken: a filter that fails for room remembers the pod, by its uid,
-    # to ask it again on a release (allocator/requeue.py).
+    # to ask it again on a release (allocator/verbs/requeue.py).
     fake.add_pod(make_gpu_pod("holder", request(whole())))
     app, rt = make_app(fake)
     rt.allocator.bind("default", "holder", "uid-holder", "n1")
@@ -114,7 +114,7 @@ def test_a_chunked_verb_body_over_the_cap_is_413() -> None:
 
 def test_a_bug_in_a_verb_is_logged_and_answered_200_with_error(
         app: Flask, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture) -> None:
-    from allocator import extender
+    from allocator.service import extender
 
     def broken(*_args: Any) -> None:
         raise KeyError("bug")

@@ -15,7 +15,7 @@ from alloc_harness import make_app
 from builders import VOCAB, make_gpu_pod, make_node, request, share, whole
 from fake_kube import FakeKube
 
-from allocator.core import AllocatorConfig
+from allocator.verbs.core import AllocatorConfig
 from tessera.vocabulary import decode_allocation
 
 

@@ -12,12 +12,12 @@ import pytest
 from builders import VOCAB, make_gpu_pod, make_node, request, share, whole
 from test_content_sharing import REQUESTS, _cluster
 
-from allocator import core
-from allocator.config import Settings
-from allocator.core import Allocator, AllocatorConfig, FilterOutcome, Ranking
-from allocator.every_node import TriesAfterMisses, asked_among
-from allocator.policies import MAX_SCORE, REGISTRY
-from allocator.state import ClusterState
+from allocator.picture.state import ClusterState
+from allocator.ranking.every_node import TriesAfterMisses, asked_among
+from allocator.ranking.policies import MAX_SCORE, REGISTRY
+from allocator.service.config import Settings
+from allocator.verbs import core
+from allocator.verbs.core import Allocator, AllocatorConfig, FilterOutcome, Ranking
 from tessera.vocabulary import ConfigError, PodRequest
 
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 from builders import cards, node_state, request, share, whole
 
-from allocator.fit import (
+from allocator.ranking.fit import (
     Card,
     CardState,
     NodeState,
@@ -17,7 +17,7 @@ from allocator.fit import (
     place,
     unfit_reason,
 )
-from allocator.policies import REGISTRY, PolicyContext, chooser
+from allocator.ranking.policies import REGISTRY, PolicyContext, chooser
 from tessera.vocabulary import ContainerAllocation, PodRequest
 
 

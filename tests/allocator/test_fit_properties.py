@@ -6,7 +6,7 @@ from __future__ import annotations
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from allocator.fit import (
+from allocator.ranking.fit import (
     Card,
     CardState,
     NodeState,
@@ -16,7 +16,7 @@ from allocator.fit import (
     place,
     unfit_reason,
 )
-from allocator.policies import REGISTRY, PolicyContext, chooser
+from allocator.ranking.policies import REGISTRY, PolicyContext, chooser
 from tessera.vocabulary import ContainerRequest, PodRequest
 
 MODELS = ("A100", "T4")

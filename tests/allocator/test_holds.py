@@ -16,11 +16,11 @@ from alloc_harness import NOW, sync
 from builders import VOCAB, make_gpu_pod, make_node, request, share, whole
 from fake_kube import FakeKube
 
-from allocator.app import EXTENSION, Runtime, create_app
-from allocator.config import Settings
-from allocator.core import Allocator, AllocatorConfig
 from allocator.errors import ApiError, BindError
-from allocator.state import ClusterState, Stage
+from allocator.picture.state import ClusterState, Stage
+from allocator.service.app import EXTENSION, Runtime, create_app
+from allocator.service.config import Settings
+from allocator.verbs.core import Allocator, AllocatorConfig
 from tessera.vocabulary import (
     PodRequest,
     decode_allocation,

@@ -17,10 +17,10 @@ from alloc_harness import make_app, synced_allocator
 from builders import VOCAB, make_gpu_pod, make_node, request, whole
 from fake_kube import FakeKube
 
-import allocator.state
-from allocator.inventory import read_inventory
-from allocator.state import ClusterState
-from allocator.watch import initial_sync, reflectors
+import allocator.picture.state
+from allocator.picture.inventory import read_inventory
+from allocator.picture.state import ClusterState
+from allocator.picture.watch import initial_sync, reflectors
 
 BRACKETS = "[" * 3000
 HOSTILE_RECORDS = {
@@ -117,7 +117,7 @@ def test_a_bug_while_reading_one_pod_is_noted_and_never_stops_the_list(
     def broken(text: str) -> Any:
         raise ZeroDivisionError("a bug")
 
-    monkeypatch.setattr(allocator.state, "decode_allocation", broken)
+    monkeypatch.setattr(allocator.picture.state, "decode_allocation", broken)
     state, _nodes, _pods = _sync(fake, bound_pods)
     assert state.synced
     assert "ZeroDivisionError" in state.snapshot()["ignoredRecords"]["u-trips"]
@@ -144,7 +144,7 @@ def test_a_bug_while_reading_one_pod_is_noted_and_never_stops_the_list(
 def test_a_node_claiming_absurd_cards_is_a_reported_problem_not_an_allocation(
     node: dict[str, Any], fragment: str,
 ) -> None:
-    from allocator.inventory import MAX_CARD_MEMORY_MIB, MAX_NODE_CARDS
+    from allocator.picture.inventory import MAX_CARD_MEMORY_MIB, MAX_NODE_CARDS
 
     inv = read_inventory(node, VOCAB)
     assert fragment in inv.problem

@@ -8,9 +8,9 @@ from typing import Any
 import pytest
 from builders import VOCAB, make_node
 
-from allocator.fit import Card
-from allocator.inventory import read_inventory
-from allocator.state import ClusterState
+from allocator.picture.inventory import read_inventory
+from allocator.picture.state import ClusterState
+from allocator.ranking.fit import Card
 
 
 @pytest.mark.parametrize(

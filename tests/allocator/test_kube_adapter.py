@@ -1,5 +1,5 @@
-"""The real adapter (allocator.kube.KubeClient) over real HTTP against a tiny loopback server:
-paths, content types, JSON null in merge patches, watch lines, and error wrapping."""
+"""The real adapter (allocator.kube.client.KubeClient) over real HTTP against a tiny loopback
+server: paths, content types, JSON null in merge patches, watch lines, and error wrapping."""
 
 from __future__ import annotations
 
@@ -17,7 +17,7 @@ import pytest
 from kubernetes import client
 
 from allocator.errors import ApiError, Conflict, Gone, NotFound
-from allocator.kube import AUTH_REUSE_SECONDS, KubeClient
+from allocator.kube.client import AUTH_REUSE_SECONDS, KubeClient
 
 SEEN: list[tuple[str, str, str, Any]] = []
 
@@ -177,7 +177,7 @@ def test_a_burst_as_wide_as_the_request_threads_reuses_pooled_connections(
         "users": [{"name": "u", "user": {"token": "t"}}],
         "contexts": [{"name": "c", "context": {"cluster": "c", "user": "u"}}],
     }))
-    threads = 16  # the allocator's default request threads (allocator/config.py)
+    threads = 16  # the allocator's default request threads (allocator/service/config.py)
     for transport in ("libcurl", "urllib3"):
         _SlowHandler.connections.clear()
         kube = KubeClient.from_config(str(kubeconfig), request_threads=threads)

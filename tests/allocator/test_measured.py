@@ -1,5 +1,5 @@
-"""Measured GPU figures (allocator/measured.py, allocator/measured_source.py): Prometheus's
-reply read into per-card figures, foreign memory taken off free memory, the ``usage``
+"""Measured GPU figures (allocator/picture/measured.py, allocator/service/measured_source.py):
+Prometheus's reply read into per-card figures, foreign memory taken off free memory, the ``usage``
 policy, and the poller's fall back to bookings when Prometheus is gone."""
 
 from __future__ import annotations
@@ -12,10 +12,8 @@ from alloc_harness import NOW, make_app, synced_allocator
 from builders import VOCAB, make_gpu_pod, make_node, request, share, whole
 from fake_kube import FakeKube
 
-from allocator import measured
-from allocator.config import Settings
-from allocator.fit import Card, unfit_reason
-from allocator.measured import (
+from allocator.picture import measured
+from allocator.picture.measured import (
     MeasuredCard,
     MeasuredConfig,
     MeasureError,
@@ -25,8 +23,10 @@ from allocator.measured import (
     overlay,
     parse_sample,
 )
-from allocator.measured_source import MeasuredSource
-from allocator.state import ClusterState
+from allocator.picture.state import ClusterState
+from allocator.ranking.fit import Card, unfit_reason
+from allocator.service.config import Settings
+from allocator.service.measured_source import MeasuredSource
 from tessera.vocabulary import Allocation, ConfigError, ContainerAllocation
 
 GIB = 1024
@@ -132,7 +132,7 @@ def test_memory_used_by_others_is_not_free_and_why_says_so() -> None:
     reading = {0: MeasuredCard(0, used_mib=70 * GIB, busy_percent=40)}
     figures = overlay(A100[:1], {}, reading, CONFIG)
     assert figures == ((70 * GIB, 40),)
-    from allocator.fit import empty_node
+    from allocator.ranking.fit import empty_node
     node = apply_overlay(empty_node("n1", A100[:1]), figures)
     assert node.cards[0].free_memory_mib == 10 * GIB
     assert not node.cards[0].idle
@@ -171,7 +171,7 @@ def test_busy_percent_is_stepped_and_capped() -> None:
 
 
 def test_foreign_memory_never_makes_free_memory_negative() -> None:
-    from allocator.fit import build_node_state
+    from allocator.ranking.fit import build_node_state
     booked, _ = build_node_state("n", A100, [("u", (ContainerAllocation(
         "a", (0,), core_percent=50, memory_mib=60 * GIB),))])
     after = apply_overlay(booked, ((40 * GIB, 0), (0, 0)))
@@ -179,7 +179,7 @@ def test_foreign_memory_never_makes_free_memory_negative() -> None:
 
 
 def test_an_overlay_for_other_cards_changes_nothing() -> None:
-    from allocator.fit import empty_node
+    from allocator.ranking.fit import empty_node
     node = empty_node("n", A100)
     assert apply_overlay(node, ((GIB, 0),)) is node
 
@@ -279,8 +279,8 @@ def test_usage_prefers_the_card_with_more_measured_free_memory() -> None:
 
 
 def test_usage_without_metrics_spreads_on_bookings() -> None:
-    from allocator.policies import get_policy
-    from allocator.policies.usage import Usage
+    from allocator.ranking.policies import get_policy
+    from allocator.ranking.policies.usage import Usage
     assert isinstance(get_policy("usage"), Usage)
     fake = FakeKube()
     fake.add_node(make_node("n1", count=1, memory_mib=80 * GIB))

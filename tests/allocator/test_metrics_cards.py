@@ -11,7 +11,7 @@ from builders import make_gpu_pod, make_node, request, share, whole
 from fake_kube import FakeKube
 from prometheus_client.parser import text_string_to_metric_families
 
-from allocator import node_series
+from allocator.service import node_series
 
 
 def _samples(text: str, name: str) -> dict[tuple[tuple[str, str], ...], float]:

@@ -1,11 +1,11 @@
-"""The live workload mix (allocator.mix): what it learns from the pods it sees."""
+"""The live workload mix (allocator.ranking.mix): what it learns from the pods it sees."""
 
 from __future__ import annotations
 
 import pytest
 
-from allocator.mix import LiveMix, shape_key
-from allocator.policies import NO_WORKLOAD
+from allocator.ranking.mix import LiveMix, shape_key
+from allocator.ranking.policies import NO_WORKLOAD
 from tessera.vocabulary import ContainerRequest, PodRequest
 
 

@@ -1,4 +1,4 @@
-"""Node slots and the answers kept per slot (allocator.content_memo: NodeColumns, SlotMemo):
+"""Node slots and the answers kept per slot (allocator.ranking.content_memo: NodeColumns, SlotMemo):
 what a verb gathers for its nodes is each node's current fact, whatever came and went."""
 
 from __future__ import annotations
@@ -8,7 +8,7 @@ import threading
 import numpy as np
 import numpy.typing as npt
 
-from allocator.content_memo import (
+from allocator.ranking.content_memo import (
     UNKNOWN_CONTENT,
     UNKNOWN_FREE,
     NodeColumns,

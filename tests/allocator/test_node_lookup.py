@@ -12,9 +12,9 @@ from alloc_harness import make_app
 from builders import VOCAB, make_gpu_pod, make_node, request, whole
 from fake_kube import FakeKube
 
-from allocator.nodelookup import NodeLookup
+from allocator.picture.nodelookup import NodeLookup
+from allocator.picture.state import ClusterState
 from allocator.ports import Obj
-from allocator.state import ClusterState
 from tessera.transport import INLINE, NeedsThread
 
 

@@ -1,4 +1,4 @@
-"""Node names as one shared string object per name (allocator.content_memo.NodeNames), held
+"""Node names as one shared string object per name (allocator.ranking.content_memo.NodeNames), held
 by every per-node table of the picture; a verb's names, decoded from JSON, are answered
 without being kept."""
 
@@ -11,9 +11,9 @@ from typing import Any
 import pytest
 from builders import VOCAB, make_gpu_pod, make_node, request, share
 
-from allocator.content_memo import NodeNames
-from allocator.core import Allocator, AllocatorConfig
-from allocator.state import ClusterState
+from allocator.picture.state import ClusterState
+from allocator.ranking.content_memo import NodeNames
+from allocator.verbs.core import Allocator, AllocatorConfig
 
 
 def _fresh(name: str) -> str:

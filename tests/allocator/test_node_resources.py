@@ -1,4 +1,4 @@
-"""Node CPU and memory in the allocator (allocator/resources.py): kube-scheduler's per-pod
+"""Node CPU and memory in the allocator (allocator/picture/resources.py): kube-scheduler's per-pod
 request formula, the picture kept from the watch of bound pods and from our binds, and how
 it reaches the policies."""
 
@@ -12,16 +12,16 @@ from alloc_harness import make_app, sync
 from builders import VOCAB, make_gpu_pod, make_node, request, share, whole
 from fake_kube import FakeKube
 
-from allocator.config import Settings
-from allocator.core import AllocatorConfig
-from allocator.resources import (
+from allocator.picture.resources import (
     NodeResources,
     PodUsage,
     pod_requests,
     pod_usage,
 )
-from allocator.state import ClusterState
-from allocator.watch import reflectors
+from allocator.picture.state import ClusterState
+from allocator.picture.watch import reflectors
+from allocator.service.config import Settings
+from allocator.verbs.core import AllocatorConfig
 from tessera.vocabulary import ConfigError
 
 GI = 1024**3

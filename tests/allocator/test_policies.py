@@ -7,8 +7,8 @@ import random
 import pytest
 from builders import node_state, request, share, whole
 
-from allocator.fit import NodeState, Placement, place
-from allocator.policies import (
+from allocator.ranking.fit import NodeState, Placement, place
+from allocator.ranking.policies import (
     MAX_SCORE,
     REGISTRY,
     Policy,
@@ -17,7 +17,7 @@ from allocator.policies import (
     get_policy,
     scaled,
 )
-from allocator.policies.base import SCALINGS
+from allocator.ranking.policies.base import SCALINGS
 from tessera.vocabulary import PodRequest, RequestError
 
 NODES = [

@@ -9,7 +9,7 @@ from __future__ import annotations
 from hypothesis import given
 from hypothesis import strategies as st
 
-from allocator.extender import worth_sending
+from allocator.service.extender import worth_sending
 
 WEIGHT = 1
 

@@ -1,5 +1,5 @@
 """The release race: a pod filter left with no node for lack of room is asked again when our
-watch releases room it fits in (allocator/requeue.py), and filter never waits for the API."""
+watch releases room it fits in (allocator/verbs/requeue.py), and filter never waits for the API."""
 
 from __future__ import annotations
 
@@ -12,10 +12,10 @@ from alloc_harness import make_app
 from builders import VOCAB, make_gpu_pod, make_node, request, share, whole
 from fake_kube import FakeKube
 
-from allocator.app import Runtime
-from allocator.decisions import PodRef
 from allocator.errors import ApiError
-from allocator.requeue import RequeueOnRelease, requeue_patch
+from allocator.service.app import Runtime
+from allocator.verbs.decisions import PodRef
+from allocator.verbs.requeue import RequeueOnRelease, requeue_patch
 from tessera.vocabulary import PodRequest
 
 

@@ -10,9 +10,9 @@ from builders import VOCAB, make_gpu_pod, make_node, request, whole
 from fake_kube import FakeKube
 
 from allocator.errors import ApiError, Conflict
-from allocator.leader import LeaderElector
-from allocator.state import ClusterState
-from allocator.watch import Reflector, initial_sync, reflectors
+from allocator.kube.leader import LeaderElector
+from allocator.picture.state import ClusterState
+from allocator.picture.watch import Reflector, initial_sync, reflectors
 from tessera.vocabulary import Allocation, ContainerAllocation, encode_allocation
 
 
@@ -323,7 +323,7 @@ def test_a_relist_older_than_our_bind_neither_forgets_nor_overwrites_the_bound_p
 
 
 def test_a_relist_drives_replace_with_the_mark_taken_before_the_list_request() -> None:
-    from allocator.watch import Reflector
+    from allocator.picture.watch import Reflector
 
     order: list[str] = []
     got: list[int] = []

@@ -9,8 +9,8 @@ from typing import Any
 
 import pytest
 
-from allocator import extender
-from allocator.core import Allocator, AllocatorConfig
+from allocator.service import extender
+from allocator.verbs.core import Allocator, AllocatorConfig
 from bench import allocator_inprocess as inprocess
 
 

@@ -1,11 +1,11 @@
-"""The fragmentation measure and the two FGD policies (allocator/policies/fgd*.py)."""
+"""The fragmentation measure and the two FGD policies (allocator/ranking/policies/fgd*.py)."""
 
 from __future__ import annotations
 
 import pytest
 
-from allocator.fit import Card, CardState, NodeState, Placement, place
-from allocator.policies import (
+from allocator.ranking.fit import Card, CardState, NodeState, Placement, place
+from allocator.ranking.policies import (
     REGISTRY,
     NodeFacts,
     PolicyContext,
@@ -13,9 +13,9 @@ from allocator.policies import (
     chooser,
     get_policy,
 )
-from allocator.policies.fgd import FGD, compile_mix, fragmentation, mix_of
-from allocator.policies.fgd_cpu import SHORTFALL_TOLERANCE, FGDCpu, cpu_stranding
-from allocator.policies.fgd_ff import TOLERANCE, FGDFirstFit
+from allocator.ranking.policies.fgd import FGD, compile_mix, fragmentation, mix_of
+from allocator.ranking.policies.fgd_cpu import SHORTFALL_TOLERANCE, FGDCpu, cpu_stranding
+from allocator.ranking.policies.fgd_ff import TOLERANCE, FGDFirstFit
 from tessera.vocabulary import ContainerRequest, PodRequest
 
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from allocator.policies import REGISTRY
+from allocator.ranking.policies import REGISTRY
 from bench.openb.replay import Deployed, Replay
 from bench.openb.run import SHIPPED, SMALL_NODES, Task, deployed_label, pick_nodes, run_task
 from bench.openb.trace import MILLI, TraceNode, TracePod, load_nodes, load_pods, typical_pods

@@ -9,8 +9,8 @@ import math
 import numpy as np
 import pytest
 
-from allocator.fit import CardState, NodeState
-from allocator.policies import REGISTRY
+from allocator.ranking.fit import CardState, NodeState
+from allocator.ranking.policies import REGISTRY
 from bench.openb.replay import Replay, RunResult
 from bench.openb.run import SMALL_NODES, Task, pick_nodes, run_task
 from bench.openb.trace import MILLI, load_nodes, load_pods, typical_pods, workload_sequence

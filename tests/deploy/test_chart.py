@@ -190,7 +190,7 @@ def test_helm_install_equivalent_passes_a_server_side_dry_run(
 def test_values_set_the_image_replicas_resources_and_log_levels(helm: Path) -> None:
     docs = helm_template(helm, "image.repository=registry.example/tessera",
                          "image.tag=1.2.3", "allocator.replicas=3",
-                         "allocator.resources.limits.memory=4Gi", "webhook.logLevel=DEBUG",
+                         "allocator.picture.resources.limits.memory=4Gi", "webhook.logLevel=DEBUG",
                          "secondScheduler.enabled=true",
                          "secondScheduler.image=registry.k8s.io/kube-scheduler:v1.33.2")
     allocator = one(docs, "Deployment", "tessera-allocator")

@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from allocator.kube import KubeClient
+from allocator.kube.client import KubeClient
 from allocator.ports import Obj
 from devcluster.cluster import DevCluster
 from devcluster.nodes import uniform

@@ -25,7 +25,7 @@ from typing import Any
 
 import pytest
 
-from allocator.kube import KubeClient
+from allocator.kube.client import KubeClient
 from devcluster.cluster import DevCluster
 from devcluster.nodes import delete_nodes, uniform
 from devcluster.workloads import (

@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from allocator.policies import DEFAULT_POLICY
+from allocator.ranking.policies import DEFAULT_POLICY
 from devcluster.cluster import DevCluster
 from devcluster.nodes import uniform
 from devcluster.workloads import (

@@ -344,7 +344,7 @@ def allocator_client() -> Any:
     app, rt = make_app(fake, max_body_bytes=MAX_BODY)
     rt.allocator.bind("default", "holder", "uid-holder", "n2")
     # Filters that find no room remember the pod, by its uid, to ask it again on a release
-    # (allocator/requeue.py).
+    # (allocator/verbs/requeue.py).
     assert rt.allocator.requeue is not None
     return app.test_client()
 

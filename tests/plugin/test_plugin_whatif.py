@@ -7,8 +7,8 @@ import random
 import pytest
 from plugin_builders import MIB, gpu_node, gpu_pod, picture_of, scenario, shares, wholes
 
-from allocator.fit import Card, Unfit, empty_node, place
-from allocator.policies import REGISTRY, PolicyContext, chooser, get_policy
+from allocator.ranking.fit import Card, Unfit, empty_node, place
+from allocator.ranking.policies import REGISTRY, PolicyContext, chooser, get_policy
 from kubectl_tessera import whatif
 from kubectl_tessera.placing import ContentIds, ScoreMemo, place_best
 

@@ -1,0 +1,100 @@
+"""What the allocator decided about a pod, told to whoever listens: the hooks of the core.
+
+:class:`allocator.verbs.core.Allocator` calls these at the moments a person would want to know of:
+a pod bound with its cards, a bind that failed, a pod no offered node could take (with each
+node's reason), and a pod that fits again. The Events recorder (:mod:`allocator.kube.recorder`) and
+the page's recent-refusals map (:mod:`allocator.service.pending`) listen; tests listen with a list.
+
+Hooks run on the verbs' threads, so a listener must be quick (enqueue, update a small map)
+and must not raise; :class:`Fanout` makes sure a faulty one cannot fail a verb.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections import Counter
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+
+logger = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class PodRef:
+    """A pod by identity (what an Event's ``regarding`` needs)."""
+
+    namespace: str
+    name: str
+    uid: str
+
+    @classmethod
+    def of(cls, pod: Mapping[str, object]) -> PodRef:
+        meta = pod.get("metadata")
+        meta = meta if isinstance(meta, Mapping) else {}
+        return cls(str(meta.get("namespace") or "default"), str(meta.get("name") or ""),
+                   str(meta.get("uid") or ""))
+
+    @property
+    def key(self) -> str:
+        return f"{self.namespace}/{self.name}"
+
+
+class DecisionHooks:
+    """Every hook the core offers, each a no-op by default."""
+
+    def allocated(self, pod: PodRef, node: str, cards: tuple[int, ...], policy: str) -> None:
+        """The pod is bound to ``node`` holding ``cards`` (its allocation record written)."""
+
+    def bind_failed(self, pod: PodRef, node: str, message: str) -> None:
+        """A bind of the pod to ``node`` did not happen (``message`` as kube-scheduler gets
+        it); nothing of it remains."""
+
+    def refused(self, pod: PodRef, reasons: Mapping[str, str]) -> None:
+        """Filter left the pod no node: ``reasons`` has one entry per offered node."""
+
+    def fits(self, pod: PodRef) -> None:
+        """Filter found the pod at least one node (an earlier refusal no longer holds)."""
+
+
+NO_HOOKS = DecisionHooks()
+
+
+class Fanout(DecisionHooks):
+    """Calls every listener in turn; a listener that raises is logged and skipped."""
+
+    def __init__(self, listeners: Sequence[DecisionHooks]) -> None:
+        self.listeners = tuple(listeners)
+
+    def _each(self, hook: Callable[[DecisionHooks], None], what: str) -> None:
+        for listener in self.listeners:
+            try:
+                hook(listener)
+            except Exception:  # a listener's bug must never fail the verb that told it
+                logger.exception("decision hook %s of %s failed", what,
+                                 type(listener).__name__)
+
+    def allocated(self, pod: PodRef, node: str, cards: tuple[int, ...], policy: str) -> None:
+        self._each(lambda h: h.allocated(pod, node, cards, policy), "allocated")
+
+    def bind_failed(self, pod: PodRef, node: str, message: str) -> None:
+        self._each(lambda h: h.bind_failed(pod, node, message), "bind_failed")
+
+    def refused(self, pod: PodRef, reasons: Mapping[str, str]) -> None:
+        self._each(lambda h: h.refused(pod, reasons), "refused")
+
+    def fits(self, pod: PodRef) -> None:
+        self._each(lambda h: h.fits(pod), "fits")
+
+
+def reason_counts(reasons: Mapping[str, str]) -> list[tuple[str, int]]:
+    """(reason, how many nodes gave it), most frequent first, then by reason: the shape of
+    kube-scheduler's ``0/5 nodes are available: 3 Insufficient cpu, 2 ...``."""
+    counts = Counter(reasons.values())
+    return sorted(counts.items(), key=lambda item: (-item[1], item[0]))
+
+
+def refusal_summary(reasons: Mapping[str, str]) -> str:
+    """``0/3 nodes can take the GPU request: 2 nodes: <reason>; 1 node: <reason>``."""
+    parts = [f"{n} node{'s' if n != 1 else ''}: {reason}"
+             for reason, n in reason_counts(reasons)]
+    return f"0/{len(reasons)} nodes can take the GPU request: " + "; ".join(parts)
