@@ -67,7 +67,7 @@ from allocator.ranking.policies import (
     scaled_numbers,
 )
 from allocator.verbs.decisions import NO_HOOKS, DecisionHooks, PodRef
-from allocator.verbs.requeue import RequeueOnRelease
+from allocator.verbs.requeue import RequeueOnRelease, pod_priority
 from tessera.dialects import DialectConfig, read_pod_request
 from tessera.logs import pod_context
 from tessera.vocabulary import (
@@ -426,7 +426,7 @@ class Allocator:
                 # No node left, some only for lack of room: perhaps a release our watch has
                 # not applied yet, which kube-scheduler retried the pod on
                 # (allocator/verbs/requeue.py).
-                self.requeue.refused(PodRef.of(pod), request)
+                self.requeue.refused(PodRef.of(pod), request, pod_priority(pod))
         if isinstance(found, AskedNodes):
             return self._best_of(pod, request, found)
         return found

@@ -165,12 +165,16 @@ def test_under_usage_the_pod_goes_to_the_idle_one_of_two_equal_nodes(
 def test_a_high_genius_priority_created_behind_fifty_low_ones_binds_first(
     cluster: DevCluster, core_v1: Any, namespace: str, pool: NodePool
 ) -> None:
+    """One free card behind a cordon: every pod waits in kube-scheduler's queue; the uncordon
+    moves them all back at once, and its queue (PrioritySort) pops the highest priority first.
+
+    A cordon rather than a pod that frees its card: the allocator knows the node's free card
+    before the cordon lifts, so the first pod popped is judged on the truth (when a pod frees
+    the card, kube-scheduler may learn of it before the allocator's watch does)."""
     node = f"{namespace}-one"
     selector = pool([uniform(node, 1, A100, 80 * GIB)])
-    blocker = make_pod("blocker", [container(limits={"elasticgpu.io/gpu-core": "100"})],
-                       node_selector=selector)
-    core_v1.create_namespaced_pod(namespace, blocker)
-    assert node_of(core_v1, namespace, "blocker") == node
+    core_v1.patch_node(node, {"spec": {"unschedulable": True}})
+    wait_for("the allocator to know the node", lambda: card_doc(cluster, node), timeout=30)
 
     def genius(name: str, level: int) -> dict[str, Any]:
         return make_pod(name, labels={"genius/gpu-number": "1", "genius/priority": str(level)},
@@ -182,14 +186,15 @@ def test_a_high_genius_priority_created_behind_fifty_low_ones_binds_first(
     core_v1.create_namespaced_pod(namespace, genius("high", 9))
     high = get_object(core_v1.read_namespaced_pod, "high", namespace)
     assert high["spec"]["priorityClassName"] == "tessera-genius-priority-9"
-    assert high["spec"]["priority"] == 9
+    assert high["spec"]["priority"] == 9 and high["spec"]["preemptionPolicy"] == "Never"
     assert get_object(core_v1.read_namespaced_pod, low[0], namespace)["spec"]["priority"] == 1
     wait_for("every pod tried and refused",
              lambda: all(pending_reason(core_v1, namespace, n) for n in [*low, "high"]),
              timeout=120, interval=1)
     time.sleep(3)  # past every pod's first backoff: all of them wait in the same queue
-    core_v1.delete_namespaced_pod("blocker", namespace, grace_period_seconds=0)
+    core_v1.patch_node(node, {"spec": {"unschedulable": False}})
     assert node_of(core_v1, namespace, "high", timeout=90) == node
+    time.sleep(2)
     bound_low = [n for n in low if (get_object(core_v1.read_namespaced_pod, n, namespace)
                                     .get("spec") or {}).get("nodeName")]
     assert bound_low == []
