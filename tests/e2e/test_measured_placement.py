@@ -165,20 +165,22 @@ def test_under_usage_the_pod_goes_to_the_idle_one_of_two_equal_nodes(
 def test_a_high_genius_priority_created_behind_fifty_low_ones_binds_first(
     cluster: DevCluster, core_v1: Any, namespace: str, pool: NodePool
 ) -> None:
-    """One free card behind a cordon: every pod waits in kube-scheduler's queue; the uncordon
-    moves them all back at once, and its queue (PrioritySort) pops the highest priority first.
+    """One free card the pods' nodeSelector does not match yet: every pod waits in
+    kube-scheduler's queue; the label that opens the node moves them all back at once, and the
+    queue (PrioritySort) pops the highest priority first.
 
-    A cordon rather than a pod that frees its card: the allocator knows the node's free card
-    before the cordon lifts, so the first pod popped is judged on the truth (when a pod frees
-    the card, kube-scheduler may learn of it before the allocator's watch does)."""
+    Opened by a label rather than by a pod that frees the card: kube-scheduler judges the label
+    itself, and the allocator knows the node's free card before, so the first pod popped is
+    judged on the truth (a freed card may reach kube-scheduler before the allocator's watch; a
+    cordon leaves a taint the node controller lifts later)."""
     node = f"{namespace}-one"
     selector = pool([uniform(node, 1, A100, 80 * GIB)])
-    core_v1.patch_node(node, {"spec": {"unschedulable": True}})
     wait_for("the allocator to know the node", lambda: card_doc(cluster, node), timeout=30)
+    opened = {**selector, "tessera.e2e/open": "yes"}
 
     def genius(name: str, level: int) -> dict[str, Any]:
         return make_pod(name, labels={"genius/gpu-number": "1", "genius/priority": str(level)},
-                        node_selector=selector)
+                        node_selector=opened)
 
     low = [f"low-{i:02d}" for i in range(50)]
     for name in low:
@@ -192,7 +194,7 @@ def test_a_high_genius_priority_created_behind_fifty_low_ones_binds_first(
              lambda: all(pending_reason(core_v1, namespace, n) for n in [*low, "high"]),
              timeout=120, interval=1)
     time.sleep(3)  # past every pod's first backoff: all of them wait in the same queue
-    core_v1.patch_node(node, {"spec": {"unschedulable": False}})
+    core_v1.patch_node(node, {"metadata": {"labels": {"tessera.e2e/open": "yes"}}})
     assert node_of(core_v1, namespace, "high", timeout=90) == node
     time.sleep(2)
     bound_low = [n for n in low if (get_object(core_v1.read_namespaced_pod, n, namespace)
