@@ -28,6 +28,10 @@ the first scrape (every node written) and on a later one with one node changed s
 kept, ``allocator/service/node_series.py``), the ``/status`` document and the page's (its first
 nodes).
 
+``--measured`` runs each size without and then with dcgm-exporter's figures applied
+(:func:`apply_measured`, docs/metrics.md), and adds a row ``interleaved``: the warm filter of
+the two pictures, calls alternating, the fairest comparison on a shared machine.
+
 Usage: ``.venv/bin/python bench/allocator_inprocess.py [--nodes 1000 5000] [--repeat 50]
 [--policy fgd-cpu] [--cpu] [--no-node-resources] [--bodies] [--metrics] [--clock cpu]``; without
 ``--cpu``, ``--no-node-resources`` and ``--bodies`` it runs on the code before issue 12 too
@@ -240,6 +244,8 @@ def main() -> None:
             for measured in (False, True) if args.measured else (False,):
                 run_size(n, shapes, args.repeat, args.policy, args.cpu,
                          not args.no_node_resources, args.bodies, measured)
+            if args.measured:
+                run_interleaved(n, shapes["share 30%/4GiB"], args.repeat, args.policy, args.cpu)
 
 
 def run_metrics(n: int, repeat: int, cpu: bool) -> None:
@@ -265,6 +271,43 @@ def run_metrics(n: int, repeat: int, cpu: bool) -> None:
         print(f"{n:>6} {'':<16} {what:<11} {regime:<14} "
               f"{statistics.median(samples):>10.2f} {percentile(samples, 0.99):>8.2f}",
               flush=True)
+
+
+def run_interleaved(n: int, request: PodRequest, repeat: int, policy: str, cpu: bool) -> None:
+    """``--measured``'s fairest row: the warm filter without and with measured figures, the two
+    pictures' calls alternating (in alternating order), so that whatever else the machine does
+    weighs on both alike."""
+    pictures = {}
+    for measured in (False, True):
+        rng = random.Random(42)
+        state = build_state(n, rng, cpu)
+        if measured:
+            apply_measured(state, random.Random(43))
+        allocator = Allocator(state, api=None,  # type: ignore[arg-type]  # no binds here
+                              config=AllocatorConfig(default_policy=policy))
+        names = state.node_names()
+        if cpu:
+            feed_mix(allocator, names, rng)
+        pictures[measured] = (state, allocator, names)
+    pod = pod_obj(request, "bench-interleaved")
+    samples: dict[bool, list[float]] = {False: [], True: []}
+    rng = random.Random(7)
+    clock = CLOCK[0]
+    for _state, allocator, names in pictures.values():
+        allocator.filter(pod, names)
+    for i in range(max(repeat, 200)):  # cheap calls: more of them, for a steady median
+        for measured in (False, True) if i % 2 == 0 else (True, False):
+            state, allocator, names = pictures[measured]
+            victim = names[rng.randrange(len(names))]
+            with state._lock:
+                state._recompute(victim)
+            t0 = clock()
+            allocator.filter(pod, names)
+            samples[measured].append((clock() - t0) * 1000)
+    for measured, found in samples.items():
+        label = f"share 30%/4GiB{' +measured' if measured else ''}"
+        print(f"{n:>6} {label:<16} {'filter':<11} {'interleaved':<14} "
+              f"{statistics.median(found):>10.2f} {percentile(found, 0.99):>8.2f}", flush=True)
 
 
 def run_size(n: int, shapes: dict[str, PodRequest], repeat: int, policy: str, cpu: bool,

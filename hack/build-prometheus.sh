@@ -9,7 +9,9 @@
 # `go install module/cmd/prometheus@version` builds it. `-tags remove_all_sd` leaves out every
 # cloud service discovery (plugins/plugin_*.go: `//go:build !remove_all_sd || enable_*_sd`);
 # static, file and HTTP discovery stay (plugins/minimum.go). Without `builtinassets` the web
-# UI is not embedded; the HTTP API the allocator reads is all there.
+# UI is not embedded; the HTTP API the allocator reads is all there. Its go.mod asks for Go
+# 1.26: an older go (hack/setup.sh installs 1.24 where none is) fetches that toolchain from the
+# module proxy itself (GOTOOLCHAIN=auto, Go's default).
 #
 # Prints the directory holding the binary on its last line of stdout.
 set -euo pipefail
@@ -22,7 +24,7 @@ if [ -x "$OUT/bin/prometheus" ]; then
   echo "$OUT/bin"
   exit 0
 fi
-command -v go >/dev/null || { echo "build-prometheus: 'go' is not on PATH; install Go >= 1.26 (go.dev)" >&2; exit 2; }
+command -v go >/dev/null || { echo "build-prometheus: 'go' is not on PATH; install Go >= 1.21 (hack/setup.sh does)" >&2; exit 2; }
 mkdir -p "$OUT/bin"
 
 # v0.316.0 -> 3.16.0: the version Prometheus reports (its Makefile stamps it the same way).

@@ -87,8 +87,9 @@ class MeasuredConfig:
     memory_step_mib: int = 1024
     #: Foreign memory below this is noise (the driver's own use): ignored.
     memory_floor_mib: int = 512
-    #: Utilisation is rounded to a multiple of this (percent).
-    busy_step_percent: int = 10
+    #: Utilisation is rounded to a multiple of this (percent): quarters tell an idle card from
+    #: a busy one, and keep alike nodes alike (docs/metrics.md, Cost).
+    busy_step_percent: int = 25
 
     @property
     def enabled(self) -> bool:

@@ -131,7 +131,7 @@ def test_memory_used_by_others_is_not_free_and_why_says_so() -> None:
     """The issue's case: 70 of 80 GB measured in use by others takes no 20 GB share."""
     reading = {0: MeasuredCard(0, used_mib=70 * GIB, busy_percent=40)}
     figures = overlay(A100[:1], {}, reading, CONFIG)
-    assert figures == ((70 * GIB, 40),)
+    assert figures == ((70 * GIB, 50),)
     from allocator.ranking.fit import empty_node
     node = apply_overlay(empty_node("n1", A100[:1]), figures)
     assert node.cards[0].free_memory_mib == 10 * GIB
@@ -165,9 +165,11 @@ def test_noise_is_ignored_and_foreign_memory_is_stepped_up() -> None:
     assert overlay(A100, {}, reading, CONFIG) == ((0, 0), (2 * GIB, 0))
 
 
-def test_busy_percent_is_stepped_and_capped() -> None:
-    reading = {0: MeasuredCard(0, busy_percent=94), 1: MeasuredCard(1, busy_percent=100)}
-    assert overlay(A100, {}, reading, CONFIG) == ((0, 90), (0, 100))
+def test_busy_percent_is_stepped_to_quarters_and_capped() -> None:
+    reading = {0: MeasuredCard(0, busy_percent=94), 1: MeasuredCard(1, busy_percent=12)}
+    assert overlay(A100, {}, reading, CONFIG) == ((0, 100), (0, 0))
+    reading = {0: MeasuredCard(0, busy_percent=13), 1: MeasuredCard(1, busy_percent=100)}
+    assert overlay(A100, {}, reading, CONFIG) == ((0, 25), (0, 100))
 
 
 def test_foreign_memory_never_makes_free_memory_negative() -> None:

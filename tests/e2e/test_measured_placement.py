@@ -136,7 +136,7 @@ def test_a_card_others_fill_takes_no_share_and_the_pod_waits_with_that_reason(
     busy, free = f"{namespace}-busy", f"{namespace}-free"
     dcgm.set(CardFigures(busy, 0, used_mib=70 * GIB, total_mib=80 * GIB, util_percent=30))
     selector = pool([uniform(busy, 1, A100, 80 * GIB)])
-    wait_measured(cluster, busy, 70 * GIB, 30)
+    wait_measured(cluster, busy, 70 * GIB, 25)
     core_v1.create_namespaced_pod(namespace, share_pod("wants-20", selector, 20 * GIB))
     reason = wait_for("the pod's FailedScheduling reason",
                       lambda: pending_reason(core_v1, namespace, "wants-20"), timeout=60)
@@ -154,7 +154,7 @@ def test_under_usage_the_pod_goes_to_the_idle_one_of_two_equal_nodes(
     dcgm.set(CardFigures(hot, 0, used_mib=0, total_mib=80 * GIB, util_percent=90),
              CardFigures(idle, 0, used_mib=0, total_mib=80 * GIB, util_percent=0))
     selector = pool([uniform(hot, 1, A100, 80 * GIB), uniform(idle, 1, A100, 80 * GIB)])
-    wait_measured(cluster, hot, 0, 90)
+    wait_measured(cluster, hot, 0, 100)
     for i in range(3):
         name = f"usage-{i}"
         core_v1.create_namespaced_pod(namespace, share_pod(name, selector, 4 * GIB, core=10,

@@ -75,11 +75,11 @@ def test_inspect_wide_shows_measured_next_to_booked(prometheus: str) -> None:
     code, out, err = run(["inspect", "-o", "wide", "--prometheus", prometheus], _api())
     assert code == 0 and err == ""
     assert "measured: others / busy" in out
-    assert "62464 MiB / 90%" in out and "0 MiB / 0%" in out
+    assert "62464 MiB / 75%" in out and "0 MiB / 0%" in out
     assert "19456 MiB" in out  # card 1's free memory, others' use taken off
     code, out, _ = run(["inspect", "-o", "json", "--prometheus", prometheus], _api())
     cards = json.loads(out)["nodes"][0]["cards"]
-    assert [(c["foreignMemoryMiB"], c["busyPercent"]) for c in cards] == [(61 * GIB, 90),
+    assert [(c["foreignMemoryMiB"], c["busyPercent"]) for c in cards] == [(61 * GIB, 75),
                                                                           (0, 0)]
 
 
