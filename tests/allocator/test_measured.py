@@ -389,3 +389,79 @@ def test_metrics_off_by_default_and_the_settings_read_from_the_environment() -> 
 def test_a_bad_measured_setting_is_a_config_error(name: str, value: str) -> None:
     with pytest.raises(ConfigError, match=name):
         Settings.from_env({name: value})
+
+
+# ----------------------------------------------------------------------------- over HTTP
+
+
+@pytest.fixture
+def server() -> Any:
+    """A loopback HTTP server whose answer each test sets: (status, body, delay seconds)."""
+    import threading
+    import time as _time
+    from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+    answer: dict[str, Any] = {"status": 200, "body": reply(), "delay": 0.0}
+
+    class Handler(BaseHTTPRequestHandler):
+        def do_GET(self) -> None:
+            _time.sleep(answer["delay"])
+            try:
+                self.send_response(answer["status"])
+                self.send_header("Content-Type", "application/json")
+                self.end_headers()
+                self.wfile.write(answer["body"])
+            except (BrokenPipeError, ConnectionResetError):
+                pass  # the slow answer's client gave up (the timeout test)
+
+        def log_message(self, format: str, *args: Any) -> None:
+            pass
+
+    httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    httpd.daemon_threads = True
+    thread = threading.Thread(target=httpd.serve_forever, daemon=True)
+    thread.start()
+    answer["url"] = f"http://127.0.0.1:{httpd.server_address[1]}"
+    yield answer
+    httpd.shutdown()
+    httpd.server_close()
+
+
+def _source(url: str, **config: Any) -> tuple[MeasuredSource, ClusterState]:
+    state = _state("n1")
+    return MeasuredSource(MeasuredConfig(url=url, **config), state), state
+
+
+def test_figures_read_over_http_reach_the_cards(server: dict[str, Any]) -> None:
+    server["body"] = reply(*card_figures("n1", 0, 70 * GIB, 50))
+    source, state = _source(server["url"])
+    assert source.poll_once()
+    view = state.view("n1")
+    assert view is not None and view.state.cards[0].foreign_memory_mib == 70 * GIB
+
+
+def test_prometheus_s_error_reply_is_a_failed_query_with_its_message(
+        server: dict[str, Any]) -> None:
+    server["status"] = 400
+    server["body"] = b'{"status":"error","errorType":"bad_data","error":"parse error at char 3"}'
+    source, _ = _source(server["url"])
+    assert not source.poll_once()
+    assert "bad_data: parse error at char 3" in source.status()["lastError"]
+
+
+def test_a_slow_prometheus_times_out_and_never_hangs_the_poller(server: dict[str, Any]) -> None:
+    server["delay"] = 2.0
+    source, _ = _source(server["url"], timeout_seconds=0.3)
+    assert not source.poll_once()
+    assert "timed out" in source.status()["lastError"]
+
+
+def test_an_oversized_reply_is_refused(server: dict[str, Any],
+                                       monkeypatch: pytest.MonkeyPatch) -> None:
+    from allocator.service import measured_source
+
+    monkeypatch.setattr(measured_source, "MAX_REPLY_BYTES", 64)
+    server["body"] = reply(*card_figures("n1", 0, 1, 1))
+    source, _ = _source(server["url"])
+    assert not source.poll_once()
+    assert "larger than 64 bytes" in source.status()["lastError"]
