@@ -28,6 +28,10 @@ the first scrape (every node written) and on a later one with one node changed s
 kept, ``allocator/service/node_series.py``), the ``/status`` document and the page's (its first
 nodes).
 
+``--measured`` runs each size without and then with dcgm-exporter's figures applied
+(:func:`apply_measured`, docs/metrics.md), and adds a row ``interleaved``: the warm filter of
+the two pictures, calls alternating, the fairest comparison on a shared machine.
+
 Usage: ``.venv/bin/python bench/allocator_inprocess.py [--nodes 1000 5000] [--repeat 50]
 [--policy fgd-cpu] [--cpu] [--no-node-resources] [--bodies] [--metrics] [--clock cpu]``; without
 ``--cpu``, ``--no-node-resources`` and ``--bodies`` it runs on the code before issue 12 too
@@ -75,7 +79,8 @@ def node_obj(name: str, cpu: bool = False) -> dict[str, Any]:
 
 def bound_pod(uid: str, node: str, containers: tuple[ContainerAllocation, ...],
               cpu: int = 0) -> dict[str, Any]:
-    alloc = Allocation(node=node, containers=containers, pod_uid=uid)
+    # allocated at 1.0 (long before --measured's sample): what the sample shows is theirs
+    alloc = Allocation(node=node, containers=containers, allocated_at=1.0, pod_uid=uid)
     return {"metadata": {"uid": uid, "namespace": "bench", "name": uid,
                          "annotations": {VOCAB.allocation_annotation: encode_allocation(alloc)}},
             "spec": {"nodeName": node, "containers": [
@@ -113,6 +118,31 @@ def build_state(n: int, rng: random.Random, cpu: bool = False) -> ClusterState:
 MIX = [PodRequest((ContainerRequest("main", core_percent=c, memory_mib=m),))
        for c, m in ((25, 4096), (50, 8192))] + [
       PodRequest((ContainerRequest("main", cards=k),)) for k in (1, 2)]
+
+
+def apply_measured(state: ClusterState, rng: random.Random) -> None:
+    """``--measured``: dcgm-exporter's figures for every card, through the allocator's own
+    path (:meth:`ClusterState.apply_sample`): used memory as booked, and on one node in ten
+    one card also carrying 4-12 GiB of processes Tessera did not place; utilisation drawn per
+    card (0-100 %, stepped by the allocator), so that nodes alike by their bookings mostly
+    differ by what is measured: the memos' worst case."""
+    from allocator.picture.measured import MeasuredCard, MeasuredConfig, Sample
+
+    nodes = {}
+    for name in state.node_names():
+        view = state.view(name)
+        assert view is not None
+        foreign = rng.random() < 0.1
+        cards = {}
+        for cs in view.state.cards:
+            used = cs.memory_used_mib
+            if foreign and cs.card.index == 0:
+                used = min(cs.card.memory_mib, used + rng.choice([4, 8, 12]) * 1024)
+            busy = rng.randrange(0, 101) if cs.holders else 0
+            cards[cs.card.index] = MeasuredCard(cs.card.index, used, cs.card.memory_mib - used,
+                                                busy)
+        nodes[name] = cards
+    state.apply_sample(Sample(1000.0, nodes), MeasuredConfig(url="http://bench"))
 
 
 def feed_mix(allocator: Allocator, names: list[str], rng: random.Random) -> None:
@@ -195,6 +225,9 @@ def main() -> None:
     parser.add_argument("--metrics", action="store_true",
                         help="time /metrics and the /status document instead of the verbs")
     parser.add_argument("--clock", choices=["wall", "cpu"], default="wall")
+    parser.add_argument("--measured", action="store_true",
+                        help="each size twice in one run: without, then with measured figures "
+                             "(apply_measured)")
     args = parser.parse_args()
     if args.clock == "cpu":
         CLOCK[0] = time.process_time
@@ -209,8 +242,11 @@ def main() -> None:
         if args.metrics:
             run_metrics(n, args.repeat, args.cpu)
         else:
-            run_size(n, shapes, args.repeat, args.policy, args.cpu, not args.no_node_resources,
-                     args.bodies)
+            for measured in (False, True) if args.measured else (False,):
+                run_size(n, shapes, args.repeat, args.policy, args.cpu,
+                         not args.no_node_resources, args.bodies, measured)
+            if args.measured:
+                run_interleaved(n, shapes["share 30%/4GiB"], args.repeat, args.policy, args.cpu)
 
 
 def run_metrics(n: int, repeat: int, cpu: bool) -> None:
@@ -238,10 +274,49 @@ def run_metrics(n: int, repeat: int, cpu: bool) -> None:
               flush=True)
 
 
+def run_interleaved(n: int, request: PodRequest, repeat: int, policy: str, cpu: bool) -> None:
+    """``--measured``'s fairest row: the warm filter without and with measured figures, the two
+    pictures' calls alternating (in alternating order), so that whatever else the machine does
+    weighs on both alike."""
+    pictures = {}
+    for measured in (False, True):
+        rng = random.Random(42)
+        state = build_state(n, rng, cpu)
+        if measured:
+            apply_measured(state, random.Random(43))
+        allocator = Allocator(state, api=None,  # type: ignore[arg-type]  # no binds here
+                              config=AllocatorConfig(default_policy=policy))
+        names = state.node_names()
+        if cpu:
+            feed_mix(allocator, names, rng)
+        pictures[measured] = (state, allocator, names)
+    pod = pod_obj(request, "bench-interleaved")
+    samples: dict[bool, list[float]] = {False: [], True: []}
+    rng = random.Random(7)
+    clock = CLOCK[0]
+    for _state, allocator, names in pictures.values():
+        allocator.filter(pod, names)
+    for i in range(max(repeat, 200)):  # cheap calls: more of them, for a steady median
+        for measured in (False, True) if i % 2 == 0 else (True, False):
+            state, allocator, names = pictures[measured]
+            victim = names[rng.randrange(len(names))]
+            with state._lock:
+                state._recompute(victim)
+            t0 = clock()
+            allocator.filter(pod, names)
+            samples[measured].append((clock() - t0) * 1000)
+    for measured, found in samples.items():
+        label = f"share 30%/4GiB{' +measured' if measured else ''}"
+        print(f"{n:>6} {label:<16} {'filter':<11} {'interleaved':<14} "
+              f"{statistics.median(found):>10.2f} {percentile(found, 0.99):>8.2f}", flush=True)
+
+
 def run_size(n: int, shapes: dict[str, PodRequest], repeat: int, policy: str, cpu: bool,
-             node_resources: bool, bodies: bool = False) -> None:
+             node_resources: bool, bodies: bool = False, measured: bool = False) -> None:
     rng = random.Random(42)
     state = build_state(n, rng, cpu)
+    if measured:
+        apply_measured(state, random.Random(43))
     allocator = Allocator(state, api=None,  # type: ignore[arg-type]  # no binds here
                           config=AllocatorConfig(default_policy=policy) if node_resources
                           else AllocatorConfig(default_policy=policy, node_resources=False))
@@ -263,6 +338,7 @@ def run_size(n: int, shapes: dict[str, PodRequest], repeat: int, policy: str, cp
 
     for label, request in shapes.items():
         pod = pod_obj(request, f"bench-{label}")
+        label = f"{label}{' +measured' if measured else ''}"
         verbs: list[tuple[str, Callable[[], object]]] = [
             ("filter", lambda p=pod: allocator.filter(p, names)),  # type: ignore[misc]
             ("prioritize", lambda p=pod: allocator.prioritize(p, names)),  # type: ignore[misc]

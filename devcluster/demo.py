@@ -14,10 +14,12 @@ from __future__ import annotations
 import argparse
 import contextlib
 import logging
+import shutil
 import signal
 import ssl
 import subprocess
 import sys
+import tempfile
 import time
 from collections.abc import Iterable
 from pathlib import Path
@@ -28,8 +30,10 @@ from devcluster import DevClusterError
 from devcluster.binaries import ensure_binaries, repo_root
 from devcluster.browser import relay
 from devcluster.cluster import DevCluster
+from devcluster.dcgm import CardFigures, FakeDcgmExporter
 from devcluster.nodes import Card, GpuNodeSpec, Inventory, uniform
 from devcluster.options import Options
+from devcluster.prometheus import PrometheusServer, ensure_prometheus
 from devcluster.workloads import (
     container,
     ensure_namespace,
@@ -115,6 +119,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--agent-profile", choices=[p.value for p in AgentProfile], default=DEFAULT_PROFILE,
         help="the node agent the fake nodes stand for: they advertise its resources and "
              "both services run with this profile (default elastic; docs/agents.md)",
+    )
+    parser.add_argument(
+        "--metrics", action="store_true",
+        help="also run a real Prometheus scraping a stand-in dcgm-exporter (processes outside "
+             "Tessera on gpu-mixed's first card, a busy A10) and point the allocator at it "
+             "(docs/metrics.md; builds Prometheus on first use)",
     )
     parser.add_argument(
         "--timeout", type=float, default=120.0,
@@ -238,6 +248,31 @@ def _playground(cluster: DevCluster, kubectl: Path, page: str) -> str:
     )
 
 
+def _start_metrics(workdir: Path | None) -> tuple[FakeDcgmExporter, PrometheusServer]:
+    """The stand-in dcgm-exporter with the demo's figures, and a Prometheus scraping it."""
+    exporter = FakeDcgmExporter().start()
+    exporter.set(
+        CardFigures("gpu-mixed", 0, used_mib=61 * 1024, total_mib=81920, util_percent=90),
+        *(CardFigures("gpu-a10", i, used_mib=0, total_mib=24576, util_percent=80 if i else 5)
+          for i in range(4)))
+    base = workdir or Path(tempfile.mkdtemp(prefix="tessera-demo-prometheus-"))
+    try:
+        server = PrometheusServer(ensure_prometheus(), base / "prometheus",
+                                  [exporter.address]).start()
+    except BaseException:
+        exporter.stop()
+        raise
+    return exporter, server
+
+
+def _stop_metrics(measured: tuple[FakeDcgmExporter, PrometheusServer] | None) -> None:
+    if measured:
+        measured[1].stop()
+        measured[0].stop()
+        if measured[1].workdir.parent.name.startswith("tessera-demo-prometheus-"):
+            shutil.rmtree(measured[1].workdir.parent, ignore_errors=True)
+
+
 def run(args: argparse.Namespace) -> int:
     out = sys.stdout
     print("tessera demo: finding or building the control plane (first build: many minutes)...",
@@ -249,8 +284,15 @@ def run(args: argparse.Namespace) -> int:
         return 1
     if args.workdir is not None:
         args.workdir.mkdir(parents=True, exist_ok=True)
+    try:
+        measured = _start_metrics(args.workdir) if args.metrics else None
+    except DevClusterError as exc:
+        print(f"tessera demo: {exc}", file=sys.stderr)
+        return 1
+    allocator_args = (f"--prometheus-url={measured[1].url}",) if measured else ()
     cluster = DevCluster(binaries, args.workdir,
-                         Options(agent_profile=AgentProfile(args.agent_profile)))
+                         Options(agent_profile=AgentProfile(args.agent_profile),
+                                 allocator_args=allocator_args))
     print(f"tessera demo: starting etcd, kube-apiserver, kube-controller-manager, KWOK, "
           f"webhook, allocator, kube-scheduler "
           f"({binaries.versions or binaries.directory})", file=out, flush=True)
@@ -258,6 +300,7 @@ def run(args: argparse.Namespace) -> int:
         cluster.start()
     except DevClusterError as exc:
         print(f"tessera demo: {exc}\n(files kept in {cluster.workdir})", file=sys.stderr)
+        _stop_metrics(measured)
         return 1
     failed = False
     try:
@@ -286,6 +329,12 @@ def run(args: argparse.Namespace) -> int:
             for name in sorted(pending):
                 print(f"  {name}: {pending[name]}", file=out)
             print("", file=out)
+        if measured:
+            print("Measured GPU figures (docs/metrics.md), from a real Prometheus at "
+                  f"{measured[1].url}:\n"
+                  f"  kubectl tessera inspect -o wide --prometheus {measured[1].url}\n"
+                  "  the allocator's page and /status: measured figures per card",
+                  file=out, flush=True)
         if args.no_wait:
             print("The allocator's decisions, its page and `kubectl tessera`: docs/allocator.md, "
                   "docs/operators.md.", file=out, flush=True)
@@ -303,6 +352,7 @@ def run(args: argparse.Namespace) -> int:
         signal.signal(signal.SIGINT, signal.SIG_IGN)
         signal.signal(signal.SIGTERM, signal.SIG_IGN)
         cluster.stop(keep_files=failed or args.workdir is not None)
+        _stop_metrics(measured)
         _say(sys.stderr, "tessera demo: stopped and cleaned up" + (
             f"; logs kept in {cluster.control_plane.log_dir}" if failed else ""))
     return 1 if failed else 0

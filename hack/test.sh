@@ -33,6 +33,8 @@ fi
 # etcd, kube-apiserver, kube-controller-manager, kube-scheduler, kubectl, KWOK and helm: built
 # once from Go modules, then cached.
 bash hack/build-controlplane.sh >/dev/null
+# Prometheus (the measured-figures e2e tests, docs/metrics.md): built once from its Go module.
+bash hack/build-prometheus.sh >/dev/null
 
 .venv/bin/ruff check .
 .venv/bin/mypy

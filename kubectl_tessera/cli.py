@@ -20,11 +20,14 @@ from typing import Any, TextIO
 import yaml
 
 from allocator.errors import ApiError, NotFound
+from allocator.picture.measured import HOSTNAME_LABEL, MeasuredConfig, parse_sample
 from allocator.ranking.policies import DEFAULT_POLICY, REGISTRY, get_policy
+from allocator.service.measured_source import http_get
 from kubectl_tessera import defrag, inspection, whatif, why
 from kubectl_tessera.picture import (
     Picture,
     build_picture,
+    measure,
     parse_selector,
     read_pod,
     selector_matches,
@@ -68,6 +71,13 @@ def build_parser() -> argparse.ArgumentParser:
     common.add_argument("--default-policy", default=DEFAULT_POLICY,
                         help=f"the allocator's --policy (default {DEFAULT_POLICY})")
     common.add_argument("--seed", type=int, default=0, help="the allocator's --seed")
+    common.add_argument("--prometheus", default=os.environ.get("TESSERA_PROMETHEUS_URL", ""),
+                        help="Prometheus base URL: put dcgm-exporter's measured figures on "
+                             "the cards as the allocator does (default: "
+                             "$TESSERA_PROMETHEUS_URL; none)")
+    common.add_argument("--prometheus-node-label", default=HOSTNAME_LABEL,
+                        help=f"label naming the node on those series (default "
+                             f"{HOSTNAME_LABEL})")
     common.add_argument("-o", "--output", default="table",
                         choices=("table", "wide", "json", "yaml"), help="output format")
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
@@ -121,7 +131,19 @@ def _picture(objects: Objects, args: argparse.Namespace, config: DialectConfig) 
         raise UsageError(str(exc)) from exc
     nodes = [n for n in objects.nodes
              if selector_matches(selector, ((n.get("metadata") or {}).get("labels") or {}))]
-    return build_picture(nodes, objects.pods, config)
+    picture = build_picture(nodes, objects.pods, config)
+    if not args.prometheus:
+        return picture
+    measured = MeasuredConfig(url=args.prometheus, node_label=args.prometheus_node_label)
+    try:
+        sample = parse_sample(http_get(measured.query_url(), measured.timeout_seconds),
+                              measured.node_label)
+    except (OSError, ValueError) as exc:
+        # The picture is still right by the bookings; say what is missing and go on.
+        args.warn(f"{PROG}: measured figures from {args.prometheus} not read "
+                  f"({type(exc).__name__}: {exc}); by bookings alone\n")
+        return picture
+    return measure(picture, sample, measured)
 
 
 def _plain(value: Any) -> Any:
@@ -158,7 +180,8 @@ def cmd_inspect(args: argparse.Namespace, api: Reader, out: TextIO) -> int:
         return 0
     _emit(out, args.output, inspection.document(picture, nodes),
           lambda: inspection.render(picture, nodes, wide=args.output == "wide",
-                                 colour=_colour(args, out)))
+                                 colour=_colour(args, out),
+                                 measured=bool(args.prometheus)))
     return 0
 
 
@@ -223,6 +246,7 @@ def main(argv: Sequence[str] | None = None, *, reader: ReaderFactory = _kube_rea
     out = out or sys.stdout
     err = err or sys.stderr
     args = build_parser().parse_args(list(sys.argv[1:] if argv is None else argv))
+    args.warn = err.write  # what goes wrong on the side (measured figures): a line on stderr
     try:
         return COMMANDS[args.command](args, reader(args), out)
     except BrokenPipeError:

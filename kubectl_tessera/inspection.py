@@ -61,9 +61,21 @@ def notes(picture: Picture, nodes: Sequence[GpuNode]) -> list[str]:
     return out
 
 
+def measured_figures(nodes: Sequence[GpuNode]) -> dict[str, dict[int, tuple[int, int]]] | None:
+    """Per node and card index, the measured (foreign MiB, busy %) (None: none were read)."""
+    if not any(n.measured for n in nodes):
+        return None
+    return {n.name: {card.index: figures for card, figures in zip(n.cards, n.measured,
+                                                                  strict=True)}
+            for n in nodes if n.measured}
+
+
 def render(picture: Picture, nodes: Sequence[GpuNode], *, wide: bool = False,
-           colour: bool = False) -> str:
-    text = render_table(card_usage(picture, nodes), wide=wide, colour=colour)
+           colour: bool = False, measured: bool = False) -> str:
+    """The table; ``measured``: Prometheus was read (an empty column says nothing measured)."""
+    figures = measured_figures(nodes)
+    text = render_table(card_usage(picture, nodes), wide=wide, colour=colour,
+                        measured=figures if figures is not None or not measured else {})
     extra = notes(picture, nodes)
     if extra:
         text += "\n" + "\n".join(f"! {line}" for line in extra) + "\n"
@@ -74,9 +86,11 @@ def document(picture: Picture, nodes: Sequence[GpuNode]) -> dict[str, Any]:
     """The JSON/YAML form: per node and card what is used and by which pod containers."""
     usage = card_usage(picture, nodes)
     out_nodes: list[dict[str, Any]] = []
+    figures = measured_figures(nodes) or {}
     for n in nodes:
         cards = []
         for u in sorted(usage[n.name], key=lambda u: u.card.index):
+            others, busy = figures.get(n.name, {}).get(u.card.index, (0, 0))
             cards.append({
                 "index": u.card.index,
                 "model": u.card.model,
@@ -84,6 +98,8 @@ def document(picture: Picture, nodes: Sequence[GpuNode]) -> dict[str, Any]:
                 "coreUsedPercent": u.core_used,
                 "memoryUsedMiB": u.memory_used,
                 "whole": any(h.whole for h in u.holdings),
+                "foreignMemoryMiB": others,
+                "busyPercent": busy,
                 "pods": [{
                     "namespace": h.pod.split("/", 1)[0],
                     "name": h.pod.split("/", 1)[1],

@@ -20,11 +20,19 @@ its pod, an unreadable inventory as a problem on its node.
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from functools import cached_property
 from typing import Any
 
 from allocator.picture.inventory import read_inventory
+from allocator.picture.measured import (
+    MeasuredConfig,
+    Overlay,
+    Sample,
+    apply_overlay,
+    booked_before,
+    overlay,
+)
 from allocator.ranking.cards import Card, NodeState, build_node_state
 from tessera.dialects import DialectConfig, read_pod_request
 from tessera.vocabulary import (
@@ -94,13 +102,15 @@ class GpuNode:
     state: NodeState
     #: Over-commitment found while applying the records (allocator.ranking.cards.build_node_state).
     overcommitted: tuple[str, ...]
+    #: Measured figures per card position, as the allocator applies them (:func:`measure`).
+    measured: Overlay = ()
 
     def state_without(self, uids: Iterable[str]) -> NodeState:
         """The node as it would be if these pods released their cards."""
         gone = set(uids)
         state, _ = build_node_state(
             self.name, self.cards, [r for r in self.records if r[0] not in gone])
-        return state
+        return apply_overlay(state, self.measured)
 
 
 @dataclass(frozen=True)
@@ -226,6 +236,24 @@ def build_picture(nodes: Iterable[Mapping[str, Any]], pods: Iterable[Mapping[str
         ))
     return Picture(tuple(sorted(out, key=lambda n: n.name)),
                    tuple(sorted(gpu_pods, key=lambda p: p.key)))
+
+
+def measure(picture: Picture, sample: Sample, config: MeasuredConfig) -> Picture:
+    """The picture with Prometheus's figures on the cards, as the allocator puts them there
+    (:meth:`allocator.state.ClusterState.apply_sample`)."""
+    allocated: dict[str, list[tuple[float, tuple[ContainerAllocation, ...]]]] = {}
+    for pod in picture.holders:
+        if pod.allocation is not None:
+            allocated.setdefault(pod.node, []).append(
+                (pod.allocation.allocated_at, pod.allocation.containers))
+    nodes = []
+    for node in picture.nodes:
+        seen = booked_before(allocated.get(node.name, ()), node.cards,
+                             sample.at - config.settle_seconds)
+        figures = overlay(node.cards, seen, sample.nodes.get(node.name), config)
+        nodes.append(replace(node, measured=figures,
+                             state=apply_overlay(node.state, figures)))
+    return Picture(tuple(nodes), picture.pods)
 
 
 def selector_excludes(pod: GpuPod, node: GpuNode) -> str:

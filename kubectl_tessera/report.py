@@ -193,16 +193,25 @@ def _paint(text: str, u: CardUsage) -> str:
     return f"{colour}{text}{_RESET}"
 
 
+#: Per node, per card index: (memory MiB used by processes Tessera did not place, busy %).
+Measured = Mapping[str, Mapping[int, tuple[int, int]]]
+
+
 def render_table(usage: Mapping[str, list[CardUsage]], *, wide: bool = False,
-                 colour: bool = False) -> str:
+                 colour: bool = False, measured: Measured | None = None) -> str:
     """A per-node, per-card table of who got what.
 
-    ``wide`` adds the free core and memory of each card; ``colour`` paints the core-used cell
-    (green idle, yellow partly used, red full) for a terminal. Cells are padded before they are
-    painted, so the columns stay aligned.
+    ``wide`` adds the free core and memory of each card, and with ``measured`` figures
+    (allocator/picture/measured.py) what is measured next to what is booked: memory used by others
+    and utilisation; ``colour`` paints the core-used cell (green idle, yellow partly used,
+    red full) for a terminal. Cells are padded before they are painted, so the columns stay
+    aligned.
     """
     lines: list[str] = []
+    shown = wide and measured is not None
     free_head = f"{'core free':>10}  {'memory free':>14}  " if wide else ""
+    if shown:
+        free_head += f"{'measured: others / busy':>24}  "
     for node in sorted(usage):
         cards = usage[node]
         lines.append(f"{node}  ({len(cards)} card{'s' if len(cards) != 1 else ''})")
@@ -211,6 +220,7 @@ def render_table(usage: Mapping[str, list[CardUsage]], *, wide: bool = False,
             f"{free_head}pods"
         )
         blank = f"{'':>10}  {'':>14}  " if wide else ""
+        blank += f"{'':>24}  " if shown else ""
         for u in sorted(cards, key=lambda u: u.card.index):
             mem = f"{u.memory_used} / {u.card.memory_mib} MiB"
             core = f"{u.core_used:>9}%"
@@ -218,8 +228,11 @@ def render_table(usage: Mapping[str, list[CardUsage]], *, wide: bool = False,
                 core = _paint(core, u)
             free = ""
             if wide:
-                free_mem = f"{u.card.memory_mib - u.memory_used} MiB"
+                others, busy = (measured or {}).get(node, {}).get(u.card.index, (0, 0))
+                free_mem = f"{u.card.memory_mib - u.memory_used - others} MiB"
                 free = f"{WHOLE_CARD_PERCENT - u.core_used:>9}%  {free_mem:>14}  "
+                if shown:
+                    free += f"{f'{others} MiB / {busy}%':>24}  "
             first = describe_holding(u.holdings[0]) if u.holdings else "-"
             lines.append(
                 f"  #{u.card.index:<4}{u.card.model[:19]:<20}{core}  {mem:>22}  {free}{first}"

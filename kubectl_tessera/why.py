@@ -89,7 +89,8 @@ def describe_request(request: PodRequest) -> str:
 
 def _free(state: NodeState) -> tuple[int, int, int]:
     return (state.idle_cards, state.core_total - state.core_used,
-            state.memory_total_mib - state.memory_used_mib)
+            state.memory_total_mib - state.memory_used_mib
+            - sum(c.foreign_memory_mib for c in state.cards))  # measured use of others
 
 
 def verdicts(pod: GpuPod, request: PodRequest, nodes: Sequence[GpuNode],

@@ -35,6 +35,7 @@ KEEPALIVE_SECONDS = 120
 _FLAGS: serving.EnvFlags = {
     **serving.DIALECT_FLAGS,
     "scheduler_name": ("--scheduler-name", "TESSERA_SCHEDULER_NAME"),
+    "genius_priority_levels": ("--genius-priority-levels", "TESSERA_GENIUS_PRIORITY_LEVELS"),
     "max_body_bytes": ("--max-body-bytes", "TESSERA_WEBHOOK_MAX_BODY_BYTES"),
     **LISTENER.flags(),
 }

@@ -27,6 +27,8 @@ LISTENER: Final = Listener("TESSERA_WEBHOOK", port=8443, threads=4, workers=2)
 ENV_VARS: Final = {
     **DIALECT_ENV_HELP,
     "TESSERA_SCHEDULER_NAME": "schedulerName to set on GPU pods (default: leave unchanged)",
+    "TESSERA_GENIUS_PRIORITY_LEVELS": "N > 0: a GPU pod's genius/priority label (clamped to "
+    "0..N) becomes PriorityClass tessera-genius-priority-<level> (default 0: off)",
     "TESSERA_WEBHOOK_INSECURE_HTTP": "'true' to serve plain HTTP (local development only)",
     "TESSERA_WEBHOOK_MAX_BODY_BYTES": "largest AdmissionReview accepted "
     f"(default {DEFAULT_MAX_BODY_BYTES})",
@@ -54,7 +56,8 @@ class WebhookConfig:
                 f"(lowercase DNS subdomain, e.g. tessera-scheduler)"
             )
         config = cls(
-            mutation=MutationConfig(dialects, scheduler_name),
+            mutation=MutationConfig(dialects, scheduler_name, read.integer(
+                "TESSERA_GENIUS_PRIORITY_LEVELS", 0, 0, 1000)),
             max_body_bytes=read.integer(
                 "TESSERA_WEBHOOK_MAX_BODY_BYTES", DEFAULT_MAX_BODY_BYTES, 1024, 64 * 1024 * 1024
             ),

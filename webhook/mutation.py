@@ -25,6 +25,7 @@ from tessera.vocabulary import (
     decode_request,
     encode_request,
 )
+from webhook.priority import apply_genius_priority
 
 
 @dataclass(frozen=True)
@@ -36,6 +37,8 @@ class MutationConfig:
     dialects: DialectConfig = field(default_factory=DialectConfig)
     #: schedulerName written on GPU pods; None leaves the pod's own.
     scheduler_name: str | None = None
+    #: Genius's ``genius/priority`` as PriorityClasses of levels 0..N (0: off; priority.py).
+    genius_priority_levels: int = 0
 
 
 @dataclass(frozen=True)
@@ -233,4 +236,5 @@ def mutate_pod(pod: Mapping[str, Any], config: MutationConfig) -> Mutation:
     labels[vocabulary.mode_label] = placed.mode.value
     if config.scheduler_name:
         spec["schedulerName"] = config.scheduler_name
+    apply_genius_priority(new, config.genius_priority_levels)
     return Mutation(new, placed, changed=new != pod)

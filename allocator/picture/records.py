@@ -99,6 +99,11 @@ class PodRecords:
         return [(u, self._pods[u].allocation.containers)
                 for u in sorted(self._by_node.get(node, ()))]
 
+    def bookings_on(self, node: str) -> list[tuple[float, tuple[ContainerAllocation, ...]]]:
+        """When each pod on ``node`` was allocated, and its containers' cards."""
+        return [(self._pods[u].allocation.allocated_at, self._pods[u].allocation.containers)
+                for u in self._by_node.get(node, ()) if u in self._pods]
+
     def put(self, record: PodRecord) -> list[str]:
         """Keep ``record``; the nodes whose usage it changed."""
         old = self._pods.get(record.uid)

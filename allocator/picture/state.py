@@ -24,6 +24,14 @@ from allocator.hami.writer import bind_failed_for_any as hami_bind_failed
 from allocator.picture import status
 from allocator.picture.holds import Hold, Holds
 from allocator.picture.inventory import Inventory
+from allocator.picture.measured import (
+    MeasuredConfig,
+    Overlay,
+    Sample,
+    apply_overlay,
+    booked_before,
+    overlay,
+)
 from allocator.picture.names import NodeNames, meta_str
 from allocator.picture.nodes import (
     NodeTable,
@@ -53,6 +61,8 @@ class ClusterState:
         self._pods = PodRecords()
         #: Filter's holds by pod UID (records at Stage.HELD), oldest first (:meth:`hold`).
         self._holds = Holds()
+        #: Each node's measured figures as applied to its cards (:meth:`apply_sample`).
+        self._measured: dict[str, Overlay] = {}
         self._synced = threading.Event()
         #: told every node's new state, removal and free CPU (:meth:`observe`)
         self._observers = Observers()
@@ -156,6 +166,7 @@ class ClusterState:
     def remove_node(self, name: str) -> None:
         with self._lock:
             self._nodes.remove(name)
+            self._measured.pop(name, None)
             self._observers.node_gone(name)
             self.resources.remove_node(name)
 
@@ -361,6 +372,35 @@ class ClusterState:
             self._pods.bad[uid] = why
         logger.warning("ignoring allocation record: %s", why, extra=pod_context(pod))
 
+    # ------------------------------------------------------------------ measured figures
+    def apply_sample(self, sample: Sample | None, config: MeasuredConfig) -> int:
+        """Put each node's measured figures on its cards (None: take them all off, placing by
+        bookings alone); the nodes whose cards changed. A node's foreign memory is what its
+        sample shows beyond the bookings the sample can show
+        (:mod:`allocator.picture.measured`), and stays as computed until the next sample: a
+        pod bound or released meanwhile changes the bookings, not what the sample saw."""
+        changed = 0
+        for name in self._nodes.names():
+            with self._lock:  # per node: binds and watches wait for one node at most
+                entry = self._nodes.entries.get(name)
+                if entry is None:
+                    continue
+                figures: Overlay = ()
+                reading = sample.nodes.get(name) if sample is not None else None
+                if sample is not None and reading:
+                    seen = booked_before(self._pods.bookings_on(name), entry.cards,
+                                         sample.at - config.settle_seconds)
+                    figures = overlay(entry.cards, seen, reading, config)
+                if self._measured.get(name, ()) == figures:
+                    continue
+                if figures:
+                    self._measured[name] = figures
+                else:
+                    self._measured.pop(name, None)
+                self._recompute(name)
+                changed += 1
+        return changed
+
     def _recompute(self, name: str) -> None:
         entry = self._nodes.entries.get(name)
         if entry is None:
@@ -369,6 +409,7 @@ class ClusterState:
         if problems and problems != entry.problems:
             logger.error("node %s over-committed: %s", name, "; ".join(problems),
                          extra={"node": name})
+        state = apply_overlay(state, self._measured.get(name, ()))  # hook: measured figures
         self._observers.node_changed(name, state)
         self._nodes.set_state(name, state, problems)
 

@@ -41,6 +41,8 @@ def _node(row: NodeRow, pods: Mapping[str, PodRecord], cpu_free: int | None,
         "coreUsedPercent": cs.core_used,
         "memoryUsedMiB": cs.memory_used_mib,
         "whole": cs.whole,
+        "foreignMemoryMiB": cs.foreign_memory_mib,
+        "busyPercent": cs.busy_percent,
         "pods": [_holder(pods.get(uid), uid, ctr) for uid, ctr in cs.holders],
     } for cs in st.cards]
     return {

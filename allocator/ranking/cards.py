@@ -38,6 +38,12 @@ class CardState:
     memory_used_mib: int = 0
     whole: bool = False
     holders: tuple[Holder, ...] = ()
+    #: Memory measured in use beyond what Tessera booked here (processes it did not place;
+    #: :mod:`allocator.picture.measured`): not free, and a card with any is not idle. 0 without
+    #: metrics.
+    foreign_memory_mib: int = 0
+    #: Measured compute utilisation (percent, stepped), read by the ``usage`` policy only.
+    busy_percent: int = 0
 
     @property
     def free_core(self) -> int:
@@ -45,11 +51,11 @@ class CardState:
 
     @property
     def free_memory_mib(self) -> int:
-        return self.card.memory_mib - self.memory_used_mib
+        return self.card.memory_mib - self.memory_used_mib - self.foreign_memory_mib
 
     @property
     def idle(self) -> bool:
-        return not self.holders
+        return not self.holders and not self.foreign_memory_mib
 
     @property
     def utilisation(self) -> float:
@@ -61,7 +67,8 @@ class CardState:
 
     def with_whole(self, holder: Holder) -> CardState:
         return CardState(
-            self.card, _FULL, self.card.memory_mib, True, (*self.holders, holder)
+            self.card, _FULL, self.card.memory_mib, True, (*self.holders, holder),
+            self.foreign_memory_mib, self.busy_percent,
         )
 
     def with_share(self, core: int, memory_mib: int, holder: Holder) -> CardState:
@@ -71,6 +78,8 @@ class CardState:
             self.memory_used_mib + memory_mib,
             self.whole,
             (*self.holders, holder),
+            self.foreign_memory_mib,
+            self.busy_percent,
         )
 
 
@@ -111,15 +120,17 @@ class NodeState:
         return sum(1 for c in self.cards if c.idle)
 
 
-#: What placement and the policies can tell apart about a card: model, memory and usage. Left
-#: out on purpose: the card's index and its holders. Fit answers, reasons and the scores of
-#: policies that sum over cards never depend on them; a bind chooses the real cards again.
-CardSignature = tuple[str, int, int, int, bool, bool]
+#: What placement and the policies can tell apart about a card: model, memory and usage
+#: (booked, and measured: foreign memory, busy percent). Left out on purpose: the card's index
+#: and its holders. Fit answers, reasons and the scores of policies that sum over cards never
+#: depend on them; a bind chooses the real cards again.
+CardSignature = tuple[str, int, int, int, bool, bool, int, int]
 
 
 def card_signature(card: CardState) -> CardSignature:
     return (card.card.model, card.card.memory_mib, card.core_used, card.memory_used_mib,
-            card.whole, not card.holders)  # not holders: idle, without a property call
+            card.whole, not card.holders,  # not holders: idle, without a property call
+            card.foreign_memory_mib, card.busy_percent)
 
 
 def node_signature(node: NodeState) -> tuple[CardSignature, ...]:

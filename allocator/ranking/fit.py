@@ -134,7 +134,8 @@ def _short_of_whole_cards(request: PodRequest, cards: Sequence[CardState]) -> Un
         return Unfit(f"needs {whole} whole cards (node has {len(cards)})", resolvable=False)
     free = sum(1 for c in cards if c.idle)
     if whole > free:
-        return Unfit(f"needs {whole} whole card{'s' if whole > 1 else ''} ({free} free)")
+        return Unfit(f"needs {whole} whole card{'s' if whole > 1 else ''} ({free} free)"
+                     f"{foreign_note(cards)}")
     return None
 
 
@@ -178,13 +179,27 @@ def _no_room_for(c: ContainerRequest, cards: Sequence[CardState]) -> Unfit:
         return Unfit(f"no card with {c.describe()} free (all cards taken whole)")
     best_core = max(x.free_core for x in open_cards)
     best_mem = max(x.free_memory_mib for x in open_cards)
+    note = foreign_note(open_cards)
     if c.core_percent and not (c.memory_mib or c.memory_percent):
         return Unfit(f"no card with {c.core_percent}% core free (largest {best_core}%)")
     if not c.core_percent and c.memory_mib:
-        return Unfit(f"no card with {c.memory_mib} MiB free (largest {best_mem} MiB)")
+        return Unfit(f"no card with {c.memory_mib} MiB free (largest {best_mem} MiB){note}")
     return Unfit(
         f"no card with {c.describe()} free (most free: {best_core}% core and {best_mem} MiB)"
+        f"{note}"
     )
+
+
+def foreign_note(cards: Sequence[CardState]) -> str:
+    """The cards whose memory is measured in use by processes Tessera did not place, in words
+    ("" when none: always so without metrics), to end an :class:`Unfit` reason."""
+    busy = [f"gpu {c.card.index}: {_gib(c.foreign_memory_mib)} used by processes Tessera did "
+            f"not place" for c in cards if c.foreign_memory_mib]
+    return f"; {'; '.join(busy)}" if busy else ""
+
+
+def _gib(mib: int) -> str:
+    return f"{mib // 1024} GiB" if mib % 1024 == 0 else f"{mib} MiB"
 
 
 def _short_of_room_together(request: PodRequest, cards: Sequence[CardState]) -> Unfit | None:

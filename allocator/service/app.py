@@ -44,6 +44,7 @@ from allocator.picture.watch import initial_sync, reflectors
 from allocator.ports import KubeApi
 from allocator.service import extender, page
 from allocator.service.config import Settings
+from allocator.service.measured_source import MeasuredSource
 from allocator.service.metrics import Metrics
 from allocator.service.pending import RecentRefusals
 from allocator.verbs.core import Allocator
@@ -71,6 +72,8 @@ class Runtime:
     elector: LeaderElector | None
     recorder: EventRecorder
     refusals: RecentRefusals
+    #: Measured GPU figures from Prometheus (None: off, the default).
+    measured: MeasuredSource | None = None
     sleep: Callable[[float], None] = time.sleep
     stop: threading.Event = field(default_factory=threading.Event)
     threads: list[threading.Thread] = field(default_factory=list)
@@ -113,6 +116,9 @@ class Runtime:
         if self.elector is not None:
             elector = self.elector
             targets.append(("leader-election", lambda: elector.run(self.stop)))
+        if self.measured is not None:
+            measured = self.measured
+            targets.append(("measured", lambda: measured.run(self.stop)))
         for name, target in targets:
             t = threading.Thread(target=target, name=name, daemon=True)
             t.start()
@@ -180,8 +186,12 @@ def create_app(
                           node_lookup=NodeLookup(api.get_node, state),
                           hooks=Fanout([recorder, refusals]))
     state.on_release = requeue.released
+    measured = (MeasuredSource(settings.measured, state, clock=clock)
+                if settings.measured.enabled else None)
+    if measured is not None:
+        metrics.watch_measured(lambda: measured.fresh, lambda: dict(measured.queries))
     runtime = Runtime(settings, api, state, allocator, metrics, elector, recorder, refusals,
-                      sleep)
+                      measured, sleep)
     runtime_box.append(runtime)
 
     app = Flask("allocator")
@@ -296,6 +306,7 @@ def _routes(app: Flask, rt: Runtime, prefix: str) -> None:
         doc["identity"] = rt.settings.identity
         doc["defaultPolicy"] = rt.settings.core.default_policy
         doc["agentProfile"] = rt.settings.core.dialects.agent_profile.value
+        doc["measured"] = rt.measured.status() if rt.measured is not None else None
         return doc
 
     @app.get("/status")

@@ -41,6 +41,13 @@ _FLAGS: serving.EnvFlags = {
     "lease_name": ("--lease-name", "TESSERA_LEASE_NAME"),
     "lease_namespace": ("--lease-namespace", "TESSERA_LEASE_NAMESPACE"),
     "identity": ("--identity", "TESSERA_IDENTITY"),
+    "prometheus_url": ("--prometheus-url", "TESSERA_PROMETHEUS_URL"),
+    "prometheus_node_label": ("--prometheus-node-label", "TESSERA_PROMETHEUS_NODE_LABEL"),
+    "prometheus_selector": ("--prometheus-selector", "TESSERA_PROMETHEUS_SELECTOR"),
+    "prometheus_interval": ("--prometheus-interval-seconds",
+                            "TESSERA_PROMETHEUS_INTERVAL_SECONDS"),
+    "prometheus_stale": ("--prometheus-stale-seconds", "TESSERA_PROMETHEUS_STALE_SECONDS"),
+    "prometheus_settle": ("--prometheus-settle-seconds", "TESSERA_PROMETHEUS_SETTLE_SECONDS"),
     **LISTENER.flags(),
 }
 

@@ -15,6 +15,7 @@ from typing import Final
 
 from allocator import agents
 from allocator.hami import codec as hami_codec
+from allocator.picture.measured import HOSTNAME_LABEL, MeasuredConfig
 from allocator.ranking.policies import DEFAULT_POLICY, REGISTRY
 from allocator.verbs.core import AllocatorConfig
 from tessera.agent_profiles import AGENTS
@@ -58,6 +59,16 @@ ENV_VARS: Final = {
     "TESSERA_LEASE_NAME": "Lease name (default tessera-allocator)",
     "TESSERA_LEASE_NAMESPACE": "Lease namespace (default: POD_NAMESPACE, else tessera-system)",
     "TESSERA_IDENTITY": "this replica's identity in the Lease (default: hostname)",
+    "TESSERA_PROMETHEUS_URL": "Prometheus base URL to read dcgm-exporter's GPU figures from "
+    "(default: off; docs/metrics.md)",
+    "TESSERA_PROMETHEUS_NODE_LABEL": f"label naming the node on dcgm-exporter's series "
+    f"(default {HOSTNAME_LABEL})",
+    "TESSERA_PROMETHEUS_SELECTOR": "extra PromQL label matchers for those series, e.g. "
+    "job=\"dcgm-exporter\" (default none)",
+    "TESSERA_PROMETHEUS_INTERVAL_SECONDS": "seconds between two queries (default 15)",
+    "TESSERA_PROMETHEUS_STALE_SECONDS": "figures older than this are dropped (default 60)",
+    "TESSERA_PROMETHEUS_SETTLE_SECONDS": "bookings younger than this at the sample count on "
+    "top of it (default 120)",
     "TESSERA_ALLOCATOR_ALLOW_UNAUTHENTICATED": "'true' to serve without client certificates "
     "(plain HTTP, or TLS without a client CA): anyone who reaches the port may bind pods",
     **LISTENER.env_help(),
@@ -77,6 +88,8 @@ class Settings:
     identity: str = "tessera-allocator"
     #: Serve without client authentication (an explicit choice; see :meth:`check_serving`).
     allow_unauthenticated: bool = False
+    #: Measured GPU figures from Prometheus (off by default; allocator/picture/measured.py).
+    measured: MeasuredConfig = field(default_factory=MeasuredConfig)
 
     @classmethod
     def from_env(cls, env: Mapping[str, str] | None = None) -> Settings:
@@ -109,6 +122,7 @@ class Settings:
             lease_namespace=lease_ns,
             identity=read.text("TESSERA_IDENTITY") or socket.gethostname(),
             allow_unauthenticated=read.flag("TESSERA_ALLOCATOR_ALLOW_UNAUTHENTICATED", False),
+            measured=_measured(read),
         )
         read.check("invalid allocator configuration")
         return settings
@@ -173,6 +187,32 @@ def _lease(read: EnvReader) -> tuple[str, str]:
         if not OBJECT_NAME.match(value):
             read.problem(f"{name}={value!r} is not a valid object name")
     return lease_name, lease_ns
+
+
+def _measured(read: EnvReader) -> MeasuredConfig:
+    url = (read.text("TESSERA_PROMETHEUS_URL") or "").strip()
+    if url and not re.match(r"^https?://[^\s/?#]+(/[^\s?#]*)?$", url):
+        read.problem(f"TESSERA_PROMETHEUS_URL={url!r} is not an http(s) base URL")
+        url = ""
+    node_label = read.text("TESSERA_PROMETHEUS_NODE_LABEL") or HOSTNAME_LABEL
+    if not re.match(r"^[A-Za-z_][A-Za-z0-9_]*$", node_label):
+        read.problem(f"TESSERA_PROMETHEUS_NODE_LABEL={node_label!r} is not a label name")
+        node_label = HOSTNAME_LABEL
+    selector = (read.text("TESSERA_PROMETHEUS_SELECTOR") or "").strip()
+    if selector and not re.match(r'^[A-Za-z_][A-Za-z0-9_]*\s*(=|!=|=~|!~)\s*"[^"\\]*"'
+                                 r'(\s*,\s*[A-Za-z_][A-Za-z0-9_]*\s*(=|!=|=~|!~)\s*"[^"\\]*")*$',
+                                 selector):
+        read.problem(f"TESSERA_PROMETHEUS_SELECTOR={selector!r} is not PromQL label matchers "
+                     "(name=\"value\", comma-separated)")
+        selector = ""
+    interval = read.integer("TESSERA_PROMETHEUS_INTERVAL_SECONDS", 15, 1, 3600)
+    return MeasuredConfig(
+        url=url, node_label=node_label, selector=selector, interval_seconds=float(interval),
+        stale_seconds=float(read.integer("TESSERA_PROMETHEUS_STALE_SECONDS",
+                                         max(60, 3 * interval), interval, 86_400)),
+        settle_seconds=float(read.integer("TESSERA_PROMETHEUS_SETTLE_SECONDS", 120, 0,
+                                          86_400)),
+    )
 
 
 def _kubeconfig(read: EnvReader) -> str | None:

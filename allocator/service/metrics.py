@@ -14,7 +14,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterator
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
-from prometheus_client.core import GaugeMetricFamily
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from prometheus_client.registry import Collector
 
 from allocator.picture.state import ClusterState
@@ -39,6 +39,21 @@ class _ProblemCollector(Collector):
         yield GaugeMetricFamily("tessera_allocator_nodes_with_problems",
                                 "Nodes whose GPU inventory cannot be read as given (see /status "
                                 "nodes[].problem)", value=nodes)
+
+
+class _QueryCollector(Collector):
+    """The measured figures' queries to Prometheus, by outcome, at scrape time."""
+
+    def __init__(self, queries: Callable[[], dict[str, int]]) -> None:
+        self._queries = queries
+
+    def collect(self) -> Iterator[CounterMetricFamily]:
+        family = CounterMetricFamily("tessera_allocator_measured_queries",
+                                     "Queries for measured GPU figures, by outcome",
+                                     labels=["outcome"])
+        for outcome, count in sorted(self._queries().items()):
+            family.add_metric([outcome], count)
+        yield family
 
 
 class Metrics:
@@ -71,6 +86,16 @@ class Metrics:
                             "1 on the replica that holds the Lease (answers the verbs)",
                             registry=self.registry)
         self.leader.set_function(lambda: 1.0 if is_leader() else 0.0)
+
+    def watch_measured(self, fresh: Callable[[], bool],
+                       queries: Callable[[], dict[str, int]]) -> None:
+        """Series of the measured figures' source (allocator/service/measured_source.py), when
+        on."""
+        gauge = Gauge("tessera_allocator_measured_fresh", "1 while the measured GPU figures "
+                      "from Prometheus are fresh; 0: placing by bookings alone",
+                      registry=self.registry)
+        gauge.set_function(lambda: 1.0 if fresh() else 0.0)
+        self.registry.register(_QueryCollector(queries))
 
     def exposition(self) -> bytes:
         """Everything in the text format (``prometheus_client.CONTENT_TYPE_LATEST``)."""

@@ -42,6 +42,9 @@ class CardView:
     core_used_percent: int
     whole: bool
     holders: tuple[str, ...]
+    #: Measured (allocator/picture/measured.py; 0 without metrics).
+    foreign_memory_mib: int = 0
+    busy_percent: int = 0
 
     @property
     def core_width(self) -> int:
@@ -122,6 +125,8 @@ def node_views(nodes: Sequence[Mapping[str, Any]]) -> list[NodeView]:
                 core_used_percent=_int(c.get("coreUsedPercent")),
                 whole=bool(c.get("whole")),
                 holders=tuple(_holder(p) for p in c.get("pods") or []),
+                foreign_memory_mib=_int(c.get("foreignMemoryMiB")),
+                busy_percent=_int(c.get("busyPercent")),
             )
             for c in node.get("cards") or []
         )

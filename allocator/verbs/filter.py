@@ -41,6 +41,7 @@ from allocator.ranking.policies import PolicyContext, chooser
 from allocator.ranking.port import Nodes
 from allocator.verbs.decisions import PodRef
 from allocator.verbs.pods import Requests, uid_of
+from allocator.verbs.requeue import pod_priority
 from tessera.vocabulary import Allocation, PodRequest, RequestError
 
 if TYPE_CHECKING:
@@ -100,7 +101,7 @@ def _decide(a: Allocator, pod: Mapping[str, Any], names: Sequence[str]) -> Filte
         elif found.short:
             # No node left, some only for lack of room: perhaps a release our watch has
             # not applied yet, which kube-scheduler retried the pod on.
-            a.requeue.refused(PodRef.of(pod), request)
+            a.requeue.refused(PodRef.of(pod), request, pod_priority(pod))
     if found.explained:
         return FilterOutcome(found.nodes.name_list(), found.failed, found.unresolvable)
     return _best_of(a, pod, request, found.nodes, inputs)

@@ -15,7 +15,8 @@ filter one pod at a time: every pod of the cluster waited with each refused one
 (docs/benchmarks.md, issue 13's sixteenth pass). Instead :class:`RequeueOnRelease` remembers
 the pods refused for lack of room; when our watch releases a pod's cards on a node, every pod
 refused within the last :data:`WINDOW_SECONDS` that now fits on that node (at most
-:data:`PER_NODE` of them, the least recently refused first) is asked again: a new value of
+:data:`PER_NODE` of them, the highest ``spec.priority`` first, then the least recently
+refused) is asked again: a new value of
 :attr:`~tessera.vocabulary.Vocabulary.requeue_annotation` on it is an update of an unscheduled
 pod, on which kube-scheduler's queue moves an extender-refused pod back to be scheduled
 (``Extender`` registers for every pod event). A pod refused before the window had its retry for
@@ -34,8 +35,9 @@ import logging
 import threading
 import time
 from collections import OrderedDict
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
+from typing import Any
 
 from allocator.verbs.decisions import PodRef
 from tessera.vocabulary import PodRequest
@@ -46,8 +48,9 @@ logger = logging.getLogger(__name__)
 #: a release that kube-scheduler's informer has already delivered. Short, because a pod
 #: refused before the release is re-tried by kube-scheduler on the release's own event.
 WINDOW_SECONDS = 2.0
-#: Pods asked again per node released, the least recently refused first: a release frees room
-#: for a few pods, and every pod asked again costs an API write and a scheduling attempt.
+#: Pods asked again per node released, the highest priority first, then the least recently
+#: refused: a release frees room for a few pods, and every pod asked again costs an API write
+#: and a scheduling attempt.
 PER_NODE = 4
 #: Refused pods remembered at most (hostile filter bodies can name any number of pods).
 LIMIT = 4096
@@ -58,6 +61,16 @@ class Refused:
     pod: PodRef
     request: PodRequest
     at: float
+    #: ``spec.priority``: a release asks the highest first, as kube-scheduler's queue would
+    #: pop them (PrioritySort), so room freed for one pod goes to the one it would schedule.
+    priority: int = 0
+
+
+def pod_priority(pod: Mapping[str, Any]) -> int:
+    """The pod's ``spec.priority`` (the Priority admission plugin sets it; 0 when absent)."""
+    spec = pod.get("spec")
+    value = spec.get("priority") if isinstance(spec, Mapping) else None
+    return value if isinstance(value, int) and not isinstance(value, bool) else 0
 
 
 class RequeueOnRelease:
@@ -81,13 +94,14 @@ class RequeueOnRelease:
         self._released: set[str] = set()
 
     # ------------------------------------------------------------------ from filter
-    def refused(self, pod: PodRef, request: PodRequest) -> None:
-        """Filter left ``pod`` with no node, some for lack of room."""
+    def refused(self, pod: PodRef, request: PodRequest, priority: int = 0) -> None:
+        """Filter left ``pod`` (of ``spec.priority`` ``priority``) with no node, some for lack
+        of room."""
         if not pod.uid:
             return
         with self._lock:
             self._refused.pop(pod.uid, None)
-            self._refused[pod.uid] = Refused(pod, request, self._clock())
+            self._refused[pod.uid] = Refused(pod, request, self._clock(), priority)
             while len(self._refused) > self.limit:
                 self._refused.popitem(last=False)
 
@@ -115,12 +129,13 @@ class RequeueOnRelease:
             cutoff = self._clock() - self.window_seconds
             while self._refused and next(iter(self._refused.values())).at < cutoff:
                 self._refused.popitem(last=False)
-            candidates = list(self._refused.values())
+            # highest priority first; within one, the least recently refused (stable sort)
+            candidates = sorted(self._refused.values(), key=lambda r: -r.priority)
         due: dict[str, PodRef] = {}
         for node in sorted(nodes):
             fits: dict[PodRequest, bool] = {}  # refused pods mostly share a few requests
             asked_here = 0
-            for r in candidates:  # the least recently refused first
+            for r in candidates:
                 if asked_here == self.per_node:
                     break
                 if r.pod.uid in due:

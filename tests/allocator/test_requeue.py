@@ -15,7 +15,7 @@ from fake_kube import FakeKube
 from allocator.errors import ApiError
 from allocator.service.app import Runtime
 from allocator.verbs.decisions import PodRef
-from allocator.verbs.requeue import RequeueOnRelease, requeue_patch
+from allocator.verbs.requeue import RequeueOnRelease, pod_priority, requeue_patch
 from tessera.vocabulary import PodRequest
 
 
@@ -228,3 +228,24 @@ def test_fits_on_judges_one_node_and_an_unknown_node_fits_nothing() -> None:
     assert not rt.allocator.fits_on(small, "nowhere")
     rt.state.remove_pod(fake.get_pod("default", "a"))
     assert rt.allocator.fits_on(WHOLE, "n1")
+
+
+def test_a_release_asks_the_highest_priority_first_then_the_least_recently_refused() -> None:
+    """Room for one pod goes to the one kube-scheduler's queue (PrioritySort) would pop."""
+    clock = Clock()
+    requeue, _ = _requeue({"n1"}, clock, per_node=2)
+    low = [PodRef("default", f"low-{i}", f"u-low-{i}") for i in range(3)]
+    high = PodRef("default", "high", "u-high")
+    for pod in low:
+        requeue.refused(pod, WHOLE, priority=1)
+        clock.now += 0.1
+    requeue.refused(high, WHOLE, priority=9)
+    requeue.released("n1")
+    assert requeue.due() == [high, low[0]]
+
+
+def test_the_priority_is_read_from_the_pod_spec() -> None:
+    assert pod_priority({"spec": {"priority": 9}}) == 9
+    assert pod_priority({"spec": {"priority": True}}) == 0
+    assert pod_priority({"spec": {}}) == 0
+    assert pod_priority({"spec": "hostile"}) == 0

@@ -22,6 +22,7 @@ from allocator.ranking.policies.fgd_cpu import FGDCpu
 from allocator.ranking.policies.fgd_ff import FGDFirstFit
 from allocator.ranking.policies.random import Random
 from allocator.ranking.policies.spread import Spread
+from allocator.ranking.policies.usage import Usage
 from tessera.vocabulary import RequestError
 
 #: name -> policy. Policies are stateless, so one shared instance each.
@@ -32,6 +33,7 @@ REGISTRY: dict[str, Policy] = {
     FGD.name: FGD(),
     FGDFirstFit.name: FGDFirstFit(),
     FGDCpu.name: FGDCpu(),
+    Usage.name: Usage(),
 }
 
 #: The cluster default: chosen in the openb deployed-mode replay (docs/benchmarks.md).
