@@ -191,6 +191,17 @@ def _series(item: object, node_label: str) -> _Series | str:
     name = labels.get("__name__")
     if name not in _FIELD:
         return "another metric"
+    card = _card_of(labels, node_label)
+    if isinstance(card, str):
+        return card
+    number = _number_of(value, name)
+    if isinstance(number, str):
+        return number
+    return card[0], card[1], name, number[0], number[1], labels
+
+
+def _card_of(labels: Mapping[str, Any], node_label: str) -> tuple[str, int] | str:
+    """The series' (node, card index), or why it names no card of a node."""
     if MIG_INSTANCE_LABEL in labels:
         return "a MIG instance"
     node = labels.get(node_label)
@@ -200,6 +211,11 @@ def _series(item: object, node_label: str) -> _Series | str:
     if (not isinstance(gpu, str) or not gpu.isascii() or not gpu.isdigit() or len(gpu) > 4
             or int(gpu) > MAX_CARD_INDEX):
         return f"no card index in {GPU_LABEL}"
+    return node, int(gpu)
+
+
+def _number_of(value: list[Any], name: str) -> tuple[int, float] | str:
+    """The sample's (value, time), or why it is no usable number."""
     when, text = value
     if not isinstance(when, int | float) or isinstance(when, bool) or not isinstance(text, str):
         return "not a sample"
@@ -211,7 +227,7 @@ def _series(item: object, node_label: str) -> _Series | str:
         return "out of range"
     if name == GPU_UTIL:
         number = min(number, 100.0)
-    return node, int(gpu), name, round(number), float(when), labels
+    return round(number), float(when)
 
 
 # ----------------------------------------------------------------------------- the picture

@@ -25,6 +25,7 @@ from allocator.picture.measured import (
 )
 from allocator.picture.state import ClusterState
 from allocator.ranking.cards import Card
+from allocator.ranking.content_memo import content_key
 from allocator.ranking.fit import unfit_reason
 from allocator.service.config import Settings
 from allocator.service.measured_source import MeasuredSource
@@ -133,7 +134,7 @@ def test_memory_used_by_others_is_not_free_and_why_says_so() -> None:
     reading = {0: MeasuredCard(0, used_mib=70 * GIB, busy_percent=40)}
     figures = overlay(A100[:1], {}, reading, CONFIG)
     assert figures == ((70 * GIB, 50),)
-    from allocator.ranking.fit import empty_node
+    from allocator.ranking.cards import empty_node
     node = apply_overlay(empty_node("n1", A100[:1]), figures)
     assert node.cards[0].free_memory_mib == 10 * GIB
     assert not node.cards[0].idle
@@ -182,7 +183,7 @@ def test_foreign_memory_never_makes_free_memory_negative() -> None:
 
 
 def test_an_overlay_for_other_cards_changes_nothing() -> None:
-    from allocator.ranking.fit import empty_node
+    from allocator.ranking.cards import empty_node
     node = empty_node("n", A100)
     assert apply_overlay(node, ((GIB, 0),)) is node
 
@@ -201,18 +202,18 @@ def test_alike_nodes_part_when_one_is_measured_busy_and_meet_again_without_metri
     state = _state("n1", "n2")
     views = state.views(["n1", "n2"])
     assert views[0] is not None and views[1] is not None
-    assert views[0].content == views[1].content
+    assert content_key(views[0].state) == content_key(views[1].state)
     sample = Sample(NOW, {"n1": {0: MeasuredCard(0, used_mib=70 * GIB)}})
     assert state.apply_sample(sample, CONFIG) == 1
     assert state.apply_sample(sample, CONFIG) == 0  # the same figures: nothing recomputed
     n1, n2 = state.views(["n1", "n2"])
-    assert n1 is not None and n2 is not None and n1.content != n2.content
+    assert n1 is not None and n2 is not None and content_key(n1.state) != content_key(n2.state)
     assert n1.state.cards[0].foreign_memory_mib == 70 * GIB
     card = state.snapshot()["nodes"][0]["cards"][0]
     assert card["foreignMemoryMiB"] == 70 * GIB and card["memoryUsedMiB"] == 0
     assert state.apply_sample(None, CONFIG) == 1
     n1, n2 = state.views(["n1", "n2"])
-    assert n1 is not None and n2 is not None and n1.content == n2.content
+    assert n1 is not None and n2 is not None and content_key(n1.state) == content_key(n2.state)
 
 
 def test_filter_skips_the_node_whose_card_others_fill_and_says_why() -> None:
