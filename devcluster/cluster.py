@@ -5,6 +5,7 @@ from __future__ import annotations
 import logging
 import shutil
 import tempfile
+import threading
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -39,6 +40,10 @@ class Options:
     #: The node agent the fake nodes stand for: they advertise its resources, both services
     #: run with ``--agent-profile`` and kube-scheduler's extender manages its resources.
     agent_profile: AgentProfile = DEFAULT_PROFILE
+    #: With the hami or volcano-vgpu profile, run the HAMi node stand-in on every node (the
+    #: node agents, devcluster/hami_node.py), as KWOK stands in for the kubelets; False for
+    #: tests that drive the stand-in themselves.
+    hami_standin: bool = True
     #: Extra flags for ``tessera allocator`` (e.g. a placement policy).
     allocator_args: tuple[str, ...] = ()
     #: Extra flags for ``tessera webhook``.
@@ -104,6 +109,9 @@ class DevCluster:
         self.binaries = binaries
         self.control_plane = ControlPlane(binaries, self.workdir)
         self.services: Any = None  # services.Services once started
+        #: The HAMi node stand-ins (hami and volcano-vgpu profiles), and how to stop them.
+        self.hami_fleet: Any = None
+        self._standins_stop: threading.Event | None = None
         self._api_client: Any = None
 
     # ------------------------------------------------------------------ access
@@ -152,6 +160,7 @@ class DevCluster:
                 self.services.start()
                 if self.options.allocator:
                     extender = self.services.extender_address()
+            self._start_hami_standins()
             self.control_plane.start_scheduler(
                 *scheduler_setup(self.options, self.vocabulary, extender))
         except BaseException:
@@ -165,6 +174,8 @@ class DevCluster:
         down without waiting on its kept-alive connections.
         """
         self.control_plane.stop_scheduler()
+        if self._standins_stop is not None:
+            self._standins_stop.set()
         if self.services is not None:
             self.services.stop()
         self.control_plane.stop()
@@ -175,6 +186,18 @@ class DevCluster:
             logger.info("dev cluster files kept in %s", self.workdir)
         else:
             shutil.rmtree(self.workdir, ignore_errors=True)
+
+    def _start_hami_standins(self) -> None:
+        from allocator.hami.codec import FLAVORS
+        from allocator.kube.client import KubeClient
+        from devcluster.hami_node import HamiFleet
+
+        flavor = FLAVORS.get(str(self.options.agent_profile))
+        if flavor is None or not self.options.hami_standin:
+            return
+        api = KubeClient.from_config(str(self.kubeconfig))
+        self.hami_fleet = HamiFleet(api, flavor)
+        self._standins_stop = self.hami_fleet.start()
 
     def logs_hint(self) -> str:
         return f"logs in {self.control_plane.log_dir}"
