@@ -249,7 +249,7 @@ def test_the_help_of_a_listener_states_its_defaults(
     assert listener.defaults() == read_listener_of(listener, {})
 
 
-@pytest.mark.parametrize("service", ["webhook", "allocator"])
+@pytest.mark.parametrize("service", ["webhook", "allocator.service"])
 def test_every_flag_of_each_service_is_described_by_its_variable(service: str) -> None:
     cli = importlib.import_module(f"{service}.cli")
     config = importlib.import_module(f"{service}.config")
