@@ -106,6 +106,9 @@ VARIANTS: list[tuple[str, tuple[str, ...], Callable[[Path], Path]]] = [
      composed("cert-manager", "second-scheduler", "monitoring")),
     *((f"self-signed+agent-{p}", (f"agentProfile={p}",), composed("self-signed", f"agent-{p}"))
       for p in ("nano-gpu", "aliyun", "hami", "volcano-vgpu")),
+    *((f"second-scheduler+agent-{p}", ("secondScheduler.enabled=true", f"agentProfile={p}"),
+       composed("self-signed", "second-scheduler", f"agent-{p}", f"agent-{p}/second-scheduler"))
+      for p in ("nano-gpu", "hami")),
 ]
 IDS = [v[0] for v in VARIANTS]
 
@@ -288,3 +291,17 @@ def test_an_unknown_agent_profile_is_refused_at_render_time(helm: Path) -> None:
         check=False)
     assert result.returncode != 0
     assert "agentProfile must be elastic, nano-gpu, aliyun, hami or volcano-vgpu" in result.stderr
+
+
+@pytest.mark.parametrize("profile", [p for p in AgentProfile if p is not AgentProfile.ELASTIC],
+                         ids=str)
+def test_each_profiles_second_scheduler_file_is_the_shipped_one_with_its_resources(
+    profile: AgentProfile,
+) -> None:
+    from devcluster.controlplane import with_managed_resources
+
+    shipped = yaml.safe_load(
+        (MANIFESTS / "components" / "second-scheduler" / "kube-scheduler-config.yaml").read_text())
+    mine = yaml.safe_load((MANIFESTS / "components" / f"agent-{profile.value}" /
+                           "second-scheduler" / "kube-scheduler-config.yaml").read_text())
+    assert mine == with_managed_resources(shipped, NodeAgent(profile).managed_resources())

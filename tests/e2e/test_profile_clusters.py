@@ -6,14 +6,16 @@ either keeps the shape that agent serves, is bound, and gets the keys the agent 
 other agent's), or is refused back to the client with the agent named.
 
 The elastic profile is the session cluster of the other e2e tests (tests/e2e/conftest.py);
-the others get one cluster each, started once per profile. A profile whose writer this build
-lacks runs without the allocator (its pods are then shaped and refused only)."""
+the others get one cluster each, started once per profile. The hami and volcano-vgpu clusters
+run without the allocator: their pods are shaped and refused here, and bound, allocated and
+Running on nodes that carry HAMi's register annotation in tests/e2e/test_hami.py (the HAMi
+node stand-in)."""
 
 from __future__ import annotations
 
 import os
 import sys
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -23,10 +25,12 @@ import yaml
 from allocator import agents
 from devcluster.binaries import Binaries
 from devcluster.cluster import DevCluster, Options
-from devcluster.nodes import Inventory, uniform
+from devcluster.nodes import GpuNodeSpec, Inventory, uniform
 from devcluster.workloads import (
+    container,
     ensure_namespace,
     get_object,
+    make_pod,
     quantities_as_strings,
     wait_for,
 )
@@ -35,6 +39,8 @@ from tessera.vocabulary import Vocabulary, decode_allocation, decode_request
 from tests.builders import REFUSED_SEEDS as REFUSED
 
 pytestmark = pytest.mark.e2e
+
+NodePool = Callable[[list[GpuNodeSpec]], dict[str, str]]
 
 EXAMPLES = Path(__file__).parents[2] / "examples" / "pods"
 VOCABULARY = Vocabulary()
@@ -50,6 +56,10 @@ INVENTORY = {
     AgentProfile.VOLCANO_VGPU: Inventory.EVEN,
 }
 
+#: The profiles whose pods this test binds: their nodes are described by what the agent
+#: registers (or GFD labels); HAMi's writers need HAMi's register annotation on the node.
+BOUND_HERE = frozenset({AgentProfile.NANO_GPU, AgentProfile.ALIYUN})
+
 
 @pytest.fixture(scope="module", params=list(INVENTORY), ids=str)
 def profile_cluster(binaries: Binaries, request: pytest.FixtureRequest
@@ -57,8 +67,8 @@ def profile_cluster(binaries: Binaries, request: pytest.FixtureRequest
     profile: AgentProfile = request.param
     base = os.environ.get("TESSERA_E2E_WORKDIR")
     workdir = Path(base) / f"profile-{profile.value}" if base else None
-    has_writer = agents.writer(profile) is not None
-    dev = DevCluster(binaries, workdir, Options(agent_profile=profile, allocator=has_writer))
+    bound_here = profile in BOUND_HERE and agents.writer(profile) is not None
+    dev = DevCluster(binaries, workdir, Options(agent_profile=profile, allocator=bound_here))
     nodes = [uniform(f"{profile.value}-t4-{i}", 4, "Tesla-T4", 15360,
                      inventory=INVENTORY[profile]) for i in range(2)]
     failed_before = request.session.testsfailed
@@ -114,8 +124,8 @@ def test_each_seed_pod_keeps_its_agents_shape_and_gets_its_keys_or_is_refused_na
     core_v1.create_namespaced_pod(NAMESPACE, pod)
     created = get_object(core_v1.read_namespaced_pod, name, NAMESPACE)
     # The shape the agent's device plugin serves: its resources and no other GPU key.
-    for container, keys in _gpu_keys(created).items():
-        assert keys <= set(agent.pod_resources), (container, keys)
+    for container_name, keys in _gpu_keys(created).items():
+        assert keys <= set(agent.pod_resources), (container_name, keys)
     request = decode_request(created["metadata"]["annotations"][VOCABULARY.request_annotation])
     assert request == agent.placement_request(request)
     if not cluster.options.allocator:
@@ -161,3 +171,37 @@ def test_a_cluster_spec_of_another_profile_is_refused_before_start() -> None:
     assert names == set(NodeAgent(AgentProfile.HAMI).pod_resources)
     with pytest.raises(DevClusterError):
         scheduler_setup(Options(), Vocabulary("gpu.example.com"), address)
+
+
+def test_elastic_an_init_container_runs_on_its_app_containers_card_or_is_refused(
+    cluster: DevCluster, core_v1: Any, namespace: str, pool: NodePool,
+) -> None:
+    """The session cluster runs the elastic profile: an init container asking for what its app
+    container asks for is placed on that container's cards (kubelet hands its devices on, and
+    elastic-gpu-agent serves it from the app container's annotation); one asking for something
+    else is refused naming the agent."""
+    from kubernetes.client.exceptions import ApiException
+
+    selector = pool([uniform(f"{namespace}-t4", 2, "Tesla-T4", 15360)])
+    whole = {"elasticgpu.io/gpu-core": "100"}
+    same = make_pod("same", [container("app", limits=whole)],
+                    init_containers=[container("warmup", limits=whole)], node_selector=selector)
+    core_v1.create_namespaced_pod(namespace, same)
+
+    def bound() -> dict[str, Any] | None:
+        obj = get_object(core_v1.read_namespaced_pod, "same", namespace)
+        return obj if (obj.get("spec") or {}).get("nodeName") else None
+
+    annotations = wait_for("same bound", bound, timeout=60)["metadata"]["annotations"]
+    allocation = decode_allocation(annotations[VOCABULARY.allocation_annotation])
+    assert [(c.name, len(c.card_indices)) for c in allocation.containers] == [("app", 1)]
+    (card,) = allocation.containers[0].card_indices
+    assert annotations["elasticgpu.io/container-app"] == str(card)
+    half = {"elasticgpu.io/gpu-core": "50"}
+    differs = make_pod("differs", [container("app", limits=whole)],
+                       init_containers=[container("warmup", limits=half)],
+                       node_selector=selector)
+    with pytest.raises(ApiException) as refused:
+        core_v1.create_namespaced_pod(namespace, differs)
+    assert "agent profile elastic (elastic-gpu-agent)" in str(refused.value.body)
+    assert "exactly the same" in str(refused.value.body)
