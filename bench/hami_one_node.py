@@ -20,14 +20,13 @@ from __future__ import annotations
 
 import argparse
 import statistics
-import threading
 import time
 from typing import Any
 
 from allocator.kube.client import KubeClient
 from devcluster.binaries import ensure_binaries
 from devcluster.cluster import DevCluster
-from devcluster.hami_node import HamiFleet, HamiNode, fake_devices, node_envs, visible
+from devcluster.hami_node import node_envs, visible
 from devcluster.nodes import delete_nodes, uniform
 from devcluster.options import Options
 from devcluster.workloads import container, ensure_namespace, make_pod, wait_for
@@ -42,12 +41,9 @@ def one_run(dev: DevCluster, api: KubeClient, run: int, pods: int) -> dict[str, 
     namespace, node_name = f"hami-bench-{run}", f"hami-bench-node-{run}"
     ensure_namespace(core, namespace)
     dev.add_nodes([uniform(node_name, CARDS, "H100", MIB, labels={"bench": node_name})])
-    node = HamiNode(api, node_name, fake_devices(node_name, CARDS, memory_mib=MIB))
-    node.register()
-    stop = threading.Event()
-    fleet = HamiFleet([node])
-    threading.Thread(target=fleet.run, args=(api, stop), daemon=True).start()
-    time.sleep(1.0)  # the allocator's node watch has the register annotation
+    fleet = dev.hami_fleet
+    served_before = fleet.served
+    time.sleep(1.0)  # the allocator's node watch has the new node
     core_share = 100 * CARDS // pods if pods >= CARDS else 100
     started = time.perf_counter()
     for i in range(pods):
@@ -63,7 +59,6 @@ def one_run(dev: DevCluster, api: KubeClient, run: int, pods: int) -> dict[str, 
 
     wait_for(f"{pods} pods Running", running, timeout=600, interval=0.1)
     elapsed = time.perf_counter() - started
-    stop.set()
     per_card: dict[str, int] = {}
     for p in core.list_namespaced_pod(namespace).items:
         for uuid in visible(node_envs(api.get_pod(namespace, p.metadata.name))):
@@ -71,7 +66,8 @@ def one_run(dev: DevCluster, api: KubeClient, run: int, pods: int) -> dict[str, 
     core.delete_namespace(namespace)
     delete_nodes(core, [node_name])
     return {"run": run, "pods": pods, "seconds": round(elapsed, 2),
-            "allocated_by_standin": fleet.served, "max_card_cores": max(per_card.values())}
+            "allocated_by_standin": fleet.served - served_before,
+            "max_card_cores": max(per_card.values())}
 
 
 def main() -> None:

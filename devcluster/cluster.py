@@ -5,6 +5,7 @@ from __future__ import annotations
 import logging
 import shutil
 import tempfile
+import threading
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -64,7 +65,10 @@ class DevCluster:
         self.workdir = workdir or Path(tempfile.mkdtemp(prefix="tessera-devcluster-"))
         self.binaries = binaries
         self.control_plane = ControlPlane(binaries, self.workdir)
-        self.services: Any = None  # Services once started
+        self.services: Any = None  # Services or ContainerServices once started
+        #: The HAMi node stand-ins (hami and volcano-vgpu profiles), and how to stop them.
+        self.hami_fleet: Any = None
+        self._standins_stop: threading.Event | None = None
         self._api_client: Any = None
 
     # ------------------------------------------------------------------ access
@@ -117,6 +121,7 @@ class DevCluster:
                 services.start()
                 if self.options.allocator:
                     extender = services.extender_address()
+            self._start_hami_standins()
             self.control_plane.start_scheduler(
                 *scheduler_setup(self.options, self.vocabulary, extender))
         except BaseException:
@@ -130,6 +135,8 @@ class DevCluster:
         down without waiting on its kept-alive connections.
         """
         self.control_plane.stop_scheduler()
+        if self._standins_stop is not None:
+            self._standins_stop.set()
         if self.services is not None:
             self.services.stop()
         self.control_plane.stop()
@@ -140,6 +147,18 @@ class DevCluster:
             logger.info("dev cluster files kept in %s", self.workdir)
         else:
             shutil.rmtree(self.workdir, ignore_errors=True)
+
+    def _start_hami_standins(self) -> None:
+        from allocator.hami.codec import FLAVORS
+        from allocator.kube.client import KubeClient
+        from devcluster.hami_node import HamiFleet
+
+        flavor = FLAVORS.get(str(self.options.agent_profile))
+        if flavor is None or not self.options.hami_standin:
+            return
+        api = KubeClient.from_config(str(self.kubeconfig))
+        self.hami_fleet = HamiFleet(api, flavor)
+        self._standins_stop = self.hami_fleet.start()
 
     def logs_hint(self) -> str:
         return f"logs in {self.control_plane.log_dir}"

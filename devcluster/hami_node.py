@@ -252,22 +252,46 @@ def visible(envs: Mapping[str, Mapping[str, str]]) -> Sequence[str]:
 
 
 class HamiFleet:
-    """The stand-in on many nodes, driven by one pod watch (the benchmarks' thousand nodes):
-    each pod that shows up bound and waiting is allocated by its node's stand-in, nodes in
-    parallel (each node's plugin is its own process on a real cluster), one pod at a time
-    per node (the plugin serialises its Allocate calls)."""
+    """The stand-in on every node of a HAMi cluster, driven by one pod watch (the dev cluster
+    runs it as the node agents of the hami and volcano-vgpu profiles): each pod that shows up
+    bound and waiting is allocated by its node's stand-in, built from the node's register
+    annotation when first needed; nodes in parallel (each node's plugin is its own process
+    on a real cluster), one pod at a time per node (the plugin serialises its Allocate)."""
 
-    def __init__(self, nodes: Sequence[HamiNode], workers: int = 16) -> None:
-        self.nodes = {n.node: n for n in nodes}
-        self.workers = workers
+    def __init__(self, api: KubeApi, flavor: Flavor = HAMI, workers: int = 16) -> None:
+        self.api, self.flavor, self.workers = api, flavor, workers
         self.served = 0
+        self._nodes: dict[str, HamiNode | None] = {}
         self._done: set[str] = set()
-        self._node_locks = {n.node: threading.Lock() for n in nodes}
+        self._node_locks: dict[str, threading.Lock] = {}
         self._guard = threading.Lock()
 
-    def _serve(self, node: HamiNode, pod: Mapping[str, Any]) -> None:
+    def node(self, name: str) -> HamiNode | None:
+        """The stand-in of node ``name`` (None: it registered no device)."""
+        with self._guard:
+            if name in self._nodes and self._nodes[name] is not None:
+                return self._nodes[name]
+        obj = self.api.get_node(name) or {}
+        annotations = (obj.get("metadata") or {}).get("annotations") or {}
+        text = annotations.get(self.flavor.register_key)
+        found = None
+        if text:
+            try:
+                from allocator.hami.codec import parse_register
+                found = HamiNode(self.api, name, parse_register(text, self.flavor), self.flavor)
+            except HamiFormatError as exc:
+                logger.warning("stand-in %s: register annotation unreadable: %s", name, exc)
+        with self._guard:
+            self._nodes[name] = found
+            self._node_locks.setdefault(name, threading.Lock())
+        return found
+
+    def _serve(self, name: str, pod: Mapping[str, Any]) -> None:
         uid = pod["metadata"].get("uid", "")
-        with self._node_locks[node.node]:
+        node = self.node(name)
+        if node is None or not node.waiting(pod):
+            return
+        with self._node_locks[name]:
             with self._guard:
                 if uid in self._done:
                     return  # a second event of the same wait
@@ -275,25 +299,37 @@ class HamiFleet:
             try:
                 node.allocate(pod)
             except ApiError as exc:
-                logger.warning("stand-in %s: %s", node.node, exc)
+                logger.warning("stand-in %s: %s", name, exc)
                 return
             with self._guard:
                 self.served += 1
 
-    def run(self, api: KubeApi, stop: threading.Event, timeout_seconds: int = 60) -> None:
+    def run(self, stop: threading.Event, timeout_seconds: int = 60) -> None:
         selector = "spec.nodeName!="
-        _pods, version = api.list_pods_by_field(selector, lambda p: None)
         with ThreadPoolExecutor(self.workers, thread_name_prefix="hami-standin") as pool:
+            version = ""
             while not stop.is_set():
                 try:
-                    for kind, pod in api.watch_pods_by_field(selector, version,
-                                                             timeout_seconds):
+                    if not version:
+                        pods, version = self.api.list_pods_by_field(selector, lambda p: p)
+                        for pod in pods:
+                            pool.submit(self._serve, pod["spec"]["nodeName"], pod)
+                    for kind, pod in self.api.watch_pods_by_field(selector, version,
+                                                                  timeout_seconds):
                         if stop.is_set():
                             return
                         version = (pod.get("metadata") or {}).get("resourceVersion", version)
-                        node = self.nodes.get((pod.get("spec") or {}).get("nodeName", ""))
-                        if node is not None and kind != "DELETED" and node.waiting(pod):
-                            pool.submit(self._serve, node, pod)
+                        name = (pod.get("spec") or {}).get("nodeName", "")
+                        if name and kind != "DELETED":
+                            pool.submit(self._serve, name, pod)
                 except ApiError as exc:
                     logger.warning("stand-in fleet watch: %s", exc)
-                    _pods, version = api.list_pods_by_field(selector, lambda p: None)
+                    version = ""
+                    stop.wait(0.5)
+
+    def start(self) -> threading.Event:
+        """Run in a daemon thread; set the returned event to stop it."""
+        stop = threading.Event()
+        threading.Thread(target=self.run, args=(stop,), name="hami-standins",
+                         daemon=True).start()
+        return stop

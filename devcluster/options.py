@@ -21,6 +21,10 @@ class Options:
     #: The node agent the fake nodes stand for: they advertise its resources, both services
     #: run with ``--agent-profile`` and kube-scheduler's extender manages its resources.
     agent_profile: AgentProfile = DEFAULT_PROFILE
+    #: With the hami or volcano-vgpu profile, run the HAMi node stand-in on every node (the
+    #: node agents, devcluster/hami_node.py), as KWOK stands in for the kubelets; False for
+    #: tests that drive the stand-in themselves.
+    hami_standin: bool = True
     #: Extra flags for ``tessera allocator`` (e.g. a placement policy).
     allocator_args: tuple[str, ...] = ()
     #: Extra flags for ``tessera webhook``.

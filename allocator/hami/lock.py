@@ -59,10 +59,11 @@ class LockSettings:
     expiry_seconds: float = LOCK_EXPIRY_SECONDS
     first_poll_seconds: float = 0.01
     max_poll_seconds: float = 0.2
-    #: Binds parked waiting for a held lock, all nodes together; one more fails at once
-    #: (kube-scheduler tries the pod again), so that waiting binds never take every request
-    #: thread from filter, which lies on kube-scheduler's one-pod-at-a-time path.
-    max_waiting: int = 6
+    #: Binds parked waiting for a held lock, all nodes together, beyond which one more fails
+    #: at once (None: no cap). Off by default: measured at 1,000 nodes (docs/hami.md), a cap
+    #: of six made kube-scheduler filter each refused pod again and again (42 filters a pod)
+    #: and bound fewer pods than waiting did, though waiting binds take request threads.
+    max_waiting: int | None = None
     #: A lock this old whose plugin releases it is checked for a finished or gone pod (the
     #: plugin died before releasing); younger ones are simply waited for.
     owner_check_after_seconds: float = 2.0
@@ -114,7 +115,8 @@ class NodeLocks:
             finally:
                 queue.release()
         with self._guard:
-            if self._waiting >= self.settings.max_waiting:
+            cap = self.settings.max_waiting
+            if cap is not None and self._waiting >= cap:
                 raise NodeLockTimeout(f"node {node} is locked and {self._waiting} binds already "
                                       f"wait for their nodes; try again")
             self._waiting += 1

@@ -24,10 +24,10 @@ clientConnection (qps 200 / burst 400); the baselines have no extenders. Modes:
 - ``hami``: as ``share25`` on a cluster of the ``hami`` agent profile (webhook and allocator
   with ``--agent-profile=hami``; nodes advertise HAMi's ``nvidia.com/gpu`` vGPUs), each pod
   asking HAMi's own quarter card (``nvidia.com/gpu: 1``, ``gpucores: 25``, ``gpumem: 4096``);
-  every bind takes HAMi's node lock, which the HAMi node stand-in (devcluster/hami_node.py,
-  one pod watch for all nodes, in this process: its CPU is not counted) releases after its
-  Allocate; a node's next bind waits for that (docs/hami.md). Its ratio is against
-  ``share25`` of the same run;
+  every bind takes HAMi's node lock, which the dev cluster's HAMi node stand-in
+  (devcluster/hami_node.py, one pod watch for all nodes, in this process: its CPU is not
+  counted) releases after its Allocate; a node's next bind waits for that (docs/hami.md).
+  Its ratio is against ``share25`` of the same run;
 - ``cpu-baseline``: no extenders, the nodes of ``whole``; each pod requests ``cpu: 100m``
   and nothing else; the scheduler filters, scores and binds alone;
 - ``cpu-only``: the same pods and nodes with the full setup: the webhook is not called
@@ -100,7 +100,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
-from allocator.kube.client import KubeClient
 from bench.speed.cluster import (
     BindWatch,
     admin_context,
@@ -126,7 +125,6 @@ from bench.speed.common import (
 from bench.speed.floor_extender import serve_in_allocators_place
 from devcluster.binaries import ensure_binaries
 from devcluster.cluster import DevCluster
-from devcluster.hami_node import HamiFleet, HamiNode, fake_devices
 from devcluster.nodes import GpuNodeSpec, create_nodes, uniform
 from devcluster.options import Options
 from devcluster.workloads import container, ensure_namespace, make_pod
@@ -294,7 +292,6 @@ def run_mode(mode: str, nodes: int, pods: int, threads: int, timeout: float,
     dev = DevCluster(ensure_binaries(), None,
                      Options(webhook=tessera, allocator=tessera,
                              agent_profile=spec.agent_profile))
-    fleet_stop = threading.Event()
     try:
         dev.start()
         dev.control_plane.stop_scheduler()  # nodes and pods first; scheduling is timed alone
@@ -315,8 +312,6 @@ def run_mode(mode: str, nodes: int, pods: int, threads: int, timeout: float,
                 core.create_namespaced_pod(NAMESPACE, pod)
 
         in_parallel(dev, [f"p{i:05d}" for i in range(pods)], create, threads)
-        if spec.agent_profile is AgentProfile.HAMI:
-            _start_hami_standins(dev, [s.name for s in specs], threads, fleet_stop)
         cp = dev.control_plane
         settled_s = settle(f"127.0.0.1:{cp.apiserver_port}", admin_context(dev))
         if tessera:
@@ -393,21 +388,7 @@ def run_mode(mode: str, nodes: int, pods: int, threads: int, timeout: float,
         row["cpu_stolen_share"] = stolen_share(ticks_before, ticks_after)
         return row
     finally:
-        fleet_stop.set()
         dev.stop()
-
-
-def _start_hami_standins(dev: DevCluster, names: list[str], threads: int,
-                         stop: threading.Event) -> HamiFleet:
-    """Serve every node's Allocate from one watch (the nodes were created with the plugin's
-    register annotation, devcluster/nodes.py)."""
-    api = KubeClient.from_config(str(dev.kubeconfig), request_threads=threads + 2)
-    nodes = [HamiNode(api, n, fake_devices(n, 8, memory_mib=16384, model="NVIDIA-T4"))
-             for n in names]
-    fleet = HamiFleet(nodes)
-    threading.Thread(target=fleet.run, args=(api, stop), name="hami-standins",
-                     daemon=True).start()
-    return fleet
 
 
 def _thread_medians(rows: list[dict[str, Any]]) -> dict[str, Any]:

@@ -71,7 +71,8 @@ def cluster(binaries: Binaries, request: pytest.FixtureRequest) -> Iterator[DevC
     """A dev cluster of its own: webhook and allocator in the hami agent profile."""
     dev = DevCluster(binaries, None, Options(agent_profile=AgentProfile.HAMI,
                                              webhook_args=ALL_DIALECTS,
-                                             allocator_args=ALL_DIALECTS))
+                                             allocator_args=ALL_DIALECTS,
+                                             hami_standin=False))
     dev.start()
     try:
         yield dev
