@@ -54,7 +54,7 @@ from devcluster.controlplane import (
 from devcluster.image import Podman, ulimits
 from devcluster.kubelet import ContainerRun, PodContext, container_run, exec_probe, http_probe
 from devcluster.process import ManagedProcess, free_port, wait_until
-from devcluster.services import webhook_configuration
+from devcluster.services import wait_for_pod_keys_policy, webhook_configuration
 
 if TYPE_CHECKING:
     from devcluster.options import Options
@@ -257,27 +257,8 @@ class ContainerServices:
             raise DevClusterError(f"applying the chart's objects failed: {result.stderr}")
 
     def wait_for_pod_keys_policy(self) -> None:
-        """Returns once the API server enforces the chart's pod-keys policy (policies load
-        asynchronously): a dry-run pod that forges the allocation annotation is refused."""
-        from kubernetes import client
-        from kubernetes.client.exceptions import ApiException
-
-        core: Any = client.CoreV1Api(self.api_client)
-        forged = {
-            "apiVersion": "v1", "kind": "Pod",
-            "metadata": {"generateName": "forged-",
-                         "annotations": {self.options.vocabulary.allocation_annotation: "{}"}},
-            "spec": {"containers": [{"name": "c", "image": "busybox"}]},
-        }
-
-        def enforced() -> bool:
-            try:
-                core.create_namespaced_pod("default", forged, dry_run="All")
-            except ApiException as exc:
-                return exc.status in (400, 403, 422)
-            return False
-
-        wait_until("the pod keys policy enforced", enforced, START_TIMEOUT)
+        """Returns once the API server enforces the chart's pod-keys policy."""
+        wait_for_pod_keys_policy(self.api_client, self.options.vocabulary, START_TIMEOUT)
 
     def service_account(self, name: str) -> Path:
         """The kubelet's projected ServiceAccount volume: a token (TokenRequest), the API

@@ -35,6 +35,7 @@ from devcluster.options import Options
 from devcluster.pki import write_pair
 from devcluster.process import ManagedProcess, free_port, http_ok, wait_until
 from tessera.agent_profiles import AgentProfile
+from tessera.vocabulary import Vocabulary
 
 logger = logging.getLogger(__name__)
 
@@ -166,7 +167,6 @@ class Services:
         the allocator, unchanged; returns once the API server enforces it (policies load
         asynchronously), proven by a dry-run forgery it refuses."""
         from kubernetes import client
-        from kubernetes.client.exceptions import ApiException
 
         docs = load_documents(manifests_dir() / "base" / "pod-keys-policy.yaml")
         admission: Any = client.AdmissionregistrationV1Api(self.api_client)
@@ -175,22 +175,7 @@ class Services:
                 admission.create_validating_admission_policy(doc)
             elif doc["kind"] == "ValidatingAdmissionPolicyBinding":
                 admission.create_validating_admission_policy_binding(doc)
-        core: Any = client.CoreV1Api(self.api_client)
-        forged = {
-            "apiVersion": "v1", "kind": "Pod",
-            "metadata": {"generateName": "forged-",
-                         "annotations": {self.options.vocabulary.allocation_annotation: "{}"}},
-            "spec": {"containers": [{"name": "c", "image": "busybox"}]},
-        }
-
-        def enforced() -> bool:
-            try:
-                core.create_namespaced_pod("default", forged, dry_run="All")
-            except ApiException as exc:
-                return exc.status in (400, 403, 422)
-            return False
-
-        wait_until("pod keys policy enforced", enforced, START_TIMEOUT)
+        wait_for_pod_keys_policy(self.api_client, self.options.vocabulary, START_TIMEOUT)
 
     # ------------------------------------------------------------------ webhook
     def start_webhook(self) -> None:
@@ -358,3 +343,27 @@ class Services:
             return http_ok(f"https://127.0.0.1:{port}{path}", context, timeout=2)
 
         wait_until(what, ready, START_TIMEOUT, watch=[proc])
+
+
+def wait_for_pod_keys_policy(api_client: Any, vocabulary: Vocabulary, timeout: float) -> None:
+    """Returns once the API server enforces the pod-keys policy (policies load
+    asynchronously): a dry-run pod that forges the allocation annotation is refused."""
+    from kubernetes import client
+    from kubernetes.client.exceptions import ApiException
+
+    core: Any = client.CoreV1Api(api_client)
+    forged = {
+        "apiVersion": "v1", "kind": "Pod",
+        "metadata": {"generateName": "forged-",
+                     "annotations": {vocabulary.allocation_annotation: "{}"}},
+        "spec": {"containers": [{"name": "c", "image": "busybox"}]},
+    }
+
+    def enforced() -> bool:
+        try:
+            core.create_namespaced_pod("default", forged, dry_run="All")
+        except ApiException as exc:
+            return exc.status in (400, 403, 422)
+        return False
+
+    wait_until("the pod keys policy enforced", enforced, timeout)
