@@ -153,7 +153,7 @@ class DevCluster:
         from allocator.kube.client import KubeClient
         from devcluster.hami_node import HamiFleet
 
-        flavor = FLAVORS.get(str(self.options.agent_profile))
+        flavor = FLAVORS.get(self.options.hami_agent or str(self.options.agent_profile))
         if flavor is None or not self.options.hami_standin:
             return
         api = KubeClient.from_config(str(self.kubeconfig))

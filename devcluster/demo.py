@@ -47,7 +47,12 @@ from devcluster.workloads import (
 )
 from kubectl_tessera import inspection
 from kubectl_tessera.picture import build_picture
-from tessera.agent_profiles import DEFAULT_PROFILE, AgentProfile
+from tessera.agent_profiles import (
+    DEFAULT_PROFILE,
+    HAMI_AGENTS,
+    AgentProfile,
+    hami_agent_problem,
+)
 from tessera.dialects import DialectConfig
 
 logger = logging.getLogger(__name__)
@@ -119,6 +124,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--agent-profile", choices=[p.value for p in AgentProfile], default=DEFAULT_PROFILE,
         help="the node agent the fake nodes stand for: they advertise its resources and "
              "both services run with this profile (default elastic; docs/agents.md)",
+    )
+    parser.add_argument(
+        "--hami-agent", choices=list(HAMI_AGENTS), default="",
+        help="with --agent-profile hami: an older HAMi release (both services and the node "
+             "stand-ins; docs/hami.md)",
     )
     parser.add_argument(
         "--metrics", action="store_true",
@@ -275,6 +285,9 @@ def _stop_metrics(measured: tuple[FakeDcgmExporter, PrometheusServer] | None) ->
 
 def run(args: argparse.Namespace) -> int:
     out = sys.stdout
+    if problem := hami_agent_problem(AgentProfile(args.agent_profile), args.hami_agent):
+        print(f"tessera demo: {problem}", file=sys.stderr)
+        return 2
     print("tessera demo: finding or building the control plane (first build: many minutes)...",
           file=out, flush=True)
     try:
@@ -292,7 +305,7 @@ def run(args: argparse.Namespace) -> int:
     allocator_args = (f"--prometheus-url={measured[1].url}",) if measured else ()
     cluster = DevCluster(binaries, args.workdir,
                          Options(agent_profile=AgentProfile(args.agent_profile),
-                                 allocator_args=allocator_args))
+                                 hami_agent=args.hami_agent, allocator_args=allocator_args))
     print(f"tessera demo: starting etcd, kube-apiserver, kube-controller-manager, KWOK, "
           f"webhook, allocator, kube-scheduler "
           f"({binaries.versions or binaries.directory})", file=out, flush=True)

@@ -7,7 +7,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from devcluster import DevClusterError
-from tessera.agent_profiles import DEFAULT_PROFILE, PROFILE_FLAG, AgentProfile, NodeAgent
+from tessera.agent_profiles import (
+    DEFAULT_PROFILE,
+    HAMI_AGENT_FLAG,
+    PROFILE_FLAG,
+    AgentProfile,
+    NodeAgent,
+    hami_agent_problem,
+)
 from tessera.vocabulary import Vocabulary
 
 
@@ -21,6 +28,9 @@ class Options:
     #: The node agent the fake nodes stand for: they advertise its resources, both services
     #: run with ``--agent-profile`` and kube-scheduler's extender manages its resources.
     agent_profile: AgentProfile = DEFAULT_PROFILE
+    #: With the hami profile, an older HAMi release (``--hami-agent``, both services; the
+    #: stand-in then serves as that release's plugin does).
+    hami_agent: str = ""
     #: With the hami or volcano-vgpu profile, run the HAMi node stand-in on every node (the
     #: node agents, devcluster/hami_node.py), as KWOK stands in for the kubelets; False for
     #: tests that drive the stand-in themselves.
@@ -46,14 +56,17 @@ class Options:
         if self.nodes_to_score is not None and not 0 <= self.nodes_to_score <= 100:
             raise DevClusterError("percentageOfNodesToScore is 0-100 (0: adaptive), not "
                                   f"{self.nodes_to_score}")
+        if problem := hami_agent_problem(self.agent_profile, self.hami_agent):
+            raise DevClusterError(problem)
 
     @property
     def agent(self) -> NodeAgent:
-        return NodeAgent(self.agent_profile, self.vocabulary)
+        return NodeAgent(self.agent_profile, self.vocabulary, hami_agent=self.hami_agent)
 
     @property
     def profile_args(self) -> tuple[str, ...]:
-        """The flag both services get (nothing for the default: as shipped)."""
+        """The flags both services get (nothing for the default: as shipped)."""
         if self.agent_profile is DEFAULT_PROFILE:
             return ()
-        return (f"{PROFILE_FLAG}={self.agent_profile.value}",)
+        older = (f"{HAMI_AGENT_FLAG}={self.hami_agent}",) if self.hami_agent else ()
+        return (f"{PROFILE_FLAG}={self.agent_profile.value}", *older)

@@ -3,7 +3,9 @@
 Tessera decides which cards a pod gets; a node agent (a device plugin) hands them to the
 containers. Each agent finds its pods differently, so the pod's shape must follow the agent:
 an **agent profile** per cluster, chosen at install (``--agent-profile`` /
-``TESSERA_AGENT_PROFILE``, one setting for the webhook and the allocator), decides
+``TESSERA_AGENT_PROFILE``, one setting for the webhook and the allocator; with ``hami``, an
+older HAMi release that behaves differently is named by ``--hami-agent`` /
+``TESSERA_HAMI_AGENT``, set alike on both too: :data:`HAMI_AGENTS`), decides
 
 - which resources the webhook leaves on each GPU container (what that agent's device plugin
   registers, so kubelet calls it): :meth:`NodeAgent.container_resources`;
@@ -49,6 +51,15 @@ Upstream sources (every resource name below was read there):
   names), ``pkg/plugin/server.go`` ``apiDevices`` (registers ``vgpu-number`` as cards x split
   count, ``vgpu-memory`` as each card's MiB / ``GPUMemoryFactor``, default 1, and
   ``vgpu-cores`` as 100 x ``DeviceCoresScaling``, default 1, per card).
+
+Which containers HAMi's and Volcano's plugins give devices to: the plugin's ``Allocate`` takes
+the next container's entry of the pod's device annotation (``GetNextDeviceRequest``). In
+volcano-vgpu-device-plugin ``v1.12.0`` (``pkg/util/util.go``; unchanged on its master of
+2026-08) and HAMi up to ``v2.8.3`` (``pkg/device-plugin/nvidiadevice/nvinternal/plugin/
+util.go``) it returns ``p.Spec.Containers[idx]``: entries are app containers only, and a GPU
+init container is handed an app container's devices, or none. HAMi ``v2.9.0`` (commit
+``0658b5c``, "support device allocation for multi-container with init containers", #1650)
+lists init containers first (the same file, and ``Resourcereqs`` in ``pkg/device/devices.go``).
 """
 
 from __future__ import annotations
@@ -61,6 +72,7 @@ from typing import Final
 from tessera.vocabulary import (
     DEFAULT_DOMAIN,
     WHOLE_CARD_PERCENT,
+    ConfigError,
     ContainerRequest,
     PodRequest,
     RequestError,
@@ -82,6 +94,10 @@ DEFAULT_PROFILE: Final = AgentProfile.ELASTIC
 #: The one setting both services read (the flag ``--agent-profile`` sets it).
 PROFILE_ENV: Final = "TESSERA_AGENT_PROFILE"
 PROFILE_FLAG: Final = "--agent-profile"
+#: With the ``hami`` profile: an older HAMi release (a key of :data:`HAMI_AGENTS`), read by
+#: both services like the profile; unset for the release :data:`AGENTS` names.
+HAMI_AGENT_ENV: Final = "TESSERA_HAMI_AGENT"
+HAMI_AGENT_FLAG: Final = "--hami-agent"
 
 MIB_PER_GIB: Final = 1024
 
@@ -123,6 +139,9 @@ class Agent:
     profile: AgentProfile
     name: str
     source: str
+    #: HAMi's and Volcano's plugins: the pod's device annotation lists app containers only,
+    #: so a GPU init container gets no device of its own (module docstring).
+    app_containers_only: bool = False
 
 
 AGENTS: Final[Mapping[AgentProfile, Agent]] = {
@@ -135,7 +154,15 @@ AGENTS: Final[Mapping[AgentProfile, Agent]] = {
     AgentProfile.HAMI: Agent(AgentProfile.HAMI, "HAMi's device plugin",
                              "Project-HAMi/HAMi v2.10.0"),
     AgentProfile.VOLCANO_VGPU: Agent(AgentProfile.VOLCANO_VGPU, "volcano-vgpu-device-plugin",
-                                     "Project-HAMi/volcano-vgpu-device-plugin v1.12.0"),
+                                     "Project-HAMi/volcano-vgpu-device-plugin v1.12.0",
+                                     app_containers_only=True),
+}
+
+#: Older HAMi releases, by the value of ``--hami-agent`` (the allocator's HAMi flavor of the
+#: same name writes what they read: allocator/hami/codec.py).
+HAMI_AGENTS: Final[Mapping[str, Agent]] = {
+    "hami-v2.8": Agent(AgentProfile.HAMI, "HAMi's device plugin v2.8", "Project-HAMi/HAMi v2.8.3",
+                       app_containers_only=True),
 }
 
 
@@ -169,10 +196,18 @@ class NodeAgent:
     vocabulary: Vocabulary = field(default_factory=Vocabulary)
     #: MiB per unit of ``aliyun.com/gpu-mem`` (the gpushare plugin's ``--memory-unit``).
     aliyun_unit_mib: int = MIB_PER_GIB
+    #: With the hami profile, an older release of HAMi (a key of :data:`HAMI_AGENTS`); "" for
+    #: the release :data:`AGENTS` names.
+    hami_agent: str = ""
+
+    def __post_init__(self) -> None:
+        if self.hami_agent and (self.profile is not AgentProfile.HAMI
+                                or self.hami_agent not in HAMI_AGENTS):
+            raise ConfigError(hami_agent_problem(self.profile, self.hami_agent))
 
     @property
     def agent(self) -> Agent:
-        return AGENTS[self.profile]
+        return HAMI_AGENTS[self.hami_agent] if self.hami_agent else AGENTS[self.profile]
 
     @property
     def name(self) -> str:
@@ -230,6 +265,15 @@ class NodeAgent:
                 f"domain or choose the profile of the agent your nodes run"
             )
         return ""
+
+
+def hami_agent_problem(profile: AgentProfile, name: str) -> str:
+    """Why ``--hami-agent`` cannot be ``name`` with ``profile`` (``""``: it can)."""
+    if not name or (profile is AgentProfile.HAMI and name in HAMI_AGENTS):
+        return ""
+    known = ", ".join(f"{key} ({agent.name})" for key, agent in HAMI_AGENTS.items())
+    return (f"{HAMI_AGENT_ENV}={name!r}: an older HAMi release, with {PROFILE_ENV}=hami "
+            f"(not {profile.value}); known: {known}; unset for HAMi v2.9 or later")
 
 
 def shape_markers(vocabulary: Vocabulary) -> tuple[str, ...]:
@@ -379,18 +423,30 @@ def _aliyun_refusals(a: NodeAgent, request: PodRequest) -> list[str]:
     return problems
 
 
-def _no_refusals(_a: NodeAgent, _request: PodRequest) -> list[str]:
-    return []
+def _vgpu_refusals(a: NodeAgent, request: PodRequest) -> list[str]:
+    """HAMi's plugin since v2.9.0 gives every container its entry of the pod's device
+    annotation, init containers included; earlier releases and volcano-vgpu's map the entries
+    to app containers only (module docstring), so a GPU init container would run on an app
+    container's devices, or on none."""
+    if not a.agent.app_containers_only:
+        return []
+    upgrade = (" (or run HAMi v2.9.0 or later, without "
+               f"{HAMI_AGENT_FLAG})") if a.profile is AgentProfile.HAMI else ""
+    return [
+        f"init container {c.name!r} asks for {c.describe()}; {a.name} gives devices to app "
+        f"containers only (GetNextDeviceRequest maps the pod's device annotation to "
+        f"spec.containers), so an init container gets none of its own: give the GPU to an "
+        f"app container{upgrade}"
+        for c in request.containers if c.init
+    ]
 
 
 _REFUSALS: Final[Mapping[AgentProfile, Callable[[NodeAgent, PodRequest], list[str]]]] = {
     AgentProfile.ELASTIC: _elastic_refusals,
     AgentProfile.NANO_GPU: _nano_refusals,
     AgentProfile.ALIYUN: _aliyun_refusals,
-    # HAMi's and Volcano's plugins take every container's devices from the pod's
-    # vgpu-devices-to-allocate annotation, init containers included.
-    AgentProfile.HAMI: _no_refusals,
-    AgentProfile.VOLCANO_VGPU: _no_refusals,
+    AgentProfile.HAMI: _vgpu_refusals,
+    AgentProfile.VOLCANO_VGPU: _vgpu_refusals,
 }
 
 

@@ -50,6 +50,7 @@ from typing import Any, Final
 from tessera.agent_profiles import (
     ALIYUN_MEMORY_KEY,
     DEFAULT_PROFILE,
+    HAMI_AGENT_ENV,
     HAMI_RESOURCES,
     MIB_PER_GIB,
     NANO_PERCENT_KEY,
@@ -59,6 +60,7 @@ from tessera.agent_profiles import (
     AgentProfile,
     NodeAgent,
     VgpuResources,
+    hami_agent_problem,
 )
 from tessera.quantity import QuantityError, parse_quantity
 from tessera.vocabulary import (
@@ -197,8 +199,13 @@ class DialectConfig:
     enabled: frozenset[Dialect] = DEFAULT_DIALECTS
     #: The node agent the cluster runs: the shape the webhook writes, what it refuses.
     agent_profile: AgentProfile = DEFAULT_PROFILE
+    #: With the hami profile, an older HAMi release
+    #: (:data:`tessera.agent_profiles.HAMI_AGENTS`); "" for the current one.
+    hami_agent: str = ""
 
     def __post_init__(self) -> None:
+        if problem := hami_agent_problem(self.agent_profile, self.hami_agent):
+            raise ConfigError(problem)
         for name in ("aliyun_memory_unit_mib", "nano_gpu_memory_unit_mib"):
             if getattr(self, name) not in MEMORY_UNITS.values():
                 raise ConfigError(
@@ -212,7 +219,8 @@ class DialectConfig:
     @property
     def agent(self) -> NodeAgent:
         """The agent profile with the vocabulary and units it shapes pods with."""
-        return NodeAgent(self.agent_profile, self.vocabulary, self.aliyun_memory_unit_mib)
+        return NodeAgent(self.agent_profile, self.vocabulary, self.aliyun_memory_unit_mib,
+                         self.hami_agent)
 
     @property
     def hami(self) -> bool:
@@ -246,7 +254,8 @@ class DialectConfig:
     @classmethod
     def from_env(cls, env: Mapping[str, str]) -> DialectConfig:
         """Read ``TESSERA_DOMAIN``, ``TESSERA_DIALECTS``, ``TESSERA_AGENT_PROFILE``,
-        ``TESSERA_ALIYUN_MEMORY_UNIT``, ``TESSERA_NANO_GPU_MEMORY_UNIT``; raise
+        ``TESSERA_HAMI_AGENT``, ``TESSERA_ALIYUN_MEMORY_UNIT``,
+        ``TESSERA_NANO_GPU_MEMORY_UNIT``; raise
         :class:`ConfigError` naming every bad one."""
         problems: list[str] = []
         domain = env.get("TESSERA_DOMAIN", "").strip() or DEFAULT_DOMAIN
@@ -254,6 +263,9 @@ class DialectConfig:
             problems.append(f"TESSERA_DOMAIN={domain!r} is not a DNS subdomain like elasticgpu.io")
         enabled = _enabled_from_env(env, problems)
         profile = _profile_from_env(env, problems)
+        hami_agent = env.get(HAMI_AGENT_ENV, "").strip()
+        if problem := hami_agent_problem(profile, hami_agent):
+            problems.append(problem)
         units = {var: _unit_from_env(env, var, problems)
                  for var in ("TESSERA_ALIYUN_MEMORY_UNIT", "TESSERA_NANO_GPU_MEMORY_UNIT")}
         if problem := NodeAgent(profile, Vocabulary(domain)).domain_problem():
@@ -266,6 +278,7 @@ class DialectConfig:
             nano_gpu_memory_unit_mib=units["TESSERA_NANO_GPU_MEMORY_UNIT"],
             enabled=enabled,
             agent_profile=profile,
+            hami_agent=hami_agent,
         )
 
 

@@ -263,21 +263,30 @@ class NullApi:
 _: KubeApi = NullApi()  # mypy: the fake implements the whole port
 
 
-#: The seed pods (examples/pods) each agent profile refuses (it runs all others), and a word of
+#: Every agent a cluster can be installed for: its label (the profile, or the older HAMi
+#: release ``--hami-agent`` names) -> (agent profile, hami agent setting).
+AGENT_SETUPS: dict[str, tuple[AgentProfile, str]] = {
+    **{p.value: (p, "") for p in AgentProfile},
+    "hami-v2.8": (AgentProfile.HAMI, "hami-v2.8"),
+}
+
+#: The seed pods (examples/pods) each agent setup refuses (it runs all others), and a word of
 #: the reason (tests/webhook/test_agent_profile_shapes.py, tests/e2e/test_profile_clusters.py).
-REFUSED_SEEDS: dict[AgentProfile, dict[str, str]] = {
-    AgentProfile.ELASTIC: {},
-    AgentProfile.NANO_GPU: {
+REFUSED_SEEDS: dict[str, dict[str, str]] = {
+    "elastic": {},
+    "nano-gpu": {
         "aliyun-gpu-mem.yaml": "compute percent only",
         "elastic-share-256mib.yaml": "compute percent only",
         "elastic-two-cards.yaml": "one card",
     },
-    AgentProfile.ALIYUN: {
+    "aliyun": {
         "elastic-two-cards.yaml": "no whole card",
         "genius-one-card.yaml": "no whole card",
         "fraction-share.yaml": "init container",
         "percent-share.yaml": "memory only",
     },
-    AgentProfile.HAMI: {},
-    AgentProfile.VOLCANO_VGPU: {},
+    "hami": {},
+    # Their plugins map the pod's device entries to app containers only.
+    "hami-v2.8": {"fraction-share.yaml": "app containers only"},
+    "volcano-vgpu": {"fraction-share.yaml": "app containers only"},
 }

@@ -31,7 +31,6 @@ _FLAGS: serving.EnvFlags = {
     **serving.DIALECT_FLAGS,
     "policy": ("--policy", "TESSERA_POLICY"),
     "agent_dialects": ("--agent-dialects", "TESSERA_AGENT_DIALECTS"),
-    "hami_agent": ("--hami-agent", "TESSERA_HAMI_AGENT"),
     "seed": ("--seed", "TESSERA_SEED"),
     "node_resources": ("--node-resources", "TESSERA_NODE_RESOURCES"),
     "filter_best": ("--filter-best", "TESSERA_FILTER_BEST"),

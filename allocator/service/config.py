@@ -14,7 +14,6 @@ from dataclasses import dataclass, field
 from typing import Final
 
 from allocator import agents
-from allocator.hami import codec as hami_codec
 from allocator.picture.measured import HOSTNAME_LABEL, MeasuredConfig
 from allocator.ranking.policies import DEFAULT_POLICY, REGISTRY
 from allocator.verbs.core import AllocatorConfig
@@ -43,8 +42,6 @@ ENV_VARS: Final = {
     f"known: {', '.join(sorted(REGISTRY))})",
     "TESSERA_AGENT_DIALECTS": "removed: the node agent is TESSERA_AGENT_PROFILE (set alike "
     "on the webhook and the allocator); a value here is refused, naming the replacement",
-    "TESSERA_HAMI_AGENT": "HAMi's device plugin at an older version (docs/hami.md): hami-v2.8; "
-    "empty (default): the agent profile says (hami, volcano-vgpu)",
     "TESSERA_SEED": "seed of the random policy (default 0)",
     "TESSERA_NODE_RESOURCES": "'true' (default) to track every node's free CPU and memory "
     "for the placement policies (watches every bound pod); 'false' to watch GPU pods only",
@@ -107,7 +104,6 @@ class Settings:
             core=AllocatorConfig(
                 dialects=dialects,
                 default_policy=policy,
-                hami_agent=_hami_agent(read, dialects),
                 seed=read.integer("TESSERA_SEED", 0, 0, 2**63 - 1),
                 node_resources=read.flag("TESSERA_NODE_RESOURCES", True),
                 filter_best=read.flag("TESSERA_FILTER_BEST", True),
@@ -155,18 +151,6 @@ def _check_writer(read: EnvReader, dialects: DialectConfig) -> None:
         read.problem(f"TESSERA_AGENT_PROFILE={profile.value}: this build has no writer of the "
                      f"keys {AGENTS[profile].name} reads (known: "
                      f"{', '.join(p.value for p in agents.WRITERS)})")
-
-
-def _hami_agent(read: EnvReader, dialects: DialectConfig) -> str:
-    """HAMi's flavor when not the profile's own (hami-v2.8), "" for the profile's."""
-    name = read.text("TESSERA_HAMI_AGENT") or ""
-    if name and (name not in hami_codec.FLAVORS
-                 or str(dialects.agent_profile) not in hami_codec.FLAVORS):
-        read.problem(f"TESSERA_HAMI_AGENT={name!r}: choose from "
-                     f"{', '.join(hami_codec.FLAVORS)}, with TESSERA_AGENT_PROFILE hami or "
-                     f"volcano-vgpu")
-        return ""
-    return name
 
 
 def _url_prefix(read: EnvReader) -> str:

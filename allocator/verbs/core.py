@@ -84,9 +84,6 @@ class AllocatorConfig:
     filter_best: bool = True
     #: Seconds filter's single answer stays held for the pod's bind (0: never held).
     hold_seconds: float = HOLD_SECONDS
-    #: HAMi's device plugin as the node agent: a flavor of :data:`allocator.hami.codec.FLAVORS`
-    #: ("" for none). Its bind takes HAMi's node lock and writes HAMi's pod annotations.
-    hami_agent: str = ""
 
     @property
     def vocabulary(self) -> Vocabulary:
@@ -139,9 +136,10 @@ class Allocator:
         #: Which nodes fit a request, and their scores (the ranking port).
         self.ranker: Ranker = ranker or _fast_ranker(state, config, node_lookup)
         #: HAMi's flavor and node locks (None: another agent). The hami and volcano-vgpu
-        #: agent profiles mean their current flavor; --hami-agent names an older one.
+        #: agent profiles mean their current flavor; --hami-agent names an older one (the
+        #: setting the webhook reads too: DialectConfig.hami_agent).
         profile = str(config.dialects.agent_profile)
-        self.hami = (hami_codec.FLAVORS[config.hami_agent or profile]
+        self.hami = (hami_codec.FLAVORS[config.dialects.hami_agent or profile]
                      if profile in hami_codec.FLAVORS else None)
         self.hami_locks = NodeLocks(api, self.hami, clock=clock) if self.hami else None
 

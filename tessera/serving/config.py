@@ -145,6 +145,7 @@ DIALECT_FLAGS: Final[EnvFlags] = {
     "domain": ("--domain", "TESSERA_DOMAIN"),
     "dialects": ("--dialects", "TESSERA_DIALECTS"),
     "agent_profile": ("--agent-profile", "TESSERA_AGENT_PROFILE"),
+    "hami_agent": ("--hami-agent", "TESSERA_HAMI_AGENT"),
     "aliyun_memory_unit": ("--aliyun-memory-unit", "TESSERA_ALIYUN_MEMORY_UNIT"),
     "nano_gpu_memory_unit": ("--nano-gpu-memory-unit", "TESSERA_NANO_GPU_MEMORY_UNIT"),
 }
@@ -156,6 +157,9 @@ DIALECT_ENV_HELP: Final[Mapping[str, str]] = {
     "TESSERA_AGENT_PROFILE": "node agent the cluster's GPU nodes run, set alike on the "
     "webhook and the allocator: elastic (default), nano-gpu, aliyun, hami or volcano-vgpu "
     "(docs/agents.md)",
+    "TESSERA_HAMI_AGENT": "with agent profile hami, an older HAMi release, set alike on the "
+    "webhook and the allocator: hami-v2.8 (HAMi up to v2.8.x: GPU init containers are "
+    "refused); empty (default) for v2.9 or later (docs/hami.md)",
     "TESSERA_ALIYUN_MEMORY_UNIT": "unit of aliyun.com/gpu-mem: GiB (default) or MiB",
     "TESSERA_NANO_GPU_MEMORY_UNIT": "unit of nano-gpu.io/gpu-memory: GiB (default) or MiB",
 }

@@ -389,7 +389,8 @@ def test_the_agent_profile_chooses_the_flavor() -> None:
                             (AgentProfile.ELASTIC, None)):
         alloc = synced_allocator(fake, dialects=DialectConfig(agent_profile=profile))
         assert alloc.hami is flavor
-    assert synced_allocator(fake, dialects=HAMI_PROFILE, hami_agent="hami-v2.8").hami is HAMI_V28
+    older = DialectConfig(agent_profile=AgentProfile.HAMI, hami_agent="hami-v2.8")
+    assert synced_allocator(fake, dialects=older).hami is HAMI_V28
 
 
 def test_a_running_pods_forged_failed_phase_frees_nothing() -> None:

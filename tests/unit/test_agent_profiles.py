@@ -9,6 +9,7 @@ import pytest
 
 from tessera.agent_profiles import (
     AGENTS,
+    HAMI_AGENTS,
     AgentProfile,
     Capacity,
     ManagedResource,
@@ -16,7 +17,13 @@ from tessera.agent_profiles import (
     shape_markers,
 )
 from tessera.dialects import Dialect, DialectConfig
-from tessera.vocabulary import ConfigError, ContainerRequest, PodRequest, Vocabulary
+from tessera.vocabulary import (
+    ConfigError,
+    ContainerRequest,
+    PodRequest,
+    RequestError,
+    Vocabulary,
+)
 from tests.builders import share, whole
 
 ELASTIC = NodeAgent(AgentProfile.ELASTIC)
@@ -24,6 +31,7 @@ NANO = NodeAgent(AgentProfile.NANO_GPU)
 ALIYUN = NodeAgent(AgentProfile.ALIYUN)
 HAMI = NodeAgent(AgentProfile.HAMI)
 VOLCANO = NodeAgent(AgentProfile.VOLCANO_VGPU)
+HAMI_V28 = NodeAgent(AgentProfile.HAMI, hami_agent="hami-v2.8")
 
 
 def pod(*containers: ContainerRequest) -> PodRequest:
@@ -97,10 +105,18 @@ def test_the_aliyun_unit_follows_the_plugins_memory_unit() -> None:
          ["elastic-gpu-agent", "no app container asks for a GPU"]),
         (NANO, pod(share("init", core=10, init=True), share(core=20)),
          ["nano-gpu-agent", "exactly the same"]),
+        # volcano-vgpu-device-plugin v1.12.0 pkg/util/util.go and HAMi v2.8.3
+        # pkg/device-plugin/nvidiadevice/nvinternal/plugin/util.go, GetNextDeviceRequest:
+        # the pod's device entries are p.Spec.Containers' (app containers only).
+        (VOLCANO, pod(share("init", core=10, init=True), share(pct=30, core=30)),
+         ["volcano-vgpu-device-plugin", "init container 'init'", "app containers only"]),
+        (HAMI_V28, pod(whole("init", init=True), share(core=10, mem=100)),
+         ["HAMi's device plugin v2.8", "init container 'init'", "app containers only",
+          "HAMi v2.9.0 or later"]),
     ],
     ids=["nano-two-cards", "nano-memory-only", "aliyun-whole", "aliyun-core-only",
          "aliyun-percent", "aliyun-two-containers", "aliyun-init", "elastic-init-differs",
-         "elastic-init-alone", "nano-init-differs"],
+         "elastic-init-alone", "nano-init-differs", "volcano-init", "hami-v2.8-init"],
 )
 def test_what_the_agent_cannot_run_is_refused_naming_the_agent(
     agent: NodeAgent, request_: PodRequest, words: list[str],
@@ -118,11 +134,13 @@ def test_what_the_agent_cannot_run_is_refused_naming_the_agent(
         (NANO, pod(share("init", core=30, init=True), share(core=30))),
         (NANO, pod(whole(cards=1), share("b", core=10, pct=10))),
         (ALIYUN, pod(share(core=10, mem=1000))),
+        # HAMi v2.9.0+ lists init containers first (Resourcereqs, popNextContainerDevices).
         (HAMI, pod(whole("init", init=True), share(core=10, mem=100), whole("b", cards=4))),
-        (VOLCANO, pod(share("init", core=10, init=True), share(pct=30, core=30))),
+        (VOLCANO, pod(share(core=10), share("b", pct=30, core=30))),
+        (HAMI_V28, pod(share(core=10), whole("b", cards=2))),
     ],
     ids=["elastic-multi", "elastic-init-same", "nano-init-same", "nano-mixed", "aliyun-share",
-         "hami-init", "volcano-init"],
+         "hami-init", "volcano-apps", "hami-v2.8-apps"],
 )
 def test_what_the_agent_runs_is_not_refused(agent: NodeAgent, request_: PodRequest) -> None:
     assert agent.refusals(request_) == ()
@@ -180,6 +198,41 @@ def test_every_profile_names_its_agent() -> None:
     assert set(AGENTS) == set(AgentProfile)
     assert {a.name for a in AGENTS.values()} >= {"elastic-gpu-agent", "nano-gpu-agent",
                                                   "gpushare-device-plugin"}
+
+
+def test_the_refusal_names_the_older_hami_release_as_the_webhook_says_it() -> None:
+    with pytest.raises(RequestError, match=r"^agent profile hami \(HAMi's device plugin v2\.8\): "
+                       r"init container 'init'"):
+        HAMI_V28.admit(pod(whole("init", init=True), whole()))
+    assert HAMI.admit(pod(whole("init", init=True), whole())).containers[0].init
+
+
+def test_the_hami_agent_setting_is_read_alike_by_both_services() -> None:
+    config = DialectConfig.from_env({"TESSERA_AGENT_PROFILE": "hami",
+                                     "TESSERA_HAMI_AGENT": "hami-v2.8"})
+    assert config.agent == HAMI_V28
+    assert config.agent.agent is HAMI_AGENTS["hami-v2.8"]
+    assert DialectConfig.from_env({"TESSERA_AGENT_PROFILE": "hami"}).agent == HAMI
+
+
+@pytest.mark.parametrize(
+    ("env", "words"),
+    [({"TESSERA_AGENT_PROFILE": "hami", "TESSERA_HAMI_AGENT": "hami-v2.7"},
+      ["TESSERA_HAMI_AGENT='hami-v2.7'", "known: hami-v2.8"]),
+     ({"TESSERA_AGENT_PROFILE": "volcano-vgpu", "TESSERA_HAMI_AGENT": "hami-v2.8"},
+      ["TESSERA_AGENT_PROFILE=hami (not volcano-vgpu)"]),
+     ({"TESSERA_HAMI_AGENT": "hami-v2.8"}, ["(not elastic)"])],
+    ids=["unknown-release", "volcano", "elastic"],
+)
+def test_a_hami_agent_without_the_hami_profile_or_unknown_is_a_config_error(
+    env: dict[str, str], words: list[str],
+) -> None:
+    with pytest.raises(ConfigError) as caught:
+        DialectConfig.from_env(env)
+    for word in words:
+        assert word in str(caught.value)
+    with pytest.raises(ConfigError):
+        NodeAgent(AgentProfile.VOLCANO_VGPU, hami_agent="hami-v2.8")
 
 
 def test_elastic_gpu_agent_with_another_domain_is_a_config_error() -> None:

@@ -13,6 +13,7 @@ import yaml
 from tessera.agent_profiles import AgentProfile
 from tessera.dialects import DialectConfig, parse_pod
 from tessera.vocabulary import RequestError, Vocabulary, decode_request
+from tests.builders import AGENT_SETUPS
 from tests.builders import REFUSED_SEEDS as REFUSED
 from webhook.mutation import MutationConfig, mutate_pod
 
@@ -20,8 +21,9 @@ EXAMPLES = Path(__file__).parents[2] / "examples" / "pods"
 SEEDS = sorted(p.name for p in EXAMPLES.glob("*.yaml"))
 VOCABULARY = Vocabulary()
 
-def config_for(profile: AgentProfile) -> MutationConfig:
-    return MutationConfig(DialectConfig.from_env({"TESSERA_AGENT_PROFILE": profile.value}))
+def config_for(profile: AgentProfile, hami_agent: str = "") -> MutationConfig:
+    return MutationConfig(DialectConfig.from_env({"TESSERA_AGENT_PROFILE": profile.value,
+                                                  "TESSERA_HAMI_AGENT": hami_agent}))
 
 
 def gpu_resources(pod: dict[str, Any]) -> dict[str, set[str]]:
@@ -35,14 +37,15 @@ def gpu_resources(pod: dict[str, Any]) -> dict[str, set[str]]:
 
 
 @pytest.mark.parametrize("seed", SEEDS)
-@pytest.mark.parametrize("profile", list(AgentProfile), ids=str)
+@pytest.mark.parametrize("setup", list(AGENT_SETUPS))
 def test_every_seed_pod_takes_its_agents_shape_or_is_refused_naming_it(
-    profile: AgentProfile, seed: str,
+    setup: str, seed: str,
 ) -> None:
-    config = config_for(profile)
+    profile, hami_agent = AGENT_SETUPS[setup]
+    config = config_for(profile, hami_agent)
     agent = config.dialects.agent
     pod = yaml.safe_load((EXAMPLES / seed).read_text())
-    why = REFUSED[profile].get(seed)
+    why = REFUSED[setup].get(seed)
     if why is not None:
         with pytest.raises(RequestError) as refused:
             mutate_pod(pod, config)
@@ -84,6 +87,28 @@ def test_hami_keeps_the_init_container_in_the_request() -> None:
     limits = dict(mutation.pod)["spec"]["containers"][0]["resources"]["limits"]
     assert limits == {"nvidia.com/gpu": "1", "nvidia.com/gpucores": "25",
                       "nvidia.com/gpumem-percentage": "25"}
+
+
+@pytest.mark.parametrize(("setup", "agent_name"),
+                         [("volcano-vgpu", "volcano-vgpu-device-plugin"),
+                          ("hami-v2.8", "HAMi's device plugin v2.8")])
+def test_a_gpu_init_container_is_refused_at_admission_where_the_plugin_serves_apps_only(
+    setup: str, agent_name: str,
+) -> None:
+    # volcano-vgpu-device-plugin v1.12.0 pkg/util/util.go, HAMi v2.8.3 pkg/device-plugin/
+    # nvidiadevice/nvinternal/plugin/util.go: GetNextDeviceRequest returns
+    # p.Spec.Containers[idx]. The same pod under hami (v2.10.0) keeps its init container
+    # (test_hami_keeps_the_init_container_in_the_request).
+    pod = yaml.safe_load((EXAMPLES / "fraction-share.yaml").read_text())
+    with pytest.raises(RequestError) as refused:
+        mutate_pod(pod, config_for(*AGENT_SETUPS[setup]))
+    message = str(refused.value)
+    assert message.startswith(f"agent profile {AGENT_SETUPS[setup][0].value} ({agent_name}): "
+                              "init container 'warmup' asks for 25% core")
+    assert "gives devices to app containers only" in message
+    without_init = yaml.safe_load((EXAMPLES / "fraction-share.yaml").read_text())
+    del without_init["spec"]["initContainers"]
+    assert mutate_pod(without_init, config_for(*AGENT_SETUPS[setup])).request is not None
 
 
 def test_aliyun_finds_its_pod_by_the_gpu_mem_the_webhook_leaves() -> None:
