@@ -109,6 +109,8 @@ VARIANTS: list[tuple[str, tuple[str, ...], Callable[[Path], Path]]] = [
     *((f"second-scheduler+agent-{p}", ("secondScheduler.enabled=true", f"agentProfile={p}"),
        composed("self-signed", "second-scheduler", f"agent-{p}", f"agent-{p}/second-scheduler"))
       for p in ("nano-gpu", "hami")),
+    ("self-signed+agent-hami-v2.8", ("agentProfile=hami", "hamiAgent=hami-v2.8"),
+     composed("self-signed", "agent-hami", "agent-hami-v2.8")),
 ]
 IDS = [v[0] for v in VARIANTS]
 
@@ -284,13 +286,35 @@ def test_the_agent_profile_sets_both_services_the_managed_resources_and_the_cond
     assert hook["matchConditions"] == match_conditions(DialectConfig(agent_profile=profile))
 
 
-def test_an_unknown_agent_profile_is_refused_at_render_time(helm: Path) -> None:
+@pytest.mark.parametrize(
+    ("values", "words"),
+    [("agentProfile=gpushare",
+      "agentProfile must be elastic, nano-gpu, aliyun, hami or volcano-vgpu"),
+     ("agentProfile=volcano-vgpu,hamiAgent=hami-v2.8",
+      'hamiAgent must be "" or hami-v2.8 (with agentProfile hami)'),
+     ("agentProfile=hami,hamiAgent=hami-v2.7", 'not "hami-v2.7"'),
+     ("agentProfile=hami,allocator.hamiAgent=hami-v2.8", "allocator.hamiAgent is now hamiAgent")],
+    ids=["unknown-profile", "hami-agent-without-hami", "unknown-hami-agent", "moved-value"],
+)
+def test_an_unknown_agent_setting_is_refused_at_render_time(
+    helm: Path, values: str, words: str,
+) -> None:
     result = subprocess.run(
         [str(helm), "template", "tessera", str(CHART), f"--namespace={NAMESPACE}",
-         "--set=agentProfile=gpushare"], capture_output=True, text=True, timeout=120,
-        check=False)
+         f"--set={values}"], capture_output=True, text=True, timeout=120, check=False)
     assert result.returncode != 0
-    assert "agentProfile must be elastic, nano-gpu, aliyun, hami or volcano-vgpu" in result.stderr
+    assert words in result.stderr
+
+
+def test_the_hami_agent_reaches_both_services_as_one_flag(helm: Path) -> None:
+    docs = helm_template(helm, "agentProfile=hami", "hamiAgent=hami-v2.8")
+    for name in ("tessera-webhook", "tessera-allocator"):
+        spec = container(one(docs, "Deployment", name))
+        assert "--hami-agent=hami-v2.8" in spec["args"], name
+        assert "TESSERA_HAMI_AGENT" not in {e["name"] for e in spec.get("env") or []}
+    for name in ("tessera-webhook", "tessera-allocator"):
+        args = container(one(helm_template(helm, "agentProfile=hami"), "Deployment", name))["args"]
+        assert not any(a.startswith("--hami-agent") for a in args)
 
 
 @pytest.mark.parametrize("profile", [p for p in AgentProfile if p is not AgentProfile.ELASTIC],

@@ -24,12 +24,22 @@ helm.sh/chart: {{ printf "%s-%s" $root.Chart.Name $root.Chart.Version }}
 {{- if not (has .Values.agentProfile (list "elastic" "nano-gpu" "aliyun" "hami" "volcano-vgpu")) -}}
 {{- fail (printf "agentProfile must be elastic, nano-gpu, aliyun, hami or volcano-vgpu, not %q" .Values.agentProfile) -}}
 {{- end -}}
+{{- if and .Values.hamiAgent (or (ne .Values.agentProfile "hami") (ne .Values.hamiAgent "hami-v2.8")) -}}
+{{- fail (printf "hamiAgent must be \"\" or hami-v2.8 (with agentProfile hami), not %q with agentProfile %q" .Values.hamiAgent .Values.agentProfile) -}}
+{{- end -}}
+{{- if (.Values.allocator | default dict).hamiAgent -}}
+{{- fail "allocator.hamiAgent is now hamiAgent: the webhook reads it too (docs/hami.md)" -}}
+{{- end -}}
 {{- end -}}
 
-{{/* The --agent-profile argument of both services (none for the default, elastic). */}}
+{{/* The --agent-profile argument of both services (none for the default, elastic), and
+--hami-agent when an older HAMi release is named. */}}
 {{- define "tessera.agentProfileArgs" -}}
 {{- if ne .Values.agentProfile "elastic" }}
 - --agent-profile={{ .Values.agentProfile }}
+{{- end -}}
+{{- if .Values.hamiAgent }}
+- --hami-agent={{ .Values.hamiAgent }}
 {{- end -}}
 {{- end -}}
 
