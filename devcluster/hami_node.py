@@ -39,13 +39,11 @@ from allocator.hami.codec import (
     VOLCANO_VGPU,
     Flavor,
     HamiFormatError,
-    RegisteredDevice,
     decode_pod_devices,
     encode_pod_devices,
-    encode_register_json,
-    encode_register_text,
     parse_lock,
 )
+from allocator.hami.register import RegisteredDevice, encode_register_json, encode_register_text
 from allocator.ports import KubeApi, Obj
 
 logger = logging.getLogger(__name__)
@@ -277,7 +275,7 @@ class HamiFleet:
         found = None
         if text:
             try:
-                from allocator.hami.codec import parse_register
+                from allocator.hami.register import parse_register
                 found = HamiNode(self.api, name, parse_register(text, self.flavor), self.flavor)
             except HamiFormatError as exc:
                 logger.warning("stand-in %s: register annotation unreadable: %s", name, exc)

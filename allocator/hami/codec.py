@@ -2,25 +2,9 @@
 
 Every key and format below was read in HAMi's source at tag ``v2.10.0`` (Project-HAMi/HAMi)
 and in Project-HAMi/volcano-vgpu-device-plugin at tag ``v1.12.0``; none of their code is
-copied. Where a format changed between versions, the version that changed it is named.
-
-**Node register annotation** (the device plugin writes it, the scheduler reads it):
-
-- key ``hami.io/node-nvidia-register`` (``pkg/device/nvidia/device.go``, ``RegisterAnnos``);
-- since ``v2.8.0`` a JSON list of ``DeviceInfo`` (``pkg/device/devices.go``,
-  ``MarshalNodeDevices``; the plugin's ``pkg/device-plugin/nvidiadevice/nvinternal/plugin/
-  register.go`` switched from ``EncodeNodeDevices`` to it in ``v2.8.0``) with the keys
-  ``id, index, count, devmem, devcore, type, numa, mode, health``, each ``omitempty`` (an absent
-  ``health`` is false, an absent ``index`` or ``numa`` is 0);
-- up to ``v2.7.x`` text: per device ``id,count,devmem,devcore,type,numa,health[,index,mode]:``
-  (``EncodeNodeDevices`` / ``DecodeNodeDevices``: 7 or 9 fields; 7 means index 0 and mode
-  ``hami-core``);
-- volcano-vgpu-device-plugin: key ``volcano.sh/node-vgpu-register``, text
-  ``id,count,devmem,type,health,mode:`` (``pkg/util/util.go``, ``EncodeNodeDevices``; no core
-  count, no NUMA, no index).
-
-``count`` is the split count (the most tasks a card takes), ``devmem`` MiB, ``devcore`` the
-card's core units (100 a card), ``type`` ``NVIDIA-<model>``.
+copied. Where a format changed between versions, the version that changed it is named. The
+node register annotation (the cards the plugin registers) is :mod:`allocator.hami.register`;
+here are the flavors, the pod's device annotations and the node lock.
 
 **Pod device annotations** (``hami.io/vgpu-devices-to-allocate`` which the plugin consumes,
 ``hami.io/vgpu-devices-allocated`` which stays: ``pkg/device/nvidia/device.go``,
@@ -42,11 +26,10 @@ next locker.
 
 from __future__ import annotations
 
-import json
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 from datetime import UTC, datetime
-from typing import Any, Final
+from typing import Final
 
 #: ``pkg/util/types.go`` (v2.10.0) and volcano-vgpu ``pkg/util/types.go`` (v1.12.0).
 BIND_ALLOCATING: Final = "allocating"
@@ -117,30 +100,13 @@ VOLCANO_VGPU: Final = Flavor(
 FLAVORS: Final = {f.name: f for f in (HAMI, HAMI_V28, VOLCANO_VGPU)}
 
 
-# ----------------------------------------------------------------------------- node register
+# ----------------------------------------------------------------------------- fields
+# Checked fields of every annotation here and in allocator.hami.register (anyone who can
+# annotate a node or a pod writes them).
 
 
-@dataclass(frozen=True)
-class RegisteredDevice:
-    """One card as the device plugin registered it."""
-
-    uuid: str
-    index: int
-    split_count: int
-    memory_mib: int
-    cores: int
-    type: str
-    numa: int = 0
-    mode: str = "hami-core"
-    healthy: bool = True
-
-    @property
-    def model(self) -> str:
-        """``NVIDIA-<model>`` without the vendor prefix the plugin adds."""
-        return self.type.removeprefix("NVIDIA-")
-
-
-def _bounded_int(value: object, what: str, low: int = 0) -> int:
+def bounded_int(value: object, what: str, low: int = 0) -> int:
+    """A JSON integer within ``low``..:data:`MAX_FIELD`."""
     if isinstance(value, bool) or not isinstance(value, int):
         raise HamiFormatError(f"{what} must be an integer, got {value!r}")
     if not low <= value <= MAX_FIELD:
@@ -148,16 +114,17 @@ def _bounded_int(value: object, what: str, low: int = 0) -> int:
     return value
 
 
-def _text_int(text: str, what: str, low: int = 0) -> int:
+def text_int(text: str, what: str, low: int = 0) -> int:
+    """A decimal integer field of a text annotation, bounded as :func:`bounded_int`."""
     stripped = text.strip()
     body = stripped.removeprefix("-")
     if not (body.isascii() and body.isdigit() and len(body) <= 12):
         raise HamiFormatError(f"{what} {text!r} is not an integer")
-    return _bounded_int(int(stripped), what, low)
+    return bounded_int(int(stripped), what, low)
 
 
-def _text_bool(text: str, what: str) -> bool:
-    # Go's strconv.ParseBool
+def text_bool(text: str, what: str) -> bool:
+    """A boolean field as Go's ``strconv.ParseBool`` reads it."""
     if text in ("1", "t", "T", "TRUE", "true", "True"):
         return True
     if text in ("0", "f", "F", "FALSE", "false", "False"):
@@ -165,134 +132,12 @@ def _text_bool(text: str, what: str) -> bool:
     raise HamiFormatError(f"{what} {text!r} is not a boolean")
 
 
-def parse_register(text: str, flavor: Flavor = HAMI) -> tuple[RegisteredDevice, ...]:
-    """The devices of a register annotation, JSON or text form, in index order.
-
-    Cards whose registered indices repeat (the 7-field text form and JSON without ``index``
-    say 0 for every card) are numbered by their position: the plugin addresses cards by UUID,
-    so the index is only Tessera's name for the card."""
-    if len(text) > MAX_ANNOTATION_CHARS:
-        raise HamiFormatError(f"register annotation of {len(text)} characters is too long")
-    stripped = text.strip()
-    if stripped.startswith("["):
-        devices = _parse_register_json(stripped)
-    elif flavor is VOLCANO_VGPU:
-        devices = _parse_register_volcano(stripped)
-    else:
-        devices = _parse_register_text(stripped)
-    if not devices:
-        raise HamiFormatError("register annotation lists no device")
-    if len({d.uuid for d in devices}) != len(devices):
-        raise HamiFormatError("device UUIDs repeat")
-    if len({d.index for d in devices}) != len(devices):
-        devices = [replace(d, index=i) for i, d in enumerate(devices)]
-    return tuple(sorted(devices, key=lambda d: d.index))
-
-
-def _parse_register_json(text: str) -> list[RegisteredDevice]:
-    try:
-        raw = json.loads(text)
-    except (ValueError, RecursionError) as exc:
-        raise HamiFormatError(f"register annotation is not JSON: {exc}") from None
-    if not isinstance(raw, list):
-        raise HamiFormatError("register annotation must be a JSON list")
-    if len(raw) > MAX_DEVICES:
-        raise HamiFormatError(f"{len(raw)} devices is more than {MAX_DEVICES}")
-    out = []
-    for item in raw:
-        if not isinstance(item, dict):
-            raise HamiFormatError("each device must be a JSON object")
-        uuid, dtype, mode = item.get("id", ""), item.get("type", ""), item.get("mode", "")
-        health = item.get("health", False)
-        if not isinstance(uuid, str) or not uuid:
-            raise HamiFormatError(f"device id {uuid!r} must be a non-empty string")
-        if not isinstance(dtype, str) or not isinstance(mode, str):
-            raise HamiFormatError(f"device {uuid}: type and mode must be strings")
-        if not isinstance(health, bool):
-            raise HamiFormatError(f"device {uuid}: health must be a boolean")
-        out.append(RegisteredDevice(
-            uuid=_checked_uuid(uuid),
-            index=_bounded_int(item.get("index", 0), f"device {uuid}: index"),
-            split_count=_bounded_int(item.get("count", 0), f"device {uuid}: count"),
-            memory_mib=_bounded_int(item.get("devmem", 0), f"device {uuid}: devmem"),
-            cores=_bounded_int(item.get("devcore", 0), f"device {uuid}: devcore"),
-            type=dtype, numa=_bounded_int(item.get("numa", 0), f"device {uuid}: numa"),
-            mode=mode or "hami-core", healthy=health))
-    return out
-
-
-def _segments(text: str) -> list[list[str]]:
-    if ":" not in text:
-        raise HamiFormatError("register annotation has no device separator ':'")
-    parts = [p for p in text.split(":") if p]
-    if len(parts) > MAX_DEVICES:
-        raise HamiFormatError(f"{len(parts)} devices is more than {MAX_DEVICES}")
-    return [p.split(",") for p in parts]
-
-
-def _parse_register_text(text: str) -> list[RegisteredDevice]:
-    out = []
-    for items in _segments(text):
-        if len(items) not in (7, 9):
-            raise HamiFormatError(f"device entry has {len(items)} fields, expected 7 or 9")
-        uuid = _checked_uuid(items[0])
-        out.append(RegisteredDevice(
-            uuid=uuid, split_count=_text_int(items[1], f"device {uuid}: count"),
-            memory_mib=_text_int(items[2], f"device {uuid}: devmem"),
-            cores=_text_int(items[3], f"device {uuid}: devcore"), type=items[4],
-            numa=_text_int(items[5], f"device {uuid}: numa"),
-            healthy=_text_bool(items[6], f"device {uuid}: health"),
-            index=_text_int(items[7], f"device {uuid}: index") if len(items) == 9 else 0,
-            mode=items[8] if len(items) == 9 else "hami-core"))
-    return out
-
-
-def _parse_register_volcano(text: str) -> list[RegisteredDevice]:
-    out = []
-    for position, items in enumerate(_segments(text)):
-        if len(items) not in (5, 6):
-            raise HamiFormatError(f"device entry has {len(items)} fields, expected 5 or 6")
-        uuid = _checked_uuid(items[0])
-        out.append(RegisteredDevice(
-            uuid=uuid, index=position,
-            split_count=_text_int(items[1], f"device {uuid}: count"),
-            memory_mib=_text_int(items[2], f"device {uuid}: devmem"),
-            cores=CARD_CORES, type=items[3],
-            healthy=_text_bool(items[4], f"device {uuid}: health"),
-            mode=(items[5] if len(items) == 6 else "") or "hami-core"))
-    return out
-
-
-def _checked_uuid(uuid: str) -> str:
+def checked_uuid(uuid: str) -> str:
+    """A device UUID that cannot break the annotations it is written into."""
     # A separator inside a UUID would split the pod annotation the plugin reads back.
     if not uuid or any(c in uuid for c in ",:;\n") or len(uuid) > 256:
         raise HamiFormatError(f"device id {uuid!r} is not a usable UUID")
     return uuid
-
-
-def encode_register_json(devices: Sequence[RegisteredDevice]) -> str:
-    """The v2.8+ form, with ``omitempty`` as Go's encoder applies it."""
-    out = []
-    for d in devices:
-        item: dict[str, Any] = {"id": d.uuid}
-        for key, value in (("index", d.index), ("count", d.split_count),
-                           ("devmem", d.memory_mib), ("devcore", d.cores), ("type", d.type),
-                           ("numa", d.numa), ("mode", d.mode), ("health", d.healthy)):
-            if value:
-                item[key] = value
-        out.append(item)
-    return json.dumps(out, separators=(",", ":"))
-
-
-def encode_register_text(devices: Sequence[RegisteredDevice], flavor: Flavor = HAMI) -> str:
-    """The text form: HAMi's 9-field entries, or volcano-vgpu's 6-field ones."""
-    def flag(b: bool) -> str:
-        return "true" if b else "false"
-    if flavor is VOLCANO_VGPU:
-        return "".join(f"{d.uuid},{d.split_count},{d.memory_mib},{d.type},{flag(d.healthy)},"
-                       f"{d.mode}:" for d in devices)
-    return "".join(f"{d.uuid},{d.split_count},{d.memory_mib},{d.cores},{d.type},{d.numa},"
-                   f"{flag(d.healthy)},{d.index},{d.mode}:" for d in devices)
 
 
 # ----------------------------------------------------------------------------- pod devices
@@ -341,11 +186,11 @@ def decode_pod_devices(text: str, flavor: Flavor = HAMI) -> PodDevices:
             if len(fields) < 4:
                 raise HamiFormatError(f"device entry {part!r} has {len(fields)} fields, "
                                       f"expected 4")
-            uuid = _checked_uuid(fields[0])
+            uuid = checked_uuid(fields[0])
             shares.append(DeviceShare(
                 uuid=uuid, type=fields[1],
-                memory_mib=_text_int(fields[2], f"device {uuid}: memory"),
-                cores=_text_int(fields[3], f"device {uuid}: cores")))
+                memory_mib=text_int(fields[2], f"device {uuid}: memory"),
+                cores=text_int(fields[3], f"device {uuid}: cores")))
         out.append(tuple(shares))
     return tuple(out)
 

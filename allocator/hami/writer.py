@@ -27,11 +27,10 @@ from allocator.hami.codec import (
     DeviceShare,
     Flavor,
     HamiFormatError,
-    RegisteredDevice,
     decode_pod_devices,
     encode_pod_devices,
-    parse_register,
 )
+from allocator.hami.register import RegisteredDevice, parse_register
 from allocator.ranking.cards import Card
 from tessera.vocabulary import Allocation, ContainerAllocation
 

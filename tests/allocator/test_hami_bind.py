@@ -18,14 +18,12 @@ from allocator.hami.codec import (
     HAMI_V28,
     VOLCANO_VGPU,
     DeviceShare,
-    RegisteredDevice,
     decode_pod_devices,
     encode_lock,
-    encode_register_json,
-    encode_register_text,
     parse_lock,
 )
 from allocator.hami.lock import LockSettings, NodeLocks, NodeLockTimeout
+from allocator.hami.register import RegisteredDevice, encode_register_json, encode_register_text
 from allocator.hami.writer import (
     CORDON_ANNOTATION,
     NodeDevices,

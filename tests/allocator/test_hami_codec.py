@@ -23,13 +23,15 @@ from allocator.hami.codec import (
     VOLCANO_VGPU,
     DeviceShare,
     HamiFormatError,
-    RegisteredDevice,
     decode_pod_devices,
     encode_lock,
     encode_pod_devices,
+    parse_lock,
+)
+from allocator.hami.register import (
+    RegisteredDevice,
     encode_register_json,
     encode_register_text,
-    parse_lock,
     parse_register,
 )
 
@@ -250,3 +252,15 @@ def test_lock_encode_and_expiry() -> None:
 def test_lock_hostile(value: str) -> None:
     with pytest.raises(HamiFormatError):
         parse_lock(value)
+
+
+def test_each_hami_release_the_webhook_knows_is_a_flavor_with_the_same_container_order() -> None:
+    # One setting for both services (TESSERA_HAMI_AGENT): the webhook refuses a GPU init
+    # container exactly where the flavor the allocator writes lists app containers only.
+    from allocator.hami.codec import FLAVORS
+    from tessera.agent_profiles import AGENTS, HAMI_AGENTS, AgentProfile
+
+    for name, agent in HAMI_AGENTS.items():
+        assert FLAVORS[name].init_containers is not agent.app_containers_only
+    for profile in (AgentProfile.HAMI, AgentProfile.VOLCANO_VGPU):
+        assert FLAVORS[profile.value].init_containers is not AGENTS[profile].app_containers_only

@@ -6,8 +6,9 @@ either keeps the shape that agent serves, is bound, and gets the keys the agent 
 other agent's), or is refused back to the client with the agent named.
 
 The elastic profile is the session cluster of the other e2e tests (tests/e2e/conftest.py);
-the others get one cluster each, started once per profile. The hami and volcano-vgpu clusters
-run without the allocator: their pods are shaped and refused here, and bound, allocated and
+the others get one cluster each, started once per profile (and one for HAMi v2.8, the hami
+profile with ``--hami-agent=hami-v2.8``). The hami and volcano-vgpu clusters run without the
+allocator: their pods are shaped and refused here, and bound, allocated and
 Running on nodes that carry HAMi's register annotation in tests/e2e/test_hami.py (the HAMi
 node stand-in)."""
 
@@ -37,6 +38,7 @@ from devcluster.workloads import (
 )
 from tessera.agent_profiles import AgentProfile, NodeAgent
 from tessera.vocabulary import Vocabulary, decode_allocation, decode_request
+from tests.builders import AGENT_SETUPS
 from tests.builders import REFUSED_SEEDS as REFUSED
 
 pytestmark = pytest.mark.e2e
@@ -62,26 +64,33 @@ INVENTORY = {
 BOUND_HERE = frozenset({AgentProfile.NANO_GPU, AgentProfile.ALIYUN})
 
 
-@pytest.fixture(scope="module", params=list(INVENTORY), ids=str)
+#: The dev clusters of this module: every agent setup but the session cluster's (elastic).
+SETUPS = [s for s, (profile, _) in AGENT_SETUPS.items() if profile in INVENTORY]
+
+
+@pytest.fixture(scope="module", params=SETUPS)
 def profile_cluster(binaries: Binaries, request: pytest.FixtureRequest
-                    ) -> Iterator[tuple[DevCluster, AgentProfile]]:
-    profile: AgentProfile = request.param
+                    ) -> Iterator[tuple[DevCluster, str]]:
+    """A dev cluster of one agent setup, and its label (the profile, or ``hami-v2.8``)."""
+    setup: str = request.param
+    profile, hami_agent = AGENT_SETUPS[setup]
     base = os.environ.get("TESSERA_E2E_WORKDIR")
-    workdir = Path(base) / f"profile-{profile.value}" if base else None
+    workdir = Path(base) / f"profile-{setup}" if base else None
     bound_here = profile in BOUND_HERE and agents.writer(profile) is not None
-    dev = DevCluster(binaries, workdir, Options(agent_profile=profile, allocator=bound_here))
-    nodes = [uniform(f"{profile.value}-t4-{i}", 4, "Tesla-T4", 15360,
+    dev = DevCluster(binaries, workdir, Options(agent_profile=profile, hami_agent=hami_agent,
+                                                allocator=bound_here))
+    nodes = [uniform(f"{setup}-t4-{i}", 4, "Tesla-T4", 15360,
                      inventory=INVENTORY[profile]) for i in range(2)]
     failed_before = request.session.testsfailed
     dev.start(nodes)
     try:
         ensure_namespace(dev.core_v1(), NAMESPACE)
-        yield dev, profile
+        yield dev, setup
     finally:
         failed = request.session.testsfailed > failed_before
         dev.stop(keep_files=failed)
         if failed:
-            print(f"\ne2e: {profile} dev cluster logs kept in {dev.workdir}", file=sys.stderr)
+            print(f"\ne2e: {setup} dev cluster logs kept in {dev.workdir}", file=sys.stderr)
 
 
 def _seed(name: str) -> dict[str, Any]:
@@ -105,16 +114,17 @@ SEEDS = sorted(p.name for p in EXAMPLES.glob("*.yaml"))
 
 @pytest.mark.parametrize("seed", SEEDS)
 def test_each_seed_pod_keeps_its_agents_shape_and_gets_its_keys_or_is_refused_naming_it(
-    profile_cluster: tuple[DevCluster, AgentProfile], seed: str,
+    profile_cluster: tuple[DevCluster, str], seed: str,
 ) -> None:
     from kubernetes.client.exceptions import ApiException
 
-    cluster, profile = profile_cluster
+    cluster, setup = profile_cluster
+    profile = cluster.options.agent_profile
     core_v1 = cluster.core_v1()
-    agent = NodeAgent(profile, VOCABULARY)
+    agent = cluster.options.agent
     pod = _seed(seed)
     name = pod["metadata"]["name"]
-    why = REFUSED[profile].get(seed)
+    why = REFUSED[setup].get(seed)
     if why is not None:
         with pytest.raises(ApiException) as refused:
             core_v1.create_namespaced_pod(NAMESPACE, pod)
@@ -148,16 +158,76 @@ def test_each_seed_pod_keeps_its_agents_shape_and_gets_its_keys_or_is_refused_na
 
 
 def test_the_nodes_advertise_the_agents_resources_and_no_other_agents(
-    profile_cluster: tuple[DevCluster, AgentProfile],
+    profile_cluster: tuple[DevCluster, str],
 ) -> None:
-    cluster, profile = profile_cluster
-    agent = NodeAgent(profile, VOCABULARY)
-    node = get_object(cluster.core_v1().read_node, f"{profile.value}-t4-0")
+    cluster, setup = profile_cluster
+    agent = cluster.options.agent
+    node = get_object(cluster.core_v1().read_node, f"{setup}-t4-0")
     allocatable = node["status"]["allocatable"]
     capacity = agent.capacity
     if capacity is not None:
         assert int(allocatable[capacity.count]) == 4 * capacity.per_card
     assert VOCABULARY.core_resource not in allocatable  # elastic-gpu-agent's, not this one's
+
+
+#: What each setup's webhook does with a GPU init container asking for what its app container
+#: asks for: admitted, or refused with these words (the agent's limit; docs/agents.md).
+INIT_CONTAINER_OUTCOME = {
+    "nano-gpu": "",  # served from the app container's card (kubelet hands its devices on)
+    "aliyun": "init container 'warmup'",
+    "hami": "",  # HAMi v2.9.0+ lists init containers in the pod's device annotation
+    # GetNextDeviceRequest maps the entries to spec.containers: HAMi v2.8.3
+    # nvinternal/plugin/util.go, volcano-vgpu-device-plugin v1.12.0 pkg/util/util.go.
+    "hami-v2.8": "init container 'warmup' asks for 50% core and 4096 MiB; HAMi's device plugin "
+                 "v2.8 gives devices to app containers only",
+    "volcano-vgpu": "init container 'warmup' asks for 50% core and 4096 MiB; "
+                    "volcano-vgpu-device-plugin gives devices to app containers only",
+}
+
+
+def test_a_gpu_init_container_is_refused_at_admission_where_the_agent_cannot_serve_it(
+    profile_cluster: tuple[DevCluster, str],
+) -> None:
+    """The same pod through the real API server: its webhook admits it where the agent gives
+    the init container devices (hami, i.e. HAMi v2.10.0), and refuses it back to the client,
+    naming the agent, where the plugin serves app containers only (volcano-vgpu, HAMi v2.8):
+    not bound to sit Pending."""
+    from kubernetes.client.exceptions import ApiException
+
+    cluster, setup = profile_cluster
+    core_v1 = cluster.core_v1()
+    agent = cluster.options.agent
+    ask = {"elasticgpu.io/gpu-core": "50", "elasticgpu.io/gpu-memory": "4096"}
+    name = "init-gpu"
+    pod = make_pod(name, [container("app", limits=ask)],
+                   init_containers=[container("warmup", limits=ask)])
+    pod["spec"]["schedulerName"] = "nobody-binds-this"  # what is checked is admission
+    refusal = INIT_CONTAINER_OUTCOME[setup]
+    if refusal:
+        with pytest.raises(ApiException) as refused:
+            core_v1.create_namespaced_pod(NAMESPACE, pod)
+        body = str(refused.value.body)
+        assert f"agent profile {agent.profile.value} ({agent.name}): " in body
+        assert refusal in body
+        with pytest.raises(ApiException):  # nothing was created
+            core_v1.read_namespaced_pod(name, NAMESPACE)
+        return
+    core_v1.create_namespaced_pod(NAMESPACE, pod)
+    try:
+        created = get_object(core_v1.read_namespaced_pod, name, NAMESPACE)
+        init = created["spec"]["initContainers"][0]
+        # kubelet calls the agent's plugin for the init container too: it keeps the shape.
+        keys = set(init["resources"]["limits"]) - {"cpu", "memory"}
+        assert keys and keys <= set(agent.pod_resources)
+        annotations = created["metadata"]["annotations"]
+        request = decode_request(annotations[VOCABULARY.request_annotation])
+        placed = [(c.name, c.init) for c in request.containers]
+        # HAMi places the init container on devices of its own; nano on the app's card.
+        expected = ([("warmup", True), ("app", False)] if agent.profile is AgentProfile.HAMI
+                    else [("app", False)])
+        assert placed == expected
+    finally:
+        core_v1.delete_namespaced_pod(name, NAMESPACE, grace_period_seconds=0)
 
 
 def test_a_cluster_spec_of_another_profile_is_refused_before_start() -> None:
