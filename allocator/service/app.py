@@ -10,12 +10,20 @@ Routes (verbs under the URL prefix, ``/scheduler`` by default):
   node, card and holder, and the pods recently refused, JSON), ``/metrics`` (Prometheus);
 - ``GET /`` the same picture as a read-only HTML page (:mod:`allocator.service.page`).
 
-Malformed verb bodies get **HTTP 200 with ``Error`` set**: kube-scheduler treats any other
-status as an error too (``pkg/scheduler/framework/extender.go``, ``send``), but then shows only
-the status code, whereas ``Error`` reaches the pod's events verbatim. Bodies over the cap are
-refused with 413, chunked or not (:func:`tessera.wire.read_body`). The verbs are served in
-front of Flask (:class:`VerbRoutes`); every other error (unknown route, wrong method, a bug)
-goes through one app-wide handler and is JSON ``{"Error": ...}`` too; input never gets a 500.
+Two error channels, as kube-scheduler reads them (``pkg/scheduler/framework/extender.go``,
+``send``: any status but 200 is an error shown as its bare code, the body unread):
+
+- a verb's own answer is **HTTP 200** in kube-scheduler's wire type, ``Error`` set when the
+  verb could not decide (a malformed body, not synced, not the leader, a bug): ``Error`` of
+  ``ExtenderFilterResult`` / ``ExtenderBindingResult`` reaches the pod's events verbatim;
+- every other answer that is not 200 (an unknown route 404, a wrong method 405, a body over
+  the cap 413, chunked or not, :func:`tessera.wire.read_body`, a malformed length 400, a bug
+  outside the verbs 500) is the services' one JSON error shape ``{"code", "message"}``
+  (:func:`tessera.serving.policy.error_doc`), as the webhook's and as the server's own 408
+  and 413. Input never gets a 500.
+
+The verbs are served in front of Flask (:class:`VerbRoutes`); every other error goes through
+one app-wide handler.
 """
 
 from __future__ import annotations
@@ -34,7 +42,7 @@ from flask import Flask, Response, jsonify, request
 from prometheus_client import CONTENT_TYPE_LATEST
 from werkzeug.exceptions import HTTPException
 
-from allocator.errors import ApiError, describe_error, event_safe
+from allocator.errors import ApiError, describe_error
 from allocator.hami.adopt import adopt_placed_pods
 from allocator.kube.leader import LeaderElector
 from allocator.kube.recorder import EventRecorder
@@ -50,6 +58,7 @@ from allocator.service.pending import RecentRefusals
 from allocator.verbs.core import Allocator
 from allocator.verbs.decisions import Fanout, PodRef
 from allocator.verbs.requeue import RequeueOnRelease, requeue_patch
+from tessera.serving.policy import error_body, error_doc
 from tessera.wire import BodyTooLarge, WireError, dump_json, read_body
 
 logger = logging.getLogger(__name__)
@@ -197,7 +206,7 @@ def create_app(
     app = Flask("allocator")
     app.config["MAX_CONTENT_LENGTH"] = settings.max_body_bytes
     app.extensions[EXTENSION] = runtime
-    _routes(app, runtime, settings.url_prefix)
+    _routes(app, runtime)
     prefix = settings.url_prefix
     routes = VerbRoutes(app.wsgi_app, _verbs(runtime, prefix), settings.max_body_bytes)
     app.wsgi_app = routes  # type: ignore[method-assign]
@@ -218,9 +227,10 @@ class VerbRoutes:
 
     Why not Flask routes: Flask's request and response objects and its context cost more per
     call than filter's decision over a thousand nodes (docs/benchmarks.md, issue 13), and a
-    verb needs none of them — a body in, JSON out, always 200 (module doc). What Flask's error
-    handler did for the verbs is here: a body over the cap is 413, a malformed length 400,
-    both with ``Error``; a bug is logged and answered 200 with ``Error``.
+    verb needs none of them — a body in, JSON out, 200 (module doc). What Flask's error
+    handler did for the verbs is here: a wrong method is 405, a body over the cap 413, a
+    malformed length 400, each in the services' error shape; a bug is logged and answered 200
+    with ``Error``.
     """
 
     def __init__(self, app: WsgiApp, verbs: Mapping[str, Verb], max_body_bytes: int) -> None:
@@ -238,8 +248,8 @@ class VerbRoutes:
         if method != "POST":
             status = HTTPStatus.METHOD_NOT_ALLOWED
             headers.append(("Allow", "POST"))
-            reply = dump_json({"Error": f"method {method[:16]} not allowed: the extender "
-                                        "verbs take POST"})
+            reply = error_body(status.value, f"method {method[:16]} not allowed: the extender "
+                                       "verbs take POST")
         else:
             status, reply = self._answer(verb, environ)
         headers.append(("Content-Length", str(len(reply))))
@@ -249,8 +259,8 @@ class VerbRoutes:
     def _answer(self, verb: Verb, environ: dict[str, Any]) -> tuple[HTTPStatus, bytes]:
         try:
             return HTTPStatus.OK, verb(read_body(environ, self.max_body_bytes))
-        except WireError as exc:
-            return HTTPStatus(exc.status), dump_json({"Error": event_safe(str(exc))})
+        except WireError as exc:  # no verb's answer: transport (module doc)
+            return HTTPStatus(exc.status), error_body(exc.status, str(exc))
         except Exception as exc:  # a bug: still an answer the scheduler shows (module doc)
             logger.exception("unexpected error serving POST %s", environ.get("PATH_INFO"))
             return HTTPStatus.OK, dump_json({"Error": describe_error(exc)})
@@ -284,7 +294,7 @@ def _verbs(rt: Runtime, prefix: str) -> dict[str, Verb]:
             f"{prefix}/bind": bind_verb}
 
 
-def _routes(app: Flask, rt: Runtime, prefix: str) -> None:
+def _routes(app: Flask, rt: Runtime) -> None:
     cap = rt.settings.max_body_bytes
 
     @app.get("/healthz")
@@ -330,17 +340,20 @@ def _routes(app: Flask, rt: Runtime, prefix: str) -> None:
         rt.allocator.expire_holds()
         return Response(rt.metrics.exposition(), mimetype=CONTENT_TYPE_LATEST)
 
-    # One handler for every error that leaves a view, JSON in the extender's own shape.
+    # One handler for every error that leaves a view (no verb is a Flask view: VerbRoutes
+    # answers them all), in the services' one error shape (module doc).
     @app.errorhandler(Exception)
     def any_error(exc: Exception) -> tuple[Response, int]:
         if isinstance(exc, WireError):
-            return jsonify({"Error": event_safe(str(exc))}), exc.status
+            return jsonify(error_doc(exc.status, str(exc))), exc.status
         if isinstance(exc, HTTPException):
             code = exc.code or 400
             message = str(BodyTooLarge(cap)) if code == 413 else exc.description or exc.name
-            return jsonify({"Error": event_safe(message)}), code
-        # A bug (the verbs catch their own). On a verb, 200 with Error: the scheduler shows
-        # Error in the pod's events, a status only as a bare code (module doc).
+            reply = jsonify(error_doc(code, message))
+            # Allow, on a 405 (everything but the body and its type).
+            for name, value in exc.get_headers():
+                if name.lower() != "content-type":
+                    reply.headers[name] = value
+            return reply, code
         logger.exception("unexpected error serving %s %s", request.method, request.path)
-        verb = request.path.startswith(f"{prefix}/")
-        return jsonify({"Error": describe_error(exc)}), 200 if verb else 500
+        return jsonify(error_doc(500, describe_error(exc))), 500

@@ -266,7 +266,7 @@ def test_an_oversized_body_is_refused_before_it_is_read() -> None:
     resp = app.test_client().post("/scheduler/filter", data=b"x" * 4096,
                                   content_type="application/json")
     assert resp.status_code == 413
-    assert "larger than 2048" in resp.get_json()["Error"]
+    assert resp.get_json() == {"code": 413, "message": "request body larger than 2048 bytes"}
 
 
 def test_the_url_prefix_is_configurable() -> None:

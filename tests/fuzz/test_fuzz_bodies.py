@@ -10,7 +10,7 @@ numbers, Unicode digits). Every reply must honour its contract:
   ``{code, message}``. A pod it patched, admitted again, needs no patch (mutation is
   idempotent).
 - allocator: 200 with the verb's reply shape (filter and bind: ``Error``; prioritize: scores
-  0-10 for names that were sent), or a 413 ``{"Error"}``.
+  0-10 for names that were sent), or a 413 ``{code, message}``.
 
 Nowhere a status >= 500, an "internal error", or an ERROR log record (the app-wide handlers
 and the verbs log bugs at ERROR).
@@ -372,7 +372,7 @@ def check_verb(client: Any, verb: str, body: bytes) -> None:
     text = json.dumps(reply)
     assert "internal error" not in text, text
     if response.status_code == 413:
-        assert set(reply) == {"Error"}
+        assert set(reply) == {"code", "message"} and reply["code"] == 413
         return
     if verb == "filter":
         assert set(reply) == {"Nodes", "NodeNames", "FailedNodes",
