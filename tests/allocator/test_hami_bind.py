@@ -381,6 +381,32 @@ def test_pods_hami_scheduler_placed_are_adopted_and_nothing_is_allocated_twice()
         alloc.bind("default", "new", "new", "n1")
 
 
+@pytest.mark.parametrize(("dialects", "refused"), [
+    (HAMI_PROFILE, ""),
+    (DialectConfig(agent_profile=AgentProfile.HAMI, hami_agent="hami-v2.8"),
+     "agent profile hami (HAMi's device plugin v2.8): init container 'prep'"),
+    (DialectConfig(agent_profile=AgentProfile.VOLCANO_VGPU),
+     "agent profile volcano-vgpu (volcano-vgpu-device-plugin): init container 'prep'"),
+], ids=["hami", "hami-v2.8", "volcano-vgpu"])
+def test_a_gpu_init_container_admitted_without_the_webhook_is_refused_at_filter(
+    dialects: DialectConfig, refused: str,
+) -> None:
+    # The allocator applies the webhook's refusals too (read_pod_request): such a pod is
+    # unresolvable with the agent named at filter, before any card is reserved for it.
+    flavor = HAMI if dialects.agent_profile is AgentProfile.HAMI else VOLCANO_VGPU
+    fake = FakeKube()
+    fake.add_node(hami_node(flavor=flavor, text=flavor is VOLCANO_VGPU))
+    pod = _pod_with_init()
+    fake.add_pod(pod)
+    out = synced_allocator(fake, dialects=dialects).filter(pod, ["n1"])
+    if not refused:
+        assert out.nodes == ["n1"]
+        return
+    assert out.nodes == []
+    assert out.unresolvable["n1"].startswith(f"invalid GPU request: {refused}")
+    assert "app containers only" in out.unresolvable["n1"]
+
+
 def test_the_agent_profile_chooses_the_flavor() -> None:
     fake = FakeKube()
     for profile, flavor in ((AgentProfile.HAMI, HAMI), (AgentProfile.VOLCANO_VGPU, VOLCANO_VGPU),
