@@ -242,6 +242,11 @@ def test_a_cluster_spec_of_another_profile_is_refused_before_start() -> None:
     assert names == set(NodeAgent(AgentProfile.HAMI).pod_resources)
     with pytest.raises(DevClusterError):
         scheduler_setup(Options(), Vocabulary("gpu.example.com"), address)
+    # An older HAMi release is the hami profile's alone, and both services get its flag.
+    with pytest.raises(DevClusterError, match="TESSERA_AGENT_PROFILE=hami"):
+        Options(agent_profile=AgentProfile.VOLCANO_VGPU, hami_agent="hami-v2.8")
+    older = Options(agent_profile=AgentProfile.HAMI, hami_agent="hami-v2.8")
+    assert older.profile_args == ("--agent-profile=hami", "--hami-agent=hami-v2.8")
 
 
 def test_elastic_an_init_container_runs_on_its_app_containers_card_or_is_refused(
