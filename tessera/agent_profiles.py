@@ -201,9 +201,8 @@ class NodeAgent:
     hami_agent: str = ""
 
     def __post_init__(self) -> None:
-        if self.hami_agent and (self.profile is not AgentProfile.HAMI
-                                or self.hami_agent not in HAMI_AGENTS):
-            raise ConfigError(hami_agent_problem(self.profile, self.hami_agent))
+        if problem := hami_agent_problem(self.profile, self.hami_agent):
+            raise ConfigError(problem)
 
     @property
     def agent(self) -> Agent:
