@@ -207,7 +207,7 @@ def share_cap_note(cards: Sequence[CardState]) -> str:
     """The cards (not taken whole) whose holders reached their share cap, in words ("" when
     none: always so but on HAMi's nodes), to end an :class:`Unfit` reason. Counted, not named
     by index: an answer is shared by every node of the same content, whatever its indices."""
-    full = [c.card.max_shares for c in cards if not c.whole and c.shares_full]
+    full = [c.card.max_shares or 0 for c in cards if not c.whole and c.shares_full]
     if not full:
         return ""
     caps = " or ".join(str(n) for n in sorted(set(full)))
