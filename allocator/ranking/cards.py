@@ -22,11 +22,20 @@ _FULL: Final = WHOLE_CARD_PERCENT
 
 @dataclass(frozen=True, slots=True)
 class Card:
-    """One physical card: device index (``/dev/nvidia<index>``), model, memory capacity."""
+    """One physical card: device index (``/dev/nvidia<index>``), model, memory capacity, and
+    the most holders it takes (``max_shares``; None: no cap).
+
+    The cap is HAMi's split count (``count`` of a device in the plugin's register annotation):
+    hami-scheduler refuses a card whose holders reached it, one holder per container using the
+    card (Project-HAMi/HAMi v2.10.0 ``pkg/device/nvidia/device.go``: ``Fit`` skips a device
+    when ``dev.Count <= dev.Used``, ``AddResourceUsage`` adds one to ``Used`` per container
+    device). Every other node agent has no such cap.
+    """
 
     index: int
     model: str
     memory_mib: int
+    max_shares: int | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -56,6 +65,18 @@ class CardState:
     @property
     def idle(self) -> bool:
         return not self.holders and not self.foreign_memory_mib
+
+    @property
+    def shares_left(self) -> int | None:
+        """How many more holders the card takes (None: no cap)."""
+        cap = self.card.max_shares
+        return None if cap is None else max(0, cap - len(self.holders))
+
+    @property
+    def shares_full(self) -> bool:
+        """The card's holders reached its cap: it takes no further share."""
+        cap = self.card.max_shares
+        return cap is not None and len(self.holders) >= cap
 
     @property
     def utilisation(self) -> float:
@@ -121,16 +142,19 @@ class NodeState:
 
 
 #: What placement and the policies can tell apart about a card: model, memory and usage
-#: (booked, and measured: foreign memory, busy percent). Left out on purpose: the card's index
-#: and its holders. Fit answers, reasons and the scores of policies that sum over cards never
-#: depend on them; a bind chooses the real cards again.
-CardSignature = tuple[str, int, int, int, bool, bool, int, int]
+#: (booked, and measured: foreign memory, busy percent), and how many more holders a capped
+#: card takes (None: no cap). Left out on purpose: the card's index and who its holders are.
+#: Fit answers, reasons and the scores of policies that sum over cards never depend on them;
+#: a bind chooses the real cards again.
+CardSignature = tuple[str, int, int, int, bool, bool, int, int, int | None]
 
 
 def card_signature(card: CardState) -> CardSignature:
+    cap = card.card.max_shares
     return (card.card.model, card.card.memory_mib, card.core_used, card.memory_used_mib,
             card.whole, not card.holders,  # not holders: idle, without a property call
-            card.foreign_memory_mib, card.busy_percent)
+            card.foreign_memory_mib, card.busy_percent,
+            None if cap is None else max(0, cap - len(card.holders)))
 
 
 def node_signature(node: NodeState) -> tuple[CardSignature, ...]:
@@ -172,6 +196,9 @@ def build_node_state(
                     new = st.with_share(ca.core_percent, ca.memory_mib, holder)
                     if st.whole or new.free_core < 0 or new.free_memory_mib < 0:
                         problems.append(f"card {index} over-committed by {uid}")
+                    elif st.shares_full:
+                        problems.append(f"card {index} over its {st.card.max_shares} shares "
+                                        f"by {uid}")
                     states[pos] = new
     return NodeState(name, tuple(states)), tuple(problems)
 

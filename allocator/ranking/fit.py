@@ -5,7 +5,9 @@ A node's cards and usage are :class:`~allocator.ranking.cards.NodeState`. Placin
 
 - whole-card containers get cards that nobody uses, and keep them exclusive;
 - a share lands on exactly one card that has both the compute and the memory free
-  (``memory_percent`` is resolved to MiB of the card actually chosen);
+  (``memory_percent`` is resolved to MiB of the card actually chosen) and fewer holders than
+  its cap, when it has one (:attr:`~allocator.ranking.cards.Card.max_shares`: HAMi's split
+  count; each container on a card is one holder, init containers included);
 - only cards of an allowed model and with at least ``min_card_memory_mib`` are used;
 - the cards of one multi-card container are all of one model, unless the pod opts out
   (``PodRequest.mixed_models``).
@@ -174,14 +176,17 @@ def _short_of_room_for_a_share(request: PodRequest,
 
 def _no_room_for(c: ContainerRequest, cards: Sequence[CardState]) -> Unfit:
     """Why share ``c`` fits on no card, naming the room there is."""
-    open_cards = [x for x in cards if not x.whole]
+    open_cards = [x for x in cards if not x.whole and not x.shares_full]
+    capped = share_cap_note(cards)
     if not open_cards:
+        if capped:
+            return Unfit(f"no card takes another share{capped}")
         return Unfit(f"no card with {c.describe()} free (all cards taken whole)")
     best_core = max(x.free_core for x in open_cards)
     best_mem = max(x.free_memory_mib for x in open_cards)
-    note = foreign_note(open_cards)
+    note = foreign_note(open_cards) + capped
     if c.core_percent and not (c.memory_mib or c.memory_percent):
-        return Unfit(f"no card with {c.core_percent}% core free (largest {best_core}%)")
+        return Unfit(f"no card with {c.core_percent}% core free (largest {best_core}%){capped}")
     if not c.core_percent and c.memory_mib:
         return Unfit(f"no card with {c.memory_mib} MiB free (largest {best_mem} MiB){note}")
     return Unfit(
@@ -196,6 +201,17 @@ def foreign_note(cards: Sequence[CardState]) -> str:
     busy = [f"gpu {c.card.index}: {_gib(c.foreign_memory_mib)} used by processes Tessera did "
             f"not place" for c in cards if c.foreign_memory_mib]
     return f"; {'; '.join(busy)}" if busy else ""
+
+
+def share_cap_note(cards: Sequence[CardState]) -> str:
+    """The cards (not taken whole) whose holders reached their share cap, in words ("" when
+    none: always so but on HAMi's nodes), to end an :class:`Unfit` reason. Counted, not named
+    by index: an answer is shared by every node of the same content, whatever its indices."""
+    full = [c.card.max_shares or 0 for c in cards if not c.whole and c.shares_full]
+    if not full:
+        return ""
+    caps = " or ".join(str(n) for n in sorted(set(full)))
+    return f"; {len(full)} card{'s' if len(full) > 1 else ''} at {caps} shares (HAMi split count)"
 
 
 def _gib(mib: int) -> str:

@@ -7,6 +7,7 @@ admits a node on which bind then fails; and the per-card tests it is built from.
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
+from typing import Final
 
 from allocator.ranking.cards import Card, CardState, NodeState
 from tessera.vocabulary import ContainerRequest, PodRequest
@@ -29,9 +30,10 @@ def room_for_share(container: ContainerRequest, card: Card, free_core: int,
 
 
 def share_fits(container: ContainerRequest, card: CardState) -> bool:
-    """Whether a share fits on ``card`` now (never on a card taken whole)."""
-    return not card.whole and room_for_share(container, card.card, card.free_core,
-                                             card.free_memory_mib)
+    """Whether a share fits on ``card`` now (never on a card taken whole, nor on one whose
+    holders reached its cap)."""
+    return not card.whole and not card.shares_full and room_for_share(
+        container, card.card, card.free_core, card.free_memory_mib)
 
 
 def eligible(request: PodRequest, card: Card) -> bool:
@@ -53,10 +55,15 @@ def order(request: PodRequest) -> list[int]:
     )
 
 
+#: What :attr:`Slots.shares_left` holds for a card without a share cap (more than any pod
+#: places on one card).
+NO_CAP: Final = 1 << 30
+
+
 class Slots:
     """Mutable working copy of the eligible cards, for the feasibility search."""
 
-    __slots__ = ("cards", "free_core", "free_mem", "idle", "one_model", "whole")
+    __slots__ = ("cards", "free_core", "free_mem", "idle", "one_model", "shares_left", "whole")
 
     def __init__(self, cards: Sequence[CardState], one_model: bool) -> None:
         #: the cards of one multi-card container must share a model
@@ -66,6 +73,8 @@ class Slots:
         self.free_mem = [c.free_memory_mib for c in cards]
         self.idle = [c.idle for c in cards]
         self.whole = [c.whole for c in cards]
+        #: how many more shares each card takes (:data:`NO_CAP` when it has no cap)
+        self.shares_left = [NO_CAP if (left := c.shares_left) is None else left for c in cards]
 
 
 def feasible(items: Sequence[ContainerRequest], k: int, s: Slots,
@@ -82,12 +91,13 @@ def feasible(items: Sequence[ContainerRequest], k: int, s: Slots,
                 return True
         return False
     n = len(s.cards)
-    seen: set[tuple[int, int, int, bool, str]] = set()
+    seen: set[tuple[int, int, int, bool, str, int]] = set()
     for i in range(n):
-        if s.whole[i] or not room_for_share(c, s.cards[i], s.free_core[i], s.free_mem[i]):
+        if (s.whole[i] or not s.shares_left[i]
+                or not room_for_share(c, s.cards[i], s.free_core[i], s.free_mem[i])):
             continue
         key = (s.free_core[i], s.free_mem[i], s.cards[i].memory_mib, s.idle[i],
-               s.cards[i].model)
+               s.cards[i].model, s.shares_left[i])
         if key in seen:
             continue
         seen.add(key)
@@ -96,10 +106,12 @@ def feasible(items: Sequence[ContainerRequest], k: int, s: Slots,
         s.free_core[i] -= c.core_percent
         s.free_mem[i] -= need_mem
         s.idle[i] = False
+        s.shares_left[i] -= 1
         ok = feasible(items, k + 1, s, pins)
         s.free_core[i] += c.core_percent
         s.free_mem[i] += need_mem
         s.idle[i] = was_idle
+        s.shares_left[i] += 1
         if ok:
             return True
     return False

@@ -14,6 +14,7 @@ from alloc_harness import make_app
 from builders import make_gpu_pod, make_node, request, share, whole
 from fake_kube import FakeKube
 
+from allocator.hami.codec import HAMI, RegisteredDevice, encode_register_json
 from allocator.ranking.fast import FastRanker
 from allocator.ranking.mix import LiveMix
 from allocator.ranking.plain import PlainRanker
@@ -36,21 +37,43 @@ def _bound(uid: str, node: str, cpu: int, *containers: ContainerAllocation) -> d
     return pod
 
 
-def _cluster(rng: random.Random, policy: str, hold_seconds: float = 0.0) -> Runtime:
+def _capped_node(name: str, count: int, memory: int, model: str, split: int
+                 ) -> dict[str, Any]:
+    """A node whose cards HAMi's register annotation describes, at ``split`` shares each."""
+    node = make_node(name, count=count, memory_mib=memory, model=model)
+    node["metadata"]["annotations"][HAMI.register_key] = encode_register_json([
+        RegisteredDevice(f"GPU-{name}-{i}", i, split, memory, 100, f"NVIDIA-{model}")
+        for i in range(count)])
+    return node
+
+
+def _cluster(rng: random.Random, policy: str, hold_seconds: float = 0.0,
+             caps: bool = False) -> Runtime:
     """12-30 nodes of 1-8 cards of two models and sizes, random usage and free CPU; many
-    alike (few sizes), so contents are shared."""
+    alike (few sizes), so contents are shared. ``caps``: half the nodes are HAMi's, their
+    cards capped at a split count of 1-3 and holding up to that many small shares."""
     fake = FakeKube()
     for i in range(rng.randint(12, 30)):
         node, count = f"n{i}", rng.choice([1, 2, 4, 4, 8])
         memory = rng.choice([16000, 16000, 40000])
-        fake.add_node(make_node(node, count=count, memory_mib=memory,
-                                model=rng.choice(MODELS)))
+        model = rng.choice(MODELS)
+        split = 0
+        if caps and rng.random() < 0.5:
+            split = rng.choice([1, 2, 2, 3])
+            fake.add_node(_capped_node(node, count, memory, model, split))
+        else:
+            fake.add_node(make_node(node, count=count, memory_mib=memory, model=model))
         for card in range(count):
-            pick = rng.choice(["idle", "idle", "whole", 25, 50, 90])
+            picks = ["idle", "idle", "whole", 25, 50, 90] + (["few"] * 3 if split else [])
+            pick = rng.choice(picks)
             uid = f"{node}-{card}"
             if pick == "whole":
                 fake.add_pod(_bound(uid, node, rng.choice([1, 4]),
                                     ContainerAllocation("c", (card,))))
+            elif pick == "few":  # up to the split count of small shares
+                for k in range(rng.randint(1, split)):
+                    fake.add_pod(_bound(f"{uid}-{k}", node, 1, ContainerAllocation(
+                        "c", (card,), core_percent=10, memory_mib=1000)))
             elif isinstance(pick, int):
                 fake.add_pod(_bound(uid, node, rng.choice([1, 4, 16]), ContainerAllocation(
                     "c", (card,), core_percent=pick, memory_mib=memory * pick // 200)))
@@ -84,11 +107,13 @@ def _rankers(rt: Runtime) -> tuple[FastRanker, PlainRanker]:
     return fast, plain
 
 
+@pytest.mark.parametrize("caps", [False, True], ids=["uncapped", "split-counts"])
 @pytest.mark.parametrize("policy_name", POLICIES)
 @pytest.mark.parametrize("seed", SEEDS)
-def test_fit_best_and_scores_equal_the_plain_ranker(policy_name: str, seed: int) -> None:
-    rng = random.Random(f"{policy_name}-{seed}")
-    rt = _cluster(rng, policy_name)
+def test_fit_best_and_scores_equal_the_plain_ranker(policy_name: str, seed: int,
+                                                    caps: bool) -> None:
+    rng = random.Random(f"{policy_name}-{seed}" + ("-caps" if caps else ""))
+    rt = _cluster(rng, policy_name, caps=caps)
     fast, plain = _rankers(rt)
     policy = get_policy(policy_name)
     everyone = rt.state.node_names()
@@ -149,12 +174,15 @@ def test_best_known_is_the_best_of_the_asked_nodes(policy_name: str, seed: int) 
         assert known == plain.best(req, policy, ctx, fitting), (seed, i)
 
 
+@pytest.mark.parametrize("caps", [False, True], ids=["uncapped", "split-counts"])
 @pytest.mark.parametrize("policy_name", ["fgd-cpu", "binpack", "random"])
-def test_the_verbs_answer_alike_over_either_ranker(policy_name: str) -> None:
+def test_the_verbs_answer_alike_over_either_ranker(policy_name: str, caps: bool) -> None:
     """Filter (with its holds, pod after pod) and prioritize over the plain ranker answer as
     over the fast one, on two copies of one cluster."""
-    fast_rt = _cluster(random.Random(f"verbs-{policy_name}"), policy_name, hold_seconds=15)
-    plain_rt = _cluster(random.Random(f"verbs-{policy_name}"), policy_name, hold_seconds=15)
+    fast_rt = _cluster(random.Random(f"verbs-{policy_name}"), policy_name, hold_seconds=15,
+                       caps=caps)
+    plain_rt = _cluster(random.Random(f"verbs-{policy_name}"), policy_name, hold_seconds=15,
+                        caps=caps)
     plain_rt.allocator.ranker = PlainRanker(partial(node_states, plain_rt.state),
                                             facts=plain_rt.state.resources.view())
     rng = random.Random(policy_name)

@@ -38,6 +38,7 @@ from devcluster.workloads import (
     get_object,
     load_documents,
     make_pod,
+    pending_reason,
     quantities_as_strings,
     wait_for,
 )
@@ -446,3 +447,52 @@ def test_the_allocator_adopts_hami_schedulers_pods_at_start_and_schedules_around
         assert big["status"]["phase"] == "Pending" and not big["spec"].get("nodeName")
     finally:
         delete_nodes(core_v1, [name])
+
+
+def test_a_card_takes_no_more_pods_than_its_split_count_through_kube_scheduler(
+        cluster: DevCluster, core_v1: Any, namespace: str, api: KubeClient) -> None:
+    """HAMi's split count caps the holders of a card (hami-scheduler refuses a device whose
+    ``Used`` reached its ``Count``, Project-HAMi/HAMi v2.10.0 pkg/device/nvidia/device.go
+    ``Fit``): on two cards registered with split 2, four small pods run, two per card, though
+    cores and memory would take ten; the fifth stays Pending with the reason in its event."""
+    name = f"{namespace}-split"
+    cluster.add_nodes([uniform(name, 2, "H100", MIB, labels={"hami-split": namespace})])
+    node = HamiNode(api, name, fake_devices(name, 2, memory_mib=MIB, split=2))
+    node.register("2026-11-27T21:00:00Z")
+    stop = threading.Event()
+
+    def plugin() -> None:
+        while not stop.is_set():
+            try:
+                if node.allocate_next() is None:
+                    stop.wait(0.05)
+            except Exception:  # an API hiccup: the real plugin is called again by kubelet
+                stop.wait(0.1)
+
+    agent = threading.Thread(target=plugin, daemon=True)
+    agent.start()
+    try:
+        for i in range(5):
+            pod = make_pod(f"small{i}", [container("main", _gpu(core=10, mem=1024))])
+            pod["spec"]["nodeSelector"] = {"hami-split": namespace}
+            core_v1.create_namespaced_pod(namespace, pod)
+
+        def running() -> list[str]:
+            return [p.metadata.name for p in core_v1.list_namespaced_pod(namespace).items
+                    if p.status.phase == "Running"]
+
+        wait_for("four small pods running", lambda: len(running()) == 4, timeout=180)
+        [left] = {f"small{i}" for i in range(5)} - set(running())
+        message = wait_for("the fifth pod's FailedScheduling event",
+                           lambda: pending_reason(core_v1, namespace, left), timeout=60)
+    finally:
+        stop.set()
+        agent.join(5)
+        delete_nodes(core_v1, [name])
+    assert "no card takes another share; 2 cards at 2 shares (HAMi split count)" in message
+    tasks: dict[str, int] = {}
+    for pod_name in {f"small{i}" for i in range(5)} - {left}:
+        [uuid] = visible(node_envs(api.get_pod(namespace, pod_name)))
+        tasks[uuid] = tasks.get(uuid, 0) + 1
+    assert tasks == {d.uuid: 2 for d in node.devices}
+    assert not _pod(core_v1, namespace, left)["spec"].get("nodeName")

@@ -155,14 +155,15 @@ def usable_capacity(node: NodeState, mix: Mix) -> Usable:
 
 
 #: A card with something free, as the measure reads it: (free fraction, lower-case model, the
-#: card, its free core percent, its free MiB). Read once per node, not once per typical pod.
-_OpenCard = tuple[float, str, CardState, int, int]
+#: card, its free core percent, its free MiB, whether it takes another share: not at its cap).
+#: Read once per node, not once per typical pod.
+_OpenCard = tuple[float, str, CardState, int, int, bool]
 
 
 def _usable_capacity(node: NodeState, mix: Mix) -> Usable:
     # Only cards with something free can matter (so none of them is taken whole).
-    open_cards = [(free, c.card.model.lower(), c, c.free_core, c.free_memory_mib)
-                  for c in node.cards if (free := card_free(c)) > 0.0]
+    open_cards = [(free, c.card.model.lower(), c, c.free_core, c.free_memory_mib,
+                   not c.shares_full) for c in node.cards if (free := card_free(c)) > 0.0]
     total = sum(card[0] for card in open_cards)
     if total <= 0.0:
         return 0.0, tuple((0.0, False) for _ in mix.typical)
@@ -174,12 +175,13 @@ def _usable_by(t: Typical, open_cards: Sequence[_OpenCard],
     """(free capacity on the cards ``t`` could use, whether ``t``'s GPU request fits)."""
     usable_free = 0.0
     count = 0
-    for free, model, card, free_core, free_mib in open_cards:
+    for free, model, card, free_core, free_mib, takes_share in open_cards:
         if (t.models is not None and model not in t.models) or (
                 card.card.memory_mib < t.min_card_memory_mib):
             continue
         if t.kind == _SHARE:
-            could_use = room_for_share(t.container, card.card, free_core, free_mib)
+            could_use = takes_share and room_for_share(t.container, card.card, free_core,
+                                                       free_mib)
         elif t.kind == _WHOLE:
             could_use = card.idle
         else:  # a general pod: one of its containers
