@@ -14,6 +14,10 @@ kube-scheduler sends the pod and the names of the nodes its own plugins left. Th
    (:mod:`allocator.verbs.requeue`).
 5. When the answer is one node, the pod's cards there are held for its bind.
 
+With HAMi's node agent (a node lock), steps 3-5 first run among the asked nodes whose agent
+has no pod to start (:mod:`allocator.picture.awaiting`: a bind there would wait for the
+plugin's Allocate of the previous pod); only if the pod fits none of those, among them all.
+
 Filtering to the best is what prioritize would say, said where kube-scheduler cannot blur it:
 its own plugins then judge only among the policy's tied best nodes, and with one node left it
 skips scoring (``schedulePod``: ``len(feasibleNodes) == 1``). The other fitting nodes are left
@@ -30,7 +34,7 @@ afresh when the hold is gone or names another node.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass
 from functools import cache, partial
 from typing import TYPE_CHECKING, Any, Final
@@ -89,7 +93,32 @@ def _decide(a: Allocator, pod: Mapping[str, Any], names: Sequence[str]) -> Filte
     uid = uid_of(pod)
     a.state.release_hold(uid)
     inputs: Inputs = cache(lambda: a.placing_inputs(request, pod))
-    best = _best_known(a, pod, request, names, inputs)
+    busy = _awaiting_agent(a, names)
+    if busy:
+        # HAMi's plugins start one pod at a time per node: a bind to a node whose agent has
+        # a pod to start waits for it, so another node that fits takes the pod now.
+        free = [name for name in names if name not in busy]
+        out = _place(a, pod, request, free, inputs, avoid=busy)
+        if out.nodes:
+            return out
+    return _place(a, pod, request, names, inputs)
+
+
+def _awaiting_agent(a: Allocator, names: Sequence[str]) -> set[str]:
+    """Among ``names``, the nodes whose HAMi lock a bind would wait for (none without it),
+    when other names remain."""
+    if a.hami_locks is None or len(names) < 2:
+        return set()
+    busy = a.state.nodes_awaiting_agent()
+    return busy if busy and not busy.issuperset(names) else set()
+
+
+def _place(a: Allocator, pod: Mapping[str, Any], request: PodRequest, names: Sequence[str],
+           inputs: Inputs, avoid: Collection[str] = ()) -> FilterOutcome:
+    """Steps 3-5 among ``names`` (``avoid``: nodes not among them, left out of any
+    ranking)."""
+    uid = uid_of(pod)
+    best = _best_known(a, pod, request, names, inputs, avoid)
     if best is not None:
         if a.requeue is not None:
             a.requeue.fitted(uid)
@@ -116,12 +145,13 @@ def fits_on(a: Allocator, request: PodRequest, node: str) -> bool:
 
 
 def _best_known(a: Allocator, pod: Mapping[str, Any], request: PodRequest,
-                names: Sequence[str], inputs: Inputs) -> FilterOutcome | None:
+                names: Sequence[str], inputs: Inputs, avoid: Collection[str]
+                ) -> FilterOutcome | None:
     """Filter-best's answer found without looking up every asked name, or None."""
     if not a.config.filter_best or not names:
         return None
     nodes = a.ranker.best_known(request, a.policy_for(request), names,
-                                lambda: inputs()[0])
+                                lambda: inputs()[0], avoid)
     if nodes is None:
         return None
     if len(nodes) == 1:
