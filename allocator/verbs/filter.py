@@ -154,9 +154,7 @@ def _best_known(a: Allocator, pod: Mapping[str, Any], request: PodRequest,
                                 lambda: inputs()[0], avoid)
     if nodes is None:
         return None
-    if len(nodes) == 1:
-        _hold(a, pod, request, nodes[0], inputs)
-    return FilterOutcome(nodes, {}, {})
+    return _answer(a, pod, request, nodes, inputs)
 
 
 def _best_of(a: Allocator, pod: Mapping[str, Any], request: PodRequest, fitting: Nodes,
@@ -168,6 +166,19 @@ def _best_of(a: Allocator, pod: Mapping[str, Any], request: PodRequest, fitting:
         nodes = a.ranker.best(request, a.policy_for(request), inputs()[0], fitting)
     if not nodes:
         nodes = fitting.name_list()
+    return _answer(a, pod, request, nodes, inputs)
+
+
+def _answer(a: Allocator, pod: Mapping[str, Any], request: PodRequest, nodes: list[str],
+            inputs: Inputs) -> FilterOutcome:
+    """The nodes as the answer; one node is held for the pod's bind.
+
+    With HAMi's lock, tied nodes are answered by the first (kube-scheduler's order starts
+    at a node it moves on each cycle): held at once, the filters that follow leave that node
+    to its bind, where kube-scheduler's choice among ties would reach the picture only with
+    the bind, after a burst of filters had chosen the same node and queued at its lock."""
+    if len(nodes) > 1 and a.hami_locks is not None:
+        nodes = nodes[:1]
     if len(nodes) == 1:
         _hold(a, pod, request, nodes[0], inputs)
     return FilterOutcome(nodes, {}, {})

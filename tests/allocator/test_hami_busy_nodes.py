@@ -98,8 +98,9 @@ NAMES = ["n1", "n2", "n3"]
 def test_the_node_whose_plugin_has_a_pod_to_start_is_left_while_another_fits() -> None:
     fake, alloc = _cluster()
     assert alloc.bind("default", "p0", "u0", "n1").outcome == "bound"
-    # n1 now packs best (binpack), but its plugin has p0 to allocate first.
-    assert _filter(alloc, "p1", NAMES) == ["n2", "n3"]
+    # n1 now packs best (binpack), but its plugin has p0 to allocate first; of the tied
+    # others, the first asked.
+    assert _filter(alloc, "p1", NAMES) == ["n2"]
     # The plugin allocated p0 (bind-phase success): n1 is the best again.
     pod = fake.pods[("default", "p0")]
     pod["metadata"]["annotations"][HAMI.bind_phase_key] = "success"
@@ -134,10 +135,21 @@ def test_the_shortcut_over_every_node_still_answers_with_nodes_avoided(
         raise AssertionError("the ranker's fit was asked: the shortcut missed")
 
     monkeypatch.setattr(alloc.ranker, "fit", no_lookups)
-    assert _filter(alloc, "p1", NAMES) == ["n2", "n3"]
+    assert _filter(alloc, "p1", NAMES) == ["n2"]
 
 
-def test_without_hamis_lock_nothing_is_avoided() -> None:
+def test_tied_nodes_are_answered_by_the_first_asked_and_held() -> None:
+    """With the lock, kube-scheduler's choice among ties would reach the picture only with
+    the bind: the filters before it would all choose the same node."""
+    _, alloc = _cluster()
+    assert _filter(alloc, "p0", ["n3", "n1", "n2"]) == ["n3"]
+    record = alloc.state.record("u0")
+    assert record is not None and record.node == "n3" and record.stage == "held"
+    assert _filter(alloc, "p1", ["n3", "n1", "n2"]) == ["n1"]
+
+
+def test_without_hamis_lock_nothing_is_avoided_and_ties_are_all_answered() -> None:
     _, alloc = _cluster(DialectConfig())
+    assert _filter(alloc, "p2", NAMES) == NAMES
     assert alloc.bind("default", "p0", "u0", "n1").outcome == "bound"
     assert _filter(alloc, "p1", NAMES) == ["n1"]
