@@ -18,6 +18,7 @@ end only after our bind.
 from __future__ import annotations
 
 import time
+from collections import Counter
 from collections.abc import Callable, Mapping
 from typing import Any
 
@@ -58,13 +59,14 @@ class AwaitingAgent:
     def gone(self, uid: str) -> None:
         self._pods.pop(uid, None)
 
-    def nodes(self) -> set[str]:
-        """The nodes with a pod to start, entries past the lock's expiry forgotten."""
+    def by_node(self) -> Counter[str]:
+        """How many pods each node's agent has to start, entries past the lock's expiry
+        forgotten."""
         oldest = self._clock() - self._max_age
         stale = [uid for uid, (_, since) in self._pods.items() if since < oldest]
         for uid in stale:
             del self._pods[uid]
-        return {node for node, _ in self._pods.values()}
+        return Counter(node for node, _ in self._pods.values())
 
     def __len__(self) -> int:
         return len(self._pods)

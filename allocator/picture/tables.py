@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import logging
 import threading
+from collections import Counter
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
@@ -99,17 +100,17 @@ class PictureTables:
     def node_lock(self, node: str) -> threading.Lock:
         return self._nodes.node_lock(node)
 
-    def nodes_awaiting_agent(self) -> set[str]:
-        """The nodes where a pod is held for its bind, or bound and not yet started by the
+    def pods_to_start(self) -> Counter[str]:
+        """Per node, the pods held there for their bind or bound and not yet started by the
         node agent (:mod:`~allocator.picture.awaiting`): with HAMi's plugins, a bind there
-        waits for that pod's Allocate."""
+        waits for each of their Allocates."""
         with self._lock:
-            nodes = self._awaiting.nodes()
+            queued = self._awaiting.by_node()
             for uid in self._holds:
                 record = self._pods.get(uid)
                 if record is not None:
-                    nodes.add(record.node)
-        return nodes
+                    queued[record.node] += 1
+        return queued
 
     # ------------------------------------------------------------------ internals
     def _set(self, record: PodRecord) -> None:

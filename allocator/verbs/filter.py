@@ -16,7 +16,8 @@ kube-scheduler sends the pod and the names of the nodes its own plugins left. Th
 
 With HAMi's node agent (a node lock), steps 3-5 first run among the asked nodes whose agent
 has no pod to start (:mod:`allocator.picture.awaiting`: a bind there would wait for the
-plugin's Allocate of the previous pod); only if the pod fits none of those, among them all.
+plugin's Allocate of the pods before it), then among those with the fewest, and only then
+among them all; and tied nodes are answered by the first, held at once.
 
 Filtering to the best is what prioritize would say, said where kube-scheduler cannot blur it:
 its own plugins then judge only among the policy's tied best nodes, and with one node left it
@@ -34,7 +35,7 @@ afresh when the hold is gone or names another node.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Collection, Mapping, Sequence
+from collections.abc import Callable, Collection, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from functools import cache, partial
 from typing import TYPE_CHECKING, Any, Final
@@ -93,24 +94,26 @@ def _decide(a: Allocator, pod: Mapping[str, Any], names: Sequence[str]) -> Filte
     uid = uid_of(pod)
     a.state.release_hold(uid)
     inputs: Inputs = cache(lambda: a.placing_inputs(request, pod))
-    busy = _awaiting_agent(a, names)
-    if busy:
+    for queued in _queues_to_avoid(a, names):
         # HAMi's plugins start one pod at a time per node: a bind to a node whose agent has
-        # a pod to start waits for it, so another node that fits takes the pod now.
-        free = [name for name in names if name not in busy]
-        out = _place(a, pod, request, free, inputs, avoid=busy)
+        # pods to start waits for them, so nodes with the fewest go first.
+        free = [name for name in names if name not in queued]
+        if not free or len(free) == len(names):
+            continue
+        out = _place(a, pod, request, free, inputs, avoid=queued)
         if out.nodes:
             return out
     return _place(a, pod, request, names, inputs)
 
 
-def _awaiting_agent(a: Allocator, names: Sequence[str]) -> set[str]:
-    """Among ``names``, the nodes whose HAMi lock a bind would wait for (none without it),
-    when other names remain."""
+def _queues_to_avoid(a: Allocator, names: Sequence[str]) -> Iterator[set[str]]:
+    """With HAMi's lock, the nodes to leave out, try after try: every node whose agent has
+    a pod to start, then those with more than the fewest, and so on (nothing without it)."""
     if a.hami_locks is None or len(names) < 2:
-        return set()
-    busy = a.state.nodes_awaiting_agent()
-    return busy if busy and not busy.issuperset(names) else set()
+        return
+    queued = a.state.pods_to_start()
+    for depth in sorted(set(queued.values())):
+        yield {node for node, count in queued.items() if count >= depth}
 
 
 def _place(a: Allocator, pod: Mapping[str, Any], request: PodRequest, names: Sequence[str],

@@ -39,25 +39,25 @@ def _pod(phase: str | None, node: str = "n1", key: str = HAMI.bind_phase_key) ->
 def test_a_pod_awaits_its_agent_from_allocating_until_its_phase_ends(key: str) -> None:
     table = AwaitingAgent()
     table.seen("u", _pod("allocating", key=key))
-    assert table.nodes() == {"n1"}
+    assert table.by_node() == {"n1": 1}
     table.seen("u", _pod(None))  # an event without the key (ours before the write) changes nothing
-    assert table.nodes() == {"n1"}
+    assert table.by_node() == {"n1": 1}
     table.seen("u", _pod("success", key=key))
-    assert table.nodes() == set()
+    assert not table.by_node()
     table.seen("u", _pod("allocating", key=key))
     table.seen("u", _pod("failed", key=key))
-    assert table.nodes() == set()
+    assert not table.by_node()
 
 
 def test_our_bind_counts_before_any_event_and_an_unbound_allocating_pod_adds_nothing() -> None:
     table = AwaitingAgent()
     table.seen("u", _pod("allocating", node=""))  # our annotations, before the Binding
-    assert table.nodes() == set()
+    assert not table.by_node()
     table.bound("u", "n2")
     table.seen("u", _pod("allocating", node="n2"))
-    assert table.nodes() == {"n2"} and len(table) == 1
+    assert table.by_node() == {"n2": 1} and len(table) == 1
     table.gone("u")
-    assert table.nodes() == set()
+    assert not table.by_node()
 
 
 def test_an_entry_past_the_locks_expiry_is_forgotten() -> None:
@@ -65,9 +65,9 @@ def test_an_entry_past_the_locks_expiry_is_forgotten() -> None:
     table = AwaitingAgent(clock, max_age_seconds=300)
     table.bound("u", "n1")
     clock.now += 299
-    assert table.nodes() == {"n1"}
+    assert table.by_node() == {"n1": 1}
     clock.now += 2
-    assert table.nodes() == set() and len(table) == 0
+    assert not table.by_node() and len(table) == 0
 
 
 # --------------------------------------------------------------------------- filter
@@ -77,7 +77,7 @@ def _cluster(dialects: DialectConfig = HAMI_PROFILE) -> tuple[FakeKube, Allocato
     fake = FakeKube()
     for name in ("n1", "n2", "n3"):
         fake.add_node(hami_node(name))
-    for i in range(4):
+    for i in range(5):
         fake.add_pod(make_gpu_pod(f"p{i}", request(share(core=30, mem=2048)), uid=f"u{i}"))
     return fake, synced_allocator(fake, dialects=dialects, default_policy="binpack")
 
@@ -114,6 +114,17 @@ def test_filters_holds_count_as_a_pod_to_start() -> None:
     [first] = _filter(alloc, "p1", ["n2", "n1"])  # held on n2 for its bind
     assert first == "n2"
     assert _filter(alloc, "p2", NAMES) == ["n3"]
+
+
+def test_nodes_with_the_fewest_pods_to_start_go_first() -> None:
+    fake, alloc = _cluster()
+    for i, node in ((0, "n1"), (1, "n1"), (2, "n2")):
+        assert alloc.bind("default", f"p{i}", f"u{i}", node).outcome == "bound"
+        if i == 0:  # the plugin has not allocated p0 yet: p1's bind waits, here not at all
+            fake.nodes["n1"]["metadata"]["annotations"].pop(HAMI.lock_key)
+    assert alloc.state.pods_to_start() == {"n1": 2, "n2": 1}
+    assert _filter(alloc, "p3", NAMES) == ["n3"]  # held: n3 has one to start now
+    assert _filter(alloc, "p4", ["n1", "n2"]) == ["n2"]
 
 
 def test_when_only_busy_nodes_fit_the_pod_goes_to_one_of_them() -> None:
