@@ -11,6 +11,7 @@ made for, oldest first.
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from dataclasses import dataclass
 
 from allocator.ranking.cards import Card
@@ -35,6 +36,9 @@ class Holds:
 
     def __len__(self) -> int:
         return len(self._holds)
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._holds)
 
     def add(self, uid: str, hold: Hold) -> None:
         self._holds[uid] = hold

@@ -1,120 +1,44 @@
 """The cluster picture: nodes, their cards, and which pod holds what (thread-safe).
 
-A cache of cluster truth fed by list/watch events, in three tables under one short lock: the
-node table (:mod:`~allocator.picture.nodes`, views read lock-free by the verbs), the pod
-records (:mod:`~allocator.picture.records`: cards held, rebuilt **only** from the allocation
-annotation of bound pods plus this process's binds and holds) and filter's holds
-(:mod:`~allocator.picture.holds`). Binds on one node are serialised by a per-node lock and
-reserve with an optimistic version check, so two binds never take the same free room.
+A cache of cluster truth fed by list/watch events, our binds and filter's holds, kept in the
+tables of :class:`~allocator.picture.tables.PictureTables` (node table, pod records, holds)
+under one short lock. Card usage is rebuilt **only** from the allocation annotation of bound
+pods plus this process's binds and holds. Binds on one node are serialised by a per-node lock
+and reserve with an optimistic version check, so two binds never take the same free room.
 
 Node CPU and memory are kept by :attr:`ClusterState.resources`
 (:mod:`allocator.picture.resources`; the watch of all bound pods feeds the requests, our binds
-count at once). What is built from the picture for speed is told every node change by one
-observer (:meth:`ClusterState.observe`); the picture imports none of it.
+count at once).
 """
 
 from __future__ import annotations
 
 import logging
-import threading
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Iterable, Mapping
 from typing import Any
 
 from allocator.hami.writer import bind_failed_for_any as hami_bind_failed
-from allocator.picture import status
-from allocator.picture.holds import Hold, Holds
+from allocator.picture.holds import Hold
 from allocator.picture.inventory import Inventory
 from allocator.picture.measured import (
     MeasuredConfig,
     Overlay,
     Sample,
-    apply_overlay,
     booked_before,
     overlay,
 )
-from allocator.picture.names import NodeNames, meta_str
-from allocator.picture.nodes import (
-    NodeTable,
-    NodeView,
-    inventory_of,
-    kept,
-    read_from,
-    resource_version,
-)
-from allocator.picture.observer import NodeObserver, Observers
-from allocator.picture.records import TERMINAL_PHASES, PodRecord, PodRecords, Stage, read_record
-from allocator.picture.resources import NodeResources
-from allocator.ranking.cards import Card, NodeState, build_node_state
-from tessera.agent_profiles import NodeAgent
+from allocator.picture.names import meta_str
+from allocator.picture.nodes import inventory_of, kept, read_from, resource_version
+from allocator.picture.records import TERMINAL_PHASES, PodRecord, Stage, read_record
+from allocator.picture.tables import PictureTables
 from tessera.logs import pod_context
-from tessera.vocabulary import Allocation, Vocabulary
+from tessera.vocabulary import Allocation
 
 logger = logging.getLogger(__name__)
 
-class ClusterState:
-    def __init__(self, vocabulary: Vocabulary, agent: NodeAgent | None = None) -> None:
-        self.vocabulary = vocabulary
-        #: The cluster's node agent: what its nodes advertise (the inventory's last source).
-        self.agent = agent or NodeAgent(vocabulary=vocabulary)
-        self._lock = threading.RLock()
-        self._nodes = NodeTable()
-        self._pods = PodRecords()
-        #: Filter's holds by pod UID (records at Stage.HELD), oldest first (:meth:`hold`).
-        self._holds = Holds()
-        #: Each node's measured figures as applied to its cards (:meth:`apply_sample`).
-        self._measured: dict[str, Overlay] = {}
-        self._synced = threading.Event()
-        #: told every node's new state, removal and free CPU (:meth:`observe`)
-        self._observers = Observers()
-        #: one string object per node name, for every per-node table
-        self.names = NodeNames()
-        #: every node's CPU and memory, allocatable and requested
-        self.resources = NodeResources(self.names, self._observers.free_cpu_changed)
-        #: Told the node whenever a pod's record leaves it and its cards are free again
-        #: (called under the lock: it must only note the node; :mod:`allocator.verbs.requeue`).
-        self.on_release: Callable[[str], None] | None = None
 
-    # ------------------------------------------------------------------ readiness
-    @property
-    def synced(self) -> bool:
-        return self._synced.is_set()
-
-    def mark_synced(self) -> None:
-        self._synced.set()
-
-    def observe(self, observer: NodeObserver) -> None:
-        """Tell ``observer`` every node change from now on, after the picture as it is."""
-        with self._lock, self.resources.lock:
-            for name, entry in self._nodes.entries.items():
-                observer.node_changed(name, entry.view.state)
-            for name, milli in self.resources.free_cpu.items():
-                observer.free_cpu_changed(name, milli)
-            self._observers.add(observer)
-
-    # ------------------------------------------------------------------ reads (lock-free)
-    def view(self, node: str) -> NodeView | None:
-        return self._nodes.view(node)
-
-    def views(self, names: Iterable[str]) -> list[NodeView | None]:
-        """The current view of each named node (None for unknown ones), in order."""
-        return self._nodes.views(names)
-
-    def cards(self, node: str) -> tuple[Card, ...]:
-        return self._nodes.cards(node)
-
-    def node_names(self) -> list[str]:
-        return self._nodes.names()
-
-    def record(self, uid: str) -> PodRecord | None:
-        return self._pods.get(uid)
-
-    def binds_in_flight(self) -> int:
-        """Reservations of binds that have not finished yet."""
-        with self._lock:
-            return sum(1 for _, r in self._pods.items() if r.stage is Stage.INFLIGHT)
-
-    def node_lock(self, node: str) -> threading.Lock:
-        return self._nodes.node_lock(node)
+class ClusterState(PictureTables):
+    """The picture as list/watch events, our binds and filter's holds change it."""
 
     # ------------------------------------------------------------------ nodes
     def apply_node(self, node: Mapping[str, Any]) -> None:
@@ -200,6 +124,8 @@ class ClusterState:
             self._note_bad(uid, f"pod unreadable: {type(exc).__name__}: {exc}", pod)
 
     def _apply_pod(self, pod: Mapping[str, Any], uid: str) -> None:
+        with self._lock:
+            self._awaiting.seen(uid, pod)
         phase = (pod.get("status") or {}).get("phase")
         if phase in TERMINAL_PHASES:
             self._drop(uid)
@@ -282,6 +208,11 @@ class ClusterState:
             if rec is not None and rec.stage is Stage.INFLIGHT:
                 self._pods.restage(rec, Stage.BOUND)
 
+    def await_agent(self, uid: str, node: str) -> None:
+        """Our bind takes ``node``'s HAMi lock for the pod: its node agent has it to start."""
+        with self._lock:
+            self._awaiting.bound(uid, node)
+
     def unreserve(self, uid: str) -> None:
         with self._lock:
             rec = self._pods.get(uid)
@@ -350,28 +281,6 @@ class ClusterState:
             self._drop(uid)
             self.resources.unreserve(uid)
 
-    # ------------------------------------------------------------------ internals
-    def _set(self, record: PodRecord) -> None:
-        with self._lock:
-            if record.stage is not Stage.HELD:
-                self._holds.pop(record.uid)  # a hold replaced by the truth is gone
-            for node in self._pods.put(record):
-                self._recompute(node)
-
-    def _drop(self, uid: str) -> None:
-        with self._lock:
-            self._holds.pop(uid)
-            old = self._pods.pop(uid)
-            if old is not None:
-                self._recompute(old.node)
-                if self.on_release is not None:
-                    self.on_release(old.node)
-
-    def _note_bad(self, uid: str, why: str, pod: Mapping[str, Any]) -> None:
-        with self._lock:
-            self._pods.bad[uid] = why
-        logger.warning("ignoring allocation record: %s", why, extra=pod_context(pod))
-
     # ------------------------------------------------------------------ measured figures
     def apply_sample(self, sample: Sample | None, config: MeasuredConfig) -> int:
         """Put each node's measured figures on its cards (None: take them all off, placing by
@@ -401,48 +310,3 @@ class ClusterState:
                 changed += 1
         return changed
 
-    def _recompute(self, name: str) -> None:
-        entry = self._nodes.entries.get(name)
-        if entry is None:
-            return  # pods on unknown nodes are kept and applied when the node appears
-        state, problems = build_node_state(name, entry.cards, self._pods.on_node(name))
-        if problems and problems != entry.problems:
-            logger.error("node %s over-committed: %s", name, "; ".join(problems),
-                         extra={"node": name})
-        state = apply_overlay(state, self._measured.get(name, ()))  # hook: measured figures
-        self._observers.node_changed(name, state)
-        self._nodes.set_state(name, state, problems)
-
-    # ------------------------------------------------------------------ status
-    def snapshot(self, max_nodes: int | None = None) -> dict[str, Any]:
-        """Every node (the first ``max_nodes`` by name; ``nodeCount`` counts them all), card,
-        capacity, and what is taken by which pods (JSON-ready). The lock is held only to copy
-        references (states are immutable, records frozen): binds and watches never wait for
-        a large cluster's document."""
-        with self._lock:
-            nodes = [(name, e.source, e.problem, e.problems, e.view.state)
-                     for name, e in self._nodes.entries.items()]
-            pods = self._pods.all()
-            bad = dict(self._pods.bad)
-            synced = self.synced
-        return status.document(nodes, pods, bad, synced, self.resources, max_nodes)
-
-    def problem_counts(self) -> tuple[int, int]:
-        """(pods whose allocation record is ignored, nodes whose inventory has a problem)."""
-        with self._lock:
-            return (len(self._pods.bad),
-                    sum(1 for e in self._nodes.entries.values() if e.problem))
-
-    def node_states(self) -> tuple[list[tuple[str, NodeState]], dict[str, PodRecord]]:
-        """Every node's state and every pod record, read together (for metrics)."""
-        with self._lock:
-            return ([(name, e.view.state) for name, e in self._nodes.entries.items()],
-                    self._pods.all())
-
-    def comparable(self) -> dict[str, Any]:
-        """Node states and pod allocations (for restart tests: equal means same picture)."""
-        with self._lock:
-            return {
-                "nodes": {n: e.view.state for n, e in self._nodes.entries.items()},
-                "pods": {u: (r.node, r.allocation.containers) for u, r in self._pods.items()},
-            }

@@ -12,7 +12,7 @@ node it knows (:mod:`allocator.ranking.every_node`). The answers are
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Collection, Iterable, Sequence
 from dataclasses import dataclass, replace
 from functools import partial
 from itertools import compress
@@ -215,7 +215,8 @@ class FastRanker:
         return self._ranking(request, policy, ctx, self.columns.asked(names)).scaled(names)
 
     def best_known(self, request: PodRequest, policy: Policy, names: Sequence[str],
-                   context: Callable[[], PolicyContext]) -> list[str] | None:
+                   context: Callable[[], PolicyContext], avoid: Collection[str] = ()
+                   ) -> list[str] | None:
         """The policy's best among every node we know, narrowed to the asked names; None when
         that does not give the answer.
 
@@ -239,6 +240,9 @@ class FastRanker:
             return None
         every = self.columns.every_node()
         fits = self._fits(request, every)
+        if avoid:  # every node's position is its slot - 1
+            positions = self.columns.asked(list(avoid)).slots - 1
+            fits[positions[(positions >= 0) & (positions < len(fits))]] = False
         fitting_count = int(np.count_nonzero(fits))
         nodes: list[str] = []
         if fitting_count and 2 * len(names) >= fitting_count:

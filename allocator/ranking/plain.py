@@ -9,7 +9,7 @@ the same answers faster; this one is what it is checked against.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 
 from allocator.errors import event_safe
 from allocator.ranking.cards import NodeState
@@ -83,7 +83,8 @@ class PlainRanker:
         return [n for n, score in top if score == MAX_SCORE]
 
     def best_known(self, request: PodRequest, policy: Policy, names: Sequence[str],
-                   context: Callable[[], PolicyContext]) -> list[str] | None:
+                   context: Callable[[], PolicyContext], avoid: Collection[str] = ()
+                   ) -> list[str] | None:
         return None  # no shortcut: fit and best answer
 
     def scores_cpu_only(self, policy: Policy, workload: Workload, pod_cpu_milli: int,

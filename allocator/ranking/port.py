@@ -10,7 +10,7 @@ and the policy's score (the version to read first), and
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Collection, Sequence
 from dataclasses import dataclass, field
 from typing import Final, Protocol
 
@@ -72,10 +72,12 @@ class Ranker(Protocol):
         ...
 
     def best_known(self, request: PodRequest, policy: Policy, names: Sequence[str],
-                   context: Callable[[], PolicyContext]) -> list[str] | None:
+                   context: Callable[[], PolicyContext], avoid: Collection[str] = ()
+                   ) -> list[str] | None:
         """The best of ``names`` when the ranker can tell without looking each name up, None
         otherwise (then :meth:`fit` and :meth:`best` answer). ``context`` makes the policy's
-        view of the pod, called at most once."""
+        view of the pod, called at most once. ``avoid``: nodes left out of the ranking
+        (never among ``names``)."""
         ...
 
     def scores(self, request: PodRequest, policy: Policy, ctx: PolicyContext,

@@ -208,6 +208,7 @@ def _hami_node_lock(a: Allocator, ref: PodRef, node: str) -> Iterator[None]:
     if a.hami_locks is None:
         yield
         return
+    a.state.await_agent(ref.uid, node)  # filter prefers other nodes from now (picture/awaiting)
     try:
         a.hami_locks.acquire(node, ref.namespace, ref.name)
     except NodeLockTimeout as exc:

@@ -14,6 +14,11 @@ kube-scheduler sends the pod and the names of the nodes its own plugins left. Th
    (:mod:`allocator.verbs.requeue`).
 5. When the answer is one node, the pod's cards there are held for its bind.
 
+With HAMi's node agent (a node lock), steps 3-5 first run among the asked nodes whose agent
+has no pod to start (:mod:`allocator.picture.awaiting`: a bind there would wait for the
+plugin's Allocate of the pods before it), then among those with the fewest, and only then
+among them all; and tied nodes are answered by the first, held at once.
+
 Filtering to the best is what prioritize would say, said where kube-scheduler cannot blur it:
 its own plugins then judge only among the policy's tied best nodes, and with one node left it
 skips scoring (``schedulePod``: ``len(feasibleNodes) == 1``). The other fitting nodes are left
@@ -30,7 +35,7 @@ afresh when the hold is gone or names another node.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Collection, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from functools import cache, partial
 from typing import TYPE_CHECKING, Any, Final
@@ -89,7 +94,34 @@ def _decide(a: Allocator, pod: Mapping[str, Any], names: Sequence[str]) -> Filte
     uid = uid_of(pod)
     a.state.release_hold(uid)
     inputs: Inputs = cache(lambda: a.placing_inputs(request, pod))
-    best = _best_known(a, pod, request, names, inputs)
+    for queued in _queues_to_avoid(a, names):
+        # HAMi's plugins start one pod at a time per node: a bind to a node whose agent has
+        # pods to start waits for them, so nodes with the fewest go first.
+        free = [name for name in names if name not in queued]
+        if not free or len(free) == len(names):
+            continue
+        out = _place(a, pod, request, free, inputs, avoid=queued)
+        if out.nodes:
+            return out
+    return _place(a, pod, request, names, inputs)
+
+
+def _queues_to_avoid(a: Allocator, names: Sequence[str]) -> Iterator[set[str]]:
+    """With HAMi's lock, the nodes to leave out, try after try: every node whose agent has
+    a pod to start, then those with more than the fewest, and so on (nothing without it)."""
+    if a.hami_locks is None or len(names) < 2:
+        return
+    queued = a.state.pods_to_start()
+    for depth in sorted(set(queued.values())):
+        yield {node for node, count in queued.items() if count >= depth}
+
+
+def _place(a: Allocator, pod: Mapping[str, Any], request: PodRequest, names: Sequence[str],
+           inputs: Inputs, avoid: Collection[str] = ()) -> FilterOutcome:
+    """Steps 3-5 among ``names`` (``avoid``: nodes not among them, left out of any
+    ranking)."""
+    uid = uid_of(pod)
+    best = _best_known(a, pod, request, names, inputs, avoid)
     if best is not None:
         if a.requeue is not None:
             a.requeue.fitted(uid)
@@ -116,17 +148,16 @@ def fits_on(a: Allocator, request: PodRequest, node: str) -> bool:
 
 
 def _best_known(a: Allocator, pod: Mapping[str, Any], request: PodRequest,
-                names: Sequence[str], inputs: Inputs) -> FilterOutcome | None:
+                names: Sequence[str], inputs: Inputs, avoid: Collection[str]
+                ) -> FilterOutcome | None:
     """Filter-best's answer found without looking up every asked name, or None."""
     if not a.config.filter_best or not names:
         return None
     nodes = a.ranker.best_known(request, a.policy_for(request), names,
-                                lambda: inputs()[0])
+                                lambda: inputs()[0], avoid)
     if nodes is None:
         return None
-    if len(nodes) == 1:
-        _hold(a, pod, request, nodes[0], inputs)
-    return FilterOutcome(nodes, {}, {})
+    return _answer(a, pod, request, nodes, inputs)
 
 
 def _best_of(a: Allocator, pod: Mapping[str, Any], request: PodRequest, fitting: Nodes,
@@ -138,6 +169,19 @@ def _best_of(a: Allocator, pod: Mapping[str, Any], request: PodRequest, fitting:
         nodes = a.ranker.best(request, a.policy_for(request), inputs()[0], fitting)
     if not nodes:
         nodes = fitting.name_list()
+    return _answer(a, pod, request, nodes, inputs)
+
+
+def _answer(a: Allocator, pod: Mapping[str, Any], request: PodRequest, nodes: list[str],
+            inputs: Inputs) -> FilterOutcome:
+    """The nodes as the answer; one node is held for the pod's bind.
+
+    With HAMi's lock, tied nodes are answered by the first (kube-scheduler's order starts
+    at a node it moves on each cycle): held at once, the filters that follow leave that node
+    to its bind, where kube-scheduler's choice among ties would reach the picture only with
+    the bind, after a burst of filters had chosen the same node and queued at its lock."""
+    if len(nodes) > 1 and a.hami_locks is not None:
+        nodes = nodes[:1]
     if len(nodes) == 1:
         _hold(a, pod, request, nodes[0], inputs)
     return FilterOutcome(nodes, {}, {})

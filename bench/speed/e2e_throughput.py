@@ -303,7 +303,8 @@ def run_mode(mode: str, nodes: int, pods: int, threads: int, timeout: float,
                     extra_resources={PLAIN: "8"} if spec.plain_gpus else {})
             for i in range(nodes)
         ]
-        in_parallel(dev, specs, lambda core, chunk: create_nodes(core, chunk, dev.vocabulary),
+        agent = dev.options.agent
+        in_parallel(dev, specs, lambda core, part: create_nodes(core, part, dev.vocabulary, agent),
                     threads)
         def create(core: Any, names: list[str]) -> None:
             for name in names:

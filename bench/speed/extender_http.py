@@ -108,8 +108,9 @@ BINDING = "POST pods/binding"
 
 def grow_nodes(dev: DevCluster, start: int, stop: int, threads: int) -> None:
     specs = [uniform(f"bench-{i:05d}", CARDS, "T4", CARD_MIB) for i in range(start, stop)]
-    in_parallel(dev, specs, lambda core, chunk: create_nodes(core, chunk, dev.vocabulary),
-              threads)
+    agent = dev.options.agent
+    in_parallel(dev, specs, lambda core, part: create_nodes(core, part, dev.vocabulary, agent),
+                threads)
 
 
 def gpu_pod(name: str, core: int, mem: int) -> dict[str, Any]:

@@ -36,7 +36,9 @@ def main() -> None:
     try:
         dev.start()
         specs = [uniform(f"n{i:05d}", 8, "T4", 16384) for i in range(args.nodes)]
-        in_parallel(dev, specs, lambda core, chunk: create_nodes(core, chunk, dev.vocabulary), 6)
+        agent = dev.options.agent
+        in_parallel(dev, specs, lambda core, part: create_nodes(core, part, dev.vocabulary, agent),
+                    6)
         cp = dev.control_plane
         apiserver = f"127.0.0.1:{cp.apiserver_port}"
         context = client_context(cp.ca_file, cp.pki_dir / "admin.crt", cp.pki_dir / "admin.key")

@@ -171,7 +171,8 @@ def run_case(case: Case, binaries: Binaries, threads: int = 6, timeout: float = 
         specs = [uniform(node_name(i), case.cards, "T4", CARD_MIB,
                          labels={} if i in good else {FILLED_LABEL: "true"})
                  for i in range(case.nodes)]
-        in_parallel(dev, specs, lambda core, chunk: create_nodes(core, chunk, dev.vocabulary),
+        agent = dev.options.agent
+        in_parallel(dev, specs, lambda core, part: create_nodes(core, part, dev.vocabulary, agent),
                     threads)
         watch = BindWatch(dev, NAMESPACE)
         fill = [make_pod(f"f{i:05d}-{card}", [container("main", limits=FILL_LIMITS)],

@@ -1,0 +1,72 @@
+"""Nodes whose node agent still has a bound pod to start (not locked: the picture's lock
+guards it, :class:`allocator.picture.state.ClusterState`).
+
+HAMi's device plugin, and volcano-vgpu's, allocate one pod at a time per node: the scheduler
+takes the node's lock before the Binding and the plugin's ``Allocate`` gives it back, setting
+the pod's ``bind-phase`` to ``success`` (or ``failed``). A node between the two cannot take
+another pod until then (:mod:`allocator.hami.lock` waits for it), so filter prefers other
+nodes that fit while it lasts (:mod:`allocator.verbs.filter`).
+
+A pod awaits its node's agent from our bind's lock until an event shows its ``bind-phase``
+ended, it is gone, or :data:`~allocator.hami.codec.LOCK_EXPIRY_SECONDS` passed (HAMi's lock
+is stale then, whatever the plugin does). Pods bound by another scheduler (a hami-scheduler
+being replaced) count from their first event with ``bind-phase: allocating``. Only an ended
+phase or the pod's end clears an entry: watch events are in order, and the plugin writes the
+end only after our bind.
+"""
+
+from __future__ import annotations
+
+import time
+from collections import Counter
+from collections.abc import Callable, Mapping
+from typing import Any
+
+from allocator.hami.codec import BIND_ALLOCATING, HAMI, LOCK_EXPIRY_SECONDS, VOLCANO_VGPU
+
+
+def bind_phase(annotations: Mapping[str, str]) -> str:
+    """The pod's ``bind-phase`` under HAMi's or volcano-vgpu's key ("" without one)."""
+    return (annotations.get(HAMI.bind_phase_key)
+            or annotations.get(VOLCANO_VGPU.bind_phase_key) or "")
+
+
+class AwaitingAgent:
+    """Pod UID -> (node, since) of the pods whose node agent has not started them yet."""
+
+    def __init__(self, clock: Callable[[], float] = time.monotonic,
+                 max_age_seconds: float = LOCK_EXPIRY_SECONDS) -> None:
+        self._clock = clock
+        self._max_age = max_age_seconds
+        self._pods: dict[str, tuple[str, float]] = {}
+
+    def bound(self, uid: str, node: str) -> None:
+        """Our bind takes ``node``'s lock for the pod: its agent has it to start."""
+        self._pods[uid] = (node, self._clock())
+
+    def seen(self, uid: str, pod: Mapping[str, Any]) -> None:
+        """A watch event or list item of the pod."""
+        phase = bind_phase((pod.get("metadata") or {}).get("annotations") or {})
+        if not phase:
+            return  # not a pod of HAMi's plugins, or ours before our bind wrote the keys
+        if phase != BIND_ALLOCATING:
+            self._pods.pop(uid, None)
+            return
+        node = (pod.get("spec") or {}).get("nodeName") or ""
+        if node and uid not in self._pods:
+            self._pods[uid] = (node, self._clock())
+
+    def gone(self, uid: str) -> None:
+        self._pods.pop(uid, None)
+
+    def by_node(self) -> Counter[str]:
+        """How many pods each node's agent has to start, entries past the lock's expiry
+        forgotten."""
+        oldest = self._clock() - self._max_age
+        stale = [uid for uid, (_, since) in self._pods.items() if since < oldest]
+        for uid in stale:
+            del self._pods[uid]
+        return Counter(node for node, _ in self._pods.values())
+
+    def __len__(self) -> int:
+        return len(self._pods)
