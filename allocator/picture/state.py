@@ -48,6 +48,8 @@ class ClusterState(PictureTables):
         if not name:
             return
         name = self.names.intern(name)
+        with self._lock:
+            self._awaiting.node_seen(name, (node.get("metadata") or {}).get("annotations") or {})
         inputs = read_from(node)
         if self._nodes.unchanged(name, inputs):
             return  # nothing the cards or the CPU are read from has changed
@@ -91,6 +93,7 @@ class ClusterState(PictureTables):
         with self._lock:
             self._nodes.remove(name)
             self._measured.pop(name, None)
+            self._awaiting.node_gone(name)
             self._observers.node_gone(name)
             self.resources.remove_node(name)
 
@@ -106,6 +109,7 @@ class ClusterState(PictureTables):
             for name in self._nodes.names():
                 if name not in seen:
                     self._nodes.remove(name)
+                    self._awaiting.node_gone(name)
                     self._observers.node_gone(name)
             self.resources.keep_nodes(seen)
 
