@@ -7,12 +7,15 @@ the pod's ``bind-phase`` to ``success`` (or ``failed``). A node between the two 
 another pod until then (:mod:`allocator.hami.lock` waits for it), so filter prefers other
 nodes that fit while it lasts (:mod:`allocator.verbs.filter`).
 
-A pod awaits its node's agent from our bind's lock until an event shows its ``bind-phase``
-ended, it is gone, or :data:`~allocator.hami.codec.LOCK_EXPIRY_SECONDS` passed (HAMi's lock
-is stale then, whatever the plugin does). Pods bound by another scheduler (a hami-scheduler
-being replaced) count from their first event with ``bind-phase: allocating``. Only an ended
-phase or the pod's end clears an entry: watch events are in order, and the plugin writes the
-end only after our bind.
+The plugin writes the pod's end before it gives the lock back, so a node also counts as
+having a pod to start while our node watch shows its lock held (by anyone: another
+scheduler's bind too). A pod awaits its node's agent from our bind's lock until an event
+shows its ``bind-phase`` ended, it is gone, or
+:data:`~allocator.hami.codec.LOCK_EXPIRY_SECONDS` passed (HAMi's lock is stale then,
+whatever the plugin does); a held lock counts as long. Pods bound by another scheduler (a
+hami-scheduler being replaced) count from their first event with ``bind-phase:
+allocating``. Only an ended phase or the pod's end clears a pod's entry: watch events are in
+order, and the plugin writes the end only after our bind.
 """
 
 from __future__ import annotations
@@ -39,6 +42,10 @@ class AwaitingAgent:
         self._clock = clock
         self._max_age = max_age_seconds
         self._pods: dict[str, tuple[str, float]] = {}
+        #: Nodes whose lock the node watch shows held, since when.
+        self._locked: dict[str, float] = {}
+        #: The resourceVersion of each node the node watch last showed with its lock free.
+        self._free_versions: dict[str, str] = {}
 
     def bound(self, uid: str, node: str) -> None:
         """Our bind takes ``node``'s lock for the pod: its agent has it to start."""
@@ -59,14 +66,38 @@ class AwaitingAgent:
     def gone(self, uid: str) -> None:
         self._pods.pop(uid, None)
 
+    def node_seen(self, node: str, meta: Mapping[str, Any]) -> None:
+        """A watch event or list item of ``node`` (its ``metadata``): is its lock held?"""
+        annotations: Mapping[str, str] = meta.get("annotations") or {}
+        if HAMI.lock_key in annotations or VOLCANO_VGPU.lock_key in annotations:
+            self._locked.setdefault(node, self._clock())
+            self._free_versions.pop(node, None)
+        else:
+            self._locked.pop(node, None)
+            version = meta.get("resourceVersion")
+            if isinstance(version, str):
+                self._free_versions[node] = version
+
+    def free_version(self, node: str) -> str | None:
+        """The node's resourceVersion when the watch last showed it, if its lock was free."""
+        return self._free_versions.get(node)
+
+    def node_gone(self, node: str) -> None:
+        self._locked.pop(node, None)
+        self._free_versions.pop(node, None)
+
     def by_node(self) -> Counter[str]:
         """How many pods each node's agent has to start, entries past the lock's expiry
         forgotten."""
         oldest = self._clock() - self._max_age
-        stale = [uid for uid, (_, since) in self._pods.items() if since < oldest]
-        for uid in stale:
+        for uid in [uid for uid, (_, since) in self._pods.items() if since < oldest]:
             del self._pods[uid]
-        return Counter(node for node, _ in self._pods.values())
+        for node in [node for node, since in self._locked.items() if since < oldest]:
+            del self._locked[node]
+        queued = Counter(node for node, _ in self._pods.values())
+        for node in self._locked:
+            queued[node] = max(queued[node], 1)  # the lock's pod is most likely among them
+        return queued
 
     def __len__(self) -> int:
         return len(self._pods)

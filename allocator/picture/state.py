@@ -48,6 +48,8 @@ class ClusterState(PictureTables):
         if not name:
             return
         name = self.names.intern(name)
+        with self._lock:
+            self._awaiting.node_seen(name, node.get("metadata") or {})
         inputs = read_from(node)
         if self._nodes.unchanged(name, inputs):
             return  # nothing the cards or the CPU are read from has changed
@@ -91,6 +93,7 @@ class ClusterState(PictureTables):
         with self._lock:
             self._nodes.remove(name)
             self._measured.pop(name, None)
+            self._awaiting.node_gone(name)
             self._observers.node_gone(name)
             self.resources.remove_node(name)
 
@@ -106,6 +109,7 @@ class ClusterState(PictureTables):
             for name in self._nodes.names():
                 if name not in seen:
                     self._nodes.remove(name)
+                    self._awaiting.node_gone(name)
                     self._observers.node_gone(name)
             self.resources.keep_nodes(seen)
 
@@ -207,6 +211,12 @@ class ClusterState(PictureTables):
             rec = self._pods.get(uid)
             if rec is not None and rec.stage is Stage.INFLIGHT:
                 self._pods.restage(rec, Stage.BOUND)
+
+    def free_version(self, node: str) -> str | None:
+        """The node's resourceVersion as the node watch last showed it with HAMi's lock free
+        (None: held, or not seen)."""
+        with self._lock:
+            return self._awaiting.free_version(node)
 
     def await_agent(self, uid: str, node: str) -> None:
         """Our bind takes ``node``'s HAMi lock for the pod: its node agent has it to start."""
