@@ -12,9 +12,7 @@ hami-scheduler fails a bind that finds the node locked and kube-scheduler retrie
 after its backoff; that is what makes a node of HAMi pods fill slowly. Here a bind waits:
 the binds of one node queue in process (one thread at a time asks the API server, the rest
 wait on a lock), each for at most ``wait_seconds`` (under the bind verb's timeout); a free
-lock is taken at once. When the node watch last saw the node with its lock free, the lock's
-patch carries that resourceVersion as its precondition without reading the node first (the
-version is the read; a 409 means it changed since, and the node is read).
+lock is taken at once.
 """
 
 from __future__ import annotations
@@ -75,22 +73,13 @@ def _annotations(node: Mapping[str, Any]) -> Mapping[str, str]:
     return (node.get("metadata") or {}).get("annotations") or {}
 
 
-def _version(node: Mapping[str, Any]) -> str | None:
-    version: str | None = (node.get("metadata") or {}).get("resourceVersion")
-    return version
-
-
 class NodeLocks:
     """Takes and gives back HAMi's lock on nodes for this allocator's binds."""
 
     def __init__(self, api: LockApi, flavor: Flavor, settings: LockSettings | None = None,
                  clock: Callable[[], float] = time.time,
-                 sleep: Callable[[float], None] = time.sleep,
-                 free_version: Callable[[str], str | None] = lambda _node: None) -> None:
+                 sleep: Callable[[float], None] = time.sleep) -> None:
         self.api, self.flavor = api, flavor
-        #: The node's resourceVersion as the node watch last saw it with no lock (None: held,
-        #: or not seen).
-        self.free_version = free_version
         self.settings = settings or LockSettings()
         self.clock, self.sleep = clock, sleep
         self._queues: dict[str, threading.Lock] = {}
@@ -149,22 +138,14 @@ class NodeLocks:
         key = self.flavor.lock_key
         poll = self.settings.first_poll_seconds
         holder = ""
-        version = self.free_version(node)
-        if version is not None:
-            taken = self._patch(node, version, encode_lock(self.clock(), namespace, name))
-            if taken is not None:
-                self._seen[node] = taken
-                return True
         while True:
             current = self.api.get_node(node)
             if current is None:
                 raise ApiError(f"node {node} not found", 404)
             value = _annotations(current).get(key)
             if value is None or self._stale(node, value, namespace, name):
-                taken = self._patch(node, _version(current),
-                                    encode_lock(self.clock(), namespace, name))
-                if taken is not None:
-                    self._seen[node] = taken
+                if self._patch(node, current, encode_lock(self.clock(), namespace, name)):
+                    self._seen[node] = current
                     return True
                 continue  # the node changed under us: read it again at once
             if not may_wait:
@@ -207,13 +188,14 @@ class NodeLocks:
         status = (pod.get("status") or {}).get("phase")
         return phase in (BIND_SUCCESS, BIND_FAILED) or status in ("Succeeded", "Failed")
 
-    def _patch(self, node: str, version: str | None, value: str | None) -> Obj | None:
-        """The node as patched, or None when it changed since ``version`` (409)."""
+    def _patch(self, node: str, current: Mapping[str, Any], value: str | None) -> bool:
+        version = (current.get("metadata") or {}).get("resourceVersion")
         try:
-            return self.api.patch_node(node, {"metadata": {
+            self.api.patch_node(node, {"metadata": {
                 "annotations": {self.flavor.lock_key: value}, "resourceVersion": version}})
         except Conflict:
-            return None
+            return False
+        return True
 
     def release(self, node: str, namespace: str, name: str) -> None:
         """Give back our lock when the bind did not happen (the plugin will never see the
@@ -228,7 +210,7 @@ class NodeLocks:
                 value = _annotations(current).get(self.flavor.lock_key)
                 if value is None or not parse_lock(value).held_by(namespace, name):
                     return
-                if self._patch(node, _version(current), None) is not None:
+                if self._patch(node, current, None):
                     return
             except (ApiError, HamiFormatError) as exc:
                 logger.warning("node %s: releasing the lock of %s/%s failed: %s",

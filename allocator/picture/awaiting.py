@@ -44,8 +44,6 @@ class AwaitingAgent:
         self._pods: dict[str, tuple[str, float]] = {}
         #: Nodes whose lock the node watch shows held, since when.
         self._locked: dict[str, float] = {}
-        #: The resourceVersion of each node the node watch last showed with its lock free.
-        self._free_versions: dict[str, str] = {}
 
     def bound(self, uid: str, node: str) -> None:
         """Our bind takes ``node``'s lock for the pod: its agent has it to start."""
@@ -66,25 +64,15 @@ class AwaitingAgent:
     def gone(self, uid: str) -> None:
         self._pods.pop(uid, None)
 
-    def node_seen(self, node: str, meta: Mapping[str, Any]) -> None:
-        """A watch event or list item of ``node`` (its ``metadata``): is its lock held?"""
-        annotations: Mapping[str, str] = meta.get("annotations") or {}
+    def node_seen(self, node: str, annotations: Mapping[str, str]) -> None:
+        """A watch event or list item of ``node``: is its lock held?"""
         if HAMI.lock_key in annotations or VOLCANO_VGPU.lock_key in annotations:
             self._locked.setdefault(node, self._clock())
-            self._free_versions.pop(node, None)
         else:
             self._locked.pop(node, None)
-            version = meta.get("resourceVersion")
-            if isinstance(version, str):
-                self._free_versions[node] = version
-
-    def free_version(self, node: str) -> str | None:
-        """The node's resourceVersion when the watch last showed it, if its lock was free."""
-        return self._free_versions.get(node)
 
     def node_gone(self, node: str) -> None:
         self._locked.pop(node, None)
-        self._free_versions.pop(node, None)
 
     def by_node(self) -> Counter[str]:
         """How many pods each node's agent has to start, entries past the lock's expiry

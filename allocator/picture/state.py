@@ -49,7 +49,7 @@ class ClusterState(PictureTables):
             return
         name = self.names.intern(name)
         with self._lock:
-            self._awaiting.node_seen(name, node.get("metadata") or {})
+            self._awaiting.node_seen(name, (node.get("metadata") or {}).get("annotations") or {})
         inputs = read_from(node)
         if self._nodes.unchanged(name, inputs):
             return  # nothing the cards or the CPU are read from has changed
@@ -211,12 +211,6 @@ class ClusterState(PictureTables):
             rec = self._pods.get(uid)
             if rec is not None and rec.stage is Stage.INFLIGHT:
                 self._pods.restage(rec, Stage.BOUND)
-
-    def free_version(self, node: str) -> str | None:
-        """The node's resourceVersion as the node watch last showed it with HAMi's lock free
-        (None: held, or not seen)."""
-        with self._lock:
-            return self._awaiting.free_version(node)
 
     def await_agent(self, uid: str, node: str) -> None:
         """Our bind takes ``node``'s HAMi lock for the pod: its node agent has it to start."""

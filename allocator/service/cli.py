@@ -24,10 +24,6 @@ logger = logging.getLogger(__name__)
 
 #: The name granian's lines give the server.
 PROC_NAME = "tessera-allocator"
-#: Binds served at once. A bind may wait up to 8 s for HAMi's node lock (allocator.hami.lock),
-#: and binds served at once / bind time bounds the binds a second: a waiting thread costs
-#: next to nothing, a missing slot stalls every bind behind it.
-BIND_SLOTS = 64
 
 #: flag dest -> (flag, environment variable it overrides)
 _FLAGS: serving.EnvFlags = {
@@ -102,6 +98,5 @@ def run(args: argparse.Namespace) -> int:
     granian_server.serve(lambda: create_app(settings), settings.serving,
                          threads=settings.serving.threads,
                          max_body_bytes=settings.max_body_bytes, proc_name=PROC_NAME,
-                         slow_paths=frozenset({f"{settings.url_prefix}/bind"}),
-                         slow_threads=max(settings.serving.threads, BIND_SLOTS))
+                         slow_paths=frozenset({f"{settings.url_prefix}/bind"}))
     return 0

@@ -141,8 +141,7 @@ class Allocator:
         profile = str(config.dialects.agent_profile)
         self.hami = (hami_codec.FLAVORS[config.dialects.hami_agent or profile]
                      if profile in hami_codec.FLAVORS else None)
-        self.hami_locks = (NodeLocks(api, self.hami, clock=clock, free_version=state.free_version)
-                           if self.hami else None)
+        self.hami_locks = NodeLocks(api, self.hami, clock=clock) if self.hami else None
 
     # ------------------------------------------------------------------ the verbs
     def filter(self, pod: Mapping[str, Any], names: Sequence[str]) -> FilterOutcome:

@@ -64,22 +64,21 @@ def test_a_node_whose_lock_the_watch_shows_held_has_a_pod_to_start() -> None:
     """The plugin writes the pod's success before it gives the lock back."""
     table = AwaitingAgent()
     table.bound("u", "n1")
-    table.node_seen("n1", {"annotations": {HAMI.lock_key: "2026-11-27T00:00:00Z,default,p"}})
-    table.node_seen("n2", {"annotations": {VOLCANO_VGPU.lock_key: "x"}})
+    table.node_seen("n1", {HAMI.lock_key: "2026-11-27T00:00:00Z,default,p"})
+    table.node_seen("n2", {VOLCANO_VGPU.lock_key: "x"})
     assert table.by_node() == {"n1": 1, "n2": 1}
     table.seen("u", _pod("success"))
     assert table.by_node() == {"n1": 1, "n2": 1}
-    table.node_seen("n1", {"resourceVersion": "7"})
+    table.node_seen("n1", {})
     table.node_gone("n2")
     assert not table.by_node()
-    assert table.free_version("n1") == "7" and table.free_version("n2") is None
 
 
 def test_an_entry_past_the_locks_expiry_is_forgotten() -> None:
     clock = _Clock()
     table = AwaitingAgent(clock, max_age_seconds=300)
     table.bound("u", "n1")
-    table.node_seen("n2", {"annotations": {HAMI.lock_key: "held for good"}})
+    table.node_seen("n2", {HAMI.lock_key: "held for good"})
     clock.now += 299
     assert table.by_node() == {"n1": 1, "n2": 1}
     clock.now += 2

@@ -229,11 +229,9 @@ def test_at_most_threads_requests_run_the_app_at_once() -> None:
     assert echo.most == 2
 
 
-@pytest.mark.parametrize("slow_threads", [None, 3])
-def test_slow_paths_run_in_slots_of_their_own(slow_threads: int | None) -> None:
-    """The allocator's binds (which wait on the API server) fill their slots (as many as the
-    app's unless told); filter still runs at once, and binds beyond their slots wait."""
-    slots = slow_threads or 2
+def test_slow_paths_run_in_slots_of_their_own() -> None:
+    """The allocator's binds (which wait on the API server) fill their slots; filter still
+    runs at once, and binds beyond their slots wait for them."""
     hold = threading.Event()
     running: Counter[str] = Counter()
     most: Counter[str] = Counter()
@@ -252,17 +250,17 @@ def test_slow_paths_run_in_slots_of_their_own(slow_threads: int | None) -> None:
         return [b"{}"]
 
     serving = CompleteBodies(app, threads=2, body=BodyPolicy(100),
-                             slow_paths=frozenset({"/bind"}), slow_threads=slow_threads)
+                             slow_paths=frozenset({"/bind"}))
     binds = [threading.Thread(target=call, args=(serving, Stream(b"b"), "1"),
-                              kwargs={"path": "/bind"}) for _ in range(slots + 1)]
+                              kwargs={"path": "/bind"}) for _ in range(3)]
     for t in binds:
         t.start()
     deadline = time.monotonic() + 5
-    while running["/bind"] < slots and time.monotonic() < deadline:
+    while running["/bind"] < 2 and time.monotonic() < deadline:
         time.sleep(0.01)
-    time.sleep(0.2)  # time for the last bind to get in, were there more slots
+    time.sleep(0.2)  # time for the third bind to get in, were there more slots
     assert call(serving, Stream(b"f"), "1", path="/filter")[0] == "200 OK"
-    assert not hold.is_set() and most == {"/bind": slots, "/filter": 1}
+    assert not hold.is_set() and most == {"/bind": 2, "/filter": 1}
     hold.set()
     for t in binds:
         t.join(5)

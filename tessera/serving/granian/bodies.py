@@ -136,19 +136,17 @@ class CompleteBodies:
     its slot (:func:`~tessera.serving.policy.call_wsgi`: an app that raises gets a logged
     500).
 
-    Requests whose path ``slow_paths`` names run in ``slow_threads`` slots of their own
-    (``threads`` unless given): they wait on other services (the allocator's binds wait on
-    the API server, and for HAMi's node lock), and must not keep the others waiting for a
-    slot."""
+    Requests whose path ``slow_paths`` names run in ``threads`` slots of their own: they
+    wait on other services (the allocator's binds wait on the API server), and must not
+    keep the others waiting for a slot."""
 
     def __init__(self, app: WsgiApp, *, threads: int, body: BodyPolicy,
                  readers: BodyReaders | None = None,
-                 slow_paths: frozenset[str] = frozenset(),
-                 slow_threads: int | None = None) -> None:
+                 slow_paths: frozenset[str] = frozenset()) -> None:
         self.app = app
         self.app_slots = threading.BoundedSemaphore(threads)
         self.slow_paths = slow_paths
-        self.slow_slots = threading.BoundedSemaphore(slow_threads or threads)
+        self.slow_slots = threading.BoundedSemaphore(threads)
         self.body = body
         self.readers = readers or BodyReaders()
 

@@ -167,19 +167,17 @@ def server_options(serving: ServingConfig, *, threads: int) -> dict[str, Any]:
 
 def serve(app_factory: Callable[[], WsgiApp], serving: ServingConfig, *, threads: int,
           max_body_bytes: int, proc_name: str,
-          slow_paths: frozenset[str] = frozenset(), slow_threads: int | None = None) -> None:
+          slow_paths: frozenset[str] = frozenset()) -> None:
     """Serve ``app_factory()`` (a WSGI app, made in the worker after fork, so its threads and
     API connections belong to it) as :func:`server_options` says, with the body policy of
-    ``max_body_bytes``, ``threads`` app slots and ``slow_threads`` (as many unless given) for
-    ``slow_paths`` (:class:`~.bodies.CompleteBodies`), until SIGTERM or SIGINT."""
+    ``max_body_bytes``, ``threads`` app slots and as many for ``slow_paths``
+    (:class:`~.bodies.CompleteBodies`), until SIGTERM or SIGINT."""
     body = BodyPolicy(max_body_bytes)
-    slow = slow_threads or threads
 
     def load() -> WsgiApp:
         logs.configure(serving.log_level)
         hand_over_the_gil_often()
-        app = CompleteBodies(app_factory(), threads=threads, body=body, slow_paths=slow_paths,
-                             slow_threads=slow)
+        app = CompleteBodies(app_factory(), threads=threads, body=body, slow_paths=slow_paths)
         run_exit_hooks_at_worker_exit()  # the app's exit hooks (module doc)
         files = serving.tls_files()
         if files is not None:
@@ -189,5 +187,5 @@ def serve(app_factory: Callable[[], WsgiApp], serving: ServingConfig, *, threads
                              name="tls-files", daemon=True).start()
         return app
 
-    options = server_options(serving, threads=threads + slow if slow_paths else threads)
+    options = server_options(serving, threads=threads * 2 if slow_paths else threads)
     renewing_server(options)(proc_name, **options).serve(target_loader=load, wrap_loader=False)
