@@ -14,7 +14,8 @@ from alloc_harness import make_app
 from builders import make_gpu_pod, make_node, request, share, whole
 from fake_kube import FakeKube
 
-from allocator.hami.codec import HAMI, RegisteredDevice, encode_register_json
+from allocator.hami.codec import HAMI
+from allocator.hami.register import RegisteredDevice, encode_register_json
 from allocator.ranking.fast import FastRanker
 from allocator.ranking.mix import LiveMix
 from allocator.ranking.plain import PlainRanker
