@@ -145,6 +145,16 @@ def _create(core_v1: Any, namespace: str, name: str, containers: list[dict[str, 
     core_v1.create_namespaced_pod(namespace, pod)
 
 
+def _serve_allocates(node: HamiNode, stop: threading.Event) -> None:
+    """The node's plugin: allocate each pod bound there, until ``stop``."""
+    while not stop.is_set():
+        try:
+            if node.allocate_next() is None:
+                stop.wait(0.05)
+        except Exception:  # an API hiccup: the real plugin is called again by kubelet
+            stop.wait(0.1)
+
+
 def _pod(core_v1: Any, namespace: str, name: str) -> dict[str, Any]:
     return get_object(core_v1.read_namespaced_pod, name, namespace)
 
@@ -348,16 +358,8 @@ def test_a_storm_through_kube_scheduler_with_an_allocator_restart_overcommits_no
     for node in nodes:
         node.register("2026-11-27T21:00:00Z")
     stop = threading.Event()
-
-    def plugin(node: HamiNode) -> None:
-        while not stop.is_set():
-            try:
-                if node.allocate_next() is None:
-                    stop.wait(0.05)
-            except Exception:  # an API hiccup: the real plugin is called again by kubelet
-                stop.wait(0.1)
-
-    agents = [threading.Thread(target=plugin, args=(n,), daemon=True) for n in nodes]
+    agents = [threading.Thread(target=_serve_allocates, args=(n, stop), daemon=True)
+              for n in nodes]
     for t in agents:
         t.start()
     started = time.monotonic()
@@ -460,16 +462,7 @@ def test_a_card_takes_no_more_pods_than_its_split_count_through_kube_scheduler(
     node = HamiNode(api, name, fake_devices(name, 2, memory_mib=MIB, split=2))
     node.register("2026-11-27T21:00:00Z")
     stop = threading.Event()
-
-    def plugin() -> None:
-        while not stop.is_set():
-            try:
-                if node.allocate_next() is None:
-                    stop.wait(0.05)
-            except Exception:  # an API hiccup: the real plugin is called again by kubelet
-                stop.wait(0.1)
-
-    agent = threading.Thread(target=plugin, daemon=True)
+    agent = threading.Thread(target=_serve_allocates, args=(node, stop), daemon=True)
     agent.start()
     try:
         for i in range(5):
