@@ -12,12 +12,12 @@ from __future__ import annotations
 import itertools
 import os
 import re
-import sys
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
+from dev_clusters import running
 
 from devcluster.binaries import Binaries, ensure_binaries
 from devcluster.cluster import DevCluster
@@ -47,14 +47,8 @@ def cluster(binaries: Binaries, request: pytest.FixtureRequest) -> Iterator[DevC
     workdir = Path(base) if base else None
     dev = DevCluster(binaries, workdir, Options(webhook_args=(ALL_DIALECTS,),
                                                 allocator_args=(ALL_DIALECTS,)))
-    dev.start()
-    try:
+    with running(dev, request, "dev cluster"):
         yield dev
-    finally:
-        failed = request.session.testsfailed > 0
-        dev.stop(keep_files=failed)
-        if failed:
-            print(f"\ne2e: dev cluster logs kept in {dev.workdir}", file=sys.stderr)
 
 
 @pytest.fixture

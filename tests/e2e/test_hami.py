@@ -11,7 +11,6 @@ annotations, the plugin's patches, the pod lifecycle), each bind called directly
 from __future__ import annotations
 
 import itertools
-import sys
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -19,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from dev_clusters import running
 
 from allocator.errors import BindError
 from allocator.hami.adopt import adopt_placed_pods
@@ -74,14 +74,8 @@ def cluster(binaries: Binaries, request: pytest.FixtureRequest) -> Iterator[DevC
                                              webhook_args=ALL_DIALECTS,
                                              allocator_args=ALL_DIALECTS,
                                              hami_standin=False))
-    dev.start()
-    try:
+    with running(dev, request, "hami dev cluster"):
         yield dev
-    finally:
-        failed = request.session.testsfailed > 0
-        dev.stop(keep_files=failed)
-        if failed:
-            print(f"\ne2e: hami dev cluster logs kept in {dev.workdir}", file=sys.stderr)
 
 
 @pytest.fixture

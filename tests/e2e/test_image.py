@@ -26,6 +26,7 @@ from typing import Any
 
 import pytest
 from cryptography import x509
+from dev_clusters import running
 
 from devcluster.binaries import Binaries
 from devcluster.checks import admission_problems, allocation_problems
@@ -60,15 +61,8 @@ def cluster(binaries: Binaries, image: str, request: pytest.FixtureRequest
     """This module's own dev cluster: Tessera from the image (the session's runs it as
     subprocesses)."""
     dev = DevCluster(binaries, None, Options(image=image))
-    failed_before = request.session.testsfailed
-    dev.start()
-    try:
+    with running(dev, request, "image dev cluster"):
         yield dev
-    finally:
-        failed = request.session.testsfailed > failed_before
-        dev.stop(keep_files=failed)
-        if failed:
-            print(f"\nimage: dev cluster logs kept in {dev.workdir}")
 
 
 @pytest.fixture(scope="module")

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import json
 import ssl
-import sys
 import time
 import urllib.request
 from collections.abc import Iterator
@@ -20,6 +19,7 @@ from typing import Any
 
 import pytest
 from conftest import ALL_DIALECTS, NodePool
+from dev_clusters import running
 
 from devcluster.binaries import Binaries
 from devcluster.cluster import DevCluster, Options
@@ -59,15 +59,9 @@ def cluster(binaries: Binaries, prometheus: PrometheusServer, request: pytest.Fi
         webhook_args=(ALL_DIALECTS, f"--genius-priority-levels={LEVELS}"),
         allocator_args=(ALL_DIALECTS, f"--prometheus-url={prometheus.url}",
                         "--prometheus-interval-seconds=1", "--prometheus-stale-seconds=3")))
-    dev.start()
-    _priority_classes(dev)
-    try:
+    with running(dev, request, "dev cluster"):
+        _priority_classes(dev)
         yield dev
-    finally:
-        failed = request.session.testsfailed > 0
-        dev.stop(keep_files=failed)
-        if failed:
-            print(f"\ne2e: dev cluster logs kept in {dev.workdir}", file=sys.stderr)
 
 
 def _priority_classes(dev: DevCluster) -> None:

@@ -15,13 +15,13 @@ node stand-in)."""
 from __future__ import annotations
 
 import os
-import sys
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 import yaml
+from dev_clusters import running
 
 from allocator import agents
 from devcluster.binaries import Binaries
@@ -81,16 +81,9 @@ def profile_cluster(binaries: Binaries, request: pytest.FixtureRequest
                                                 allocator=bound_here))
     nodes = [uniform(f"{setup}-t4-{i}", 4, "Tesla-T4", 15360,
                      inventory=INVENTORY[profile]) for i in range(2)]
-    failed_before = request.session.testsfailed
-    dev.start(nodes)
-    try:
+    with running(dev, request, f"{setup} dev cluster", nodes):
         ensure_namespace(dev.core_v1(), NAMESPACE)
         yield dev, setup
-    finally:
-        failed = request.session.testsfailed > failed_before
-        dev.stop(keep_files=failed)
-        if failed:
-            print(f"\ne2e: {setup} dev cluster logs kept in {dev.workdir}", file=sys.stderr)
 
 
 def _seed(name: str) -> dict[str, Any]:
