@@ -41,20 +41,20 @@ class PlainRanker:
 
     def fit(self, request: PodRequest, names: Sequence[str], *, explain_when_some_fit: bool,
             read_unknown: bool = True) -> Fit:
+        states = self._known_states(names, read_unknown)
+        why = why_not(request, names, states)
+        fitting = [n for n in names if why[n] is None]
+        if len(fitting) == len(names) or (fitting and not explain_when_some_fit):
+            return Fit(NameList(fitting))
+        return explained(fitting, {n: u for n, u in why.items() if u is not None})
+
+    def _known_states(self, names: Sequence[str], read_unknown: bool) -> list[NodeState | None]:
+        """Each node's state, after reading the unknown ones from the API (when asked to)."""
         states = self._states(names)
         if read_unknown and None in states:
             self._read([n for n, s in zip(names, states, strict=True) if s is None])
             states = self._states(names)
-        why = {n: UNKNOWN_NODE if s is None else unfit_reason(request, s)
-               for n, s in zip(names, states, strict=True)}
-        fitting = [n for n in names if why[n] is None]
-        if len(fitting) == len(names) or (fitting and not explain_when_some_fit):
-            return Fit(NameList(fitting))
-        reasons = {n: u for n, u in why.items() if u is not None}
-        return Fit(NameList(fitting), True,
-                   {n: event_safe(u.reason) for n, u in reasons.items() if u.resolvable},
-                   {n: event_safe(u.reason) for n, u in reasons.items() if not u.resolvable},
-                   any(u.resolvable and u is not UNKNOWN_NODE for u in reasons.values()))
+        return states
 
     def raw_scores(self, request: PodRequest, policy: Policy, ctx: PolicyContext,
                    names: Sequence[str]) -> list[float | None]:
@@ -97,3 +97,19 @@ class PlainRanker:
                        policy.score_cpu_only(state, free, free - pod_cpu_milli, workload))
         return scaled(raw)
 
+
+
+def why_not(request: PodRequest, names: Sequence[str], states: Sequence[NodeState | None]
+            ) -> dict[str, Unfit | None]:
+    """Why the request does not fit on each node (None: it fits; an unknown node: unknown)."""
+    return {n: UNKNOWN_NODE if s is None else unfit_reason(request, s)
+            for n, s in zip(names, states, strict=True)}
+
+
+def explained(fitting: Sequence[str], reasons: Mapping[str, Unfit]) -> Fit:
+    """The answer that says why each other node does not fit: resolvable reasons (preemption
+    may help) apart from the rest, and whether any is resolvable on a known node."""
+    return Fit(NameList(fitting), True,
+               {n: event_safe(u.reason) for n, u in reasons.items() if u.resolvable},
+               {n: event_safe(u.reason) for n, u in reasons.items() if not u.resolvable},
+               any(u.resolvable and u is not UNKNOWN_NODE for u in reasons.values()))
