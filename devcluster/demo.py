@@ -27,7 +27,7 @@ from types import FrameType
 from typing import Any, TextIO
 
 from devcluster import DevClusterError
-from devcluster.binaries import ensure_binaries, repo_root
+from devcluster.binaries import Binaries, ensure_binaries, repo_root
 from devcluster.browser import relay
 from devcluster.cluster import DevCluster
 from devcluster.dcgm import CardFigures, FakeDcgmExporter
@@ -285,6 +285,34 @@ def _stop_metrics(measured: tuple[FakeDcgmExporter, PrometheusServer] | None) ->
 
 def run(args: argparse.Namespace) -> int:
     out = sys.stdout
+    started = _start(args, out)
+    if isinstance(started, int):
+        return started
+    cluster, binaries, measured = started
+    failed = False
+    try:
+        _play(args, cluster, binaries, measured, out)
+    except DevClusterError as exc:
+        failed = True
+        print(f"tessera demo: {exc}", file=sys.stderr)
+    finally:
+        # Whatever happened (a second Ctrl-C, a closed stdout pipe), the children live in
+        # their own sessions and would outlive us: stop them before saying anything.
+        signal.signal(signal.SIGINT, signal.SIG_IGN)
+        signal.signal(signal.SIGTERM, signal.SIG_IGN)
+        cluster.stop(keep_files=failed or args.workdir is not None)
+        _stop_metrics(measured)
+        _say(sys.stderr, "tessera demo: stopped and cleaned up" + (
+            f"; logs kept in {cluster.control_plane.log_dir}" if failed else ""))
+    return 1 if failed else 0
+
+
+_Metrics = tuple[FakeDcgmExporter, PrometheusServer] | None
+
+
+def _start(args: argparse.Namespace, out: TextIO
+           ) -> int | tuple[DevCluster, Binaries, _Metrics]:
+    """The started cluster (and metrics, when asked for), or the exit code of why not."""
     if problem := hami_agent_problem(AgentProfile(args.agent_profile), args.hami_agent):
         print(f"tessera demo: {problem}", file=sys.stderr)
         return 2
@@ -315,57 +343,55 @@ def run(args: argparse.Namespace) -> int:
         print(f"tessera demo: {exc}\n(files kept in {cluster.workdir})", file=sys.stderr)
         _stop_metrics(measured)
         return 1
-    failed = False
-    try:
-        core_v1 = cluster.core_v1()
-        nodes = demo_nodes()
-        cluster.add_nodes(nodes)
-        print("tessera demo: fake GPU nodes:", file=out)
-        for n in nodes:
-            cards = ", ".join(f"{c.model} {c.memory_mib} MiB" for c in n.cards)
-            print(f"  {n.name:<10} [{n.inventory.value:>5}] {cards}", file=out)
-        ensure_namespace(core_v1, NAMESPACE)
-        print(f"tessera demo: submitting pods to namespace {NAMESPACE!r}:", file=out)
-        names = _submit(core_v1, _pods_to_submit(args.examples), out)
-        applied = args.apply or [repo_root() / "examples" / "deployments",
-                                 repo_root() / "examples" / "jobs"]
-        print("tessera demo: applying Deployments and Jobs with kubectl:", file=out)
-        want = _kubectl_apply(binaries.kubectl, cluster.kubeconfig, applied, out)
-        names += _pods_made_by_controllers(core_v1, want, args.timeout) if want else []
-        bound, pending = wait_settled(core_v1, NAMESPACE, names, timeout=args.timeout)
-        print(f"\nWho got which card ({len(bound)} pods placed; `kubectl tessera inspect`'s "
-              "table):\n", file=out)
-        print(_inspect_table(core_v1, cluster), file=out)
-        if pending:
-            print("Still Pending (kube-scheduler's message, with our allocator's reasons):",
-                  file=out)
-            for name in sorted(pending):
-                print(f"  {name}: {pending[name]}", file=out)
-            print("", file=out)
-        if measured:
-            print("Measured GPU figures (docs/metrics.md), from a real Prometheus at "
-                  f"{measured[1].url}:\n"
-                  f"  kubectl tessera inspect -o wide --prometheus {measured[1].url}\n"
-                  "  the allocator's page and /status: measured figures per card",
-                  file=out, flush=True)
-        if args.no_wait:
-            print("The allocator's decisions, its page and `kubectl tessera`: docs/allocator.md, "
-                  "docs/operators.md.", file=out, flush=True)
-        else:
-            with relay(f"https://127.0.0.1:{cluster.services.allocator_port}",
-                       _admin_context(cluster)) as page:
-                print(_playground(cluster, binaries.kubectl, page), file=out, flush=True)
-                _wait_for_ctrl_c()
-    except DevClusterError as exc:
-        failed = True
-        print(f"tessera demo: {exc}", file=sys.stderr)
-    finally:
-        # Whatever happened (a second Ctrl-C, a closed stdout pipe), the children live in
-        # their own sessions and would outlive us: stop them before saying anything.
-        signal.signal(signal.SIGINT, signal.SIG_IGN)
-        signal.signal(signal.SIGTERM, signal.SIG_IGN)
-        cluster.stop(keep_files=failed or args.workdir is not None)
-        _stop_metrics(measured)
-        _say(sys.stderr, "tessera demo: stopped and cleaned up" + (
-            f"; logs kept in {cluster.control_plane.log_dir}" if failed else ""))
-    return 1 if failed else 0
+    return cluster, binaries, measured
+
+
+def _play(args: argparse.Namespace, cluster: DevCluster, binaries: Binaries,
+          measured: _Metrics, out: TextIO) -> None:
+    """Nodes, pods and workloads in; who got which card out; then the playground."""
+    core_v1 = cluster.core_v1()
+    names = _submit_everything(args, cluster, binaries, core_v1, out)
+    bound, pending = wait_settled(core_v1, NAMESPACE, names, timeout=args.timeout)
+    print(f"\nWho got which card ({len(bound)} pods placed; `kubectl tessera inspect`'s "
+          "table):\n", file=out)
+    print(_inspect_table(core_v1, cluster), file=out)
+    if pending:
+        print("Still Pending (kube-scheduler's message, with our allocator's reasons):",
+              file=out)
+        for name in sorted(pending):
+            print(f"  {name}: {pending[name]}", file=out)
+        print("", file=out)
+    if measured:
+        print("Measured GPU figures (docs/metrics.md), from a real Prometheus at "
+              f"{measured[1].url}:\n"
+              f"  kubectl tessera inspect -o wide --prometheus {measured[1].url}\n"
+              "  the allocator's page and /status: measured figures per card",
+              file=out, flush=True)
+    if args.no_wait:
+        print("The allocator's decisions, its page and `kubectl tessera`: docs/allocator.md, "
+              "docs/operators.md.", file=out, flush=True)
+    else:
+        with relay(f"https://127.0.0.1:{cluster.services.allocator_port}",
+                   _admin_context(cluster)) as page:
+            print(_playground(cluster, binaries.kubectl, page), file=out, flush=True)
+            _wait_for_ctrl_c()
+
+
+def _submit_everything(args: argparse.Namespace, cluster: DevCluster, binaries: Binaries,
+                       core_v1: Any, out: TextIO) -> list[str]:
+    """Adds the fake GPU nodes, submits the example pods and applies the Deployments and
+    Jobs; the names of every pod to wait for."""
+    nodes = demo_nodes()
+    cluster.add_nodes(nodes)
+    print("tessera demo: fake GPU nodes:", file=out)
+    for n in nodes:
+        cards = ", ".join(f"{c.model} {c.memory_mib} MiB" for c in n.cards)
+        print(f"  {n.name:<10} [{n.inventory.value:>5}] {cards}", file=out)
+    ensure_namespace(core_v1, NAMESPACE)
+    print(f"tessera demo: submitting pods to namespace {NAMESPACE!r}:", file=out)
+    names = _submit(core_v1, _pods_to_submit(args.examples), out)
+    applied = args.apply or [repo_root() / "examples" / "deployments",
+                             repo_root() / "examples" / "jobs"]
+    print("tessera demo: applying Deployments and Jobs with kubectl:", file=out)
+    want = _kubectl_apply(binaries.kubectl, cluster.kubeconfig, applied, out)
+    return names + (_pods_made_by_controllers(core_v1, want, args.timeout) if want else [])
