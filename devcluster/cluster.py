@@ -13,9 +13,11 @@ from typing import Any
 from devcluster import DevClusterError
 from devcluster.binaries import Binaries
 from devcluster.containers import ContainerServices
-from devcluster.controlplane import (
+from devcluster.controlplane import ControlPlane
+from devcluster.nodes import GpuNodeSpec, create_nodes
+from devcluster.options import Options
+from devcluster.scheduler_config import (
     SCHEDULER_CONFIG,
-    ControlPlane,
     ExtenderAddress,
     load_scheduler_configuration,
     managed_resources,
@@ -23,8 +25,6 @@ from devcluster.controlplane import (
     with_nodes_to_score,
     without_cpu_only_scoring,
 )
-from devcluster.nodes import GpuNodeSpec, create_nodes
-from devcluster.options import Options
 from devcluster.services import Services
 from tessera.agent_profiles import DEFAULT_PROFILE, NodeAgent
 from tessera.vocabulary import Vocabulary

@@ -29,13 +29,12 @@ from __future__ import annotations
 import base64
 import dataclasses
 import logging
-import os
 import secrets
 import ssl
 import subprocess
 import time
 import urllib.request
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -44,16 +43,17 @@ import yaml
 from certs.builder import CertificateAuthority, KeyPair, build_leaf, service_dns_names
 from devcluster import DevClusterError
 from devcluster.binaries import repo_root
-from devcluster.controlplane import (
+from devcluster.controlplane import ControlPlane
+from devcluster.image import Podman, ulimits
+from devcluster.kubelet import PodContext, container_run, exec_probe, http_probe
+from devcluster.pod_runtime import Container, SecretVolume
+from devcluster.process import free_port, no_proxy_env, wait_until
+from devcluster.scheduler_config import (
     SCHEDULER_CONFIG,
-    ControlPlane,
     ExtenderAddress,
     load_scheduler_configuration,
     tls_data,
 )
-from devcluster.image import Podman, ulimits
-from devcluster.kubelet import ContainerRun, PodContext, container_run, exec_probe, http_probe
-from devcluster.process import ManagedProcess, free_port, wait_until
 from devcluster.services import wait_for_pod_keys_policy, webhook_configuration
 
 if TYPE_CHECKING:
@@ -101,80 +101,6 @@ def image_values(image: str) -> list[str]:
     if not repository or "/" in tag:
         raise DevClusterError(f"image {image!r} must be REPOSITORY:TAG")
     return [f"--set=image.repository={repository}", f"--set=image.tag={tag}"]
-
-
-class SecretVolume:
-    """A directory updated the way the kubelet's AtomicWriter updates a Secret volume
-    (kubernetes pkg/volume/util/atomic_writer.go): each version in a new timestamped
-    directory, ``..data`` swapped to it by one rename, the files symlinks through it."""
-
-    def __init__(self, path: Path) -> None:
-        self.path = path
-        self.generation = 0
-
-    def publish(self, files: Mapping[str, bytes]) -> None:
-        self.generation += 1
-        payload = self.path / f"..2026_01_01_00_00_00.{self.generation:06d}"
-        payload.mkdir(parents=True)
-        for name, data in files.items():
-            (payload / name).write_bytes(data)
-            (payload / name).chmod(0o644)  # the Secret volume's defaultMode
-        tmp_link = self.path / "..data_tmp"
-        tmp_link.symlink_to(payload.name)
-        os.replace(tmp_link, self.path / "..data")  # the one atomic step
-        for name in files:
-            link = self.path / name
-            if not link.is_symlink():
-                link.symlink_to(f"..data/{name}")
-
-
-class Container:
-    """One running container: ``podman run`` attached, its output in a log file."""
-
-    def __init__(self, podman: Podman, run: ContainerRun, log: Path) -> None:
-        self.podman = podman
-        self.run = run
-        self.process = ManagedProcess(run.name, podman.command("run", *run.podman_args(
-            ulimits())), log, env=_no_proxy_env())
-        self.started_at = 0.0
-
-    @property
-    def name(self) -> str:
-        return self.run.name
-
-    def start(self) -> None:
-        self.remove()
-        self.started_at = time.monotonic()
-        self.process.start()
-
-    def exec(self, argv: list[str], timeout: float = 30.0) -> subprocess.CompletedProcess[str]:
-        return subprocess.run(self.podman.command("exec", self.name, *argv), capture_output=True,
-                              text=True, check=False, timeout=timeout)
-
-    def terminate(self, grace_seconds: float) -> int:
-        """SIGTERM to the container's main process, as the kubelet stops a pod; its exit code
-        once it has exited (SIGKILL after ``grace_seconds``, as the kubelet's grace period)."""
-        self.podman.run("kill", "--signal=TERM", self.name, what="podman kill")
-        result = subprocess.run(self.podman.command("wait", self.name), capture_output=True,
-                                text=True, check=False, timeout=grace_seconds + 10)
-        self.process.stop()
-        if result.returncode != 0:
-            raise DevClusterError(f"podman wait {self.name}: {result.stderr.strip()}")
-        return int(result.stdout.strip())
-
-    def remove(self) -> None:
-        subprocess.run(self.podman.command("rm", "--force", "--time=0", self.name),
-                       capture_output=True, check=False, timeout=60)
-
-    def stop(self) -> None:
-        self.process.stop(timeout=35.0)
-        self.remove()
-
-
-def _no_proxy_env() -> dict[str, str]:
-    env = {k: v for k, v in os.environ.items() if k.lower() not in ("http_proxy", "https_proxy")}
-    env["NO_PROXY"] = env["no_proxy"] = "127.0.0.1,localhost"
-    return env
 
 
 class ContainerServices:
@@ -252,7 +178,7 @@ class ContainerServices:
              f"--kubeconfig={self.control_plane.admin_kubeconfig}",
              "apply", "--server-side", "--filename=-"],
             input=yaml.safe_dump_all(localised), capture_output=True, text=True, check=False,
-            timeout=120, env=_no_proxy_env())
+            timeout=120, env=no_proxy_env())
         if result.returncode != 0:
             raise DevClusterError(f"applying the chart's objects failed: {result.stderr}")
 
@@ -294,7 +220,7 @@ class ContainerServices:
         run = dataclasses.replace(run, args=(*run.args, *extra_args))
         argv = self.podman.command("run", "--rm", *run.podman_args(ulimits()))
         result = subprocess.run(argv, capture_output=True, text=True, check=False,
-                                timeout=JOB_TIMEOUT, env=_no_proxy_env())
+                                timeout=JOB_TIMEOUT, env=no_proxy_env())
         log = self._cp.log_dir / f"{workload['metadata']['name']}.log"
         with log.open("a") as out:
             out.write(f"# {' '.join(argv)}\n{result.stdout}{result.stderr}")

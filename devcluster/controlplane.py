@@ -27,13 +27,9 @@ fake nodes' Leases and gives the pods their phases.
 from __future__ import annotations
 
 import base64
-import copy
 import logging
-import os
 import ssl
-import urllib.parse
 import urllib.request
-from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -44,8 +40,12 @@ from certs.builder import KeyPair
 from devcluster import DevClusterError, kwok
 from devcluster.binaries import Binaries
 from devcluster.pki import ClusterCA, service_account_keys, write_pair
-from devcluster.process import ManagedProcess, free_port, http_ok, wait_until
-from tessera.agent_profiles import ManagedResource
+from devcluster.process import ManagedProcess, free_port, http_ok, no_proxy_env, wait_until
+from devcluster.scheduler_config import (
+    ExtenderAddress,
+    localise_scheduler_configuration,
+    scheduler_client_connection,
+)
 
 logger = logging.getLogger(__name__)
 
@@ -56,120 +56,6 @@ CONTROLLER_MANAGER_USER = "system:kube-controller-manager"  # likewise
 MASTERS_GROUP = "system:masters"  # superuser group, hard-wired in kube-apiserver
 
 START_TIMEOUT = 120.0
-
-
-#: The KubeSchedulerConfiguration Tessera ships for a cluster's own kube-scheduler; the dev
-#: cluster runs it with only addresses and credentials substituted.
-SCHEDULER_CONFIG = Path("manifests/scheduler/kube-scheduler-config.yaml")
-#: The verb of the shipped entry that scores CPU-only pods; docs/deploy.md turns it off by
-#: deleting that entry, and so does :func:`without_cpu_only_scoring`.
-CPU_ONLY_SCORING_VERB = "prioritize-cpu-only"
-#: kube-scheduler's client towards the API server in the dev cluster. ``clientConnection`` is
-#: the host's own block (the shipped file says "keep whatever your kube-scheduler uses today"):
-#: the dev cluster puts its kubeconfig there and raises upstream's qps 50 / burst 100, so that
-#: on loopback the scheduler's DefaultBinder (the no-extender baseline of
-#: bench/speed/e2e_throughput.py, CPU-only pods) is not throttled by its own client; the same
-#: values in every mode keep the baseline comparable.
-SCHEDULER_CLIENT_QPS = 200
-SCHEDULER_CLIENT_BURST = 400
-
-
-@dataclass(frozen=True)
-class ExtenderAddress:
-    """Where kube-scheduler finds the allocator, and the TLS material to reach it: what the
-    dev cluster substitutes in every extender entry of the shipped configuration."""
-
-    #: scheme, host and port (``https://127.0.0.1:<port>``); the shipped path is kept.
-    base_url: str
-    #: ``tlsConfig`` in place of the shipped files and serverName (restclient.TLSClientConfig
-    #: field names: ``caData``, ``certData``, ``keyData``, or the ``*File`` ones).
-    tls: dict[str, str]
-
-
-def tls_data(ca_pem: bytes, client: KeyPair, server_name: str) -> dict[str, str]:
-    """``tlsConfig`` carrying our CA (without one kube-scheduler does not verify the extender:
-    pkg/scheduler/extender.go makeTransport) and the mTLS client certificate inline."""
-    return {
-        "serverName": server_name,
-        "caData": base64.b64encode(ca_pem).decode(),
-        "certData": base64.b64encode(client.cert_pem).decode(),
-        "keyData": base64.b64encode(client.key_pem).decode(),
-    }
-
-
-def load_scheduler_configuration(path: Path) -> dict[str, Any]:
-    """A shipped KubeSchedulerConfiguration (``path`` relative to the repository)."""
-    from devcluster.binaries import repo_root
-
-    full = repo_root() / path
-    if not full.is_file():
-        raise DevClusterError(f"{full} is missing; the dev cluster runs it as shipped")
-    doc = yaml.safe_load(full.read_text())
-    if not isinstance(doc, dict) or doc.get("kind") != "KubeSchedulerConfiguration":
-        raise DevClusterError(f"{full} is not a KubeSchedulerConfiguration")
-    return doc
-
-
-def localise_scheduler_configuration(
-    shipped: dict[str, Any], client_connection: dict[str, Any],
-    extender: ExtenderAddress | None,
-) -> dict[str, Any]:
-    """``shipped`` with only addresses and credentials substituted (pure): the whole
-    ``clientConnection`` (the host's own), and in every extender entry the scheme, host and
-    port of ``urlPrefix`` and the ``tlsConfig``. ``extender`` None: no extenders at all (a
-    plain control plane, the baseline of the speed benchmark)."""
-    config = copy.deepcopy(shipped)
-    config["clientConnection"] = dict(client_connection)
-    if extender is None:
-        config.pop("extenders", None)
-        return config
-    for entry in config.get("extenders") or []:
-        path = urllib.parse.urlsplit(entry["urlPrefix"]).path
-        entry["urlPrefix"] = extender.base_url.rstrip("/") + path
-        entry["tlsConfig"] = dict(extender.tls)
-    return config
-
-
-def with_nodes_to_score(shipped: dict[str, Any], percentage: int) -> dict[str, Any]:
-    """``shipped`` with kube-scheduler's ``percentageOfNodesToScore`` set to ``percentage``
-    (pure): what a cluster that lowers it runs (docs/deploy.md); 0 is upstream's adaptive
-    default. The range is checked where it is asked for (:class:`devcluster.options.Options`)."""
-    config = copy.deepcopy(shipped)
-    config["percentageOfNodesToScore"] = percentage
-    return config
-
-
-def without_cpu_only_scoring(shipped: dict[str, Any]) -> dict[str, Any]:
-    """``shipped`` without its CPU-only scoring entry (pure): what a cluster that turns it off
-    runs (docs/deploy.md, "Scoring CPU-only pods")."""
-    config = copy.deepcopy(shipped)
-    config["extenders"] = [e for e in config.get("extenders") or []
-                           if e.get("prioritizeVerb") != CPU_ONLY_SCORING_VERB]
-    return config
-
-
-def scheduler_client_connection(kubeconfig: Path) -> dict[str, Any]:
-    return {"kubeconfig": str(kubeconfig), "qps": SCHEDULER_CLIENT_QPS,
-            "burst": SCHEDULER_CLIENT_BURST}
-
-
-def with_managed_resources(shipped: dict[str, Any],
-                           resources: Sequence[ManagedResource]) -> dict[str, Any]:
-    """``shipped`` with ``resources`` as the ``managedResources`` of the entry that has them
-    (pure): the extender entry of another agent profile (charts/tessera ``agentProfile``)."""
-    config = copy.deepcopy(shipped)
-    for entry in config.get("extenders") or []:
-        if entry.get("managedResources"):
-            entry["managedResources"] = [
-                {"name": r.name, "ignoredByScheduler": r.ignored_by_scheduler}
-                for r in resources]
-    return config
-
-
-def managed_resources(config: dict[str, Any]) -> set[str]:
-    """Every resource an extender entry of ``config`` manages (pure)."""
-    return {r["name"] for e in config.get("extenders") or []
-            for r in e.get("managedResources") or []}
 
 
 def kubeconfig_document(
@@ -198,13 +84,6 @@ def kubeconfig_document(
         "contexts": [{"name": user, "context": {"cluster": "tessera-dev", "user": user}}],
         "current-context": user,
     }
-
-
-def _no_proxy_env() -> dict[str, str]:
-    """Our environment minus proxies: every address here is loopback."""
-    env = {k: v for k, v in os.environ.items() if k.lower() not in ("http_proxy", "https_proxy")}
-    env["NO_PROXY"] = env["no_proxy"] = "127.0.0.1,localhost"
-    return env
 
 
 @dataclass
@@ -303,7 +182,7 @@ class ControlPlane:
                 "--log-level=warn",
             ],
             self.log_dir / "etcd.log",
-            env=_no_proxy_env(),
+            env=no_proxy_env(),
         )
         etcd.start()
         self.processes.append(etcd)
@@ -345,7 +224,7 @@ class ControlPlane:
                 "--v=1",
             ],
             self.log_dir / "kube-apiserver.log",
-            env=_no_proxy_env(),
+            env=no_proxy_env(),
         )
         apiserver.start()
         self.processes.append(apiserver)
@@ -387,7 +266,7 @@ class ControlPlane:
                 "--v=1",
             ],
             self.log_dir / "kube-controller-manager.log",
-            env=_no_proxy_env(),
+            env=no_proxy_env(),
         )
         manager.start()
         self.processes.append(manager)
@@ -432,7 +311,7 @@ class ControlPlane:
                 f"--node-lease-duration-seconds={self.node_lease_seconds}",
             ],
             self.log_dir / "kwok.log",
-            env=_no_proxy_env(),
+            env=no_proxy_env(),
         )
         process.start()
         self.processes.append(process)
@@ -472,7 +351,7 @@ class ControlPlane:
                 "--v=2",
             ],
             self.log_dir / "kube-scheduler.log",
-            env=_no_proxy_env(),
+            env=no_proxy_env(),
         )
         scheduler.start()
         self.processes.append(scheduler)

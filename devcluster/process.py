@@ -32,6 +32,13 @@ def free_port() -> int:
         return port
 
 
+def no_proxy_env() -> dict[str, str]:
+    """Our environment minus proxies: every address here is loopback."""
+    env = {k: v for k, v in os.environ.items() if k.lower() not in ("http_proxy", "https_proxy")}
+    env["NO_PROXY"] = env["no_proxy"] = "127.0.0.1,localhost"
+    return env
+
+
 def tail(path: Path, lines: int = 30) -> str:
     try:
         text = path.read_text(errors="replace")

@@ -30,10 +30,11 @@ import yaml
 from certs.builder import KeyPair
 from devcluster import DevClusterError
 from devcluster.binaries import repo_root
-from devcluster.controlplane import ControlPlane, ExtenderAddress, tls_data
+from devcluster.controlplane import ControlPlane
 from devcluster.options import Options
 from devcluster.pki import write_pair
 from devcluster.process import ManagedProcess, free_port, http_ok, wait_until
+from devcluster.scheduler_config import ExtenderAddress, tls_data
 from tessera.agent_profiles import AgentProfile
 from tessera.vocabulary import Vocabulary
 

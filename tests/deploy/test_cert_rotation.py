@@ -42,8 +42,8 @@ from deploy_helpers import (
 )
 
 from certs.builder import CertificateAuthority, build_leaf
-from devcluster.containers import SecretVolume
 from devcluster.controlplane import ControlPlane
+from devcluster.pod_runtime import SecretVolume
 from devcluster.process import ManagedProcess, free_port, wait_until
 
 pytestmark = pytest.mark.e2e

@@ -322,7 +322,7 @@ def test_the_hami_agent_reaches_both_services_as_one_flag(helm: Path) -> None:
 def test_each_profiles_second_scheduler_file_is_the_shipped_one_with_its_resources(
     profile: AgentProfile,
 ) -> None:
-    from devcluster.controlplane import with_managed_resources
+    from devcluster.scheduler_config import with_managed_resources
 
     shipped = yaml.safe_load(
         (MANIFESTS / "components" / "second-scheduler" / "kube-scheduler-config.yaml").read_text())

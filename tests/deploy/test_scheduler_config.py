@@ -10,7 +10,7 @@ ServiceAccount tessera-allocator. Then kube-scheduler is started with
 * manifests/scheduler/kube-scheduler-config.yaml, as shipped and without its entry that
   scores CPU-only pods (as docs/deploy.md turns it off), as system:kube-scheduler (a control
   plane's own scheduler), localised by the dev cluster's own substitution
-  (devcluster.controlplane.localise_scheduler_configuration),
+  (devcluster.scheduler_config.localise_scheduler_configuration),
 
 each with only the allocator's address, the TLS files and the kubeconfig substituted.
 Each places a GPU pod through the allocator over mutual TLS (and a CPU-only pod on its own).
@@ -50,16 +50,16 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from certs.builder import build_ca, build_leaf
 from devcluster.binaries import Binaries
-from devcluster.controlplane import (
+from devcluster.controlplane import ControlPlane
+from devcluster.nodes import create_nodes, uniform
+from devcluster.process import ManagedProcess, free_port, wait_until
+from devcluster.scheduler_config import (
     SCHEDULER_CONFIG,
-    ControlPlane,
     ExtenderAddress,
     load_scheduler_configuration,
     localise_scheduler_configuration,
     without_cpu_only_scoring,
 )
-from devcluster.nodes import create_nodes, uniform
-from devcluster.process import ManagedProcess, free_port, wait_until
 from devcluster.workloads import container as pod_container
 from devcluster.workloads import make_pod, wait_for
 from tessera.vocabulary import Vocabulary, decode_allocation
