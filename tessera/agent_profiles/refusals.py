@@ -1,0 +1,117 @@
+"""What each profile's agent cannot run, in messages that name the agent (pure). One line per
+profile in :data:`REFUSALS`."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from dataclasses import replace
+from typing import TYPE_CHECKING, Final
+
+from tessera.agent_profiles.profiles import (
+    ALIYUN_MEMORY_KEY,
+    HAMI_AGENT_FLAG,
+    NANO_PERCENT_KEY,
+    AgentProfile,
+)
+from tessera.vocabulary import ContainerRequest, PodRequest
+
+if TYPE_CHECKING:
+    from tessera.agent_profiles.node_agent import NodeAgent
+
+
+def _gpu_app_containers(request: PodRequest) -> list[ContainerRequest]:
+    return [c for c in request.containers if not c.init]
+
+
+def inherited_init_refusals(a: NodeAgent, request: PodRequest) -> list[str]:
+    """elastic-gpu-agent and nano-gpu-agent find a container by its device list in kubelet's
+    pod-resources, which lists app containers only; kubelet hands an init container's devices
+    on to the first app container asking for the same resource (devicesToReuse). So an init
+    container is served with that app container's cards, and only when it asks for exactly
+    the same: otherwise no listed container has its devices and ``PreStartContainer`` fails
+    ("not such pod with the same devices list"), and the pod never starts."""
+    inits = [c for c in request.containers if c.init]
+    if not inits:
+        return []
+    apps = _gpu_app_containers(request)
+    if not apps:
+        return [
+            f"init container {c.name!r} asks for {c.describe()} but no app container asks for "
+            f"a GPU; {a.name} finds a container by devices kubelet lists for app containers "
+            f"only, so it cannot start this init container: give the GPU to an app container"
+            for c in inits
+        ]
+    first = apps[0]
+    return [
+        f"init container {c.name!r} asks for {c.describe()} but {first.name!r}, the app "
+        f"container kubelet hands its devices to, asks for {first.describe()}; {a.name} "
+        f"serves an init container with that app container's cards, so it must ask for "
+        f"exactly the same"
+        for c in inits if replace(c, name=first.name, init=False) != first
+    ]
+
+
+def _elastic_refusals(a: NodeAgent, request: PodRequest) -> list[str]:
+    return inherited_init_refusals(a, request)
+
+
+def _nano_refusals(a: NodeAgent, request: PodRequest) -> list[str]:
+    problems = [
+        f"container {c.name!r} asks for {c.describe()}; {a.name} gives a container one card "
+        f"(it reads one card index): ask for one card or a share of one"
+        for c in request.containers if c.cards > 1
+    ] + [
+        f"container {c.name!r} asks for {c.describe()} without compute; {a.name} hands out "
+        f"compute percent only ({NANO_PERCENT_KEY}): add a compute share"
+        for c in request.containers if not c.is_whole and not c.core_percent
+    ]
+    return problems + inherited_init_refusals(a, request)
+
+
+def _aliyun_refusals(a: NodeAgent, request: PodRequest) -> list[str]:
+    problems = [
+        f"init container {c.name!r} asks for {c.describe()}; {a.name} finds a pod by the "
+        f"{ALIYUN_MEMORY_KEY} of its app containers, so an init container would get another "
+        f"pod's card or none: give the GPU to an app container"
+        for c in request.containers if c.init
+    ] + [
+        f"container {c.name!r} asks for {c.describe()}; {a.name} shares cards by memory "
+        f"only ({ALIYUN_MEMORY_KEY}) and serves no whole card"
+        + ("" if c.is_whole else ": ask for GPU memory in MiB or GiB")
+        for c in request.containers if c.is_whole or not c.memory_mib
+    ]
+    apps = _gpu_app_containers(request)
+    if len(apps) > 1:
+        problems.append(
+            f"containers {', '.join(repr(c.name) for c in apps)} all ask for a GPU; {a.name} "
+            f"serves one GPU container per pod (it matches a pod by its total "
+            f"{ALIYUN_MEMORY_KEY} against one container's): keep one"
+        )
+    return problems
+
+
+def _vgpu_refusals(a: NodeAgent, request: PodRequest) -> list[str]:
+    """HAMi's plugin since v2.9.0 gives every container its entry of the pod's device
+    annotation, init containers included; earlier releases and volcano-vgpu's map the entries
+    to app containers only (module docstring), so a GPU init container would run on an app
+    container's devices, or on none."""
+    if not a.agent.app_containers_only:
+        return []
+    upgrade = (" (or run HAMi v2.9.0 or later, without "
+               f"{HAMI_AGENT_FLAG})") if a.profile is AgentProfile.HAMI else ""
+    return [
+        f"init container {c.name!r} asks for {c.describe()}; {a.name} gives devices to app "
+        f"containers only (GetNextDeviceRequest maps the pod's device annotation to "
+        f"spec.containers), so an init container gets none of its own: give the GPU to an "
+        f"app container{upgrade}"
+        for c in request.containers if c.init
+    ]
+
+
+REFUSALS: Final[Mapping[AgentProfile, Callable[[NodeAgent, PodRequest], list[str]]]] = {
+    AgentProfile.ELASTIC: _elastic_refusals,
+    AgentProfile.NANO_GPU: _nano_refusals,
+    AgentProfile.ALIYUN: _aliyun_refusals,
+    AgentProfile.HAMI: _vgpu_refusals,
+    AgentProfile.VOLCANO_VGPU: _vgpu_refusals,
+}
