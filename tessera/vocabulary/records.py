@@ -1,0 +1,146 @@
+"""The parsed request and the allocation record (pure): the canonical forms every dialect
+becomes and every decision is stored as. Units live in names."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from tessera.vocabulary.names import WHOLE_CARD_PERCENT, Mode, RequestError
+
+
+@dataclass(frozen=True)
+class ContainerRequest:
+    """What one container asks for.
+
+    Either *whole cards* (``cards >= 1``; nobody else may use them) or a *share* of exactly one
+    card (``cards == 0``) made of compute and memory. Memory is either absolute
+    (``memory_mib``) or a percent of the card chosen at bind (``memory_percent``), never both.
+    """
+
+    name: str
+    cards: int = 0
+    core_percent: int = 0
+    memory_mib: int = 0
+    memory_percent: int = 0
+    init: bool = False
+
+    def __post_init__(self) -> None:
+        if self.cards < 0:
+            raise RequestError(f"container {self.name!r}: card count {self.cards} is negative")
+        if self.cards > 0:
+            if self.core_percent or self.memory_mib or self.memory_percent:
+                raise RequestError(
+                    f"container {self.name!r}: a whole-card request carries no share"
+                )
+            return
+        if not 0 <= self.core_percent < WHOLE_CARD_PERCENT:
+            raise RequestError(
+                f"container {self.name!r}: core {self.core_percent}% of one card is out of "
+                f"range 0-99 for a share"
+            )
+        if self.memory_mib < 0:
+            raise RequestError(f"container {self.name!r}: memory {self.memory_mib} MiB < 0")
+        if not 0 <= self.memory_percent <= 100:
+            raise RequestError(
+                f"container {self.name!r}: memory {self.memory_percent}% is out of range 0-100"
+            )
+        if self.memory_mib and self.memory_percent:
+            raise RequestError(
+                f"container {self.name!r}: memory given both in MiB and in percent"
+            )
+        if not (self.core_percent or self.memory_mib or self.memory_percent):
+            raise RequestError(f"container {self.name!r}: an empty GPU share")
+
+    @property
+    def is_whole(self) -> bool:
+        return self.cards > 0
+
+    @property
+    def core_resource_value(self) -> int:
+        """Value of the canonical core extended resource (request == limit)."""
+        return self.cards * WHOLE_CARD_PERCENT if self.is_whole else self.core_percent
+
+    def describe(self) -> str:
+        """What the container asks for, in words: ``2 whole cards``, ``50% core and 1000 MiB``,
+        ``40% of its memory`` (the one wording of every message about a request)."""
+        if self.is_whole:
+            return f"{self.cards} whole card{'s' if self.cards > 1 else ''}"
+        parts = []
+        if self.core_percent:
+            parts.append(f"{self.core_percent}% core")
+        if self.memory_mib:
+            parts.append(f"{self.memory_mib} MiB")
+        if self.memory_percent:
+            parts.append(f"{self.memory_percent}% of its memory")
+        return " and ".join(parts)
+
+
+@dataclass(frozen=True)
+class PodRequest:
+    """The parsed GPU request of a whole pod: the canonical form every dialect becomes."""
+
+    containers: tuple[ContainerRequest, ...]
+    #: Allowed GPU models (empty = any). Matched case-insensitively against the node's model.
+    models: tuple[str, ...] = ()
+    #: Minimum memory of each card used (Genius ``gpu-memory``), 0 = any.
+    min_card_memory_mib: int = 0
+    #: Placement policy chosen by the pod, or None for the cluster default.
+    policy: str | None = None
+    #: True lets a multi-card container take cards of different models; by default all the
+    #: cards of one container are of one model (a job split over an A100 and a T4 runs at
+    #: the T4's pace, or not at all).
+    mixed_models: bool = False
+
+    def __post_init__(self) -> None:
+        if not self.containers:
+            raise RequestError("a GPU request needs at least one GPU container")
+        names = [c.name for c in self.containers]
+        if len(set(names)) != len(names):
+            raise RequestError(f"duplicate container names in GPU request: {names}")
+        if self.min_card_memory_mib < 0:
+            raise RequestError(f"minimum card memory {self.min_card_memory_mib} MiB < 0")
+
+    @property
+    def mode(self) -> Mode:
+        kinds = {c.is_whole for c in self.containers}
+        if kinds == {True}:
+            return Mode.WHOLE
+        if kinds == {False}:
+            return Mode.SHARED
+        return Mode.MIXED
+
+    @property
+    def whole_cards(self) -> int:
+        return sum(c.cards for c in self.containers)
+
+    def allows_model(self, model: str) -> bool:
+        return not self.models or model.lower() in {m.lower() for m in self.models}
+
+
+@dataclass(frozen=True)
+class ContainerAllocation:
+    """The cards one container got, and the share taken on each (0 core/memory = whole card)."""
+
+    name: str
+    card_indices: tuple[int, ...]
+    core_percent: int = 0
+    memory_mib: int = 0
+    init: bool = False
+
+    @property
+    def is_whole(self) -> bool:
+        return self.core_percent == 0 and self.memory_mib == 0
+
+
+@dataclass(frozen=True)
+class Allocation:
+    """The canonical allocation record: the durable truth the allocator's cache is rebuilt from."""
+
+    node: str
+    containers: tuple[ContainerAllocation, ...]
+    #: Unix time in seconds when the allocation was decided (informational).
+    allocated_at: float = 0.0
+    pod_uid: str = field(default="")
+
+    def card_indices(self) -> tuple[int, ...]:
+        return tuple(sorted({i for c in self.containers for i in c.card_indices}))
