@@ -1,4 +1,4 @@
-"""The agent profiles (tessera/agent_profiles.py): per profile the shape a container gets, what
+"""The agent profiles (tessera/agent_profiles/): per profile the shape a container gets, what
 is refused (naming the agent), the request as placed, the extender's managed resources and the
 capacity its nodes advertise. Every resource name is the one the agent's source registers; the
 file and tag are cited beside each table (and in the module's docstring)."""
