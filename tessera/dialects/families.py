@@ -1,5 +1,6 @@
-"""Every family of container keys, each with its parser. Adding a dialect: a module with its
-keys and parser, a name in :class:`~tessera.dialects.base.Dialect`, and its line below."""
+"""Every family of container keys, each with its parser. Adding a dialect of container keys: a
+module with its keys and parser, a name in :class:`~tessera.dialects.base.Dialect`, and its line
+below. (The pod-level ones, Genius labels and KAI annotations, are read in :mod:`.pod`.)"""
 
 from __future__ import annotations
 
@@ -20,6 +21,8 @@ if TYPE_CHECKING:
 
 
 def sources(cfg: DialectConfig) -> list[Source]:
+    """Every family under ``cfg``'s domains, in the order a container's readings are listed
+    (and a disagreement names them)."""
     sources: list[Source] = []
     for domain in cfg.elastic_domains:
         core, memory = f"{domain}/gpu-core", f"{domain}/gpu-memory"

@@ -14,7 +14,7 @@ if TYPE_CHECKING:
 
 # tkestack gpu-manager. Source: tkestack/gpu-manager v1.1.5 pkg/types/types.go (VCoreAnnotation,
 # VMemoryAnnotation, MemoryBlockSize = 268435456 bytes) and
-# pkg/services/allocator/nvidia/allocator.go allocateOne (rules, see _gpu_manager).
+# pkg/services/allocator/nvidia/allocator.go allocateOne (rules, see gpu_manager).
 VCUDA_CORE_KEY: Final = "tencent.com/vcuda-core"
 VCUDA_MEMORY_KEY: Final = "tencent.com/vcuda-memory"
 VCUDA_MEMORY_BLOCK_MIB: Final = 256

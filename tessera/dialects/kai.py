@@ -15,7 +15,7 @@ from tessera.vocabulary import WHOLE_CARD_PERCENT, ContainerRequest, RequestErro
 
 # NVIDIA KAI-Scheduler pod annotations (no prefix). Source: NVIDIA/KAI-Scheduler v0.13.0
 # pkg/common/constants/constants.go; rules in
-# pkg/binder/plugins/gpusharing/gpu-request/gpu_request_validator.go (see _kai).
+# pkg/binder/plugins/gpusharing/gpu-request/gpu_request_validator.go (see kai_request).
 KAI_FRACTION_ANNOTATION: Final = "gpu-fraction"
 KAI_MEMORY_ANNOTATION: Final = "gpu-memory"
 KAI_DEVICES_ANNOTATION: Final = "gpu-fraction-num-devices"

@@ -15,7 +15,7 @@ if TYPE_CHECKING:
 
 # Koordinator. Source: koordinator-sh/koordinator v1.8.0 apis/extension/device_share.go
 # (resource names) and pkg/scheduler/plugins/deviceshare/utils.go (combinations, see
-# _koordinator). gpu-memory is bytes (docs/proposals/scheduling/
+# koordinator). gpu-memory is bytes (docs/proposals/scheduling/
 # 20220629-fine-grained-device-scheduling.md: "the memory capacity of the GPU in bytes").
 KOORD_GPU_KEY: Final = "koordinator.sh/gpu"
 KOORD_SHARED_KEY: Final = "koordinator.sh/gpu.shared"
