@@ -225,3 +225,29 @@ def test_github_anchors_of_headings() -> None:
            "```\n# not a heading\n```\n## Summary\n"
     assert anchors(page) == {"benchmarks", "issue-38-end-to-end-before-and-after", "x-y",
                              "summary", "summary-1"}
+
+
+def results_rows(readme: str) -> list[dict[str, str]]:
+    """The README's *Results* table, a dict per row keyed by the header's cells."""
+    [section] = [part for part in re.split(r"^## ", readme, flags=re.MULTILINE)
+                 if part.startswith("Results\n")]
+    rows = [[cell.strip() for cell in line.strip().strip("|").split("|")]
+            for line in section.splitlines() if line.startswith("|")]
+    header, body = rows[0], rows[2:]
+    return [dict(zip(header, row, strict=True)) for row in body]
+
+
+def test_every_readme_figure_names_the_commit_and_date_it_was_measured_at() -> None:
+    rows = results_rows((ROOT / "README.md").read_text())
+    assert len(rows) >= 5
+    undated = [row["metric"] for row in rows
+               if not re.search(r"\b[0-9a-f]{7,40}\b.*\b20\d\d-\d\d-\d\d\b", row["measured"])]
+    assert not undated, undated
+
+
+def test_the_results_table_is_read_by_its_header() -> None:
+    readme = "## Results\n\n| metric | measured |\n|---|---|\n| a | 6677ec0, 2026-11-27 |\n" \
+             "| b | |\n\n## Layout\n| x | y |\n"
+    rows = results_rows(readme)
+    assert rows == [{"metric": "a", "measured": "6677ec0, 2026-11-27"},
+                    {"metric": "b", "measured": ""}]
