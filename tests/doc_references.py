@@ -2,12 +2,14 @@
 a reader would look up, found in prose (pure; the test walks the files).
 
 A *passage* is the prose one citation belongs to: a Markdown paragraph or table cell, a block
-of ``#`` comments, a paragraph of a docstring, a line of a shell script. A path is a token that
+of ``#`` comments (Python, shell, YAML), a paragraph of a docstring, any other line of a
+script or manifest. A path is a token that
 starts at one of the repository's top-level folders (see :data:`TOP_LEVEL`) and ends in a
 file name with a known extension, or in ``/`` (a folder). A path that does not exist is
 *upstream*, another project's, when its passage cites another project before it: a version tag
 (``v2.10.0``), ``github.com``, a Go source layout (``pkg/``, ``cmd/``, ``staging/``...), or an
-upstream name's possessive right before it (``HAMi's docs/develop/protocol.md``). A module
+upstream name's possessive or repository right before it (``HAMi's docs/develop/protocol.md``,
+``volcano-sh/volcano docs/user-guide/...``). A module
 name is a dotted name that starts at one of the packages: one in a Sphinx role
 (``:mod:``, ``:func:``...), in entry-point form (``pkg.module:attr``), or of three or more
 parts in prose.
@@ -38,8 +40,11 @@ PATH = re.compile(
     rf"(?:[\w-][\w.-]*?\.(?:{_EXTENSIONS})(?![\w-])|(?<=/)))")
 _UPSTREAM_BEFORE = re.compile(
     r"\bv\d+\.\d+|github\.com/|(?<![\w./-])(?:pkg|cmd|staging|internal|apis|web|vendor)/")
-# "HAMi's docs/...", "KAI's `docs/...`": a capitalised name's possessive right before the path.
-_POSSESSIVE_BEFORE = re.compile(r"\b(?!Tessera)[A-Z][\w-]*'s[\s`]*$")
+# Right before the path: a capitalised name's possessive ("HAMi's docs/...", "KAI's
+# `docs/...`") or a repository that is not ours ("volcano-sh/volcano docs/...").
+_NAMED_BEFORE = re.compile(
+    r"(?:\b(?!Tessera)[A-Z][\w-]*'s|"
+    rf"(?<![\w./-])(?!(?:{'|'.join(TOP_LEVEL)})/)[A-Za-z0-9][\w.-]*/[A-Za-z0-9][\w.-]*)[\s`]*$")
 
 _ROLE = re.compile(r":(?:mod|func|class|meth|attr|data|obj|exc):`~?([\w.]+)`")
 _PACKAGE_NAME = rf"(?:{'|'.join(PACKAGES)})"
@@ -71,7 +76,7 @@ class Citation:
 
 def is_upstream(before: str) -> bool:
     """Whether the passage's text before a path cites another project (module docstring)."""
-    return bool(_UPSTREAM_BEFORE.search(before) or _POSSESSIVE_BEFORE.search(before))
+    return bool(_UPSTREAM_BEFORE.search(before) or _NAMED_BEFORE.search(before))
 
 
 def cited_paths(passage: Passage) -> list[Citation]:
@@ -118,8 +123,19 @@ def python_passages(source: str) -> Iterator[Passage]:
             yield from _docstring_paragraphs(node)
 
 
-def shell_passages(text: str) -> Iterator[Passage]:
-    return (Passage(number, line) for number, line in enumerate(text.splitlines(), 1))
+def hash_comment_passages(text: str) -> Iterator[Passage]:
+    """Shell, Dockerfile, YAML: each block of consecutive ``#`` lines, and every other line."""
+    block: list[str] = []
+    start = 0
+    for number, line in enumerate([*text.splitlines(), ""], 1):
+        if line.lstrip().startswith("#"):
+            start = start if block else number
+            block.append(line.lstrip().lstrip("#").strip())
+            continue
+        if block:
+            yield Passage(start, "\n".join(block))
+            block = []
+        yield Passage(number, line)
 
 
 def _comment_blocks(source: str) -> Iterator[Passage]:

@@ -21,10 +21,10 @@ from doc_references import (
     anchors,
     cited_modules,
     cited_paths,
+    hash_comment_passages,
     markdown_links,
     markdown_passages,
     python_passages,
-    shell_passages,
 )
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -45,8 +45,12 @@ def python_files() -> list[Path]:
     return sorted(p for folder in PYTHON_FOLDERS for p in (ROOT / folder).rglob("*.py"))
 
 
-def shell_files() -> list[Path]:
-    return sorted([*ROOT.glob("hack/*.sh"), ROOT / "Dockerfile", ROOT / ".ci" / "run"])
+def script_and_manifest_files() -> list[Path]:
+    found = [*ROOT.glob("hack/*.sh"), ROOT / "Dockerfile", ROOT / ".ci" / "run"]
+    for folder in ("charts", "manifests", "examples", "plugins"):
+        found += [p for p in (ROOT / folder).rglob("*")
+                  if p.suffix in (".yaml", ".yml", ".tpl", ".txt")]
+    return sorted(found)
 
 
 def passages(path: Path) -> Iterator[Passage]:
@@ -55,11 +59,11 @@ def passages(path: Path) -> Iterator[Passage]:
         return python_passages(text)
     if path.suffix == ".md" or path.name.startswith("README"):
         return markdown_passages(text)
-    return shell_passages(text)
+    return hash_comment_passages(text)
 
 
 def every_passage() -> Iterator[tuple[str, Passage]]:
-    for path in [*markdown_files(), *python_files(), *shell_files()]:
+    for path in [*markdown_files(), *python_files(), *script_and_manifest_files()]:
         for passage in passages(path):
             yield path.relative_to(ROOT).as_posix(), passage
 
@@ -168,6 +172,9 @@ def test_the_paths_cited_in_prose(text: str, paths: list[str]) -> None:
     ("reserves both (allocator/fit.py)", False),
     ("the strings of HAMi's\n`docs/develop/protocol.md`", True),
     ("KAI's docs/gpu-sharing/x.yaml", True),
+    ("Volcano vGPU (volcano-sh/volcano docs/user-guide/x.md): one vGPU", True),
+    ("the chart (charts/tessera/x.yaml)", False),
+    ("`allocator/verbs/` docs/gone.md", False),  # a folder of ours is not another repository
     ("Tessera's docs/gone.md", False),
     ("Project-HAMi/HAMi ``v2.10.0``: ``charts/hami/values.yaml``", True),
     ("(`pkg/device/devices.go`); the example of `docs/develop/protocol.md`", True),
@@ -175,8 +182,8 @@ def test_the_paths_cited_in_prose(text: str, paths: list[str]) -> None:
 ])
 def test_another_projects_path_is_told_by_what_comes_before_it(
         text: str, upstream: bool) -> None:
-    [citation] = cited_paths(Passage(1, text))
-    assert citation.upstream is upstream
+    *_, last = cited_paths(Passage(1, text))
+    assert last.upstream is upstream
 
 
 def test_a_stale_path_in_a_comment_is_found_on_its_line() -> None:
