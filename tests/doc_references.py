@@ -194,3 +194,44 @@ def anchors(text: str) -> set[str]:
 
 def _without_code_blocks(text: str) -> str:
     return re.sub(r"^```.*?^```", "", text, flags=re.MULTILINE | re.DOTALL)
+
+
+# ``ClusterState.apply_pod``, ``FastRanker.best_known``: a capitalised name, one member.
+_MEMBER = re.compile(r"(?<![\w.])([A-Z]\w*)\.(_*[a-z]\w*)\b")
+
+
+@dataclass(frozen=True)
+class ClassFacts:
+    """What a class statement declares: its methods and attributes (set on ``self`` too),
+    and the names of its bases."""
+
+    members: frozenset[str]
+    bases: tuple[str, ...]
+
+
+def cited_members(passage: Passage) -> list[Citation]:
+    """``Class.member`` names; the test checks those whose class is one of ours."""
+    return [Citation(f"{m.group(1)}.{m.group(2)}", passage.line_of(m.start()))
+            for m in _MEMBER.finditer(passage.text)]
+
+
+def classes_in(source: str) -> Iterator[tuple[str, ClassFacts]]:
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, ast.ClassDef):
+            bases = tuple(b.id if isinstance(b, ast.Name) else getattr(b, "attr", "")
+                          for b in node.bases)
+            yield node.name, ClassFacts(frozenset(_members(node)), bases)
+
+
+def _members(cls: ast.ClassDef) -> Iterator[str]:
+    for statement in cls.body:
+        if isinstance(statement, ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef):
+            yield statement.name
+        elif isinstance(statement, ast.Assign):
+            yield from (t.id for t in statement.targets if isinstance(t, ast.Name))
+        elif isinstance(statement, ast.AnnAssign) and isinstance(statement.target, ast.Name):
+            yield statement.target.id
+    for node in ast.walk(cls):
+        if (isinstance(node, ast.Attribute) and isinstance(node.ctx, ast.Store)
+                and isinstance(node.value, ast.Name) and node.value.id == "self"):
+            yield node.attr

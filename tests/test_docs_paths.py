@@ -1,6 +1,7 @@
 """The docs and the code's comments cite what exists (issue 45): every repository path a doc,
-a comment or a docstring names is there, every module name resolves, every relative link and
-anchor lands; and the benchmark page stays readable (at most 400 lines).
+a comment or a docstring names is there, every module name resolves, every ``Class.member``
+of a class of ours is declared, every relative link and anchor lands; the README's results
+name the commit they were measured at; the benchmark page stays readable (at most 400 lines).
 
 What counts as a path or a module name, and how another project's path is told from ours:
 tests/doc_references.py.
@@ -8,6 +9,7 @@ tests/doc_references.py.
 
 from __future__ import annotations
 
+import functools
 import importlib
 import inspect
 import re
@@ -17,10 +19,13 @@ from pathlib import Path
 import pytest
 from doc_references import (
     Citation,
+    ClassFacts,
     Passage,
     anchors,
+    cited_members,
     cited_modules,
     cited_paths,
+    classes_in,
     hash_comment_passages,
     markdown_links,
     markdown_passages,
@@ -62,10 +67,13 @@ def passages(path: Path) -> Iterator[Passage]:
     return hash_comment_passages(text)
 
 
-def every_passage() -> Iterator[tuple[str, Passage]]:
-    for path in [*markdown_files(), *python_files(), *script_and_manifest_files()]:
-        for passage in passages(path):
-            yield path.relative_to(ROOT).as_posix(), passage
+@functools.cache
+def every_passage() -> tuple[tuple[str, Passage], ...]:
+    """Every passage of the docs, the code and the manifests, by the file it is in (read once
+    for the tests below)."""
+    return tuple((path.relative_to(ROOT).as_posix(), passage)
+                 for path in [*markdown_files(), *python_files(), *script_and_manifest_files()]
+                 for passage in passages(path))
 
 
 def exists(name: str) -> bool:
@@ -110,6 +118,31 @@ def resolves(dotted: str) -> bool:
     return False
 
 
+Classes = dict[str, list[ClassFacts]]
+
+
+def our_classes() -> Classes:
+    index: Classes = {}
+    for path in python_files():
+        for name, facts in classes_in(path.read_text()):
+            index.setdefault(name, []).append(facts)
+    return index
+
+
+def declares(classes: Classes, cls: str, member: str, seen: frozenset[str] = frozenset()
+             ) -> bool:
+    """Whether a class of ours by that name declares ``member``, itself or through a base;
+    a base that is not ours (``Enum``, a library's class) may declare anything."""
+    for facts in classes.get(cls, []):
+        if member in facts.members:
+            return True
+        for base in facts.bases:
+            if base not in classes or (base not in seen
+                                       and declares(classes, base, member, seen | {cls})):
+                return True
+    return False
+
+
 def report(found: Iterable[tuple[str, Citation]]) -> list[str]:
     return [f"{where}:{citation.line} {citation.name}" for where, citation in found]
 
@@ -126,6 +159,15 @@ def test_every_module_a_doc_or_comment_names_resolves() -> None:
     assert len(cited) > 100
     unresolved = [(where, c) for where, c in cited if not resolves(c.name)]
     assert not unresolved, "\n".join(report(unresolved))
+
+
+def test_every_member_of_our_classes_a_doc_or_comment_names_exists() -> None:
+    classes = our_classes()
+    cited = [(where, c) for where, p in every_passage() for c in cited_members(p)
+             if c.name.split(".")[0] in classes]
+    assert len(cited) > 50
+    unknown = [(where, c) for where, c in cited if not declares(classes, *c.name.split("."))]
+    assert not unknown, "\n".join(report(unknown))
 
 
 def test_every_relative_link_and_anchor_in_the_docs_lands() -> None:
@@ -225,6 +267,21 @@ def test_the_module_names_cited_in_prose(text: str, modules: list[str]) -> None:
 ])
 def test_a_module_name_resolves_to_a_module_or_its_attribute(dotted: str, found: bool) -> None:
     assert resolves(dotted) is found
+
+
+def test_a_member_is_found_in_the_class_or_its_bases() -> None:
+    source = ("import enum\nclass Base:\n    def hold(self) -> None:\n        self.until = 1\n"
+              "class State(Base):\n    size: int\nclass Stage(enum.Enum):\n    HELD = 1\n")
+    classes: Classes = {}
+    for name, facts in classes_in(source):
+        classes.setdefault(name, []).append(facts)
+    found = {c: declares(classes, *c.split(".")) for c in
+             ("State.hold", "State.until", "State.size", "State.gone", "Stage.anything")}
+    assert found == {"State.hold": True, "State.until": True, "State.size": True,
+                     "State.gone": False, "Stage.anything": True}
+    text = "as `Allocator._hold` did; ClusterState.apply_pod's rules; allocator.Foo.bar"
+    assert [c.name for c in cited_members(Passage(1, text))] == [
+        "Allocator._hold", "ClusterState.apply_pod"]
 
 
 def test_github_anchors_of_headings() -> None:
