@@ -51,7 +51,8 @@ def python_files() -> list[Path]:
 
 
 def script_and_manifest_files() -> list[Path]:
-    found = [*ROOT.glob("hack/*.sh"), ROOT / "Dockerfile", ROOT / ".ci" / "run"]
+    found = [*ROOT.glob("hack/*.sh"), ROOT / "Dockerfile", ROOT / ".ci" / "run",
+             ROOT / "pyproject.toml", ROOT / ".importlinter"]
     for folder in ("charts", "manifests", "examples", "plugins"):
         found += [p for p in (ROOT / folder).rglob("*")
                   if p.suffix in (".yaml", ".yml", ".tpl", ".txt")]
