@@ -1,18 +1,21 @@
-"""What the docs and the code's comments cite of this repository: the paths and module names
-a reader would look up, found in prose (pure; the test walks the files).
+"""What the docs and the code's comments cite of this repository: the paths, module names and
+class members a reader would look up, found in prose (pure; the test walks the files).
 
 A *passage* is the prose one citation belongs to: a Markdown paragraph or table cell, a block
 of ``#`` comments (Python, shell, YAML), a paragraph of a docstring, any other line of a
-script or manifest. A path is a token that
-starts at one of the repository's top-level folders (see :data:`TOP_LEVEL`) and ends in a
+script or manifest.
+
+A *path* starts at one of the repository's top-level folders (:data:`TOP_LEVEL`) and ends in a
 file name with a known extension, or in ``/`` (a folder). A path that does not exist is
-*upstream*, another project's, when its passage cites another project before it: a version tag
-(``v2.10.0``), ``github.com``, a Go source layout (``pkg/``, ``cmd/``, ``staging/``...), or an
-upstream name's possessive or repository right before it (``HAMi's docs/develop/protocol.md``,
-``volcano-sh/volcano docs/user-guide/...``). A module
-name is a dotted name that starts at one of the packages: one in a Sphinx role
+*upstream*, another project's, when its passage cites another project before it: a version
+tag (``v2.10.0``), ``github.com``, a Go source layout (``pkg/``, ``cmd/``, ``staging/``...),
+or an upstream name's possessive or repository right before it (``HAMi's
+docs/develop/protocol.md``, ``volcano-sh/volcano docs/user-guide/...``); or when it is cited
+with a line (``charts/hami/values.yaml:76-78``: this repository's own files never are).
+
+A *module name* is a dotted name that starts at one of the packages: in a Sphinx role
 (``:mod:``, ``:func:``...), in entry-point form (``pkg.module:attr``), or of three or more
-parts in prose.
+parts in prose. A *member* is ``Class.member``, checked when the class is one of ours.
 """
 
 from __future__ import annotations
@@ -74,19 +77,22 @@ class Citation:
     upstream: bool = False
 
 
-def is_upstream(before: str) -> bool:
-    """Whether the passage's text before a path cites another project (module docstring)."""
-    return bool(_UPSTREAM_BEFORE.search(before) or _NAMED_BEFORE.search(before))
+def is_upstream(before: str, after: str = "") -> bool:
+    """Whether the passage's text before a path cites another project, or the path is cited
+    with a line (``values.yaml:76-78``: our own files are never cited by line)."""
+    return bool(_UPSTREAM_BEFORE.search(before) or _NAMED_BEFORE.search(before)
+                or re.match(r":\d", after))
 
 
 def cited_paths(passage: Passage) -> list[Citation]:
     text = passage.text
-    return [Citation(m.group(1), passage.line_of(m.start()), is_upstream(text[:m.start()]))
+    return [Citation(m.group(1), passage.line_of(m.start()),
+                     is_upstream(text[:m.start()], text[m.end():]))
             for m in PATH.finditer(text)]
 
 
 def cited_modules(passage: Passage) -> list[Citation]:
-    """Dotted names (``allocator.verbs.filter.filter_pod``) and entry points
+    """Dotted names (``tessera.vocabulary.PodRequest``) and entry points
     (``webhook.app:create_app``, cited as ``webhook.app.create_app``)."""
     text = passage.text
     found = {m.start(): Citation(f"{m.group(1)}.{m.group(2)}", passage.line_of(m.start()))

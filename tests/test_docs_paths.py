@@ -218,6 +218,9 @@ def test_the_paths_cited_in_prose(text: str, paths: list[str]) -> None:
     ("Volcano vGPU (volcano-sh/volcano docs/user-guide/x.md): one vGPU", True),
     ("the chart (charts/tessera/x.yaml)", False),
     ("`allocator/verbs/` docs/gone.md", False),  # a folder of ours is not another repository
+    ("HAMi's own default is binpack (`charts/hami/values.yaml:76-78`)", True),
+    ("the chart's Service selector `charts/hami/templates/service.yaml:34`", True),
+    ("the chart's Service selector `charts/hami/templates/service.yaml`", False),
     ("Tessera's docs/gone.md", False),
     ("Project-HAMi/HAMi ``v2.10.0``: ``charts/hami/values.yaml``", True),
     ("(`pkg/device/devices.go`); the example of `docs/develop/protocol.md`", True),
