@@ -240,7 +240,7 @@ def build_picture(nodes: Iterable[Mapping[str, Any]], pods: Iterable[Mapping[str
 
 def measure(picture: Picture, sample: Sample, config: MeasuredConfig) -> Picture:
     """The picture with Prometheus's figures on the cards, as the allocator puts them there
-    (:meth:`allocator.state.ClusterState.apply_sample`)."""
+    (:meth:`allocator.picture.state.ClusterState.apply_sample`)."""
     allocated: dict[str, list[tuple[float, tuple[ContainerAllocation, ...]]]] = {}
     for pod in picture.holders:
         if pod.allocation is not None:

@@ -110,9 +110,9 @@ def holdings(key: str, allocation: Allocation) -> dict[int, Holding]:
     init containers included, summed.
 
     This is what "used" means in every table (the demo's, ``kubectl tessera inspect``'s): what
-    the allocator reserves (allocator/fit.py). Init containers run before the others, but the
-    node agents hand a device out per container and never give an init container's share back,
-    so the allocator reserves both, and so do we.
+    the allocator reserves (allocator/ranking/fit.py). Init containers run before the others,
+    but the node agents hand a device out per container and never give an init container's
+    share back, so the allocator reserves both, and so do we.
     """
     names: dict[int, list[str]] = {}
     whole: dict[int, bool] = {}

@@ -18,11 +18,12 @@ The reply is Prometheus's instant query (``GET /api/v1/query``): ``{"status": "s
 What a figure does to placement (docs/metrics.md):
 
 - **foreign memory**: a card whose measured used memory exceeds what Tessera booked there has
-  that much less free memory (:attr:`allocator.fit.CardState.foreign_memory_mib`), and is no
-  longer idle. Bookings made shortly before the sample (:attr:`MeasuredConfig.settle_seconds`)
-  are assumed not yet in it: the pod's process may not have started, so its memory counts on
-  top of the measurement instead of inside it. Stepped up (:attr:`MeasuredConfig.memory_step_mib`)
-  and ignored below a floor, so that alike nodes stay alike for the verbs' memos.
+  that much less free memory
+  (:attr:`allocator.ranking.cards.CardState.foreign_memory_mib`), and is no longer idle.
+  Bookings made shortly before the sample (:attr:`MeasuredConfig.settle_seconds`) are assumed
+  not yet in it: the pod's process may not have started, so its memory counts on top of the
+  measurement instead of inside it. Stepped up (:attr:`MeasuredConfig.memory_step_mib`) and
+  ignored below a floor, so that alike nodes stay alike for the verbs' memos.
 - **busy percent**: the card's measured utilisation, stepped; read by the ``usage`` policy.
 
 Nothing here refuses a pod or fails a verb: a node, card or series that cannot be read is
@@ -57,7 +58,7 @@ MIG_INSTANCE_LABEL: Final = "GPU_I_ID"
 MAX_SERIES: Final = 480_000
 #: A label value longer than this is not a node name or a card index.
 MAX_LABEL_CHARS: Final = 253
-#: Card indices as the inventory bounds them (allocator.inventory.MAX_NODE_CARDS).
+#: Card indices as the inventory bounds them (allocator.picture.inventory.MAX_NODE_CARDS).
 MAX_CARD_INDEX: Final = 1023
 
 

@@ -1,5 +1,5 @@
 """Flask app factory: ``create_app()`` (nothing is built at import; ``tessera allocator``
-serves it with granian, tessera/granian_server.py).
+serves it with granian, tessera/serving/granian/server.py).
 
 Routes (verbs under the URL prefix, ``/scheduler`` by default):
 
@@ -133,7 +133,7 @@ class Runtime:
             t.start()
             self.threads.append(t)
         # granian's worker stops on SIGTERM once the requests in flight are answered, and runs
-        # the atexit hooks on its way out (tessera/granian_server.py).
+        # the atexit hooks on its way out (tessera/serving/granian/server.py).
         atexit.register(self.close)
 
     def close(self) -> None:

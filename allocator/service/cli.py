@@ -7,7 +7,7 @@ would each hold their own copy and hand the same card out twice. Threads give co
 (kube-scheduler binds many pods at once) while the state's locks keep one truth; connections,
 TLS and HTTP are granian's (Rust), request bodies arrive complete or get 408, and renewed
 certificate files are served by a new worker of the same process
-(:mod:`tessera.granian_server`). Serving without client certificates (mutual TLS) is refused
+(:mod:`tessera.serving.granian.server`). Serving without client certificates (mutual TLS) is refused
 unless ``--allow-unauthenticated`` says so.
 """
 

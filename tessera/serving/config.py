@@ -3,8 +3,8 @@
 Both services read ``TESSERA_*`` environment variables into one frozen value and refuse to start
 with a :class:`~tessera.vocabulary.ConfigError` that names *every* problem at once (one round
 trip to fix a manifest, not one per typo). Their ``tessera <service>`` subcommands map one flag
-onto each variable, so the CLI and a bare gunicorn target (``webhook.app:create_app()``,
-``allocator.app:create_app()``) read configuration the same way.
+onto each variable, so the CLI and a bare server target (``webhook.app:create_app()``,
+``allocator.service.app:create_app()``) read configuration the same way.
 
 Pieces:
 

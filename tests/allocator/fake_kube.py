@@ -16,7 +16,7 @@ from allocator.errors import ApiError, Conflict, Gone, NotFound
 
 Obj = dict[str, Any]
 T = TypeVar("T")
-#: The only field selector the allocator sends (allocator.picture.resources.BOUND_ACTIVE_PODS).
+#: The only field selector the allocator sends (allocator.picture.requests.BOUND_ACTIVE_PODS).
 BOUND_ACTIVE = "spec.nodeName!=,status.phase!=Succeeded,status.phase!=Failed"
 
 

@@ -45,7 +45,7 @@ pytestmark = [pytest.mark.e2e, pytest.mark.image]
 
 IMAGE = "localhost/tessera:e2e"
 #: The allocator's worker restarts for new files once it is 6 s old
-#: (tessera/granian_server.py); the webhook reads them at the next handshake.
+#: (tessera/serving/granian/server.py); the webhook reads them at the next handshake.
 RENEWED_WITHIN_S = 40.0
 NodePool = Callable[[list[GpuNodeSpec]], dict[str, str]]
 

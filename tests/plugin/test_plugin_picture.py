@@ -109,7 +109,7 @@ def test_a_selector_with_an_empty_key_is_refused() -> None:
 def test_a_card_s_use_is_the_same_in_every_table_and_counts_init_containers_as_reserved(
 ) -> None:
     # An init container of 10% beside an app container of 25% on card 0: the allocator
-    # reserves both (allocator/fit.py), so the card has 35% in use wherever it is shown.
+    # reserves both (allocator/ranking/fit.py), so the card has 35% in use wherever it is shown.
     request = PodRequest((ContainerRequest("warmup", core_percent=10, memory_mib=100, init=True),
                           ContainerRequest("main", core_percent=25, memory_mib=1000)))
     node, pod = gpu_node("n1"), gpu_pod("p", request, node="n1", cards=(0,))
