@@ -62,6 +62,7 @@ from tessera.agent_profiles import (
     VgpuResources,
     hami_agent_problem,
 )
+from tessera.hami_annotations import hami_policy
 from tessera.quantity import QuantityError, parse_quantity
 from tessera.vocabulary import (
     DEFAULT_DOMAIN,
@@ -1112,6 +1113,7 @@ def parse_pod(pod: Mapping[str, Any], config: DialectConfig) -> PodRequest | Non
     try:
         models = _models(annotations, genius, config.vocabulary)
         policy = _policy(annotations, config.vocabulary)
+        policy = hami_policy(annotations, config.vocabulary, policy)  # HAMi's, or refused
         mixed_models = _mixed_models(annotations, config.vocabulary)
     except RequestError as exc:
         problems.append(str(exc))
