@@ -22,6 +22,8 @@ Keys and rules: Project-HAMi/HAMi v2.10.0.
   comma-separated chains mean more. The defaults: ``cmd/scheduler/main.go:70-71``
   (``--node-scheduler-policy=binpack``, ``--gpu-scheduler-policy=spread``), as the chart's
   ``scheduler.defaultSchedulerPolicy`` (``charts/hami/values.yaml:76-78``).
+- ``pkg/util/types.go:91``, ``pkg/util/device_scoring_weights.go:48``: a pod's own weights
+  of a card's slot, core and memory use in its score.
 """
 
 from __future__ import annotations
@@ -39,6 +41,7 @@ VGPU_MODE: Final = "nvidia.com/vgpu-mode"
 NUMA_BIND: Final = "nvidia.com/numa-bind"
 NODE_POLICY: Final = "hami.io/node-scheduler-policy"
 GPU_POLICY: Final = "hami.io/gpu-scheduler-policy"
+SCORING_WEIGHTS: Final = "hami.io/device-scoring-weights"
 
 #: hami-scheduler's defaults when a pod names no policy (cmd/scheduler/main.go:70-71).
 DEFAULT_NODE_POLICY: Final = "binpack"
@@ -89,6 +92,12 @@ def _numa_bind(key: str, value: str, _model_key: str) -> str:
     return f"{key}={value!r} is not a boolean (HAMi reads it as false); write false or remove it"
 
 
+def _scoring_weights(key: str, value: str, _model_key: str) -> str:
+    return (f"{key}={value!r}: Tessera does not yet weigh a card's slots, cores and memory per "
+            f"pod (HAMi's default, slot=1,core=1,memory=1, is what its hami-* policies use); "
+            f"remove it")
+
+
 #: The annotations that choose cards or a mode; an empty value is no constraint in HAMi.
 _CHECKS: Final[Mapping[str, Callable[[str, str, str], str]]] = {
     USE_GPU_TYPE: _card_type,
@@ -97,6 +106,7 @@ _CHECKS: Final[Mapping[str, Callable[[str, str, str], str]]] = {
     NO_USE_GPU_UUID: _card_uuid,
     VGPU_MODE: _vgpu_mode,
     NUMA_BIND: _numa_bind,
+    SCORING_WEIGHTS: _scoring_weights,
 }
 #: Keys whose empty value HAMi reads as "no constraint" (CheckType, CheckUUID).
 _EMPTY_IS_NONE: Final = frozenset({USE_GPU_TYPE, NO_USE_GPU_TYPE, USE_GPU_UUID,

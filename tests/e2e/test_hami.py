@@ -189,6 +189,11 @@ def test_each_shape_runs_only_after_allocate_with_exactly_the_chosen_cards(
             assert (env["CUDA_DEVICE_SM_LIMIT"], env["CUDA_DEVICE_MEMORY_LIMIT_0"]) == want
         node = api.get_node(hami_node.node) or {}
         assert HAMI.lock_key not in (node["metadata"].get("annotations") or {})
+    # HAMi's vGPU monitor lists a node's pods by the label hami-scheduler sets
+    # (cmd/vGPUmonitor/metrics.go:389): every pod bound here is found that way.
+    listed = core_v1.list_namespaced_pod(
+        namespace, label_selector=f"{HAMI.node_key}={hami_node.node}").items
+    assert sorted(p.metadata.name for p in listed) == sorted(shapes)
 
 
 EXAMPLES = sorted((repo_root() / "examples" / "pods").glob("*.yaml"))

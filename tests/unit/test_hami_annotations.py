@@ -69,6 +69,7 @@ def test_values_tessera_honours_are_admitted(annotations: dict[str, str]) -> Non
     ("hami.io/gpu-scheduler-policy", "mutex", "topology-aware, mutex, numa"),
     ("hami.io/gpu-scheduler-policy", "binpack,numa", "comma-separated chains"),
     ("hami.io/gpu-scheduler-policy", " binpack", "write one of them"),  # HAMi: spread
+    ("hami.io/device-scoring-weights", "slot=1,core=1,memory=3", "remove it"),
 ])
 def test_what_tessera_cannot_honour_is_refused_naming_the_annotation_and_what_to_do(
         key: str, value: str, fragment: str) -> None:
