@@ -24,6 +24,7 @@ from allocator.errors import BindError
 from allocator.hami.adopt import adopt_placed_pods
 from allocator.hami.codec import HAMI, encode_lock, parse_lock
 from allocator.hami.lock import LockSettings
+from allocator.hami.writer import shares_of
 from allocator.kube.client import KubeClient
 from allocator.picture.state import ClusterState
 from allocator.verbs.core import Allocator, AllocatorConfig
@@ -444,6 +445,12 @@ def test_the_allocator_adopts_hami_schedulers_pods_at_start_and_schedules_around
         small = api.get_pod(namespace, "small")
         [uuid] = visible(node_envs(small))
         assert uuid != node.devices[0].uuid  # not the card hami-scheduler gave whole
+        # The way back: what hami-scheduler rebuilds its cache from (scheduler.go:144, :160)
+        # names the card the plugin gave, and its monitor finds the pod by its label.
+        meta = small["metadata"]
+        assert meta["annotations"][HAMI.node_key] == meta["labels"][HAMI.node_key] == name
+        [[share]] = shares_of(meta["annotations"][HAMI.allocated_key])
+        assert share.uuid == uuid
         big = _pod(core_v1, namespace, "big")
         assert big["status"]["phase"] == "Pending" and not big["spec"].get("nodeName")
     finally:
