@@ -55,6 +55,16 @@ _GO_TRUE: Final = frozenset({"1", "t", "T", "TRUE", "true", "True"})
 _GO_FALSE: Final = frozenset({"0", "f", "F", "FALSE", "false", "False"})
 
 
+#: Longest value quoted in a refusal (an annotation may hold 256 KiB); every value Tessera
+#: honours is far shorter, so a cut value is refused all the same.
+_QUOTED_CHARS: Final = 64
+
+
+def _read(annotations: Mapping[str, Any], key: str) -> str:
+    value = str(annotations[key])
+    return value if len(value) <= _QUOTED_CHARS else value[:_QUOTED_CHARS] + "..."
+
+
 def policy_name(node_policy: str, gpu_policy: str) -> str:
     """Tessera's placement policy reproducing HAMi's pair: ``hami-<node>-<gpu>``."""
     return f"hami-{node_policy}-{gpu_policy}"
@@ -117,7 +127,7 @@ def _policy_value(annotations: Mapping[str, Any], key: str, default: str,
                   problems: list[str]) -> str:
     if key not in annotations:
         return default
-    value = str(annotations[key])
+    value = _read(annotations, key)
     if value in POLICY_VALUES:
         return value
     more = (" (topology-aware, mutex, numa and comma-separated chains are not honoured yet)"
@@ -145,7 +155,7 @@ def hami_policy(annotations: Mapping[str, Any], vocabulary: Vocabulary,
     for key, check in _CHECKS.items():
         if key not in annotations:
             continue
-        value = str(annotations[key])
+        value = _read(annotations, key)
         if key in _EMPTY_IS_NONE and not value.strip():
             continue
         problem = check(key, value, model_key)

@@ -89,6 +89,12 @@ def test_every_refused_annotation_is_named_at_once() -> None:
         assert key in text
 
 
+def test_a_huge_value_is_quoted_cut_short() -> None:
+    with pytest.raises(RequestError) as refused:
+        _policy({"nvidia.com/use-gpuuuid": "GPU-" * 10_000})
+    assert len(str(refused.value)) < 300
+
+
 def test_tessera_policy_must_agree_with_hamis() -> None:
     both = {"hami.io/gpu-scheduler-policy": "binpack"}
     assert _policy(both, "hami-binpack-binpack") == "hami-binpack-binpack"
