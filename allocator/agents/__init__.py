@@ -67,7 +67,8 @@ class AgentMetadata:
     """Annotations and labels to write on the pod, and why the agent could not be served."""
 
     annotations: dict[str, str] = field(default_factory=dict)
-    #: Only for agents that select pods by label (nano-gpu); each costs a PATCH per bind.
+    #: Only for agents that select pods by label (nano-gpu, HAMi's vGPU monitor); each costs
+    #: a PATCH per bind.
     labels: dict[str, str] = field(default_factory=dict)
     skipped: dict[str, str] = field(default_factory=dict)  # agent profile -> why
 

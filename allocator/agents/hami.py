@@ -10,7 +10,7 @@ from typing import Final
 
 from allocator.agents import AgentMetadata, AgentWriter, BindContext
 from allocator.hami.codec import FLAVORS, HAMI, VOLCANO_VGPU, Flavor
-from allocator.hami.writer import all_keys, bind_annotations, read_devices
+from allocator.hami.writer import all_keys, bind_annotations, bind_labels, read_devices
 from tessera.agent_profiles import AgentProfile
 from tessera.vocabulary import Vocabulary
 
@@ -25,7 +25,7 @@ def _writer(profile: AgentProfile, default: Flavor) -> Callable[[BindContext], A
         written = bind_annotations(ctx.allocation, ctx.pod, devices, flavor, ctx.now_ns / 1e9)
         if isinstance(written, str):
             return AgentMetadata(skipped={profile: written})
-        return AgentMetadata(annotations=written)
+        return AgentMetadata(annotations=written, labels=bind_labels(ctx.allocation.node, flavor))
     return write
 
 

@@ -73,6 +73,8 @@ class Flavor:
     #: The plugin removes the lock after Allocate (HAMi); else the pod's final bind-phase is
     #: the only sign the node is free again.
     plugin_releases_lock: bool = True
+    #: The pod also carries ``node_key`` as a label, which HAMi's vGPU monitor lists by.
+    node_label: bool = False
 
 
 HAMI: Final = Flavor(
@@ -81,7 +83,8 @@ HAMI: Final = Flavor(
     allocated_key="hami.io/vgpu-devices-allocated",
     node_key="hami.io/vgpu-node", time_key="hami.io/vgpu-time",
     bind_phase_key="hami.io/bind-phase", bind_time_key="hami.io/bind-time",
-    lock_key="hami.io/mutex.lock", init_containers=True, closing_separator=True)
+    lock_key="hami.io/mutex.lock", init_containers=True, closing_separator=True,
+    node_label=True)
 #: HAMi up to v2.8.x: app containers only.
 HAMI_V28: Final = replace(HAMI, name="hami-v2.8", init_containers=False)
 VOLCANO_VGPU: Final = Flavor(

@@ -8,6 +8,7 @@
   (the keys of :class:`~allocator.hami.codec.Flavor`, as hami-scheduler's ``Filter`` and
   ``Bind`` write them in ``pkg/scheduler/scheduler.go``: node, time, both device keys,
   ``bind-phase: allocating``, ``bind-time``; times in unix seconds).
+- :func:`bind_labels`: the node label HAMi's vGPU monitor lists a node's pods by.
 - :func:`allocation_of`: a pod's cards read back from ``vgpu-devices-allocated``, so pods a
   hami-scheduler placed count too.
 """
@@ -124,6 +125,18 @@ def bind_annotations(allocation: Allocation, pod: Mapping[str, Any], devices: No
         flavor.bind_phase_key: BIND_ALLOCATING,
         flavor.bind_time_key: stamp,
     }
+
+
+def bind_labels(node: str, flavor: Flavor) -> dict[str, str]:
+    """The pod labels the bind writes: ``hami.io/vgpu-node`` = the node, for HAMi.
+
+    hami-scheduler's pod patch copies that annotation into a label of the same key and value
+    (Project-HAMi/HAMi v2.10.0 ``pkg/util/util.go:189-191`` ``PatchPodAnnotations``; v2.8.3
+    line 169) and ``cmd/vGPUmonitor`` lists a node's pods by it (``metrics.go:389`` and
+    ``:532``): without it the monitor reports no per-pod metric. A Binding copies annotations
+    only, so this goes in :attr:`AgentMetadata.labels`. volcano-vgpu's monitor lists every pod
+    (volcano-vgpu-device-plugin v1.12.0 ``cmd/vgpu-monitor/metrics.go:187``): no label."""
+    return {flavor.node_key: node} if flavor.node_label and node else {}
 
 
 def all_keys(flavor: Flavor) -> tuple[str, ...]:

@@ -22,6 +22,7 @@ from tessera.dialects.genius import (
     GeniusRequest,
     genius_request,
 )
+from tessera.dialects.hami_annotations import hami_policy
 from tessera.dialects.kai import kai_request
 from tessera.vocabulary import (
     CodecError,
@@ -151,6 +152,7 @@ def parse_pod(pod: Mapping[str, Any], config: DialectConfig) -> PodRequest | Non
     try:
         models = _models(annotations, genius, config.vocabulary)
         policy = _policy(annotations, config.vocabulary)
+        policy = hami_policy(annotations, config.vocabulary, policy)  # HAMi's, or refused
         mixed_models = _mixed_models(annotations, config.vocabulary)
     except RequestError as exc:
         problems.append(str(exc))

@@ -29,6 +29,7 @@ from allocator.hami.writer import (
     NodeDevices,
     allocation_of,
     bind_annotations,
+    bind_labels,
     cards_of,
     read_devices,
 )
@@ -141,6 +142,17 @@ def test_bind_annotations_unknown_card_is_refused() -> None:
     pod = make_gpu_pod("p", request(share("main", core=10)), uid="u")
     alloc = Allocation("n1", (ContainerAllocation("main", (7,), 10, 0),))
     assert "card 7" in str(bind_annotations(alloc, pod, _node_devices(), HAMI, NOW))
+
+
+@pytest.mark.parametrize(("flavor", "labels"), [
+    (HAMI, {"hami.io/vgpu-node": "n1"}),  # vGPUmonitor lists a node's pods by it
+    (HAMI_V28, {"hami.io/vgpu-node": "n1"}),
+    (VOLCANO_VGPU, {}),  # volcano-vgpu's monitor lists every pod
+])
+def test_bind_labels_carry_the_node_where_hamis_monitor_selects_by_it(
+        flavor: Any, labels: dict[str, str]) -> None:
+    assert bind_labels("n1", flavor) == labels
+    assert bind_labels("", flavor) == {}
 
 
 # --------------------------------------------------------------------------- read back
@@ -308,6 +320,8 @@ def test_bind_takes_the_lock_and_the_binding_carries_hamis_annotations() -> None
     assert entry == (DeviceShare(UUIDS[out.cards[0]], 2048, 30),)
     assert annotations[HAMI.bind_phase_key] == "allocating"
     assert annotations[HAMI.node_key] == "n1"
+    # A Binding copies no label: the bind's label patch carries HAMi's monitor label.
+    assert fake.pods[("default", "p")]["metadata"]["labels"][HAMI.node_key] == "n1"
     # The lock stays for the plugin to release after Allocate.
     assert parse_lock(_lock_value(fake) or "").held_by("default", "p")
     # One node read by the locker serves the annotations too.

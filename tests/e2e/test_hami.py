@@ -24,6 +24,7 @@ from allocator.errors import BindError
 from allocator.hami.adopt import adopt_placed_pods
 from allocator.hami.codec import HAMI, encode_lock, parse_lock
 from allocator.hami.lock import LockSettings
+from allocator.hami.writer import shares_of
 from allocator.kube.client import KubeClient
 from allocator.picture.state import ClusterState
 from allocator.verbs.core import Allocator, AllocatorConfig
@@ -189,6 +190,11 @@ def test_each_shape_runs_only_after_allocate_with_exactly_the_chosen_cards(
             assert (env["CUDA_DEVICE_SM_LIMIT"], env["CUDA_DEVICE_MEMORY_LIMIT_0"]) == want
         node = api.get_node(hami_node.node) or {}
         assert HAMI.lock_key not in (node["metadata"].get("annotations") or {})
+    # HAMi's vGPU monitor lists a node's pods by the label hami-scheduler sets
+    # (cmd/vGPUmonitor/metrics.go:389): every pod bound here is found that way.
+    listed = core_v1.list_namespaced_pod(
+        namespace, label_selector=f"{HAMI.node_key}={hami_node.node}").items
+    assert sorted(p.metadata.name for p in listed) == sorted(shapes)
 
 
 EXAMPLES = sorted((repo_root() / "examples" / "pods").glob("*.yaml"))
@@ -439,6 +445,12 @@ def test_the_allocator_adopts_hami_schedulers_pods_at_start_and_schedules_around
         small = api.get_pod(namespace, "small")
         [uuid] = visible(node_envs(small))
         assert uuid != node.devices[0].uuid  # not the card hami-scheduler gave whole
+        # The way back: what hami-scheduler rebuilds its cache from (scheduler.go:144, :160)
+        # names the card the plugin gave, and its monitor finds the pod by its label.
+        meta = small["metadata"]
+        assert meta["annotations"][HAMI.node_key] == meta["labels"][HAMI.node_key] == name
+        [[share]] = shares_of(meta["annotations"][HAMI.allocated_key])
+        assert share.uuid == uuid
         big = _pod(core_v1, namespace, "big")
         assert big["status"]["phase"] == "Pending" and not big["spec"].get("nodeName")
     finally:

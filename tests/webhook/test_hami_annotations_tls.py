@@ -1,0 +1,87 @@
+"""HAMi's pod annotations through the real server (``tessera webhook``, gunicorn, TLS on
+loopback), in the hami profile: an honoured policy pair reaches the request annotation, an
+annotation Tessera cannot honour is refused (HTTP 200, ``allowed: false``) with a message
+naming it."""
+
+from __future__ import annotations
+
+import base64
+import json
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import requests
+from test_webhook_gunicorn_tls import (
+    HOST,
+    Server,
+    base_env,
+    free_port,
+    make_review,
+    serving_pair,
+    session,
+    start,
+    stop,
+    write_pair,
+)
+
+from certs.builder import build_ca
+from tessera.vocabulary import Vocabulary, decode_request
+
+HAMI_POD = {"nvidia.com/gpu": "1", "nvidia.com/gpumem": "3000"}
+
+
+@pytest.fixture
+def hami_webhook(tmp_path: Path) -> Iterator[tuple[Server, requests.Session]]:
+    ca = build_ca("tessera-test-ca")
+    write_pair(tmp_path, serving_pair(ca))
+    (tmp_path / "ca.crt").write_bytes(ca.cert_pem)
+    port = free_port()
+    command = [
+        sys.executable, "-m", "tessera.cli", "webhook", "--host", HOST, "--port", str(port),
+        "--tls-cert", str(tmp_path / "tls.crt"), "--tls-key", str(tmp_path / "tls.key"),
+        "--workers", "1", "--threads", "2",
+    ]
+    env = base_env() | {"TESSERA_AGENT_PROFILE": "hami"}
+    with session(tmp_path / "ca.crt") as client:
+        server = start(command, env, port, tmp_path / "webhook.log", client, "https")
+        try:
+            yield server, client
+        finally:
+            stop(server)
+
+
+def _review(annotations: dict[str, str]) -> dict[str, Any]:
+    review = make_review(HAMI_POD)
+    review["request"]["object"]["metadata"]["annotations"] = annotations
+    return review
+
+
+def _answer(hami_webhook: tuple[Server, requests.Session],
+            annotations: dict[str, str]) -> dict[str, Any]:
+    server, client = hami_webhook
+    response = client.post(server.url("/mutate"), json=_review(annotations), timeout=10)
+    assert response.status_code == 200
+    answer: dict[str, Any] = response.json()["response"]
+    return answer
+
+
+def test_hamis_policy_annotations_become_the_pods_hami_policy_and_the_rest_are_refused(
+        hami_webhook: tuple[Server, requests.Session]) -> None:
+    admitted = _answer(hami_webhook, {"hami.io/gpu-scheduler-policy": "binpack",
+                                      "nvidia.com/vgpu-mode": "hami-core",
+                                      "nvidia.com/numa-bind": "false"})
+    assert admitted["allowed"] is True
+    patch = json.loads(base64.b64decode(admitted["patch"]))
+    key = Vocabulary().request_annotation.replace("/", "~1")
+    [written] = [op["value"] for op in patch if op["path"].endswith(key)]
+    assert decode_request(written).policy == "hami-binpack-binpack"  # node: HAMi's default
+
+    refused = _answer(hami_webhook, {"nvidia.com/use-gputype": "A100",
+                                     "nvidia.com/numa-bind": "true"})
+    assert refused["allowed"] is False
+    message = refused["status"]["message"]
+    assert "pod annotation nvidia.com/use-gputype='A100'" in message
+    assert "pod annotation nvidia.com/numa-bind='true'" in message
