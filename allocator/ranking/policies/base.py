@@ -3,7 +3,8 @@
 A policy scores one candidate: the node state **before** and **after** placing (part of) a
 pod, with cluster-level context. Higher is better. The same score picks the node (prioritize)
 and the cards inside a node (greedy, one container step at a time, see
-:func:`allocator.ranking.fit.place`), so most policies are one function.
+:func:`allocator.ranking.fit.place`), so most policies are one function; a policy whose
+cards follow another rule overrides :meth:`Policy.card_score`.
 
 :class:`Policy` declares every hook the allocator may call, each with its default; a policy
 overrides only what it offers. Adding one = one file with a subclass, and one line in
@@ -116,6 +117,14 @@ class Policy(ABC):
     def score(self, before: NodeState, after: NodeState, ctx: PolicyContext) -> float:
         """Higher is better. ``after`` is ``before`` with the candidate placement applied."""
 
+    def card_score(self, before: NodeState, after: NodeState, ctx: PolicyContext) -> float:
+        """Score of one step inside a node (one container's card taken, ``after`` is
+        ``before`` with it): higher is better. For a policy that ranks nodes and cards by
+        different rules (HAMi's node and card policies).
+
+        Default: :meth:`score`, one function for both."""
+        return self.score(before, after, ctx)
+
     def node_ranker(self, ctx: PolicyContext) -> NodeRank | None:
         """Rank the nodes that fit by name alone, for this pod, instead of placing the pod on
         each of them in prioritize (cards are still chosen by :meth:`score` at bind).
@@ -155,7 +164,7 @@ def chooser(policy: Policy, ctx: PolicyContext) -> Chooser:
     """The card chooser :func:`allocator.ranking.fit.place` takes, from a policy and its context."""
 
     def choose(before: NodeState, after: NodeState) -> float:
-        return policy.score(before, after, ctx)
+        return policy.card_score(before, after, ctx)
 
     return choose
 
