@@ -46,6 +46,18 @@ def test_the_node_score_is_hamis_formula_over_the_node_before_the_pod() -> None:
     assert _node_score("hami-spread-spread", req, node) == -want
 
 
+def test_hamis_own_scheduler_test_case_gives_its_card_and_its_score() -> None:
+    # pkg/scheduler/score_test.go:524-620 ("one node two device one pod one container use
+    # one device,but having use 50%"): card policy spread, node policy binpack; the pod goes
+    # to the idle card and the node scores 7.5 = 10 * (5/20 + 50/200 + 4000/16000).
+    node = _capped("node1", (0, 0, 0), (5, 50, 4000), memory=8000)
+    req = request(share(core=30, mem=1000))
+    placed = _placed("hami-binpack-spread", req, node)
+    assert placed.containers[0].card_indices == (0,)
+    assert (placed.containers[0].core_percent, placed.containers[0].memory_mib) == (30, 1000)
+    assert _node_score("hami-binpack-spread", req, node) == 7.5
+
+
 def test_a_card_without_a_split_count_has_no_slot_term() -> None:
     node = node_state("n", (30, 4000), (0, 0), memory=16000)
     assert hami_score(node.cards) == pytest.approx(10 * (30 / 200 + 4000 / 32000))

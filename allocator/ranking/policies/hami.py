@@ -28,9 +28,15 @@ Project-HAMi/HAMi v2.10.0 scores in two stages, and so do these policies:
 
 The figures are Tessera's bookings: ``used`` the holders of a card (one per container, as
 ``AddResourceUsage`` counts, ``device.go:660``), cores and MiB as booked, a card taken whole
-as 100% core and all its memory (HAMi books the cores a pod asked for, 0 by default, and all
-the memory of a whole card). ``count`` is HAMi's split count (:attr:`Card.max_shares`); a card
-without one (a node not run by HAMi's plugin) has no slot term. Sums are in float32, as HAMi.
+as 100% core and all its memory (as HAMi books ``nvidia.com/gpu`` without share keys: its
+admission sets ``gpucores`` to 100, ``device.go:369`` and ``417-445``). ``count`` is HAMi's
+split count (:attr:`Card.max_shares`); a card without one (a node not run by HAMi's plugin)
+has no slot term, where HAMi, which always has one, would score the node 0. Sums are in
+float32, as HAMi's.
+
+Where HAMi's card-by-card choice would leave a later container of the pod no room, HAMi
+refuses the node; :func:`allocator.ranking.fit.place` takes the best card that keeps the pod
+placeable instead.
 
 Not reproduced: NUMA (Tessera does not know it: every card on NUMA 0, so NUMA never breaks a
 tie), ``numa-bind``, ``mutex`` and ``topology-aware`` card policies, comma-separated policy
