@@ -96,7 +96,8 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("what-if", parents=[common],
                        help="replay today's GPU pods under each policy: cards left free")
     p.add_argument("--policy", action="append", default=[], dest="policies",
-                   help=f"a policy to replay (repeatable; default all: "
+                   help=f"a policy to replay (repeatable, or several joined by commas; "
+                        f"default all: "
                         f"{', '.join(sorted(REGISTRY))}); '{whatif.AS_IS}' keeps each "
                         f"pod's own policy and the default for the rest")
     p.add_argument("--no-pending", action="store_true",
@@ -206,7 +207,8 @@ def cmd_why(args: argparse.Namespace, api: Reader, out: TextIO) -> int:
 
 def cmd_what_if(args: argparse.Namespace, api: Reader, out: TextIO) -> int:
     config = _config(args)
-    policies = [p if p == whatif.AS_IS else _policy(p) for p in args.policies] or sorted(REGISTRY)
+    names = [n.strip() for value in args.policies for n in value.split(",") if n.strip()]
+    policies = [p if p == whatif.AS_IS else _policy(p) for p in names] or sorted(REGISTRY)
     picture = _picture(read_cluster(api, config.vocabulary), args, config)
     result = whatif.what_if(picture, policies, _policy(args.default_policy),
                             include_pending=not args.no_pending, seed=args.seed)

@@ -142,11 +142,12 @@ class NodeState:
 
 
 #: What placement and the policies can tell apart about a card: model, memory and usage
-#: (booked, and measured: foreign memory, busy percent), and how many more holders a capped
-#: card takes (None: no cap). Left out on purpose: the card's index and who its holders are.
-#: Fit answers, reasons and the scores of policies that sum over cards never depend on them;
-#: a bind chooses the real cards again.
-CardSignature = tuple[str, int, int, int, bool, bool, int, int, int | None]
+#: (booked, and measured: foreign memory, busy percent), and for a capped card its cap and
+#: how many holders it has (None: no cap; fit reads what the cap leaves, HAMi's policies the
+#: slots used of it). Left out on purpose: the card's index, who its holders are, and how
+#: many an uncapped card has. Fit answers, reasons and the scores of policies that sum over
+#: cards never depend on them; a bind chooses the real cards again.
+CardSignature = tuple[str, int, int, int, bool, bool, int, int, tuple[int, int] | None]
 
 
 def card_signature(card: CardState) -> CardSignature:
@@ -154,7 +155,7 @@ def card_signature(card: CardState) -> CardSignature:
     return (card.card.model, card.card.memory_mib, card.core_used, card.memory_used_mib,
             card.whole, not card.holders,  # not holders: idle, without a property call
             card.foreign_memory_mib, card.busy_percent,
-            None if cap is None else max(0, cap - len(card.holders)))
+            None if cap is None else (cap, len(card.holders)))
 
 
 def node_signature(node: NodeState) -> tuple[CardSignature, ...]:

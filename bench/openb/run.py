@@ -32,7 +32,7 @@ import os
 import sys
 import time
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from multiprocessing import get_context
 from pathlib import Path
 
@@ -80,6 +80,8 @@ class Task:
     ties: Ties | None = None
     #: profile ``deployed``: the shipped path's settings
     deployed: Deployed | None = None
+    #: every card's split count (HAMi's ``deviceSplitCount``); 0: none, as in the trace
+    split_count: int = 0
 
 
 @dataclass(frozen=True)
@@ -109,6 +111,8 @@ def pick_nodes(nodes: Sequence[TraceNode], keep: int) -> list[TraceNode]:
 
 def run_task(task: Task) -> list[SeedResult]:
     nodes = pick_nodes(load_nodes(), task.nodes_kept)
+    if task.split_count:
+        nodes = [replace(n, split_count=task.split_count) for n in nodes]
     pods = load_pods(task.trace)
     typical = typical_pods(pods)
     capacity = MILLI * sum(n.gpus for n in nodes)
@@ -259,6 +263,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--nodes", type=int, default=0,
                    help="keep only this many nodes (every k-th); 0 = all 1,213")
     p.add_argument("--max-pods", type=int, default=0, help="replay only a prefix of the pods")
+    p.add_argument("--split-count", type=int, default=0,
+                   help="cap every card at this many holders, as HAMi's deviceSplitCount "
+                        "(its chart's default: 10); 0 = no cap, as in the trace")
     p.add_argument("--jobs", type=int, default=min(2, os.cpu_count() or 1))
     p.add_argument("--out", type=Path, default=repo_root() / "bench" / "results" / "openb")
     p.add_argument("--tag", default="", help="file suffix (default: the profile, or 'full')")
@@ -283,8 +290,10 @@ def tasks_for(args: argparse.Namespace) -> list[Task]:
     elif args.cpu_pods or args.ties:
         cpu, ties = PROFILES[profile]
         profile = f"cpu-{args.cpu_pods or cpu}/ties-{args.ties or ties}"
+    if args.split_count:
+        profile = f"{profile}-split{args.split_count}"
     return [Task(t, p, tuple(args.seeds), profile, args.nodes, args.max_pods,
-                 args.cpu_pods, args.ties, deployed)
+                 args.cpu_pods, args.ties, deployed, args.split_count)
             for t in args.traces for p in args.policies]
 
 

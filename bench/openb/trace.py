@@ -104,11 +104,13 @@ class TraceNode:
     memory_mib: int
     gpus: int
     model: str
+    #: Holders a card takes (HAMi's split count, ``Card.max_shares``); None: no cap (the trace).
+    split_count: int | None = None
 
     @property
     def cards(self) -> tuple[Card, ...]:
         mem = CARD_MEMORY_MIB.get(self.model, DEFAULT_CARD_MEMORY_MIB)
-        return tuple(Card(i, self.model, mem) for i in range(self.gpus))
+        return tuple(Card(i, self.model, mem, self.split_count) for i in range(self.gpus))
 
 
 @dataclass(frozen=True, slots=True)

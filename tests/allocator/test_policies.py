@@ -123,7 +123,7 @@ def test_every_registered_policy_places_whole_cards_on_idle_cards_only() -> None
 
 
 def test_an_unknown_policy_name_lists_the_known_ones() -> None:
-    with pytest.raises(RequestError, match="known: binpack, fgd, fgd-cpu, fgd-ff, random, spread"):
+    with pytest.raises(RequestError, match="known: binpack, fgd, fgd-cpu, fgd-ff, hami-binpack, "):
         get_policy("fgd-typo")
 
 

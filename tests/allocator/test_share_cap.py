@@ -137,16 +137,17 @@ def test_the_search_counts_the_shares_it_places() -> None:
     assert sorted(per_card) == [1, 2]
 
 
-def test_signatures_tell_apart_what_a_cap_leaves_and_nothing_more() -> None:
+def test_signatures_tell_apart_a_cap_and_its_holders_and_nothing_more() -> None:
     # Same usage, different holders left under a cap: different content.
     one = CardState(Card(0, "T4", 16000, max_shares=3), 20, 200, False, (("a", "c"),))
     two = CardState(Card(0, "T4", 16000, max_shares=3), 20, 200, False,
                     (("a", "c"), ("b", "c")))
     assert card_signature(one) != card_signature(two)
-    # Same shares left (cap 3 with 1 holder, cap 4 with 2): alike, as fit cannot tell them apart.
+    # Same shares left (cap 3 with 1 holder, cap 4 with 2): apart, as HAMi's policies score
+    # the slots used of the cap (allocator/ranking/policies/hami.py).
     other = CardState(Card(0, "T4", 16000, max_shares=4), 20, 200, False,
                       (("a", "c"), ("b", "c")))
-    assert card_signature(one) == card_signature(other)
+    assert card_signature(one) != card_signature(other)
     # Without a cap the number of holders stays out of the content, as before.
     free_one = CardState(Card(0, "T4", 16000), 20, 200, False, (("a", "c"),))
     free_two = CardState(Card(0, "T4", 16000), 20, 200, False, (("a", "c"), ("b", "c")))

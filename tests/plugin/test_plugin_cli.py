@@ -89,6 +89,19 @@ def test_what_if_and_defrag_plan_as_json() -> None:
     assert code == 0 and json.loads(out)["moves"][0]["pod"] == "default/a"
 
 
+def test_what_if_takes_policies_joined_by_commas_and_replays_hamis_own() -> None:
+    # The scenario's bound pods a, b, c, d in their order. hami-binpack: a -> n1#0 (a tie,
+    # the first node), b -> n1#0 (n1 used most before it; card 0 scores highest with b),
+    # c -> n1#1 (card 0 is full), d -> n2 whole: n2#1 stays idle. hami-spread: a -> n1#0,
+    # b -> n2 (used least), c -> n1#1 (the card scoring lowest with it), d -> n2#1: none idle.
+    code, out, _ = run(["what-if", "--policy", "hami-binpack,hami-spread", "--no-pending",
+                        "-o", "json"])
+    doc = json.loads(out)
+    assert code == 0
+    assert [(o["policy"], o["placed"], o["idle_cards"]) for o in doc["outcomes"]] == [
+        ("hami-binpack", 4, 1), ("hami-spread", 4, 0)]
+
+
 def test_a_defrag_goal_out_of_reach_exits_three() -> None:
     code, out, _ = run(["defrag-plan", "--cards", "2"])
     assert code == 3 and "no plan" in out

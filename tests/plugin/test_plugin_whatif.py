@@ -3,10 +3,13 @@
 from __future__ import annotations
 
 import random
+from typing import Any
 
 import pytest
 from plugin_builders import MIB, gpu_node, gpu_pod, picture_of, scenario, shares, wholes
 
+from allocator.hami.codec import HAMI
+from allocator.hami.register import RegisteredDevice, encode_register_json
 from allocator.ranking.cards import Card, empty_node
 from allocator.ranking.fit import Unfit, place
 from allocator.ranking.policies import REGISTRY, PolicyContext, chooser, get_policy
@@ -99,3 +102,27 @@ def test_as_is_keeps_each_pods_own_policy() -> None:
                                     "binpack").outcomes
     assert (as_is.policy, as_is.idle_cards) == ("as-is", 2)  # spread: one half per node
     assert binpack.idle_cards == 3  # binpack: both halves on one card
+
+
+def _hami_node(name: str, count: int, split: int) -> dict[str, Any]:
+    """A node as HAMi's device plugin registers it: ``count`` T4 cards at split count
+    ``split``."""
+    node = gpu_node(name, count=count)
+    node["metadata"]["annotations"][HAMI.register_key] = encode_register_json([
+        RegisteredDevice(f"GPU-{name}-{i}", i, split, MIB, 100, "NVIDIA-T4")
+        for i in range(count)])
+    return node
+
+
+def test_hamis_binpack_ranks_nodes_by_their_use_before_the_pod_where_binpack_looks_after() -> None:
+    # n0: two cards at split count 3; n1: one card at split count 2. hami-binpack: p0 goes
+    # to n0 (both idle score 0: the first node), card 0; then n0 scores 10 * (1/6 + 50/200 +
+    # 8000/32768) = 6.6 against n1's 0, and p1 and p2 join p0 on card 0, the card scoring
+    # highest with them: two cards stay idle. binpack puts p0 on n1, the node it fills most.
+    nodes = [_hami_node("n0", 2, 3), _hami_node("n1", 1, 2)]
+    pods = [gpu_pod(f"p{k}", req, created=f"2026-01-01T00:00:0{k}Z")
+            for k, req in enumerate([shares(50, 8000), shares(10, 1000), shares(10, 4000)])]
+    hami, binpack = whatif.what_if(picture_of(nodes, pods), ["hami-binpack", "binpack"],
+                                   "binpack").outcomes
+    assert (hami.placed, hami.idle_cards, hami.idle_nodes, hami.shared_cards) == (3, 2, 1, 1)
+    assert (binpack.placed, binpack.idle_cards, binpack.shared_cards) == (3, 1, 2)

@@ -20,6 +20,7 @@ from allocator.ranking.policies.binpack import Binpack
 from allocator.ranking.policies.fgd import FGD
 from allocator.ranking.policies.fgd_cpu import FGDCpu
 from allocator.ranking.policies.fgd_ff import FGDFirstFit
+from allocator.ranking.policies.hami import HAMI_POLICIES
 from allocator.ranking.policies.random import Random
 from allocator.ranking.policies.spread import Spread
 from allocator.ranking.policies.usage import Usage
@@ -34,6 +35,7 @@ REGISTRY: dict[str, Policy] = {
     FGDFirstFit.name: FGDFirstFit(),
     FGDCpu.name: FGDCpu(),
     Usage.name: Usage(),
+    **{hami.name: hami() for hami in HAMI_POLICIES},
 }
 
 #: The cluster default: chosen in the openb deployed-mode replay (docs/benchmarks.md).

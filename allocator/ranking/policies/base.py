@@ -3,7 +3,8 @@
 A policy scores one candidate: the node state **before** and **after** placing (part of) a
 pod, with cluster-level context. Higher is better. The same score picks the node (prioritize)
 and the cards inside a node (greedy, one container step at a time, see
-:func:`allocator.ranking.fit.place`), so most policies are one function.
+:func:`allocator.ranking.fit.place`), so most policies are one function; a policy whose
+cards follow another rule overrides :meth:`Policy.card_score`.
 
 :class:`Policy` declares every hook the allocator may call, each with its default; a policy
 overrides only what it offers. Adding one = one file with a subclass, and one line in
@@ -116,6 +117,14 @@ class Policy(ABC):
     def score(self, before: NodeState, after: NodeState, ctx: PolicyContext) -> float:
         """Higher is better. ``after`` is ``before`` with the candidate placement applied."""
 
+    def card_score(self, before: NodeState, after: NodeState, ctx: PolicyContext) -> float:
+        """Score of one step inside a node (one container's card taken, ``after`` is
+        ``before`` with it): higher is better. For a policy that ranks nodes and cards by
+        different rules (HAMi's node and card policies).
+
+        Default: :meth:`score`, one function for both."""
+        return self.score(before, after, ctx)
+
     def node_ranker(self, ctx: PolicyContext) -> NodeRank | None:
         """Rank the nodes that fit by name alone, for this pod, instead of placing the pod on
         each of them in prioritize (cards are still chosen by :meth:`score` at bind).
@@ -154,8 +163,12 @@ class Policy(ABC):
 def chooser(policy: Policy, ctx: PolicyContext) -> Chooser:
     """The card chooser :func:`allocator.ranking.fit.place` takes, from a policy and its context."""
 
+    # Most policies keep the default card_score: call their score directly (one frame less
+    # per card tried, in the placement's inner loop).
+    step = policy.score if type(policy).card_score is Policy.card_score else policy.card_score
+
     def choose(before: NodeState, after: NodeState) -> float:
-        return policy.score(before, after, ctx)
+        return step(before, after, ctx)
 
     return choose
 
