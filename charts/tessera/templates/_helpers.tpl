@@ -44,7 +44,7 @@ helm.sh/chart: {{ printf "%s-%s" $root.Chart.Name $root.Chart.Version }}
 {{- end -}}
 
 {{/* The resources the extender manages for the agent profile: every resource the shaped
-     pods carry (tessera/agent_profiles.py NodeAgent.managed_resources; tests/deploy checks). */}}
+     pods carry (tessera/agent_profiles/node_agent.py NodeAgent.managed_resources; tests/deploy checks). */}}
 {{- define "tessera.managedResources" -}}
 {{- $names := dict
       "elastic" (list "elasticgpu.io/gpu-core" "elasticgpu.io/gpu-memory")
