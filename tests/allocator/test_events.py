@@ -16,7 +16,7 @@ from allocator.kube import events
 from allocator.kube.events import Correlator, EventSpec, Held, Limits, Write
 from allocator.kube.recorder import TICK_SECONDS, EventRecorder
 from allocator.ranking.policies import DEFAULT_POLICY
-from allocator.verbs.decisions import DecisionHooks, Fanout, PodRef, refusal_summary
+from allocator.decisions import DecisionHooks, Fanout, PodRef, refusal_summary
 
 POD = PodRef("team-a", "trainer", "uid-1")
 

@@ -14,7 +14,7 @@ from markupsafe import escape
 
 from allocator.service import page
 from allocator.service.pending import RecentRefusals
-from allocator.verbs.decisions import PodRef
+from allocator.decisions import PodRef
 
 HOSTILE = '<script>window.pwned=1</script>"\'&'
 

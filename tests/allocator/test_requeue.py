@@ -14,7 +14,7 @@ from fake_kube import FakeKube
 
 from allocator.errors import ApiError
 from allocator.service.app import Runtime
-from allocator.verbs.decisions import PodRef
+from allocator.decisions import PodRef
 from allocator.verbs.requeue import RequeueOnRelease, pod_priority, requeue_patch
 from tessera.vocabulary import PodRequest
 
