@@ -135,7 +135,7 @@ def test_a_node_whose_cards_changed_is_placed_afresh_at_bind() -> None:
     (a,) = _pods(fake, 1, request(share(core=30, mem=2000)))
     alloc = _allocator(fake)
     assert alloc.filter(a, ["n0"]).nodes == ["n0"]
-    req = alloc.pod_request(a)
+    req = alloc.reader.pod_request(a)
     # The device plugin now reports one card of another size: the hold's card may be gone,
     # so the hold cannot be claimed (and is released)...
     alloc.state.apply_node(make_node("n0", count=1, memory_mib=24000))
@@ -168,7 +168,7 @@ def test_a_request_changed_since_filter_is_placed_afresh_at_bind() -> None:
         request(whole()))
     fake.pods[("default", "p0")] = changed
     # Filter's copy of the pod gone (as after RECENT_PODS others): the bind reads the pod.
-    alloc.recall("default", "p0", "u0")
+    alloc.reader.recall("default", "p0", "u0")
     out = alloc.bind("default", "p0", "u0", "n0")
     assert out.outcome == "bound"
     view = alloc.state.view("n0")

@@ -71,9 +71,9 @@ def test_a_node_update_that_changes_no_input_of_its_cards_is_not_read_again(
     reads: list[str] = []
     inventory = state_module.inventory_of
 
-    def counting(node: Any, name: str, vocabulary: Any, agent: Any) -> Any:
+    def counting(node: Any, name: str, vocabulary: Any, agent: Any, described: Any) -> Any:
         reads.append(name)
-        return inventory(node, name, vocabulary, agent)
+        return inventory(node, name, vocabulary, agent, described)
 
     monkeypatch.setattr(state_module, "inventory_of", counting)
     node = make_node("n1", count=2)
