@@ -11,12 +11,12 @@ from alloc_harness import NOW, make_app, synced_allocator
 from builders import make_gpu_pod, make_node, request, share, whole
 from fake_kube import FakeKube
 
+from allocator.decisions import DecisionHooks, Fanout, PodRef, refusal_summary
 from allocator.errors import ApiError, BindError
 from allocator.kube import events
 from allocator.kube.events import Correlator, EventSpec, Held, Limits, Write
 from allocator.kube.recorder import TICK_SECONDS, EventRecorder
 from allocator.ranking.policies import DEFAULT_POLICY
-from allocator.decisions import DecisionHooks, Fanout, PodRef, refusal_summary
 
 POD = PodRef("team-a", "trainer", "uid-1")
 

@@ -12,6 +12,8 @@ from alloc_harness import NOW, synced_allocator
 from builders import VOCAB, make_gpu_pod, make_node, request, share, whole
 from fake_kube import FakeKube
 
+from allocator.agents.hami import HamiAgent
+from allocator.agents.port import NodeAgent
 from allocator.errors import BindError
 from allocator.hami.codec import (
     HAMI,
@@ -22,6 +24,7 @@ from allocator.hami.codec import (
     encode_lock,
     parse_lock,
 )
+from allocator.hami.described import registered_cards
 from allocator.hami.lock import LockSettings, NodeLocks, NodeLockTimeout
 from allocator.hami.register import RegisteredDevice, encode_register_json, encode_register_text
 from allocator.hami.writer import (
@@ -32,9 +35,6 @@ from allocator.hami.writer import (
     cards_of,
     read_devices,
 )
-from allocator.agents.hami import HamiAgent
-from allocator.agents.port import NodeAgent
-from allocator.hami.described import registered_cards
 from allocator.picture.inventory import read_inventory
 from tessera.agent_profiles import AgentProfile
 from tessera.dialects import DialectConfig

@@ -11,8 +11,8 @@ from builders import make_gpu_pod, request, share, whole
 from fake_kube import FakeKube
 from test_hami_bind import HAMI_PROFILE, hami_node
 
-from allocator.hami.codec import HAMI, VOLCANO_VGPU
 from allocator.hami.awaiting import AwaitingAgent
+from allocator.hami.codec import HAMI, VOLCANO_VGPU
 from allocator.verbs.core import Allocator
 from tessera.dialects import DialectConfig
 

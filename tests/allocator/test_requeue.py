@@ -12,9 +12,9 @@ from alloc_harness import make_app
 from builders import VOCAB, make_gpu_pod, make_node, request, share, whole
 from fake_kube import FakeKube
 
+from allocator.decisions import PodRef
 from allocator.errors import ApiError
 from allocator.service.app import Runtime
-from allocator.decisions import PodRef
 from allocator.verbs.requeue import RequeueOnRelease, pod_priority, requeue_patch
 from tessera.vocabulary import PodRequest
 

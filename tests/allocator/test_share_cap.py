@@ -14,8 +14,8 @@ from fake_kube import FakeKube
 
 from allocator.errors import BindError
 from allocator.hami.codec import HAMI, VOLCANO_VGPU, Flavor
-from allocator.hami.register import RegisteredDevice, encode_register_json, encode_register_text
 from allocator.hami.described import registered_cards
+from allocator.hami.register import RegisteredDevice, encode_register_json, encode_register_text
 from allocator.picture.inventory import read_inventory
 from allocator.ranking.cards import Card, CardState, NodeState, build_node_state, card_signature
 from allocator.ranking.content_memo import content_key
