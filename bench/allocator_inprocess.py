@@ -1,8 +1,8 @@
 """In-process latency of the allocator's filter and prioritize for one pod.
 
 Builds N nodes x 8 cards (a realistic mix of partly used nodes), then times
-``Allocator.filter`` and ``Allocator.prioritize`` for one pod over all node names, as the
-extender handlers call them (no HTTP, no JSON: the benchmark issue measures over HTTP).
+``Allocator.filter`` (:class:`allocator.verbs.filter.Filter`) and ``Allocator.prioritize``
+for one pod over all node names, as the extender handlers call them (no HTTP, no JSON: the benchmark issue measures over HTTP).
 
 Two regimes are reported:
 - *cold*: the per-shape caches are dropped before each call (a request shape never seen

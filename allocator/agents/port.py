@@ -27,7 +27,6 @@ from __future__ import annotations
 from collections import Counter
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import AbstractContextManager, nullcontext
-from typing import TYPE_CHECKING
 
 from allocator.agents import AgentMetadata, BindContext
 from allocator.decisions import PodRef
@@ -35,9 +34,6 @@ from allocator.hami.described import allocate_failed, registered_cards
 from allocator.picture.agent_watch import AgentWatch
 from allocator.picture.inventory import Inventory
 from tessera.agent_profiles import AgentProfile
-
-if TYPE_CHECKING:
-    from allocator.ports import Obj
 
 #: The pods bound on each node and not started yet, as the picture counts them (read only
 #: by an agent that asks for it).
@@ -52,9 +48,6 @@ class NodeAgent(AgentWatch):
 
     #: The profile the agent serves (messages, the status page).
     profile: AgentProfile = AgentProfile.ELASTIC
-    #: Whether bind reads the node's annotations for :attr:`BindContext.node_annotations
-    #: <allocator.agents.BindContext.node_annotations>` (a read the plain writers never need).
-    reads_node_at_bind: bool = False
 
     def metadata(self, ctx: BindContext) -> AgentMetadata:
         """Annotations and labels the agent reads for this bind; ``skipped`` says why it
@@ -65,11 +58,6 @@ class NodeAgent(AgentWatch):
         """Around bind's write step (the Binding). Raises
         :class:`~allocator.errors.BindError` when the bind must not go on."""
         return _NO_GUARD
-
-    def node_for_bind(self, node: str) -> Obj | None:
-        """The node as the guard last read it (None: read it), for the writer's
-        ``node_annotations``; asked only when :attr:`reads_node_at_bind`."""
-        return None
 
     def nodes_to_avoid(self, names: Sequence[str], pods_to_start: PodsToStart
                        ) -> Iterator[set[str]]:

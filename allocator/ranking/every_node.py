@@ -1,5 +1,5 @@
 """Speed: filter-best ranks every node it knows first, then looks for the best among the asked
-names (:meth:`allocator.verbs.core.Allocator._best_of_every_node`).
+names (:meth:`allocator.ranking.fast.FastRanker.best_known`).
 
 Two helpers, pure apart from a counter:
 
