@@ -2,7 +2,8 @@
 
 Builds N nodes x 8 cards (a realistic mix of partly used nodes), then times
 ``Allocator.filter`` (:class:`allocator.verbs.filter.Filter`) and ``Allocator.prioritize``
-for one pod over all node names, as the extender handlers call them (no HTTP, no JSON: the benchmark issue measures over HTTP).
+for one pod over all node names, as the extender handlers call them (no HTTP, no JSON: the
+benchmark issue measures over HTTP).
 
 Two regimes are reported:
 - *cold*: the per-shape caches are dropped before each call (a request shape never seen
