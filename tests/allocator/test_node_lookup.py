@@ -60,7 +60,7 @@ def test_a_fitting_fresh_node_is_returned_as_fitting() -> None:
 
 def test_a_known_best_node_answers_without_reading_a_name_the_watch_has_not_delivered(
         ) -> None:
-    """Filter ranks the nodes it knows first (``Allocator._best_of_every_node``): when one
+    """Filter ranks the nodes it knows first (``FastRanker.best_known``): when one
     of its best was asked it answers at once; the unknown name is read only when no known
     node answers."""
     fake = FakeKube()
