@@ -56,7 +56,11 @@ from allocator.service.config import Settings
 from allocator.service.measured_source import MeasuredSource
 from allocator.service.metrics import Metrics
 from allocator.service.pending import RecentRefusals
-from allocator.verbs.core import Allocator
+from allocator.verbs.bind import Bind
+from allocator.verbs.core import Allocator, fast_ranker
+from allocator.verbs.filter import Filter
+from allocator.verbs.prioritize import Prioritize
+from allocator.verbs.reader import PodReader
 from allocator.verbs.requeue import RequeueOnRelease, requeue_patch
 from tessera.serving.policy import error_body, error_doc
 from tessera.wire import BodyTooLarge, WireError, dump_json, read_body
@@ -186,12 +190,17 @@ def create_app(
         api.patch_pod(pod.namespace, pod.name,
                       requeue_patch(requeue_annotation, pod, f"{time.time():.6f}"))
 
-    requeue = RequeueOnRelease(lambda request, node: allocator.fits_on(request, node),
+    # The verbs, each given only its handles (allocator/verbs/): the reads they share, the
+    # ranking port, the node agent, the requeue, the decision hooks.
+    reader = PodReader(state, settings.core, clock=clock,
+                       is_leader=lambda: runtime_box[0].is_leader())
+    ranker = fast_ranker(state, settings.core, NodeLookup(api.get_node, state))
+    hooks = Fanout([recorder, refusals])
+    requeue = RequeueOnRelease(lambda request, node: filter_verb.fits_on(request, node),
                                ask_again)
-    allocator = Allocator(state, api, settings.core, clock=clock,
-                          is_leader=lambda: runtime_box[0].is_leader(), requeue=requeue,
-                          node_lookup=NodeLookup(api.get_node, state),
-                          hooks=Fanout([recorder, refusals]), agent=agent)
+    filter_verb = Filter(reader, state, ranker, agent, requeue, hooks)
+    allocator = Allocator(reader, filter_verb, Prioritize(reader, ranker),
+                          Bind(reader, state, api, agent, hooks), ranker, agent, requeue)
     state.on_release = requeue.released
     measured = (MeasuredSource(settings.measured, state, clock=clock)
                 if settings.measured.enabled else None)

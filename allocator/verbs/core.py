@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
 from functools import partial
 from typing import Any
 
@@ -33,41 +34,34 @@ from allocator.verbs.filter import Filter
 from allocator.verbs.prioritize import Prioritize
 from allocator.verbs.reader import PodReader
 from allocator.verbs.requeue import RequeueOnRelease
-from tessera.vocabulary import PodRequest
 
-__all__ = ["HOLD_SECONDS", "Allocator", "AllocatorConfig", "node_states"]
+__all__ = ["HOLD_SECONDS", "Allocator", "AllocatorConfig", "assemble", "fast_ranker",
+           "node_states"]
 
 
+@dataclass(frozen=True)
 class Allocator:
-    """The three verbs and their shared reader, built once (the app factory does it)."""
+    """The facade the HTTP shell calls: the three verbs and what they share, built once by
+    the app factory (:func:`allocator.service.app.create_app`; tests use :func:`assemble`)."""
 
-    def __init__(
-        self,
-        state: ClusterState,
-        api: KubeApi,
-        config: AllocatorConfig,
-        *,
-        clock: Callable[[], float] = time.time,
-        is_leader: Callable[[], bool] = lambda: True,
-        requeue: RequeueOnRelease | None = None,
-        node_lookup: NodeLookup | None = None,
-        hooks: DecisionHooks = NO_HOOKS,
-        ranker: Ranker | None = None,
-        agent: NodeAgent | None = None,
-    ) -> None:
-        self.state = state
-        self.config = config
-        #: The verbs' shared reads (readiness, the pod's request and policy, the mix).
-        self.reader = PodReader(state, config, clock=clock, is_leader=is_leader)
-        #: Which nodes fit a request, and their scores (the ranking port).
-        self.ranker: Ranker = ranker or _fast_ranker(state, config, node_lookup)
-        #: The cluster's node agent (the node-agent port).
-        self.agent = agent or agent_for(AgentSetup(config.dialects, api, clock))
-        #: Pods left with no node for lack of room, asked again on a release (None: off).
-        self.requeue = requeue
-        self.filter = Filter(self.reader, state, self.ranker, self.agent, requeue, hooks)
-        self.prioritizer = Prioritize(self.reader, self.ranker)
-        self.bind = Bind(self.reader, state, api, self.agent, hooks)
+    reader: PodReader
+    filter: Filter
+    prioritizer: Prioritize
+    bind: Bind
+    #: Which nodes fit a request, and their scores (the ranking port).
+    ranker: Ranker
+    #: The cluster's node agent (the node-agent port).
+    agent: NodeAgent
+    #: Pods left with no node for lack of room, asked again on a release (None: off).
+    requeue: RequeueOnRelease | None = None
+
+    @property
+    def state(self) -> ClusterState:
+        return self.reader.state
+
+    @property
+    def config(self) -> AllocatorConfig:
+        return self.reader.config
 
     @property
     def clock(self) -> Callable[[], float]:
@@ -78,10 +72,6 @@ class Allocator:
 
     def expire_holds(self) -> None:
         self.reader.expire_holds()
-
-    def fits_on(self, request: PodRequest, node: str) -> bool:
-        """Whether a pod of ``request`` fits on ``node`` now (the requeue's question)."""
-        return self.filter.fits_on(request, node)
 
     def prioritize(self, pod: Mapping[str, Any], names: Sequence[str]) -> list[tuple[str, int]]:
         return list(zip(names, self.scores(pod, names), strict=True))
@@ -95,12 +85,35 @@ class Allocator:
         return self.prioritizer.scores_cpu_only(pod, names)
 
 
+def assemble(
+    state: ClusterState,
+    api: KubeApi,
+    config: AllocatorConfig,
+    *,
+    clock: Callable[[], float] = time.time,
+    is_leader: Callable[[], bool] = lambda: True,
+    requeue: RequeueOnRelease | None = None,
+    node_lookup: NodeLookup | None = None,
+    hooks: DecisionHooks = NO_HOOKS,
+    ranker: Ranker | None = None,
+    agent: NodeAgent | None = None,
+) -> Allocator:
+    """The verbs over ``state``, each given its handles (the app factory wires the same by
+    hand; ``ranker``: the shipped fast one by default; ``agent``: the profile's)."""
+    reader = PodReader(state, config, clock=clock, is_leader=is_leader)
+    ranker = ranker or fast_ranker(state, config, node_lookup)
+    agent = agent or agent_for(AgentSetup(config.dialects, api, clock))
+    return Allocator(reader, Filter(reader, state, ranker, agent, requeue, hooks),
+                     Prioritize(reader, ranker), Bind(reader, state, api, agent, hooks),
+                     ranker, agent, requeue)
+
+
 def node_states(state: ClusterState, names: Sequence[str]) -> list[NodeState | None]:
     """Each named node's cards and usage (None: a node the picture does not know)."""
     return [None if view is None else view.state for view in state.views(names)]
 
 
-def _fast_ranker(state: ClusterState, config: AllocatorConfig, node_lookup: NodeLookup | None
+def fast_ranker(state: ClusterState, config: AllocatorConfig, node_lookup: NodeLookup | None
                  ) -> FastRanker:
     """The shipped ranker, its memo told every change of the picture."""
     memo = NodeContents()

@@ -13,7 +13,7 @@ from allocator.picture.requests import BOUND_ACTIVE_PODS, pod_usage
 from allocator.picture.state import ClusterState
 from allocator.service.app import EXTENSION, Runtime, create_app
 from allocator.service.config import Settings
-from allocator.verbs.core import Allocator, AllocatorConfig
+from allocator.verbs.core import Allocator, AllocatorConfig, assemble
 
 NOW = 1_700_000_000.0
 
@@ -33,7 +33,7 @@ def synced_allocator(fake: FakeKube, **config: Any) -> Allocator:
     agent = agent_for(AgentSetup(settings.dialects, fake, lambda: NOW))
     state = ClusterState(VOCAB, watch=agent)
     sync(state, fake)
-    return Allocator(state, fake, settings, clock=lambda: NOW, agent=agent, **handles)
+    return assemble(state, fake, settings, clock=lambda: NOW, agent=agent, **handles)
 
 
 def make_app(fake: FakeKube, synced: bool = True, **settings: Any) -> tuple[Flask, Runtime]:

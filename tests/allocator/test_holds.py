@@ -21,7 +21,7 @@ from allocator.picture.records import Stage
 from allocator.picture.state import ClusterState
 from allocator.service.app import EXTENSION, Runtime, create_app
 from allocator.service.config import Settings
-from allocator.verbs.core import Allocator, AllocatorConfig
+from allocator.verbs.core import Allocator, AllocatorConfig, assemble
 from tessera.vocabulary import (
     PodRequest,
     decode_allocation,
@@ -41,7 +41,7 @@ class Clock:
 def _allocator(fake: FakeKube, clock: Clock | None = None, **config: Any) -> Allocator:
     state = ClusterState(VOCAB)
     sync(state, fake)
-    return Allocator(state, fake, AllocatorConfig(**config), clock=clock or Clock())
+    return assemble(state, fake, AllocatorConfig(**config), clock=clock or Clock())
 
 
 def _pods(fake: FakeKube, count: int, req: PodRequest) -> list[dict[str, Any]]:

@@ -16,7 +16,7 @@ from allocator.picture.names import NodeNames
 from allocator.picture.state import ClusterState
 from allocator.ranking.content_memo import NodeContents
 from allocator.ranking.fast import FastRanker
-from allocator.verbs.core import Allocator, AllocatorConfig
+from allocator.verbs.core import AllocatorConfig, assemble
 
 
 def _fresh(name: str) -> str:
@@ -53,7 +53,7 @@ def test_filter_answers_with_the_names_asked_for() -> None:
     state = ClusterState(VOCAB)
     state.replace_nodes([make_node(f"n{i}", count=2) for i in range(3)])
     state.mark_synced()
-    allocator = Allocator(state, api=NullApi(),
+    allocator = assemble(state, api=NullApi(),
                           config=AllocatorConfig(filter_best=False))
     asked = [_fresh("n0"), _fresh("n1"), "ghost", _fresh("n2")]
     out = allocator.filter(make_gpu_pod("p", request(share(core=30, mem=1000)), uid="u"), asked)

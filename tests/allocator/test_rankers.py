@@ -6,6 +6,7 @@ seed."""
 from __future__ import annotations
 
 import random
+from dataclasses import replace
 from functools import partial
 from typing import Any
 
@@ -22,6 +23,8 @@ from allocator.ranking.plain import PlainRanker
 from allocator.ranking.policies import REGISTRY, get_policy
 from allocator.service.app import Runtime
 from allocator.verbs.core import AllocatorConfig, node_states
+from allocator.verbs.filter import Filter
+from allocator.verbs.prioritize import Prioritize
 from tessera.vocabulary import Allocation, ContainerAllocation, ContainerRequest, PodRequest
 
 POLICIES = sorted(REGISTRY)
@@ -190,8 +193,12 @@ def test_the_verbs_answer_alike_over_either_ranker(policy_name: str, caps: bool)
                        caps=caps)
     plain_rt = _cluster(random.Random(f"verbs-{policy_name}"), policy_name, hold_seconds=15,
                         caps=caps)
-    plain_rt.allocator.ranker = PlainRanker(partial(node_states, plain_rt.state),
-                                            facts=plain_rt.state.resources.view())
+    a = plain_rt.allocator
+    plain = PlainRanker(partial(node_states, plain_rt.state), facts=a.state.resources.view())
+    plain_rt.allocator = replace(  # the same reader (its mix), the verbs over the plain ranker
+        a, ranker=plain,
+        filter=Filter(a.reader, a.state, plain, a.agent, a.requeue, a.filter.hooks),
+        prioritizer=Prioritize(a.reader, plain))
     rng = random.Random(policy_name)
     everyone = fast_rt.state.node_names()
     assert everyone == plain_rt.state.node_names()

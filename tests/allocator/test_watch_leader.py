@@ -13,7 +13,7 @@ from allocator.errors import ApiError, Conflict
 from allocator.kube.leader import LeaderElector
 from allocator.picture.state import ClusterState
 from allocator.picture.watch import Reflector, initial_sync, reflectors
-from allocator.verbs.core import Allocator, AllocatorConfig
+from allocator.verbs.core import AllocatorConfig, assemble
 from tessera.vocabulary import Allocation, ContainerAllocation, encode_allocation
 
 
@@ -155,7 +155,7 @@ def test_node_changes_update_the_inventory_and_deleted_nodes_disappear() -> None
 def test_a_fresh_reservation_survives_a_stale_watch_event() -> None:
     fake, state, _nodes, _pods, _ = _setup(bound_pods=False)
     fake.add_pod(make_gpu_pod("a", request(whole()), uid="u-a"))
-    alloc = Allocator(state, fake, AllocatorConfig(), clock=lambda: NOW)  # the watched state
+    alloc = assemble(state, fake, AllocatorConfig(), clock=lambda: NOW)  # the watched state
     alloc.bind("default", "a", "u-a", "n1")
     # Replay the pod's old ADDED event (no nodeName, no record): the cards stay taken.
     state.apply_pod(make_gpu_pod("a", request(whole()), uid="u-a"))

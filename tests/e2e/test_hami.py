@@ -28,7 +28,7 @@ from allocator.hami.codec import HAMI, encode_lock, parse_lock
 from allocator.hami.lock import LockSettings
 from allocator.kube.client import KubeClient
 from allocator.picture.state import ClusterState
-from allocator.verbs.core import Allocator, AllocatorConfig
+from allocator.verbs.core import Allocator, AllocatorConfig, assemble
 from devcluster.binaries import Binaries, repo_root
 from devcluster.cluster import DevCluster
 from devcluster.hami_node import HamiNode, fake_devices, node_envs, visible
@@ -63,7 +63,7 @@ def _allocator(cluster: DevCluster, api: KubeClient,
     state.replace_nodes(api.list_nodes()[0])
     state.replace_pods(api.list_pods(cluster.vocabulary.gpu_pod_selector)[0])
     state.mark_synced()
-    return Allocator(state, api, config, clock=clock, agent=agent)
+    return assemble(state, api, config, clock=clock, agent=agent)
 
 
 ALL_DIALECTS = (f"--dialects={','.join(Dialect)}",)
