@@ -5,13 +5,13 @@ The folders, from the pure core out to the edges:
 - :mod:`allocator.ranking` — whether a request fits a node (``fit``), how a policy scores it
   (``policies``), the live workload mix, and the speed machinery (``content_memo``,
   ``every_node``) that answers once per distinct node content. Pure but for the memo's arrays.
+- :mod:`allocator.picture` — the cluster picture: a node's cards (``inventory``) and CPU/memory
+  (``resources``), the thread-safe ``state`` fed by list/watch (``watch``), ``nodelookup``.
 - :mod:`allocator.agents` — the node-agent port (``port``: everything an agent may change) and
   its agents (``profiles``): the plain one and HAMi's; the annotations and labels each agent
   reads, written at bind (pure).
 - :mod:`allocator.hami` — HAMi's formats, node lock, waiting list and adoption, used by its
   agent.
-- :mod:`allocator.picture` — the cluster picture: a node's cards (``inventory``) and CPU/memory
-  (``resources``), the thread-safe ``state`` fed by list/watch (``watch``), ``nodelookup``.
 - :mod:`allocator.verbs` — filter, prioritize and bind, each an object holding its handles, and
   the reads they share (``reader``).
 - :mod:`allocator.kube` — the API adapters: ``client`` (the only importer of ``kubernetes``),
