@@ -7,11 +7,10 @@ The folders, from the pure core out to the edges:
   ``every_node``) that answers once per distinct node content. Pure but for the memo's arrays.
 - :mod:`allocator.picture` — the cluster picture: a node's cards (``inventory``) and CPU/memory
   (``resources``), the thread-safe ``state`` fed by list/watch (``watch``), ``nodelookup``.
-- :mod:`allocator.agents` — the node-agent port (``port``: everything an agent may change) and
-  its agents (``profiles``): the plain one and HAMi's; the annotations and labels each agent
-  reads, written at bind (pure).
-- :mod:`allocator.hami` — HAMi's formats, node lock, waiting list and adoption, used by its
-  agent.
+- the agents' folders — the node-agent port (``agents.port``: everything an agent may change)
+  and the agents (``agents.profiles``: one per profile), the annotations and labels each agent
+  reads, written at bind (pure); beside them, one folder per agent that needs more than a
+  writer (its formats, node lock, waiting list, adoption).
 - :mod:`allocator.verbs` — filter, prioritize and bind, each an object holding its handles, and
   the reads they share (``reader``).
 - :mod:`allocator.kube` — the API adapters: ``client`` (the only importer of ``kubernetes``),
