@@ -1,8 +1,9 @@
 """In-process latency of the allocator's filter and prioritize for one pod.
 
 Builds N nodes x 8 cards (a realistic mix of partly used nodes), then times
-``Allocator.filter`` and ``Allocator.prioritize`` for one pod over all node names, as the
-extender handlers call them (no HTTP, no JSON: the benchmark issue measures over HTTP).
+``Allocator.filter`` (:class:`allocator.verbs.filter.Filter`) and ``Allocator.prioritize``
+for one pod over all node names, as the extender handlers call them (no HTTP, no JSON: the
+benchmark issue measures over HTTP).
 
 Two regimes are reported:
 - *cold*: the per-shape caches are dropped before each call (a request shape never seen
@@ -52,7 +53,7 @@ from allocator.picture.state import ClusterState
 from allocator.ranking.fast import FastRanker
 from allocator.service import page
 from allocator.service.metrics import Metrics
-from allocator.verbs.core import Allocator, AllocatorConfig
+from allocator.verbs.core import Allocator, AllocatorConfig, assemble
 from tessera.vocabulary import (
     Allocation,
     ContainerAllocation,
@@ -284,7 +285,7 @@ def run_interleaved(n: int, request: PodRequest, repeat: int, policy: str, cpu: 
         state = build_state(n, rng, cpu)
         if measured:
             apply_measured(state, random.Random(43))
-        allocator = Allocator(state, api=None,  # type: ignore[arg-type]  # no binds here
+        allocator = assemble(state, api=None,  # type: ignore[arg-type]  # no binds here
                               config=AllocatorConfig(default_policy=policy))
         names = state.node_names()
         if cpu:
@@ -317,7 +318,7 @@ def run_size(n: int, shapes: dict[str, PodRequest], repeat: int, policy: str, cp
     state = build_state(n, rng, cpu)
     if measured:
         apply_measured(state, random.Random(43))
-    allocator = Allocator(state, api=None,  # type: ignore[arg-type]  # no binds here
+    allocator = assemble(state, api=None,  # type: ignore[arg-type]  # no binds here
                           config=AllocatorConfig(default_policy=policy) if node_resources
                           else AllocatorConfig(default_policy=policy, node_resources=False))
     names = state.node_names()

@@ -24,6 +24,7 @@ from dataclasses import dataclass, field, replace
 from functools import cached_property
 from typing import Any
 
+from allocator.agents.port import NodeAgent
 from allocator.picture.inventory import read_inventory
 from allocator.picture.measured import (
     MeasuredConfig,
@@ -43,6 +44,10 @@ from tessera.vocabulary import (
     RequestError,
     decode_allocation,
 )
+
+#: A node's cards as its device plugin registers them, read for every node as the allocator's
+#: agents read them (the node-agent port's default, allocator/agents/port.py).
+_DESCRIBED = NodeAgent().describe
 
 TERMINAL_PHASES = frozenset({"Succeeded", "Failed"})
 
@@ -222,7 +227,7 @@ def build_picture(nodes: Iterable[Mapping[str, Any]], pods: Iterable[Mapping[str
     for node in nodes:
         meta = node.get("metadata") or {}
         name = str(meta.get("name") or "")
-        inventory = read_inventory(node, config.vocabulary)
+        inventory = read_inventory(node, config.vocabulary, own_description=_DESCRIBED)
         if not name or (not inventory.cards and not inventory.problem
                         and name not in by_node):
             continue

@@ -10,7 +10,9 @@ its node's agent cannot start. The admission webhook refuses such pods first
 admitted without it. The clock is passed in.
 
 Adding an agent: a writer ``(BindContext) -> AgentMetadata`` and the test of an annotation key
-it owns, as one :class:`AgentWriter` entry of :data:`WRITERS`.
+it owns, as one :class:`AgentWriter` entry of :data:`WRITERS`, and its entry in
+:data:`allocator.agents.profiles.AGENTS` (an agent that needs more than a writer is a
+:class:`allocator.agents.port.NodeAgent` of its own: :mod:`allocator.agents.port`).
 
 Upstream sources of the keys:
 
@@ -48,7 +50,7 @@ from dataclasses import dataclass, field
 from typing import Any, Final
 
 from allocator.ranking.cards import Card
-from tessera.agent_profiles import AgentProfile
+from tessera.agent_profiles import MIB_PER_GIB, AgentProfile
 from tessera.vocabulary import Allocation, Vocabulary
 
 NANO_CONTAINER = "nano-gpu/container-{}"
@@ -85,12 +87,6 @@ class BindContext:
     vocabulary: Vocabulary
     #: Unix nanoseconds at bind.
     now_ns: int
-    #: MiB per unit of the Aliyun gpushare device plugin.
-    aliyun_unit_mib: int = 1024
-    #: The node's annotations as the bind read them (HAMi's register annotation: card UUIDs).
-    node_annotations: Mapping[str, str] = field(default_factory=dict)
-    #: HAMi's flavor (allocator.hami.codec.FLAVORS) when it differs from the profile's own.
-    hami_flavor: str = ""
 
 
 @dataclass(frozen=True)
@@ -147,7 +143,9 @@ def _aliyun_problem(ctx: BindContext) -> str:
     return ""
 
 
-def _aliyun(ctx: BindContext) -> AgentMetadata:
+def aliyun_writer(ctx: BindContext, unit_mib: int = MIB_PER_GIB) -> AgentMetadata:
+    """gpushare's annotations, memory in the plugin's unit of ``unit_mib`` MiB (the unit the
+    aliyun agent is built with: ``DialectConfig.aliyun_memory_unit_mib``)."""
     out = AgentMetadata()
     problem = _aliyun_problem(ctx)
     (index, *_) = ctx.allocation.card_indices() or (-1,)
@@ -157,7 +155,7 @@ def _aliyun(ctx: BindContext) -> AgentMetadata:
     if problem or card is None:
         out.skipped[AgentProfile.ALIYUN] = problem
         return out
-    unit = ctx.aliyun_unit_mib
+    unit = unit_mib
     pod_mib = sum(c.memory_mib for c in ctx.allocation.containers)
     out.annotations.update({
         ALIYUN_IDX: str(card.index),
@@ -176,11 +174,12 @@ def _aliyun_owns(key: str, _vocabulary: Vocabulary) -> bool:
 
 
 #: The writer of each agent profile. A profile without an entry cannot be configured
-#: (:func:`writer`); the HAMi and Volcano vGPU writers register here.
+#: (:func:`writer`); the HAMi and Volcano vGPU writers register here (their agent writes with
+#: the node it reads at bind, :class:`allocator.agents.hami.HamiAgent`).
 WRITERS: dict[AgentProfile, AgentWriter] = {
     AgentProfile.ELASTIC: AgentWriter(_elastic, _elastic_owns),
     AgentProfile.NANO_GPU: AgentWriter(_nano, _nano_owns),
-    AgentProfile.ALIYUN: AgentWriter(_aliyun, _aliyun_owns),
+    AgentProfile.ALIYUN: AgentWriter(aliyun_writer, _aliyun_owns),
 }
 
 

@@ -1,32 +1,50 @@
-"""The writers of the ``hami`` and ``volcano-vgpu`` agent profiles (pure): HAMi's pod
-annotations for the allocation, from the node's register annotation (allocator/hami/,
-docs/hami.md). The node lock is taken around the write step by the bind
-(:mod:`allocator.hami.lock`)."""
+"""The ``hami`` and ``volcano-vgpu`` node agents: HAMi's device plugin and Volcano's vGPU
+plugin (allocator/hami/, docs/hami.md).
+
+:class:`HamiAgent` owns everything the allocator does for them: the flavor (its keys,
+:data:`allocator.hami.codec.FLAVORS`), the node locks taken around bind's write step
+(:mod:`allocator.hami.lock`), the waiting list of pods bound and not started yet
+(:mod:`allocator.hami.awaiting`) and filter's preference for nodes with none, the pods
+another HAMi scheduler placed, adopted at start (:mod:`allocator.hami.adopt`), and the pod
+annotations written at bind, from the node's register annotation (the writers below, pure).
+"""
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from typing import Final
+import logging
+import threading
+from collections import Counter
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from contextlib import contextmanager
+from typing import Any, Final
 
 from allocator.agents import AgentMetadata, AgentWriter, BindContext
-from allocator.hami.codec import FLAVORS, HAMI, VOLCANO_VGPU, Flavor
+from allocator.agents.port import NodeAgent, PodsToStart
+from allocator.decisions import PodRef
+from allocator.errors import ApiError, BindError
+from allocator.hami.adopt import adopt_placed_pods
+from allocator.hami.awaiting import AwaitingAgent
+from allocator.hami.codec import HAMI, VOLCANO_VGPU, Flavor
+from allocator.hami.lock import NodeLocks, NodeLockTimeout
 from allocator.hami.writer import all_keys, bind_annotations, bind_labels, read_devices
+from allocator.ports import KubeApi
 from tessera.agent_profiles import AgentProfile
 from tessera.vocabulary import Vocabulary
 
+logger = logging.getLogger(__name__)
 
-def _writer(profile: AgentProfile, default: Flavor) -> Callable[[BindContext], AgentMetadata]:
-    def write(ctx: BindContext) -> AgentMetadata:
-        flavor = FLAVORS.get(ctx.hami_flavor) or default
-        devices = read_devices(ctx.node_annotations, flavor)
-        if devices is None or devices.problem:
-            why = devices.problem if devices else f"node has no {flavor.register_key}"
-            return AgentMetadata(skipped={profile: why})
-        written = bind_annotations(ctx.allocation, ctx.pod, devices, flavor, ctx.now_ns / 1e9)
-        if isinstance(written, str):
-            return AgentMetadata(skipped={profile: written})
-        return AgentMetadata(annotations=written, labels=bind_labels(ctx.allocation.node, flavor))
-    return write
+def write_for(profile: AgentProfile, flavor: Flavor, annotations: Mapping[str, str],
+              ctx: BindContext) -> AgentMetadata:
+    """HAMi's pod annotations for the allocation, the node's register annotation read from
+    its ``annotations``; ``skipped`` says why they cannot be written."""
+    devices = read_devices(annotations, flavor)
+    if devices is None or devices.problem:
+        why = devices.problem if devices else f"node has no {flavor.register_key}"
+        return AgentMetadata(skipped={profile: why})
+    written = bind_annotations(ctx.allocation, ctx.pod, devices, flavor, ctx.now_ns / 1e9)
+    if isinstance(written, str):
+        return AgentMetadata(skipped={profile: written})
+    return AgentMetadata(annotations=written, labels=bind_labels(ctx.allocation.node, flavor))
 
 
 def _owns(flavor: Flavor) -> Callable[[str, Vocabulary], bool]:
@@ -37,8 +55,110 @@ def _owns(flavor: Flavor) -> Callable[[str, Vocabulary], bool]:
     return owns
 
 
+def _no_node(profile: AgentProfile, flavor: Flavor) -> Callable[[BindContext], AgentMetadata]:
+    """The writer as the registry lists it (the agent itself writes with the node read)."""
+    return lambda ctx: write_for(profile, flavor, {}, ctx)
+
+
 HAMI_WRITERS: Final = {
-    AgentProfile.HAMI: AgentWriter(_writer(AgentProfile.HAMI, HAMI), _owns(HAMI)),
-    AgentProfile.VOLCANO_VGPU: AgentWriter(_writer(AgentProfile.VOLCANO_VGPU, VOLCANO_VGPU),
+    AgentProfile.HAMI: AgentWriter(_no_node(AgentProfile.HAMI, HAMI), _owns(HAMI)),
+    AgentProfile.VOLCANO_VGPU: AgentWriter(_no_node(AgentProfile.VOLCANO_VGPU, VOLCANO_VGPU),
                                            _owns(VOLCANO_VGPU)),
 }
+
+
+class HamiAgent(NodeAgent):
+    """HAMi's plugins: one pod at a time per node, behind the node's lock."""
+
+    def __init__(self, profile: AgentProfile, flavor: Flavor, api: KubeApi, vocabulary:
+                 Vocabulary, clock: Callable[[], float]) -> None:
+        self.profile = profile
+        #: The flavor the cluster's plugin speaks (an older one: ``--hami-agent``).
+        self.flavor = flavor
+        self.api = api
+        self.vocabulary = vocabulary
+        self.locks = NodeLocks(api, flavor, clock=clock)
+        #: Pods bound and not started yet (told by the picture under its lock, and by our
+        #: binds: guarded by this lock too).
+        self.waiting = AwaitingAgent()
+        self._waiting_lock = threading.Lock()
+
+    # ------------------------------------------------------------------ bind
+    def metadata(self, ctx: BindContext) -> AgentMetadata:
+        return write_for(self.profile, self.flavor, self._node_annotations(ctx.allocation.node),
+                         ctx)
+
+    def _node_annotations(self, node: str) -> Mapping[str, str]:
+        """The node's annotations as etcd has them now (its register annotation names the
+        cards' UUIDs): the node as the lock just read it, else a read."""
+        try:
+            obj = self.locks.seen(node) or self.api.get_node(node) or {}
+        except ApiError as exc:
+            raise BindError(f"reading node {node} failed: {exc}") from exc
+        annotations: Mapping[str, str] = (obj.get("metadata") or {}).get("annotations") or {}
+        return annotations
+
+    @contextmanager
+    def guard(self, pod: PodRef, node: str) -> Iterator[None]:
+        """HAMi's node lock around the write step, left held when the pod is bound (the
+        device plugin releases it after Allocate) and given back when it is not."""
+        with self._waiting_lock:
+            self.waiting.bound(pod.uid, node)  # filter prefers other nodes from now
+        try:
+            self.locks.acquire(node, pod.namespace, pod.name)
+        except NodeLockTimeout as exc:
+            raise BindError(str(exc)) from exc
+        except ApiError as exc:
+            raise BindError(f"taking HAMi's lock on node {node} failed: {exc}") from exc
+        try:
+            yield
+        except BaseException:
+            self.locks.release(node, pod.namespace, pod.name)
+            raise
+
+    # ------------------------------------------------------------------ filter
+    def nodes_to_avoid(self, names: Sequence[str], pods_to_start: PodsToStart
+                       ) -> Iterator[set[str]]:
+        """Every node whose agent has a pod to start, then those with more than the fewest,
+        and so on: the plugin starts one pod at a time per node, so a bind to a node with
+        pods to start waits for them."""
+        if len(names) < 2:
+            return
+        queued = pods_to_start()
+        for depth in sorted(set(queued.values())):
+            yield {node for node, count in queued.items() if count >= depth}
+
+    def answer(self, nodes: list[str]) -> list[str]:
+        """Tied nodes answered by the first (kube-scheduler's order starts at a node it moves
+        on each cycle): held at once, the filters that follow leave that node to its bind,
+        where kube-scheduler's choice among ties would reach the picture only with the
+        bind, after a burst of filters had chosen the same node and queued at its lock."""
+        return nodes[:1]
+
+    # ------------------------------------------------------------------ start
+    def adopt(self) -> None:
+        try:
+            adopt_placed_pods(self.api, self.vocabulary, self.flavor)
+        except ApiError as exc:
+            logger.warning("adopting pods another HAMi scheduler placed failed: %s", exc)
+
+    # ------------------------------------------------------------------ the waiting list
+    def node_seen(self, node: str, annotations: Mapping[str, str]) -> None:
+        with self._waiting_lock:
+            self.waiting.node_seen(node, annotations)
+
+    def node_gone(self, node: str) -> None:
+        with self._waiting_lock:
+            self.waiting.node_gone(node)
+
+    def pod_seen(self, uid: str, pod: Mapping[str, Any]) -> None:
+        with self._waiting_lock:
+            self.waiting.seen(uid, pod)
+
+    def pod_gone(self, uid: str) -> None:
+        with self._waiting_lock:
+            self.waiting.gone(uid)
+
+    def waiting_by_node(self) -> Counter[str]:
+        with self._waiting_lock:
+            return self.waiting.by_node()

@@ -244,7 +244,8 @@ class KubeClient:
 
     def patch_node(self, name: str, patch: Obj) -> Obj:
         # JSON merge patch; a metadata.resourceVersion in it is a precondition (409 when the
-        # node changed), which HAMi's node lock relies on (allocator.hami.lock).
+        # node changed), which a node agent's lock around bind's write relies on (the
+        # guard of allocator/agents/port.py).
         return self._json("PATCH", "/api/v1/nodes/" + quote(name, safe=""), body=patch,
                           content_type="application/merge-patch+json")
 

@@ -31,7 +31,7 @@ from datetime import UTC, datetime
 from enum import StrEnum
 from typing import Any
 
-from allocator.verbs.decisions import PodRef
+from allocator.decisions import PodRef
 
 #: ``reportingController``; ``kubectl describe`` shows it in the ``From`` column.
 REPORTING_CONTROLLER = "tessera-allocator"

@@ -18,11 +18,11 @@ import threading
 import time
 from collections.abc import Callable, Mapping
 
+from allocator.decisions import DecisionHooks, PodRef, refusal_summary
 from allocator.errors import ApiError, NotFound
 from allocator.kube import events
 from allocator.kube.events import Correlator, EventSpec, Held, Write
 from allocator.ports import KubeApi
-from allocator.verbs.decisions import DecisionHooks, PodRef, refusal_summary
 
 logger = logging.getLogger(__name__)
 

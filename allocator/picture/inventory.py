@@ -2,9 +2,9 @@
 
 Four sources, most precise first:
 
-0. HAMi's device plugin register annotation (``hami.io/node-nvidia-register``, or volcano-vgpu's
-   ``volcano.sh/node-vgpu-register``): what the node agent itself serves, unhealthy and
-   cordoned cards left out (:mod:`allocator.hami.writer`);
+0. the node agent's own description, when it writes one (:meth:`allocator.picture.
+   agent_watch.AgentWatch.describe`: a device plugin's register annotation, what the node
+   agent itself serves, unhealthy and cordoned cards left out);
 1. the node annotation :attr:`Vocabulary.node_cards_annotation` — a JSON list of
    ``{"index", "model", "memoryMiB"}``, one per card; the only source that describes nodes
    with cards of different sizes or models;
@@ -16,20 +16,17 @@ Four sources, most precise first:
    nano-gpu-agent ``nano-gpu/gpu-percent`` / 100 cards (no memory: give it by GFD labels or
    the annotation); gpushare ``aliyun.com/gpu-count`` cards and ``aliyun.com/gpu-mem`` in its
    unit; volcano-vgpu ``volcano.sh/vgpu-cores`` / 100 cards and ``volcano.sh/vgpu-memory``
-   MiB. HAMi's count is cards x split count: its nodes are described by HAMi's register
-   annotation. The model then comes from :attr:`Vocabulary.node_model_label` or the GFD
-   product label.
+   MiB. A count of cards x split count is left to source 0. The model then comes from
+   :attr:`Vocabulary.node_model_label` or the GFD product label.
 """
 
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any, Final
 
-from allocator.hami.codec import HAMI, VOLCANO_VGPU
-from allocator.hami.writer import cards_of, read_devices
 from allocator.ranking.cards import Card
 from tessera.agent_profiles import Capacity, NodeAgent
 from tessera.vocabulary import (
@@ -53,7 +50,7 @@ class Inventory:
     """The cards of one node, where that description came from, and any problem reading it."""
 
     cards: tuple[Card, ...]
-    source: str  # "annotation" | "gfd" | "allocatable" | "none"
+    source: str  # "annotation" | "gfd" | "allocatable" | "none" | the agent's own name
     problem: str = ""
 
 
@@ -109,24 +106,28 @@ def _cards_from_annotation(text: str) -> tuple[Card, ...]:
     return tuple(sorted(cards, key=lambda c: c.index))
 
 
+#: The node agent's own description of a node's cards, from the node's annotations (source 0).
+Described = Callable[[Mapping[str, str]], "Inventory | None"]
+
+
 def read_inventory(node: Mapping[str, Any], vocabulary: Vocabulary,
-                   agent: NodeAgent | None = None) -> Inventory:
-    """The node's cards (``agent``: the cluster's node agent, elastic-gpu-agent by default).
-    A node without GPU resources has none and no problem; a description that cannot be read
-    is a problem (and the next source is tried)."""
+                   agent: NodeAgent | None = None, own_description: Described | None = None
+                   ) -> Inventory:
+    """The node's cards (``agent``: the cluster's node agent, elastic-gpu-agent by default;
+    ``own_description``: its own description, source 0). A node without GPU resources has none and
+    no problem; a description that cannot be read is a problem (and the next source is
+    tried)."""
     meta = node.get("metadata") or {}
     annotations: Mapping[str, str] = meta.get("annotations") or {}
     labels: Mapping[str, str] = meta.get("labels") or {}
     allocatable: Mapping[str, Any] = (node.get("status") or {}).get("allocatable") or {}
 
     problem = ""
-    for flavor in (HAMI, VOLCANO_VGPU):
-        devices = read_devices(annotations, flavor)
-        if devices is not None:
-            if not devices.problem:
-                return Inventory(cards_of(devices), "hami")
-            problem = devices.problem
-            break
+    own = own_description(annotations) if own_description is not None else None
+    if own is not None:
+        if not own.problem:
+            return own
+        problem = own.problem
     described = annotations.get(vocabulary.node_cards_annotation)
     if described is not None:
         try:

@@ -14,7 +14,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from allocator.picture.inventory import Inventory, read_inventory
+from allocator.picture.inventory import Described, Inventory, read_inventory
 from allocator.ranking.cards import Card, NodeState
 from tessera.agent_profiles import NodeAgent
 from tessera.vocabulary import Vocabulary
@@ -117,12 +117,12 @@ class NodeTable:
 
 
 def inventory_of(node: Mapping[str, Any], name: str, vocabulary: Vocabulary,
-                 agent: NodeAgent) -> Inventory:
+                 agent: NodeAgent, described: Described | None = None) -> Inventory:
     """The node's cards. Never raises: read_inventory reports what it cannot read as a
     problem; anything else is a bug, and one node must still not stop the node list or watch
     (no cards, the reason in ``/status``)."""
     try:
-        return read_inventory(node, vocabulary, agent)
+        return read_inventory(node, vocabulary, agent, described)
     except Exception as exc:
         logger.exception("node %s: inventory unreadable", name, extra={"node": name})
         return Inventory((), "none", f"inventory unreadable: {type(exc).__name__}: {exc}")

@@ -17,7 +17,6 @@ import logging
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-from allocator.hami.writer import bind_failed_for_any as hami_bind_failed
 from allocator.picture.holds import Hold
 from allocator.picture.inventory import Inventory
 from allocator.picture.measured import (
@@ -49,11 +48,13 @@ class ClusterState(PictureTables):
             return
         name = self.names.intern(name)
         with self._lock:
-            self._awaiting.node_seen(name, (node.get("metadata") or {}).get("annotations") or {})
+            self._agent_watch.node_seen(
+                name, (node.get("metadata") or {}).get("annotations") or {})
         inputs = read_from(node)
         if self._nodes.unchanged(name, inputs):
             return  # nothing the cards or the CPU are read from has changed
-        inv = inventory_of(node, name, self.vocabulary, self.agent)
+        inv = inventory_of(node, name, self.vocabulary, self.agent,
+                           self._agent_watch.describe)
         with self._lock:
             looked_up = self._nodes.looked_up.get(name)
             if looked_up is not None:
@@ -71,7 +72,8 @@ class ClusterState(PictureTables):
         if not name:
             return False
         name = self.names.intern(name)
-        inv = inventory_of(node, name, self.vocabulary, self.agent)
+        inv = inventory_of(node, name, self.vocabulary, self.agent,
+                           self._agent_watch.describe)
         with self._lock:
             if name in self._nodes.entries:
                 return False
@@ -93,7 +95,7 @@ class ClusterState(PictureTables):
         with self._lock:
             self._nodes.remove(name)
             self._measured.pop(name, None)
-            self._awaiting.node_gone(name)
+            self._agent_watch.node_gone(name)
             self._observers.node_gone(name)
             self.resources.remove_node(name)
 
@@ -109,7 +111,7 @@ class ClusterState(PictureTables):
             for name in self._nodes.names():
                 if name not in seen:
                     self._nodes.remove(name)
-                    self._awaiting.node_gone(name)
+                    self._agent_watch.node_gone(name)
                     self._observers.node_gone(name)
             self.resources.keep_nodes(seen)
 
@@ -129,16 +131,18 @@ class ClusterState(PictureTables):
 
     def _apply_pod(self, pod: Mapping[str, Any], uid: str) -> None:
         with self._lock:
-            self._awaiting.seen(uid, pod)
+            self._agent_watch.pod_seen(uid, pod)
         phase = (pod.get("status") or {}).get("phase")
         if phase in TERMINAL_PHASES:
             self._drop(uid)
             return
-        # HAMi's device plugin failed the pod's Allocate: its cards are free again. Only while
-        # the pod is Pending (Allocate runs before any container starts): anyone who may edit
-        # the pod can write the phase, and a running pod's cards must not be freed by it.
+        # The node agent gave up starting the pod (a device plugin's failed Allocate): its
+        # cards are free again. Only while the pod is Pending (Allocate runs before any
+        # container starts): anyone who may edit the pod can write that, and a running pod's
+        # cards must not be freed by it.
         failed = (bool((pod.get("spec") or {}).get("nodeName")) and phase in (None, "Pending")
-                  and hami_bind_failed(pod["metadata"].get("annotations") or {}))
+                  and self._agent_watch.start_failed(
+                      pod["metadata"].get("annotations") or {}))
         record, bad = ((None, "") if failed
                        else read_record(pod, uid, self.vocabulary.allocation_annotation))
         with self._lock:
@@ -211,11 +215,6 @@ class ClusterState(PictureTables):
             rec = self._pods.get(uid)
             if rec is not None and rec.stage is Stage.INFLIGHT:
                 self._pods.restage(rec, Stage.BOUND)
-
-    def await_agent(self, uid: str, node: str) -> None:
-        """Our bind takes ``node``'s HAMi lock for the pod: its node agent has it to start."""
-        with self._lock:
-            self._awaiting.bound(uid, node)
 
     def unreserve(self, uid: str) -> None:
         with self._lock:

@@ -3,8 +3,9 @@
 
 Three tables under one short lock: the node table (:mod:`~allocator.picture.nodes`, views read
 lock-free by the verbs), the pod records (:mod:`~allocator.picture.records`) and filter's holds
-(:mod:`~allocator.picture.holds`); beside them each node's measured figures, the nodes whose
-agent has a pod to start (:mod:`~allocator.picture.awaiting`) and node CPU and memory
+(:mod:`~allocator.picture.holds`); beside them each node's measured figures, the node agent's
+watch (:class:`~allocator.picture.agent_watch.AgentWatch`: its own node descriptions and its
+list of pods to start) and node CPU and memory
 (:mod:`allocator.picture.resources`). What is built from the picture for speed is told every
 node change by one observer (:meth:`PictureTables.observe`); the picture imports none of it.
 """
@@ -18,7 +19,7 @@ from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
 from allocator.picture import status
-from allocator.picture.awaiting import AwaitingAgent
+from allocator.picture.agent_watch import NO_AGENT_WATCH, AgentWatch
 from allocator.picture.holds import Holds
 from allocator.picture.measured import Overlay, apply_overlay
 from allocator.picture.names import NodeNames
@@ -34,7 +35,8 @@ from tessera.vocabulary import Vocabulary
 logger = logging.getLogger(__name__)
 
 class PictureTables:
-    def __init__(self, vocabulary: Vocabulary, agent: NodeAgent | None = None) -> None:
+    def __init__(self, vocabulary: Vocabulary, agent: NodeAgent | None = None,
+                 watch: AgentWatch = NO_AGENT_WATCH) -> None:
         self.vocabulary = vocabulary
         #: The cluster's node agent: what its nodes advertise (the inventory's last source).
         self.agent = agent or NodeAgent(vocabulary=vocabulary)
@@ -43,8 +45,9 @@ class PictureTables:
         self._pods = PodRecords()
         #: Filter's holds by pod UID (records at Stage.HELD), oldest first (:meth:`hold`).
         self._holds = Holds()
-        #: The pods bound whose node agent has not started them yet (HAMi's plugins).
-        self._awaiting = AwaitingAgent()
+        #: The node agent's side of the picture: its node descriptions, the pods it has to
+        #: start (told every node and pod event, under the lock).
+        self._agent_watch = watch
         #: Each node's measured figures as applied to its cards (:meth:`apply_sample`).
         self._measured: dict[str, Overlay] = {}
         self._synced = threading.Event()
@@ -102,10 +105,11 @@ class PictureTables:
 
     def pods_to_start(self) -> Counter[str]:
         """Per node, the pods held there for their bind or bound and not yet started by the
-        node agent (:mod:`~allocator.picture.awaiting`): with HAMi's plugins, a bind there
-        waits for each of their Allocates."""
+        node agent (:meth:`AgentWatch.waiting_by_node <allocator.picture.agent_watch.
+        AgentWatch.waiting_by_node>`): with an agent that starts one pod at a time per node,
+        a bind there waits for each of them."""
         with self._lock:
-            queued = self._awaiting.by_node()
+            queued = self._agent_watch.waiting_by_node()
             for uid in self._holds:
                 record = self._pods.get(uid)
                 if record is not None:
@@ -123,7 +127,7 @@ class PictureTables:
     def _drop(self, uid: str) -> None:
         with self._lock:
             self._holds.pop(uid)
-            self._awaiting.gone(uid)
+            self._agent_watch.pod_gone(uid)
             old = self._pods.pop(uid)
             if old is not None:
                 self._recompute(old.node)

@@ -42,8 +42,9 @@ from flask import Flask, Response, jsonify, request
 from prometheus_client import CONTENT_TYPE_LATEST
 from werkzeug.exceptions import HTTPException
 
-from allocator.errors import ApiError, describe_error
-from allocator.hami.adopt import adopt_placed_pods
+from allocator.agents.profiles import AgentSetup, agent_for
+from allocator.decisions import Fanout, PodRef
+from allocator.errors import describe_error
 from allocator.kube.leader import LeaderElector
 from allocator.kube.recorder import EventRecorder
 from allocator.picture.nodelookup import NodeLookup
@@ -55,8 +56,11 @@ from allocator.service.config import Settings
 from allocator.service.measured_source import MeasuredSource
 from allocator.service.metrics import Metrics
 from allocator.service.pending import RecentRefusals
-from allocator.verbs.core import Allocator
-from allocator.verbs.decisions import Fanout, PodRef
+from allocator.verbs.bind import Bind
+from allocator.verbs.core import Allocator, fast_ranker
+from allocator.verbs.filter import Filter
+from allocator.verbs.prioritize import Prioritize
+from allocator.verbs.reader import PodReader
 from allocator.verbs.requeue import RequeueOnRelease, requeue_patch
 from tessera.serving.policy import error_body, error_doc
 from tessera.wire import BodyTooLarge, WireError, dump_json, read_body
@@ -97,15 +101,10 @@ class Runtime:
         # The GPU pods of a list at start seed the workload mix (counted once per pod).
         nodes, pods = reflectors(self.api, self.state, self.stop, self.sleep,
                                  bound_pods=self.settings.core.node_resources,
-                                 listed=self.allocator.seed_mix)
+                                 listed=self.allocator.reader.seed_mix)
 
         def sync_and_watch() -> None:
-            if self.allocator.hami is not None:
-                try:
-                    adopt_placed_pods(self.api, self.state.vocabulary, self.allocator.hami)
-                except ApiError as exc:
-                    logger.warning("adopting pods another HAMi scheduler placed failed: %s",
-                                   exc)
+            self.allocator.agent.adopt()  # before the first list (the agent's own records)
             initial_sync(self.api, self.state, nodes, pods, self.sleep, self.stop)
             # The synced picture (every node, card and pod record) is long-lived: move it
             # out of the collector's sight, so that full collections triggered by the verbs'
@@ -170,7 +169,10 @@ def create_app(
 
         api = KubeClient.from_config(settings.kubeconfig,
                                      request_threads=settings.serving.threads)
-    state = ClusterState(settings.core.vocabulary, settings.core.dialects.agent)
+    # The node agent (the port: allocator/agents/port.py) first: the picture tells it every
+    # node and pod event.
+    agent = agent_for(AgentSetup(settings.core.dialects, api, clock))
+    state = ClusterState(settings.core.vocabulary, settings.core.dialects.agent, watch=agent)
     elector = (
         LeaderElector(api, settings.lease_namespace, settings.lease_name, settings.identity,
                       clock=time.monotonic)
@@ -188,12 +190,17 @@ def create_app(
         api.patch_pod(pod.namespace, pod.name,
                       requeue_patch(requeue_annotation, pod, f"{time.time():.6f}"))
 
-    requeue = RequeueOnRelease(lambda request, node: allocator.fits_on(request, node),
+    # The verbs, each given only its handles (allocator/verbs/): the reads they share, the
+    # ranking port, the node agent, the requeue, the decision hooks.
+    reader = PodReader(state, settings.core, clock=clock,
+                       is_leader=lambda: runtime_box[0].is_leader())
+    ranker = fast_ranker(state, settings.core, NodeLookup(api.get_node, state))
+    hooks = Fanout([recorder, refusals])
+    requeue = RequeueOnRelease(lambda request, node: filter_verb.fits_on(request, node),
                                ask_again)
-    allocator = Allocator(state, api, settings.core, clock=clock,
-                          is_leader=lambda: runtime_box[0].is_leader(), requeue=requeue,
-                          node_lookup=NodeLookup(api.get_node, state),
-                          hooks=Fanout([recorder, refusals]))
+    filter_verb = Filter(reader, state, ranker, agent, requeue, hooks)
+    allocator = Allocator(reader, filter_verb, Prioritize(reader, ranker),
+                          Bind(reader, state, api, agent, hooks), ranker, agent, requeue)
     state.on_release = requeue.released
     measured = (MeasuredSource(settings.measured, state, clock=clock)
                 if settings.measured.enabled else None)

@@ -25,9 +25,6 @@ from typing import Any, TypedDict
 
 from allocator.errors import NotReady, describe_error, event_safe
 from allocator.ranking.policies import MAX_SCORE
-from allocator.verbs import bind as bind_verb
-from allocator.verbs import filter as filter_verb
-from allocator.verbs import prioritize
 from allocator.verbs.bind import BindOutcome
 from allocator.verbs.core import Allocator
 from tessera.logs import pod_context, pod_ids_context
@@ -122,10 +119,10 @@ def decode_binding(body: bytes) -> ExtenderBindingArgs:
 
 
 def filter_reply(allocator: Allocator, body: bytes) -> ExtenderFilterResult:
-    """The filter verb's reply (:func:`allocator.verbs.filter.filter_pod`)."""
+    """The filter verb's reply (:class:`allocator.verbs.filter.Filter`)."""
     try:
         args = decode_args(body)
-        out = filter_verb.filter_pod(allocator, args.pod, args.node_names)
+        out = allocator.filter(args.pod, args.node_names)
     except (WireError, NotReady) as exc:
         return _filter_error(event_safe(str(exc)))
     except Exception as exc:  # a bug must still reach the user as an Error, never a 500
@@ -158,15 +155,16 @@ def prioritize_scores(allocator: Allocator, body: bytes,
                       cpu_only: bool = False) -> tuple[list[str], list[int]]:
     """(hosts, their scores) of :func:`prioritize_reply`, before they become JSON; with
     ``cpu_only``, of the ``prioritize-cpu-only`` verb
-    (:func:`allocator.verbs.prioritize.scores_cpu_only`), same wire format."""
+    (:meth:`allocator.verbs.prioritize.Prioritize.scores_cpu_only`), same wire format."""
     try:
         args = decode_args(body)
     except WireError as exc:
         logger.warning("prioritize: %s", exc)
         return [], []
-    score = prioritize.scores_cpu_only if cpu_only else prioritize.scores
+    verb = allocator.prioritizer
+    score = verb.scores_cpu_only if cpu_only else verb.scores
     try:
-        return worth_sending(args.node_names, score(allocator, args.pod, args.node_names))
+        return worth_sending(args.node_names, score(args.pod, args.node_names))
     except Exception as exc:
         level = logging.INFO if isinstance(exc, NotReady) else logging.WARNING
         logger.log(level, "prioritize: %s", describe_error(exc), extra=pod_context(args.pod))
@@ -230,8 +228,8 @@ def bind_reply(allocator: Allocator, body: bytes) -> tuple[ExtenderBindingResult
     except WireError as exc:
         return {"Error": event_safe(str(exc))}, "bad-request"
     try:
-        done: BindOutcome = bind_verb.bind(allocator, args.pod_namespace, args.pod_name,
-                                           args.pod_uid, args.node)
+        done: BindOutcome = allocator.bind(args.pod_namespace, args.pod_name, args.pod_uid,
+                                           args.node)
     except NotReady as exc:
         return {"Error": event_safe(str(exc))}, "not-ready"
     except Exception as exc:

@@ -14,7 +14,7 @@ from collections import OrderedDict
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
-from allocator.verbs.decisions import DecisionHooks, PodRef, reason_counts
+from allocator.decisions import DecisionHooks, PodRef, reason_counts
 
 LIMIT = 256
 TTL_SECONDS = 600.0

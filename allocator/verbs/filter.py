@@ -14,10 +14,11 @@ kube-scheduler sends the pod and the names of the nodes its own plugins left. Th
    (:mod:`allocator.verbs.requeue`).
 5. When the answer is one node, the pod's cards there are held for its bind.
 
-With HAMi's node agent (a node lock), steps 3-5 first run among the asked nodes whose agent
-has no pod to start (:mod:`allocator.picture.awaiting`: a bind there would wait for the
-plugin's Allocate of the pods before it), then among those with the fewest, and only then
-among them all; and tied nodes are answered by the first, held at once.
+The node agent (:class:`~allocator.agents.port.NodeAgent`) may name nodes to leave out
+first (:meth:`~allocator.agents.port.NodeAgent.nodes_to_avoid`: steps 3-5 then run among the
+others, try after try, and only then among all the asked nodes) and may narrow tied nodes
+(:meth:`~allocator.agents.port.NodeAgent.answer`); an agent that starts one pod at a time
+per node behind a lock does both (docs/architecture.md).
 
 Filtering to the best is what prioritize would say, said where kube-scheduler cannot blur it:
 its own plugins then judge only among the policy's tied best nodes, and with one node left it
@@ -29,28 +30,28 @@ then).
 The hold (:meth:`ClusterState.hold <allocator.picture.state.ClusterState.hold>`): the filters
 of the pods after it, which come while it is being bound, count its cards as taken. A hold
 nobody claims expires after :attr:`AllocatorConfig.hold_seconds
-<allocator.verbs.core.AllocatorConfig.hold_seconds>`; the bind claims it, or places the pod
+<allocator.verbs.config.AllocatorConfig.hold_seconds>`; the bind claims it, or places the pod
 afresh when the hold is gone or names another node.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Collection, Iterator, Mapping, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass
 from functools import cache, partial
-from typing import TYPE_CHECKING, Any, Final
+from typing import Any, Final
 
+from allocator.agents.port import NodeAgent
+from allocator.decisions import DecisionHooks, PodRef
 from allocator.errors import event_safe
+from allocator.picture.state import ClusterState
 from allocator.ranking.fit import place_and_keep
 from allocator.ranking.policies import PolicyContext, chooser
-from allocator.ranking.port import Nodes
-from allocator.verbs.decisions import PodRef
+from allocator.ranking.port import Nodes, Ranker
 from allocator.verbs.pods import Requests, uid_of
-from allocator.verbs.requeue import pod_priority
+from allocator.verbs.reader import PodReader
+from allocator.verbs.requeue import RequeueOnRelease, pod_priority
 from tessera.vocabulary import Allocation, PodRequest, RequestError
-
-if TYPE_CHECKING:
-    from allocator.verbs.core import Allocator
 
 #: Placing the pod for its hold: a bind elsewhere on the node meanwhile means placing again,
 #: a few times (without a hold the bind places the pod afresh, as it always could).
@@ -67,139 +68,137 @@ class FilterOutcome:
     unresolvable: dict[str, str]
 
 
-def filter_pod(a: Allocator, pod: Mapping[str, Any], names: Sequence[str]) -> FilterOutcome:
-    """The answer, told to the decision hooks (a fit, or a refusal with every reason)."""
-    out = _decide(a, pod, names)
-    if out.nodes:
-        a.hooks.fits(PodRef.of(pod))
-    elif names:
-        a.hooks.refused(PodRef.of(pod), {**out.failed, **out.unresolvable})
-    return out
+class Filter:
+    """The filter verb, with its handles: the shared reads, the picture (holds), the ranking
+    port, the node agent, the requeue of refused pods (None: off), the decision hooks."""
 
+    def __init__(self, reader: PodReader, state: ClusterState, ranker: Ranker,
+                 agent: NodeAgent, requeue: RequeueOnRelease | None,
+                 hooks: DecisionHooks) -> None:
+        self.reader = reader
+        self.state = state
+        self.ranker = ranker
+        self.agent = agent
+        self.requeue = requeue
+        self.hooks = hooks
+        self.config = reader.config
+        self._pods_to_start = state.pods_to_start  # bound once: asked on every filter
 
-def _decide(a: Allocator, pod: Mapping[str, Any], names: Sequence[str]) -> FilterOutcome:
-    a.check_ready()
-    try:
-        request = a.pod_request(pod)
-        if request is not None:
-            a.policy_for(request)  # an unknown policy fails here, visibly
-    except RequestError as exc:
-        # Nothing the scheduler can do on any node: unresolvable, with the reason.
-        return FilterOutcome([], {}, dict.fromkeys(names, event_safe(str(exc))))
-    if request is None:
-        return FilterOutcome(list(names), {}, {})
-    a.remember(pod)
-    a.observe(pod, request)
-    a.expire_holds()
-    uid = uid_of(pod)
-    a.state.release_hold(uid)
-    inputs: Inputs = cache(lambda: a.placing_inputs(request, pod))
-    for queued in _queues_to_avoid(a, names):
-        # HAMi's plugins start one pod at a time per node: a bind to a node whose agent has
-        # pods to start waits for them, so nodes with the fewest go first.
-        free = [name for name in names if name not in queued]
-        if not free or len(free) == len(names):
-            continue
-        out = _place(a, pod, request, free, inputs, avoid=queued)
+    def __call__(self, pod: Mapping[str, Any], names: Sequence[str]) -> FilterOutcome:
+        """The answer, told to the decision hooks (a fit, or a refusal with every reason)."""
+        out = self._decide(pod, names)
         if out.nodes:
-            return out
-    return _place(a, pod, request, names, inputs)
+            self.hooks.fits(PodRef.of(pod))
+        elif names:
+            self.hooks.refused(PodRef.of(pod), {**out.failed, **out.unresolvable})
+        return out
 
+    def _decide(self, pod: Mapping[str, Any], names: Sequence[str]) -> FilterOutcome:
+        r = self.reader
+        r.check_ready()
+        try:
+            request = r.pod_request(pod)
+            if request is not None:
+                r.policy_for(request)  # an unknown policy fails here, visibly
+        except RequestError as exc:
+            # Nothing the scheduler can do on any node: unresolvable, with the reason.
+            return FilterOutcome([], {}, dict.fromkeys(names, event_safe(str(exc))))
+        if request is None:
+            return FilterOutcome(list(names), {}, {})
+        r.remember(pod)
+        r.observe(pod, request)
+        r.expire_holds()
+        self.state.release_hold(uid_of(pod))
+        inputs: Inputs = cache(lambda: r.placing_inputs(request, pod))
+        for avoided in self.agent.nodes_to_avoid(names, self._pods_to_start):
+            # The agent's busy nodes left out first, the busiest last.
+            free = [name for name in names if name not in avoided]
+            if not free or len(free) == len(names):
+                continue
+            out = self._place(pod, request, free, inputs, avoid=avoided)
+            if out.nodes:
+                return out
+        return self._place(pod, request, names, inputs)
 
-def _queues_to_avoid(a: Allocator, names: Sequence[str]) -> Iterator[set[str]]:
-    """With HAMi's lock, the nodes to leave out, try after try: every node whose agent has
-    a pod to start, then those with more than the fewest, and so on (nothing without it)."""
-    if a.hami_locks is None or len(names) < 2:
-        return
-    queued = a.state.pods_to_start()
-    for depth in sorted(set(queued.values())):
-        yield {node for node, count in queued.items() if count >= depth}
+    def _place(self, pod: Mapping[str, Any], request: PodRequest, names: Sequence[str],
+               inputs: Inputs, avoid: Collection[str] = ()) -> FilterOutcome:
+        """Steps 3-5 among ``names`` (``avoid``: nodes not among them, left out of any
+        ranking)."""
+        uid = uid_of(pod)
+        best = self._best_known(pod, request, names, inputs, avoid)
+        if best is not None:
+            if self.requeue is not None:
+                self.requeue.fitted(uid)
+            return best
+        found = self.ranker.fit(request, names, explain_when_some_fit=not self.config.filter_best)
+        if self.requeue is not None:
+            if not found.explained or found.nodes:
+                self.requeue.fitted(uid)
+            elif found.short:
+                # No node left, some only for lack of room: perhaps a release our watch has
+                # not applied yet, which kube-scheduler retried the pod on.
+                self.requeue.refused(PodRef.of(pod), request, pod_priority(pod))
+        if found.explained:
+            return FilterOutcome(found.nodes.name_list(), found.failed, found.unresolvable)
+        return self._best_of(pod, request, found.nodes, inputs)
 
+    def fits_on(self, request: PodRequest, node: str) -> bool:
+        """Whether a pod of ``request`` fits on ``node`` now (holds counted as taken); False
+        for a node our watches do not know (never read from the API)."""
+        found = self.ranker.fit(request, [node],
+                                explain_when_some_fit=not self.config.filter_best,
+                                read_unknown=False)
+        return bool(found.nodes)
 
-def _place(a: Allocator, pod: Mapping[str, Any], request: PodRequest, names: Sequence[str],
-           inputs: Inputs, avoid: Collection[str] = ()) -> FilterOutcome:
-    """Steps 3-5 among ``names`` (``avoid``: nodes not among them, left out of any
-    ranking)."""
-    uid = uid_of(pod)
-    best = _best_known(a, pod, request, names, inputs, avoid)
-    if best is not None:
-        if a.requeue is not None:
-            a.requeue.fitted(uid)
-        return best
-    found = a.ranker.fit(request, names, explain_when_some_fit=not a.config.filter_best)
-    if a.requeue is not None:
-        if not found.explained or found.nodes:
-            a.requeue.fitted(uid)
-        elif found.short:
-            # No node left, some only for lack of room: perhaps a release our watch has
-            # not applied yet, which kube-scheduler retried the pod on.
-            a.requeue.refused(PodRef.of(pod), request, pod_priority(pod))
-    if found.explained:
-        return FilterOutcome(found.nodes.name_list(), found.failed, found.unresolvable)
-    return _best_of(a, pod, request, found.nodes, inputs)
+    def _best_known(self, pod: Mapping[str, Any], request: PodRequest, names: Sequence[str],
+                    inputs: Inputs, avoid: Collection[str]) -> FilterOutcome | None:
+        """Filter-best's answer found without looking up every asked name, or None."""
+        if not self.config.filter_best or not names:
+            return None
+        nodes = self.ranker.best_known(request, self.reader.policy_for(request), names,
+                                       lambda: inputs()[0], avoid)
+        if nodes is None:
+            return None
+        return self._answer(pod, request, nodes, inputs)
 
+    def _best_of(self, pod: Mapping[str, Any], request: PodRequest, fitting: Nodes,
+                 inputs: Inputs) -> FilterOutcome:
+        """The fitting nodes, narrowed to those the policy scores best when configured and
+        there is a choice."""
+        nodes = fitting.name_list() if len(fitting) <= 1 else []
+        if self.config.filter_best and len(fitting) > 1:
+            nodes = self.ranker.best(request, self.reader.policy_for(request), inputs()[0],
+                                     fitting)
+        if not nodes:
+            nodes = fitting.name_list()
+        return self._answer(pod, request, nodes, inputs)
 
-def fits_on(a: Allocator, request: PodRequest, node: str) -> bool:
-    """Whether a pod of ``request`` fits on ``node`` now (holds counted as taken); False for
-    a node our watches do not know (never read from the API)."""
-    found = a.ranker.fit(request, [node], explain_when_some_fit=not a.config.filter_best,
-                         read_unknown=False)
-    return bool(found.nodes)
+    def _answer(self, pod: Mapping[str, Any], request: PodRequest, nodes: list[str],
+                inputs: Inputs) -> FilterOutcome:
+        """The nodes as the answer (tied ones as the agent answers them); one node is held
+        for the pod's bind."""
+        if len(nodes) > 1:
+            nodes = self.agent.answer(nodes)
+        if len(nodes) == 1:
+            self._hold(pod, request, nodes[0], inputs)
+        return FilterOutcome(nodes, {}, {})
 
+    def _hold(self, pod: Mapping[str, Any], request: PodRequest, node: str,
+              inputs: Inputs) -> None:
+        """Hold the pod's cards on ``node`` for its bind, if they can be placed (best
+        effort)."""
+        uid = uid_of(pod)
+        if not uid or self.config.hold_seconds <= 0:
+            return
+        ctx, requests = inputs()
+        meta = pod.get("metadata") or {}
+        until = self.reader.clock() + self.config.hold_seconds
+        state = self.state
 
-def _best_known(a: Allocator, pod: Mapping[str, Any], request: PodRequest,
-                names: Sequence[str], inputs: Inputs, avoid: Collection[str]
-                ) -> FilterOutcome | None:
-    """Filter-best's answer found without looking up every asked name, or None."""
-    if not a.config.filter_best or not names:
-        return None
-    nodes = a.ranker.best_known(request, a.policy_for(request), names,
-                                lambda: inputs()[0], avoid)
-    if nodes is None:
-        return None
-    return _answer(a, pod, request, nodes, inputs)
+        def hold(allocation: Allocation, version: int, requests: Requests) -> bool:
+            return state.hold(uid, meta.get("namespace", ""), meta.get("name", ""),
+                              allocation, version, requests, until=until, made_for=request)
 
-
-def _best_of(a: Allocator, pod: Mapping[str, Any], request: PodRequest, fitting: Nodes,
-             inputs: Inputs) -> FilterOutcome:
-    """The fitting nodes, narrowed to those the policy scores best when configured and
-    there is a choice."""
-    nodes = fitting.name_list() if len(fitting) <= 1 else []
-    if a.config.filter_best and len(fitting) > 1:
-        nodes = a.ranker.best(request, a.policy_for(request), inputs()[0], fitting)
-    if not nodes:
-        nodes = fitting.name_list()
-    return _answer(a, pod, request, nodes, inputs)
-
-
-def _answer(a: Allocator, pod: Mapping[str, Any], request: PodRequest, nodes: list[str],
-            inputs: Inputs) -> FilterOutcome:
-    """The nodes as the answer; one node is held for the pod's bind.
-
-    With HAMi's lock, tied nodes are answered by the first (kube-scheduler's order starts
-    at a node it moves on each cycle): held at once, the filters that follow leave that node
-    to its bind, where kube-scheduler's choice among ties would reach the picture only with
-    the bind, after a burst of filters had chosen the same node and queued at its lock."""
-    if len(nodes) > 1 and a.hami_locks is not None:
-        nodes = nodes[:1]
-    if len(nodes) == 1:
-        _hold(a, pod, request, nodes[0], inputs)
-    return FilterOutcome(nodes, {}, {})
-
-
-def _hold(a: Allocator, pod: Mapping[str, Any], request: PodRequest, node: str,
-          inputs: Inputs) -> None:
-    """Hold the pod's cards on ``node`` for its bind, if they can be placed (best effort)."""
-    uid = uid_of(pod)
-    if not uid or a.config.hold_seconds <= 0:
-        return
-    ctx, requests = inputs()
-    meta = pod.get("metadata") or {}
-    until = a.clock() + a.config.hold_seconds
-
-    def hold(allocation: Allocation, version: int, requests: Requests) -> bool:
-        return a.state.hold(uid, meta.get("namespace", ""), meta.get("name", ""),
-                            allocation, version, requests, until=until, made_for=request)
-
-    place_and_keep(request, partial(a.node_now, node), chooser(a.policy_for(request), ctx),
-                   uid, partial(hold, requests=requests), HOLD_PLACEMENTS)
+        place_and_keep(request, partial(self.reader.node_now, node),
+                       chooser(self.reader.policy_for(request), ctx), uid,
+                       partial(hold, requests=requests), HOLD_PLACEMENTS)

@@ -17,28 +17,35 @@ Filter-best (:mod:`allocator.verbs.filter`) keeps only the nodes the first entry
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from allocator.ranking.policies import get_policy
+from allocator.ranking.port import Ranker
 from allocator.verbs.pods import pod_cpu_milli
-
-if TYPE_CHECKING:
-    from allocator.verbs.core import Allocator
+from allocator.verbs.reader import PodReader
 
 
-def scores(a: Allocator, pod: Mapping[str, Any], names: Sequence[str]) -> list[int]:
-    """``prioritize``'s scores, one per name, in order."""
-    a.check_ready()
-    request = a.pod_request(pod)
-    if request is None:
-        return [0] * len(names)
-    return a.ranker.scores(request, a.policy_for(request), a.context(request, pod), names)
+class Prioritize:
+    """The two prioritize entries, with their handles: the shared reads and the ranking port."""
 
+    def __init__(self, reader: PodReader, ranker: Ranker) -> None:
+        self.reader = reader
+        self.ranker = ranker
 
-def scores_cpu_only(a: Allocator, pod: Mapping[str, Any], names: Sequence[str]) -> list[int]:
-    """``prioritize-cpu-only``'s scores, one per name, in order."""
-    a.check_ready()
-    if a.pod_request(pod) is not None or not a.config.node_resources:
-        return [0] * len(names)
-    policy = get_policy(a.config.default_policy)
-    return a.ranker.scores_cpu_only(policy, a.workload(), pod_cpu_milli(pod), names)
+    def scores(self, pod: Mapping[str, Any], names: Sequence[str]) -> list[int]:
+        """``prioritize``'s scores, one per name, in order."""
+        r = self.reader
+        r.check_ready()
+        request = r.pod_request(pod)
+        if request is None:
+            return [0] * len(names)
+        return self.ranker.scores(request, r.policy_for(request), r.context(request, pod), names)
+
+    def scores_cpu_only(self, pod: Mapping[str, Any], names: Sequence[str]) -> list[int]:
+        """``prioritize-cpu-only``'s scores, one per name, in order."""
+        r = self.reader
+        r.check_ready()
+        if r.pod_request(pod) is not None or not r.config.node_resources:
+            return [0] * len(names)
+        policy = get_policy(r.config.default_policy)
+        return self.ranker.scores_cpu_only(policy, r.workload(), pod_cpu_milli(pod), names)

@@ -39,7 +39,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from allocator.verbs.decisions import PodRef
+from allocator.decisions import PodRef
 from tessera.vocabulary import PodRequest
 
 logger = logging.getLogger(__name__)

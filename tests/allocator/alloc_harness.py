@@ -8,11 +8,12 @@ from builders import VOCAB
 from fake_kube import FakeKube
 from flask import Flask
 
+from allocator.agents.profiles import AgentSetup, agent_for
 from allocator.picture.requests import BOUND_ACTIVE_PODS, pod_usage
 from allocator.picture.state import ClusterState
 from allocator.service.app import EXTENSION, Runtime, create_app
 from allocator.service.config import Settings
-from allocator.verbs.core import Allocator, AllocatorConfig
+from allocator.verbs.core import Allocator, AllocatorConfig, assemble
 
 NOW = 1_700_000_000.0
 
@@ -25,9 +26,14 @@ def sync(state: ClusterState, fake: FakeKube) -> None:
 
 
 def synced_allocator(fake: FakeKube, **config: Any) -> Allocator:
-    state = ClusterState(VOCAB)
+    """The verbs over a synced picture; ``config`` as :class:`AllocatorConfig`, and
+    ``hooks`` / ``is_leader`` handed to the verbs."""
+    handles = {k: config.pop(k) for k in ("hooks", "is_leader") if k in config}
+    settings = AllocatorConfig(**config)
+    agent = agent_for(AgentSetup(settings.dialects, fake, lambda: NOW))
+    state = ClusterState(VOCAB, watch=agent)
     sync(state, fake)
-    return Allocator(state, fake, AllocatorConfig(**config), clock=lambda: NOW)
+    return assemble(state, fake, settings, clock=lambda: NOW, agent=agent, **handles)
 
 
 def make_app(fake: FakeKube, synced: bool = True, **settings: Any) -> tuple[Flask, Runtime]:

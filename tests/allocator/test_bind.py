@@ -157,7 +157,7 @@ def test_an_elastic_init_container_is_placed_on_its_app_containers_card() -> Non
 def test_a_webhook_labelled_pod_after_filter_is_bound_with_one_api_call_the_binding(
 ) -> None:
     fake, alloc = _setup()  # the default elastic dialect
-    alloc.remember(fake.get_pod("default", "p"))  # the copy filter received
+    alloc.reader.remember(fake.get_pod("default", "p"))  # the copy filter received
     fake.calls.clear()
     assert alloc.bind("default", "p", "u-1", "n1").outcome == "bound"
     assert fake.calls == [("bind_pod", "p")]
@@ -312,7 +312,7 @@ def test_a_pod_bound_to_the_node_by_someone_else_gets_our_record_on_a_conflict()
     fake.pods[("default", "p")]["spec"]["nodeName"] = "n1"  # bound meanwhile, without cards
     pod = fake.get_pod("default", "p")
     pod["spec"].pop("nodeName")
-    alloc.remember(pod)  # the scheduler's copy, from before that binding
+    alloc.reader.remember(pod)  # the scheduler's copy, from before that binding
     assert alloc.bind("default", "p", "u-1", "n1").outcome == "bound"
     record = decode_allocation(_annotations(fake)[VOCAB.allocation_annotation])
     assert record.node == "n1" and record.card_indices() == (0,)
@@ -375,7 +375,7 @@ def test_an_unexpected_adapter_exception_still_rolls_everything_back() -> None:
 def test_a_bind_that_loses_leadership_before_the_binding_is_undone() -> None:
     fake, alloc = _setup()
     calls = iter([True, False])  # leader at the start, not any more before the Binding
-    alloc.is_leader = lambda: next(calls)
+    alloc.reader.is_leader = lambda: next(calls)
     with pytest.raises(BindError, match="lost leadership"):
         alloc.bind("default", "p", "u-1", "n1")
     assert "nodeName" not in fake.pods[("default", "p")]["spec"]

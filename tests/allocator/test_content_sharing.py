@@ -13,7 +13,7 @@ from allocator.errors import event_safe
 from allocator.picture.state import ClusterState
 from allocator.ranking.fit import Unfit, place, unfit_reason
 from allocator.ranking.policies import MAX_SCORE, PolicyContext, chooser, get_policy, scaled
-from allocator.verbs.core import Allocator, AllocatorConfig
+from allocator.verbs.core import AllocatorConfig, assemble
 from tessera.vocabulary import (
     Allocation,
     ContainerAllocation,
@@ -62,7 +62,7 @@ REQUESTS = [
 @pytest.mark.parametrize("seed", [1, 2])
 def test_filter_equals_the_per_node_answer(req: PodRequest, seed: int) -> None:
     state = _cluster(seed)
-    alloc = Allocator(state, api=NullApi(),
+    alloc = assemble(state, api=NullApi(),
                       config=AllocatorConfig(filter_best=False))
     names = [*state.node_names(), "ghost"]
     for _ in range(2):  # cold, then from the shared cache
@@ -83,7 +83,7 @@ def test_filter_equals_the_per_node_answer(req: PodRequest, seed: int) -> None:
 @pytest.mark.parametrize("policy", ["binpack", "spread", "fgd", "fgd-ff"])
 def test_prioritize_equals_the_per_node_scores(req: PodRequest, policy: str) -> None:
     state = _cluster(3)
-    alloc = Allocator(state, api=NullApi(),
+    alloc = assemble(state, api=NullApi(),
                       config=AllocatorConfig(default_policy=policy))
     names = [*state.node_names(), "ghost"]
     pol = get_policy(policy)
@@ -103,7 +103,7 @@ def test_prioritize_equals_the_per_node_scores(req: PodRequest, policy: str) -> 
 
 def test_random_ranks_only_feasible_nodes_reproducibly_and_differently_per_pod() -> None:
     state = _cluster(4)
-    alloc = Allocator(state, api=NullApi(),
+    alloc = assemble(state, api=NullApi(),
                       config=AllocatorConfig(default_policy="random", seed=5,
                                              filter_best=False))
     req = request(whole(cards=2))
@@ -122,7 +122,7 @@ def test_a_node_change_is_seen_by_the_next_filter() -> None:
     state = ClusterState(VOCAB)
     state.replace_nodes([make_node("a", count=1), make_node("b", count=1)])
     state.mark_synced()
-    alloc = Allocator(state, api=NullApi(),
+    alloc = assemble(state, api=NullApi(),
                       config=AllocatorConfig(filter_best=False))
     req = request(whole(cards=1))
     pod = make_gpu_pod("p", req, namespace="ns", uid="u")

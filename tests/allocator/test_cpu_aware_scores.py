@@ -79,11 +79,11 @@ def _cluster(seed: int, policy: str = "binpack") -> tuple[Flask, Runtime]:
     # computation on one picture; a filter's hold would change the picture between them
     # (holds: test_holds.py).
     app, rt = make_app(fake, core=AllocatorConfig(default_policy=policy, hold_seconds=0))
-    rt.allocator.mix = LiveMix(refresh=1)  # publish every observation below
+    rt.allocator.reader.mix = LiveMix(refresh=1)  # publish every observation below
     # a mix of GPU pods with different CPU requests (each observed once, by uid)
     for k in range(40):
         req = SHAPES[k % len(SHAPES)]
-        rt.allocator.observe(_with_cpu(make_gpu_pod(f"seen{k}", req), str(4 * (k % 5) + 2)),
+        rt.allocator.reader.observe(_with_cpu(make_gpu_pod(f"seen{k}", req), str(4 * (k % 5) + 2)),
                              req)
     return app, rt
 
@@ -91,7 +91,7 @@ def _cluster(seed: int, policy: str = "binpack") -> tuple[Flask, Runtime]:
 def _expected(alloc: Allocator, policy: Policy, req: PodRequest, pod: dict[str, Any],
               names: list[str]) -> list[int]:
     """Placed and scored node by node with the node's real free CPU: no sharing."""
-    ctx = alloc.context(req, pod)
+    ctx = alloc.reader.context(req, pod)
     raw: list[float | None] = []
     for name in names:
         view = alloc.state.view(name)
@@ -109,7 +109,7 @@ def test_cpu_aware_prioritize_equals_the_per_node_answer(policy_name: str, req: 
     _, rt = _cluster(seed)
     alloc = rt.allocator
     policy = get_policy(policy_name)
-    assert alloc.workload() is not NO_WORKLOAD
+    assert alloc.reader.workload() is not NO_WORKLOAD
     names = [*alloc.state.node_names(), "ghost"]
     pod = _with_cpu(make_gpu_pod("p", PodRequest(req.containers, policy=policy_name),
                                  uid="u-p"), "6")
@@ -163,10 +163,10 @@ def test_a_pod_counts_in_the_mix_once_however_often_it_is_filtered() -> None:
     pod = _with_cpu(make_gpu_pod("p", SHAPES[0]), "3")
     for _ in range(3):
         rt.allocator.filter(pod, ["n1"])
-    assert rt.allocator.mix.observations == 1
-    workload = rt.allocator.workload()
+    assert rt.allocator.reader.mix.observations == 1
+    workload = rt.allocator.reader.workload()
     assert workload.cpu_milli == (3000,)
-    assert rt.allocator.context(SHAPES[0], pod).workload is workload
+    assert rt.allocator.reader.context(SHAPES[0], pod).workload is workload
 
 
 def test_the_gpu_pods_bound_at_start_seed_the_mix_oldest_first() -> None:
@@ -180,10 +180,10 @@ def test_the_gpu_pods_bound_at_start_seed_the_mix_oldest_first() -> None:
         pods.append(pod)
     broken = make_gpu_pod("broken", node="n1")
     broken["metadata"]["annotations"][VOCAB.request_annotation] = "{"
-    rt.allocator.seed_mix([*pods, broken])
-    rt.allocator.seed_mix(pods)  # a relist: nothing counted twice
-    assert rt.allocator.mix.observations == 3
-    typical = dict((r.containers[0].cards, w) for r, w in rt.allocator.workload().typical)
+    rt.allocator.reader.seed_mix([*pods, broken])
+    rt.allocator.reader.seed_mix(pods)  # a relist: nothing counted twice
+    assert rt.allocator.reader.mix.observations == 3
+    typical = dict((r.containers[0].cards, w) for r, w in rt.allocator.reader.workload().typical)
     assert typical[0] > typical[1]
 
 
@@ -200,7 +200,7 @@ def test_cpu_only_pods_are_scored_by_the_default_policys_cpu_only_score(
     alloc = rt.allocator
     policy = get_policy(policy_name)
     names = [*alloc.state.node_names(), "ghost"]
-    workload = alloc.workload()
+    workload = alloc.reader.workload()
     expected_raw: list[float | None] = []
     for name in names:
         view = alloc.state.view(name)
@@ -297,7 +297,7 @@ def test_answers_kept_per_node_slot_follow_every_change(policy_name: str) -> Non
         names = [*state.node_names(), "ghost"]
         rng.shuffle(names)
         for pod in pods:
-            req = alloc.pod_request(pod)
+            req = alloc.reader.pod_request(pod)
             assert req is not None
             expected = _expected(alloc, get_policy(policy_name), req, pod, names)
             assert alloc.scores(pod, names) == expected, step

@@ -11,12 +11,12 @@ from alloc_harness import NOW, make_app, synced_allocator
 from builders import make_gpu_pod, make_node, request, share, whole
 from fake_kube import FakeKube
 
+from allocator.decisions import DecisionHooks, Fanout, PodRef, refusal_summary
 from allocator.errors import ApiError, BindError
 from allocator.kube import events
 from allocator.kube.events import Correlator, EventSpec, Held, Limits, Write
 from allocator.kube.recorder import TICK_SECONDS, EventRecorder
 from allocator.ranking.policies import DEFAULT_POLICY
-from allocator.verbs.decisions import DecisionHooks, Fanout, PodRef, refusal_summary
 
 POD = PodRef("team-a", "trainer", "uid-1")
 
@@ -233,9 +233,8 @@ def _cluster() -> FakeKube:
 def test_the_core_tells_of_an_allocation_with_node_cards_and_policy() -> None:
     fake = _cluster()
     fake.add_pod(make_gpu_pod("p", request(whole(cards=2)), uid="u-1"))
-    alloc = synced_allocator(fake)
     told = Told()
-    alloc.hooks = told
+    alloc = synced_allocator(fake, hooks=told)
     alloc.bind("default", "p", "u-1", "n1")
     assert told.said == [("allocated", PodRef("default", "p", "u-1"), "n1", (0, 1),
                           DEFAULT_POLICY)]
@@ -247,9 +246,8 @@ def test_the_core_tells_of_a_failed_bind_with_the_message_the_scheduler_gets() -
     fake = _cluster()
     fake.add_pod(make_gpu_pod("p", request(share(core=30, mem=2048)), uid="u-1"))
     fake.fail("bind_pod", ApiError("POST binding: HTTP 500: etcd timeout", 500))
-    alloc = synced_allocator(fake)
     told = Told()
-    alloc.hooks = told
+    alloc = synced_allocator(fake, hooks=told)
     with pytest.raises(BindError) as caught:
         alloc.bind("default", "p", "u-1", "n1")
     assert told.said == [("bind_failed", PodRef("default", "p", "u-1"), "n1", str(caught.value))]
@@ -262,9 +260,8 @@ def test_the_core_tells_of_a_failed_bind_with_the_message_the_scheduler_gets() -
 def test_the_core_tells_whether_filter_left_the_pod_a_node(req: Any, fits: bool) -> None:
     fake = _cluster()
     fake.add_node(make_node("n2", count=1, memory_mib=16384))
-    alloc = synced_allocator(fake)
     told = Told()
-    alloc.hooks = told
+    alloc = synced_allocator(fake, hooks=told)
     pod = make_gpu_pod("p", req, uid="u-1")
     alloc.filter(pod, ["n1", "n2"])
     [(what, ref, *rest)] = told.said
@@ -277,9 +274,8 @@ def test_the_core_tells_whether_filter_left_the_pod_a_node(req: Any, fits: bool)
 
 def test_an_invalid_request_is_a_refusal_with_its_reason_on_every_node() -> None:
     fake = _cluster()
-    alloc = synced_allocator(fake)
     told = Told()
-    alloc.hooks = told
+    alloc = synced_allocator(fake, hooks=told)
     pod = make_gpu_pod("p", request(share(core=30, mem=2048), policy="no-such-policy"), uid="u-1")
     alloc.filter(pod, ["n1"])
     [(what, _ref, reasons)] = told.said

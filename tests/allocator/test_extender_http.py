@@ -224,7 +224,7 @@ def test_verbs_refuse_and_readyz_fails_until_the_first_sync() -> None:
 
 def test_a_follower_is_not_ready_and_refuses_verbs() -> None:
     app, rt = make_app(_cluster())
-    rt.allocator.is_leader = lambda: False
+    rt.allocator.reader.is_leader = lambda: False
     rt.is_leader = lambda: False  # type: ignore[method-assign]
     client = app.test_client()
     assert client.get("/readyz").status_code == 503

@@ -18,16 +18,16 @@ from allocator.ranking.every_node import TriesAfterMisses, asked_among
 from allocator.ranking.fast import FastRanker, Ranking
 from allocator.ranking.policies import MAX_SCORE, REGISTRY
 from allocator.service.config import Settings
-from allocator.verbs.core import Allocator, AllocatorConfig
+from allocator.verbs.core import Allocator, AllocatorConfig, assemble
 from allocator.verbs.filter import FilterOutcome
 from tessera.vocabulary import ConfigError, PodRequest
 
 
 def _allocators(state: ClusterState, policy: str) -> tuple[Allocator, Allocator]:
     """(filter_best on, off) over the same state."""
-    best = Allocator(state, api=NullApi(),
+    best = assemble(state, api=NullApi(),
                      config=AllocatorConfig(default_policy=policy, seed=3))
-    every = Allocator(state, api=NullApi(),
+    every = assemble(state, api=NullApi(),
                       config=AllocatorConfig(default_policy=policy, seed=3, filter_best=False))
     return best, every
 
@@ -147,9 +147,9 @@ def test_ranking_every_node_answers_as_ranking_only_the_asked_ones(
     pod after pod, each pod's hold taken as the answer leaves it."""
     rng = random.Random(policy)
     fast_state, asked_state = _cluster(7), _cluster(7)  # the same cluster, twice
-    fast = Allocator(fast_state, api=NullApi(),
+    fast = assemble(fast_state, api=NullApi(),
                      config=AllocatorConfig(default_policy=policy, seed=3))
-    reference = Allocator(asked_state, api=NullApi(),
+    reference = assemble(asked_state, api=NullApi(),
                           config=AllocatorConfig(default_policy=policy, seed=3))
     monkeypatch.setattr(reference.ranker, "best_known", lambda *_args: None)
     assert isinstance(fast.ranker, FastRanker)

@@ -12,6 +12,8 @@ from alloc_harness import NOW, synced_allocator
 from builders import VOCAB, make_gpu_pod, make_node, request, share, whole
 from fake_kube import FakeKube
 
+from allocator.agents.hami import HamiAgent
+from allocator.agents.port import NodeAgent
 from allocator.errors import BindError
 from allocator.hami.codec import (
     HAMI,
@@ -22,6 +24,7 @@ from allocator.hami.codec import (
     encode_lock,
     parse_lock,
 )
+from allocator.hami.described import registered_cards
 from allocator.hami.lock import LockSettings, NodeLocks, NodeLockTimeout
 from allocator.hami.register import RegisteredDevice, encode_register_json, encode_register_text
 from allocator.hami.writer import (
@@ -64,7 +67,7 @@ def hami_node(name: str = "n1", count: int = 4, flavor: Any = HAMI, text: bool =
 def test_inventory_from_register_leaves_out_unhealthy_and_cordoned_cards() -> None:
     node = hami_node(unhealthy=(1,))
     node["metadata"]["annotations"][CORDON_ANNOTATION] = f"{UUIDS[3]}, other"
-    inv = read_inventory(node, VOCAB)
+    inv = read_inventory(node, VOCAB, own_description=registered_cards)
     assert inv.source == "hami" and not inv.problem
     assert [(c.index, c.model, c.memory_mib) for c in inv.cards] == [
         (0, "Tesla T4", 16384), (2, "Tesla T4", 16384)]
@@ -72,14 +75,15 @@ def test_inventory_from_register_leaves_out_unhealthy_and_cordoned_cards() -> No
 
 @pytest.mark.parametrize("flavor", [HAMI, VOLCANO_VGPU])
 def test_inventory_from_the_text_forms(flavor: Any) -> None:
-    inv = read_inventory(hami_node(flavor=flavor, text=True), VOCAB)
+    inv = read_inventory(hami_node(flavor=flavor, text=True), VOCAB,
+                         own_description=registered_cards)
     assert inv.source == "hami" and [c.index for c in inv.cards] == [0, 1, 2, 3]
 
 
 def test_unreadable_register_is_a_problem_and_the_next_source_is_used() -> None:
     node = make_node("n1", count=2)
     node["metadata"]["annotations"][HAMI.register_key] = "[{broken"
-    inv = read_inventory(node, VOCAB)
+    inv = read_inventory(node, VOCAB, own_description=registered_cards)
     assert inv.source == "allocatable" and "hami.io/node-nvidia-register" in inv.problem
 
 
@@ -342,8 +346,8 @@ def test_a_locked_node_fails_the_bind_after_the_wait_and_keeps_nothing() -> None
     fake.add_pod(make_gpu_pod("other", uid="o", node="n1"))
     node = fake.nodes["n1"]
     node["metadata"]["annotations"][HAMI.lock_key] = encode_lock(NOW, "default", "other")
-    assert alloc.hami_locks is not None
-    alloc.hami_locks.settings = LockSettings(wait_seconds=0.05, first_poll_seconds=0.001)
+    assert isinstance(alloc.agent, HamiAgent)
+    alloc.agent.locks.settings = LockSettings(wait_seconds=0.05, first_poll_seconds=0.001)
     with pytest.raises(BindError, match="locked"):
         alloc.bind("default", "p", "u-1", "n1")
     assert alloc.state.record("u-1") is None
@@ -382,7 +386,7 @@ def test_pods_hami_scheduler_placed_are_adopted_and_nothing_is_allocated_twice()
         fake.add_pod(pod)
     assert adopt_placed_pods(fake, VOCAB, HAMI) == 2
     assert adopt_placed_pods(fake, VOCAB, HAMI) == 0  # once
-    state = ClusterState(VOCAB)
+    state = ClusterState(VOCAB, watch=NodeAgent())  # the register read, as every agent reads it
     sync(state, fake)
     view = state.view("n1")
     assert view is not None
@@ -425,10 +429,11 @@ def test_the_agent_profile_chooses_the_flavor() -> None:
     fake = FakeKube()
     for profile, flavor in ((AgentProfile.HAMI, HAMI), (AgentProfile.VOLCANO_VGPU, VOLCANO_VGPU),
                             (AgentProfile.ELASTIC, None)):
-        alloc = synced_allocator(fake, dialects=DialectConfig(agent_profile=profile))
-        assert alloc.hami is flavor
+        agent = synced_allocator(fake, dialects=DialectConfig(agent_profile=profile)).agent
+        assert (agent.flavor if isinstance(agent, HamiAgent) else None) is flavor
     older = DialectConfig(agent_profile=AgentProfile.HAMI, hami_agent="hami-v2.8")
-    assert synced_allocator(fake, dialects=older).hami is HAMI_V28
+    agent = synced_allocator(fake, dialects=older).agent
+    assert isinstance(agent, HamiAgent) and agent.flavor is HAMI_V28
 
 
 def test_a_running_pods_forged_failed_phase_frees_nothing() -> None:

@@ -11,8 +11,8 @@ from builders import make_gpu_pod, request, share, whole
 from fake_kube import FakeKube
 from test_hami_bind import HAMI_PROFILE, hami_node
 
+from allocator.hami.awaiting import AwaitingAgent
 from allocator.hami.codec import HAMI, VOLCANO_VGPU
-from allocator.picture.awaiting import AwaitingAgent
 from allocator.verbs.core import Allocator
 from tessera.dialects import DialectConfig
 
@@ -102,7 +102,7 @@ def _filter(alloc: Allocator, name: str, names: list[str]) -> list[str]:
 
 
 def _fake_pod(alloc: Allocator, name: str) -> dict[str, Any]:
-    pod = alloc.api.get_pod("default", name)
+    pod = alloc.bind.api.get_pod("default", name)
     assert pod is not None
     return pod
 

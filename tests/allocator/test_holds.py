@@ -21,7 +21,7 @@ from allocator.picture.records import Stage
 from allocator.picture.state import ClusterState
 from allocator.service.app import EXTENSION, Runtime, create_app
 from allocator.service.config import Settings
-from allocator.verbs.core import Allocator, AllocatorConfig
+from allocator.verbs.core import Allocator, AllocatorConfig, assemble
 from tessera.vocabulary import (
     PodRequest,
     decode_allocation,
@@ -41,7 +41,7 @@ class Clock:
 def _allocator(fake: FakeKube, clock: Clock | None = None, **config: Any) -> Allocator:
     state = ClusterState(VOCAB)
     sync(state, fake)
-    return Allocator(state, fake, AllocatorConfig(**config), clock=clock or Clock())
+    return assemble(state, fake, AllocatorConfig(**config), clock=clock or Clock())
 
 
 def _pods(fake: FakeKube, count: int, req: PodRequest) -> list[dict[str, Any]]:
@@ -135,7 +135,7 @@ def test_a_node_whose_cards_changed_is_placed_afresh_at_bind() -> None:
     (a,) = _pods(fake, 1, request(share(core=30, mem=2000)))
     alloc = _allocator(fake)
     assert alloc.filter(a, ["n0"]).nodes == ["n0"]
-    req = alloc.pod_request(a)
+    req = alloc.reader.pod_request(a)
     # The device plugin now reports one card of another size: the hold's card may be gone,
     # so the hold cannot be claimed (and is released)...
     alloc.state.apply_node(make_node("n0", count=1, memory_mib=24000))
@@ -168,7 +168,7 @@ def test_a_request_changed_since_filter_is_placed_afresh_at_bind() -> None:
         request(whole()))
     fake.pods[("default", "p0")] = changed
     # Filter's copy of the pod gone (as after RECENT_PODS others): the bind reads the pod.
-    alloc.recall("default", "p0", "u0")
+    alloc.reader.recall("default", "p0", "u0")
     out = alloc.bind("default", "p0", "u0", "n0")
     assert out.outcome == "bound"
     view = alloc.state.view("n0")

@@ -16,7 +16,7 @@ from allocator.picture.names import NodeNames
 from allocator.picture.state import ClusterState
 from allocator.ranking.content_memo import NodeContents
 from allocator.ranking.fast import FastRanker
-from allocator.verbs.core import Allocator, AllocatorConfig
+from allocator.verbs.core import AllocatorConfig, assemble
 
 
 def _fresh(name: str) -> str:
@@ -53,7 +53,7 @@ def test_filter_answers_with_the_names_asked_for() -> None:
     state = ClusterState(VOCAB)
     state.replace_nodes([make_node(f"n{i}", count=2) for i in range(3)])
     state.mark_synced()
-    allocator = Allocator(state, api=NullApi(),
+    allocator = assemble(state, api=NullApi(),
                           config=AllocatorConfig(filter_best=False))
     asked = [_fresh("n0"), _fresh("n1"), "ghost", _fresh("n2")]
     out = allocator.filter(make_gpu_pod("p", request(share(core=30, mem=1000)), uid="u"), asked)
@@ -71,9 +71,9 @@ def test_a_node_update_that_changes_no_input_of_its_cards_is_not_read_again(
     reads: list[str] = []
     inventory = state_module.inventory_of
 
-    def counting(node: Any, name: str, vocabulary: Any, agent: Any) -> Any:
+    def counting(node: Any, name: str, vocabulary: Any, agent: Any, described: Any) -> Any:
         reads.append(name)
-        return inventory(node, name, vocabulary, agent)
+        return inventory(node, name, vocabulary, agent, described)
 
     monkeypatch.setattr(state_module, "inventory_of", counting)
     node = make_node("n1", count=2)

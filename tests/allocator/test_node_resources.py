@@ -212,7 +212,7 @@ def test_with_node_resources_off_nothing_is_tracked_or_reserved() -> None:
     fake.add_node(make_node("n1"))
     fake.add_pod(_cpu_gpu_pod("p", "6"))
     _, rt = make_app(fake, core=AllocatorConfig(node_resources=False))
-    ctx = rt.allocator.context(request(whole()), make_gpu_pod("q"))
+    ctx = rt.allocator.reader.context(request(whole()), make_gpu_pod("q"))
     assert dict(ctx.node_facts) == {}
     rt.allocator.bind("default", "p", "uid-p", "n1")
     assert rt.state.resources.pod("uid-p") is None
@@ -224,7 +224,7 @@ def test_policies_see_node_facts_and_the_pods_cpu_through_their_context() -> Non
     fake.add_pod(_pod("cpu-only", containers=[_ctr("a", "10", "2Gi")]))
     _, rt = make_app(fake)
     pod = _cpu_gpu_pod("p", "1500m")
-    ctx = rt.allocator.context(request(share(core=25, mem=1024)), pod)
+    ctx = rt.allocator.reader.context(request(share(core=25, mem=1024)), pod)
     assert ctx.node_facts["n1"].cpu_free_milli == 54000
     assert ctx.pod_cpu_milli == 1500
 

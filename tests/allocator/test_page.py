@@ -12,9 +12,9 @@ from builders import make_gpu_pod, make_node, request, share, whole
 from fake_kube import FakeKube
 from markupsafe import escape
 
+from allocator.decisions import PodRef
 from allocator.service import page
 from allocator.service.pending import RecentRefusals
-from allocator.verbs.decisions import PodRef
 
 HOSTILE = '<script>window.pwned=1</script>"\'&'
 

@@ -6,6 +6,7 @@ seed."""
 from __future__ import annotations
 
 import random
+from dataclasses import replace
 from functools import partial
 from typing import Any
 
@@ -22,6 +23,8 @@ from allocator.ranking.plain import PlainRanker
 from allocator.ranking.policies import REGISTRY, get_policy
 from allocator.service.app import Runtime
 from allocator.verbs.core import AllocatorConfig, node_states
+from allocator.verbs.filter import Filter
+from allocator.verbs.prioritize import Prioritize
 from tessera.vocabulary import Allocation, ContainerAllocation, ContainerRequest, PodRequest
 
 POLICIES = sorted(REGISTRY)
@@ -80,13 +83,13 @@ def _cluster(rng: random.Random, policy: str, hold_seconds: float = 0.0,
                     "c", (card,), core_percent=pick, memory_mib=memory * pick // 200)))
     _, rt = make_app(fake, core=AllocatorConfig(default_policy=policy,
                                                 hold_seconds=hold_seconds))
-    rt.allocator.mix = LiveMix(refresh=1)
+    rt.allocator.reader.mix = LiveMix(refresh=1)
     for k in range(20):  # a workload mix of GPU pods with several CPU requests
         req = _request(rng)
         pod = make_gpu_pod(f"seen{k}", req, uid=f"seen{k}")
         pod["spec"]["containers"][0].setdefault("resources", {}).setdefault(
             "requests", {})["cpu"] = str(rng.choice([1, 2, 6, 12]))
-        rt.allocator.observe(pod, req)
+        rt.allocator.reader.observe(pod, req)
     return rt
 
 
@@ -123,7 +126,7 @@ def test_fit_best_and_scores_equal_the_plain_ranker(policy_name: str, seed: int,
         if i % 2:
             names.insert(rng.randrange(len(names) + 1), f"ghost-{i}")
         req = _request(rng, policy_name)
-        ctx = rt.allocator.context(req, make_gpu_pod(f"p{i}", req, uid=f"u{i}"))
+        ctx = rt.allocator.reader.context(req, make_gpu_pod(f"p{i}", req, uid=f"u{i}"))
         for explain in (False, True):
             for _ in range(2):  # cold, then from the memo
                 got = fast.fit(req, names, explain_when_some_fit=explain)
@@ -146,7 +149,7 @@ def test_cpu_only_scores_equal_the_plain_ranker(policy_name: str, seed: int) -> 
     rt = _cluster(rng, policy_name)
     fast, plain = _rankers(rt)
     policy = get_policy(policy_name)
-    workload = rt.allocator.workload()
+    workload = rt.allocator.reader.workload()
     names = [*rt.state.node_names(), "ghost"]
     rng.shuffle(names)
     for cpu in (0, 500, 4000, 30000):
@@ -166,7 +169,7 @@ def test_best_known_is_the_best_of_the_asked_nodes(policy_name: str, seed: int) 
     for i in range(6):
         names = rng.sample(everyone, max(1, len(everyone) - rng.randint(0, 4)))
         req = _request(rng, policy_name)
-        ctx = rt.allocator.context(req, make_gpu_pod(f"p{i}", req, uid=f"u{i}"))
+        ctx = rt.allocator.reader.context(req, make_gpu_pod(f"p{i}", req, uid=f"u{i}"))
         # Nodes to avoid (HAMi's nodes with an Allocate pending) are not asked, and ranked
         # as if they were not there.
         avoid = set(rng.sample(names, rng.randint(0, min(3, len(names) - 1))))
@@ -190,8 +193,12 @@ def test_the_verbs_answer_alike_over_either_ranker(policy_name: str, caps: bool)
                        caps=caps)
     plain_rt = _cluster(random.Random(f"verbs-{policy_name}"), policy_name, hold_seconds=15,
                         caps=caps)
-    plain_rt.allocator.ranker = PlainRanker(partial(node_states, plain_rt.state),
-                                            facts=plain_rt.state.resources.view())
+    a = plain_rt.allocator
+    plain = PlainRanker(partial(node_states, plain_rt.state), facts=a.state.resources.view())
+    plain_rt.allocator = replace(  # the same reader (its mix), the verbs over the plain ranker
+        a, ranker=plain,
+        filter=Filter(a.reader, a.state, plain, a.agent, a.requeue, a.filter.hooks),
+        prioritizer=Prioritize(a.reader, plain))
     rng = random.Random(policy_name)
     everyone = fast_rt.state.node_names()
     assert everyone == plain_rt.state.node_names()

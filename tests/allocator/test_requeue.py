@@ -12,9 +12,9 @@ from alloc_harness import make_app
 from builders import VOCAB, make_gpu_pod, make_node, request, share, whole
 from fake_kube import FakeKube
 
+from allocator.decisions import PodRef
 from allocator.errors import ApiError
 from allocator.service.app import Runtime
-from allocator.verbs.decisions import PodRef
 from allocator.verbs.requeue import RequeueOnRelease, pod_priority, requeue_patch
 from tessera.vocabulary import PodRequest
 
@@ -223,11 +223,11 @@ def test_a_refusal_no_release_can_mend_is_not_remembered() -> None:
 def test_fits_on_judges_one_node_and_an_unknown_node_fits_nothing() -> None:
     fake, _app, rt = _one_card_taken()
     small: PodRequest = request(share(core=10))
-    assert not rt.allocator.fits_on(WHOLE, "n1")
-    assert not rt.allocator.fits_on(small, "n1")
-    assert not rt.allocator.fits_on(small, "nowhere")
+    assert not rt.allocator.filter.fits_on(WHOLE, "n1")
+    assert not rt.allocator.filter.fits_on(small, "n1")
+    assert not rt.allocator.filter.fits_on(small, "nowhere")
     rt.state.remove_pod(fake.get_pod("default", "a"))
-    assert rt.allocator.fits_on(WHOLE, "n1")
+    assert rt.allocator.filter.fits_on(WHOLE, "n1")
 
 
 def test_a_release_asks_the_highest_priority_first_then_the_least_recently_refused() -> None:

@@ -14,6 +14,7 @@ from fake_kube import FakeKube
 
 from allocator.errors import BindError
 from allocator.hami.codec import HAMI, VOLCANO_VGPU, Flavor
+from allocator.hami.described import registered_cards
 from allocator.hami.register import RegisteredDevice, encode_register_json, encode_register_text
 from allocator.picture.inventory import read_inventory
 from allocator.ranking.cards import Card, CardState, NodeState, build_node_state, card_signature
@@ -63,7 +64,8 @@ def _binpack(req: PodRequest):  # type: ignore[no-untyped-def]
                                               (VOLCANO_VGPU, True)])
 def test_a_register_annotation_with_count_2_caps_each_card_at_2_shares(
         flavor: Flavor, text: bool) -> None:
-    inv = read_inventory(_hami_node("n1", 2, 2, flavor, text), VOCAB)
+    inv = read_inventory(_hami_node("n1", 2, 2, flavor, text), VOCAB,
+                         own_description=registered_cards)
     assert inv.source == "hami" and not inv.problem
     assert [c.max_shares for c in inv.cards] == [2, 2]
 
@@ -74,7 +76,7 @@ def test_a_register_annotation_with_count_2_caps_each_card_at_2_shares(
     make_node("n1", cards_annotation=[{"index": 0, "model": "T4", "memoryMiB": 16384}]),
 ], ids=["allocatable", "gfd", "annotation"])
 def test_cards_described_otherwise_have_no_cap(node: dict[str, Any]) -> None:
-    inv = read_inventory(node, VOCAB)
+    inv = read_inventory(node, VOCAB, own_description=registered_cards)
     assert inv.cards and all(c.max_shares is None for c in inv.cards)
 
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import threading
 from typing import Any
 
-from alloc_harness import make_app, synced_allocator
+from alloc_harness import NOW, make_app, synced_allocator
 from builders import VOCAB, make_gpu_pod, make_node, request, whole
 from fake_kube import FakeKube
 
@@ -13,6 +13,7 @@ from allocator.errors import ApiError, Conflict
 from allocator.kube.leader import LeaderElector
 from allocator.picture.state import ClusterState
 from allocator.picture.watch import Reflector, initial_sync, reflectors
+from allocator.verbs.core import AllocatorConfig, assemble
 from tessera.vocabulary import Allocation, ContainerAllocation, encode_allocation
 
 
@@ -154,8 +155,7 @@ def test_node_changes_update_the_inventory_and_deleted_nodes_disappear() -> None
 def test_a_fresh_reservation_survives_a_stale_watch_event() -> None:
     fake, state, _nodes, _pods, _ = _setup(bound_pods=False)
     fake.add_pod(make_gpu_pod("a", request(whole()), uid="u-a"))
-    alloc = synced_allocator(fake)
-    alloc.state = state  # bind through the watched state
+    alloc = assemble(state, fake, AllocatorConfig(), clock=lambda: NOW)  # the watched state
     alloc.bind("default", "a", "u-a", "n1")
     # Replay the pod's old ADDED event (no nodeName, no record): the cards stay taken.
     state.apply_pod(make_gpu_pod("a", request(whole()), uid="u-a"))

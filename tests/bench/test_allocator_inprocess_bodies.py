@@ -11,13 +11,13 @@ import pytest
 from builders import NullApi
 
 from allocator.service import extender
-from allocator.verbs.core import Allocator, AllocatorConfig
+from allocator.verbs.core import Allocator, AllocatorConfig, assemble
 from bench import allocator_inprocess as inprocess
 
 
 def setup(nodes: int) -> tuple[Allocator, dict[str, Any], list[str]]:
     state = inprocess.build_state(nodes, random.Random(1))
-    allocator = Allocator(state, api=NullApi(),
+    allocator = assemble(state, api=NullApi(),
                           config=AllocatorConfig(default_policy="fgd-cpu"))
     pod = inprocess.pod_obj(inprocess.MIX[0], "bench-pod")
     return allocator, pod, state.node_names()

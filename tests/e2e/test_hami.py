@@ -20,6 +20,8 @@ from typing import Any
 import pytest
 from dev_clusters import running
 
+from allocator.agents.hami import HamiAgent
+from allocator.agents.profiles import AgentSetup, agent_for
 from allocator.errors import BindError
 from allocator.hami.adopt import adopt_placed_pods
 from allocator.hami.codec import HAMI, encode_lock, parse_lock
@@ -27,7 +29,7 @@ from allocator.hami.lock import LockSettings
 from allocator.hami.writer import shares_of
 from allocator.kube.client import KubeClient
 from allocator.picture.state import ClusterState
-from allocator.verbs.core import Allocator, AllocatorConfig
+from allocator.verbs.core import Allocator, AllocatorConfig, assemble
 from devcluster.binaries import Binaries, repo_root
 from devcluster.cluster import DevCluster
 from devcluster.hami_node import HamiNode, fake_devices, node_envs, visible
@@ -55,13 +57,14 @@ MIB = 81920
 
 def _allocator(cluster: DevCluster, api: KubeClient,
                clock: Callable[[], float] = time.time) -> Allocator:
-    state = ClusterState(cluster.vocabulary)
+    config = AllocatorConfig(dialects=DialectConfig(agent_profile=AgentProfile.HAMI),
+                             node_resources=False)
+    agent = agent_for(AgentSetup(config.dialects, api, clock))
+    state = ClusterState(cluster.vocabulary, watch=agent)  # the agent reads HAMi's register
     state.replace_nodes(api.list_nodes()[0])
     state.replace_pods(api.list_pods(cluster.vocabulary.gpu_pod_selector)[0])
     state.mark_synced()
-    config = AllocatorConfig(dialects=DialectConfig(agent_profile=AgentProfile.HAMI),
-                             node_resources=False)
-    return Allocator(state, api, config, clock=clock)
+    return assemble(state, api, config, clock=clock, agent=agent)
 
 
 ALL_DIALECTS = (f"--dialects={','.join(Dialect)}",)
@@ -243,8 +246,8 @@ def test_a_stale_lock_is_taken_over_and_a_silent_plugin_leaves_nothing_stuck(
     held = (api.get_node(node) or {})["metadata"]["annotations"][HAMI.lock_key]
     assert parse_lock(held).held_by(namespace, "a")
     # The plugin never answers: b waits its bounded time, fails, and keeps nothing.
-    assert alloc.hami_locks is not None
-    alloc.hami_locks.settings = LockSettings(wait_seconds=1.0)
+    assert isinstance(alloc.agent, HamiAgent)
+    alloc.agent.locks.settings = LockSettings(wait_seconds=1.0)
     with pytest.raises(BindError, match="locked"):
         alloc.bind(namespace, "b", "", node)
     assert not _pod(core_v1, namespace, "b")["spec"].get("nodeName")

@@ -121,3 +121,13 @@ def test_a_card_s_use_is_the_same_in_every_table_and_counts_init_containers_as_r
     assert pic.nodes[0].state.cards[0].core_used == 35
     assert report.render_table({"n1": [from_objects]}) == report.render_table(
         {"n1": [from_picture]})
+
+
+def test_a_device_plugin_s_register_describes_the_node_as_the_allocator_reads_it() -> None:
+    from allocator.hami.codec import HAMI
+    from allocator.hami.register import RegisteredDevice, encode_register_json
+    register = encode_register_json([RegisteredDevice(f"GPU-{i}", i, 4, 24000, 100, "NVIDIA-L4")
+                                     for i in range(3)])
+    pic = picture_of([gpu_node("n1", annotations={HAMI.register_key: register})], [])
+    node = pic.nodes[0]
+    assert node.source == "hami" and [c.memory_mib for c in node.cards] == [24000] * 3

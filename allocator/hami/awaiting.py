@@ -1,11 +1,12 @@
-"""Nodes whose node agent still has a bound pod to start (not locked: the picture's lock
-guards it, :class:`allocator.picture.state.ClusterState`).
+"""Nodes whose node agent still has a bound pod to start (not locked: its owner,
+:class:`allocator.agents.hami.HamiAgent`, guards it, told every event by the picture).
 
 HAMi's device plugin, and volcano-vgpu's, allocate one pod at a time per node: the scheduler
 takes the node's lock before the Binding and the plugin's ``Allocate`` gives it back, setting
 the pod's ``bind-phase`` to ``success`` (or ``failed``). A node between the two cannot take
 another pod until then (:mod:`allocator.hami.lock` waits for it), so filter prefers other
-nodes that fit while it lasts (:mod:`allocator.verbs.filter`).
+nodes that fit while it lasts (``HamiAgent.nodes_to_avoid``, asked by
+:mod:`allocator.verbs.filter`).
 
 The plugin writes the pod's end before it gives the lock back, so a node also counts as
 having a pod to start while our node watch shows its lock held (by anyone: another

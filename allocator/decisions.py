@@ -1,6 +1,6 @@
 """What the allocator decided about a pod, told to whoever listens: the hooks of the core.
 
-:class:`allocator.verbs.core.Allocator` calls these at the moments a person would want to know of:
+The verbs (:mod:`allocator.verbs`) call these at the moments a person would want to know of:
 a pod bound with its cards, a bind that failed, a pod no offered node could take (with each
 node's reason), and a pod that fits again. The Events recorder (:mod:`allocator.kube.recorder`) and
 the page's recent-refusals map (:mod:`allocator.service.pending`) listen; tests listen with a list.
