@@ -17,7 +17,7 @@ from itertools import combinations
 
 from hypothesis import strategies as st
 
-from allocator.preemption import Budget, GpuPod, NodeOffer, Preemptor, PreemptionPolicy
+from allocator.preemption import Budget, GpuPod, NodeOffer, PreemptionPolicy, Preemptor
 from allocator.preemption.budgets import split_by_budget
 from allocator.preemption.victims import potential_victims
 from allocator.ranking.cards import Card, CardState, NodeState, apply_placement

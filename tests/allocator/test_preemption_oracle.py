@@ -39,8 +39,8 @@ from allocator.preemption import (
     NodeOffer,
     NodeVictims,
     NoPreemption,
-    Preemptor,
     PreemptionPolicy,
+    Preemptor,
     candidates_on,
     choose_preemption,
 )

@@ -16,8 +16,8 @@ from allocator.preemption import (
     NodeOffer,
     NodeVictims,
     NoPreemption,
-    Preemptor,
     PreemptionPolicy,
+    Preemptor,
     choose_preemption,
     select_victims,
 )
