@@ -93,7 +93,8 @@ def _victims_map(raw: Any, field: str, uid_of: Callable[[Any, str], str]
             continue
         if not isinstance(victims, Mapping):
             raise WireError(f"{where} must be an object")
-        pods = victims.get("Pods") or []
+        pods = victims.get("Pods")
+        pods = [] if pods is None else pods  # a nil slice
         count = victims.get("NumPDBViolations", 0)
         if not isinstance(pods, list):
             raise WireError(f"{where}.Pods must be a list")
