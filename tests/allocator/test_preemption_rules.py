@@ -7,6 +7,7 @@ from collections.abc import Sequence
 import pytest
 from builders import request, share, whole
 
+import allocator.preemption.victims as victims_module
 from allocator.preemption import (
     FITS_ALREADY,
     NO_LOWER_PRIORITY,
@@ -233,3 +234,26 @@ def test_a_pod_the_node_state_does_not_show_frees_nothing() -> None:
     start = node("n1", 1, pod("real", on(0, 50))).state
     ghost = pod("ghost", on(0, 50))
     assert without(start, [ghost]) == start
+
+
+def test_the_work_is_two_fit_checks_a_node_plus_one_a_pod_never_a_subset_search(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    real = victims_module.fits
+    calls: list[str] = []
+
+    def counting(req: PodRequest, state: NodeState) -> bool:
+        calls.append(state.name)
+        return real(req, state)
+
+    monkeypatch.setattr(victims_module, "fits", counting)
+    # 50 nodes of 4 cards, two 50% shares on each card: every node is a candidate.
+    helpful = [node(f"h{n}", 4, *[pod(f"h{n}-{c}-{k}", on(c, 50), priority=k)
+                                  for c in range(4) for k in range(2)]) for n in range(50)]
+    # 50 nodes where only one card holds a lower-priority pod: ruled out by the pre-check.
+    hopeless = [node(f"x{n}", 4, *[pod(f"x{n}-{c}", on(c), priority=1 if c == 0 else 10)
+                                   for c in range(4)]) for n in range(50)]
+    result = choose_preemption(preemptor(request(whole(cards=2))), helpful + hopeless)
+    assert isinstance(result, NodeVictims) and len(result.victims) == 4
+    per_node = {name: calls.count(name) for name in set(calls)}
+    assert all(per_node[f"x{n}"] == 2 for n in range(50))
+    assert all(per_node[f"h{n}"] == 2 + 8 for n in range(50))
