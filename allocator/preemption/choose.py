@@ -15,7 +15,7 @@ criterion, the candidates of the best score, and stops as soon as one is left:
 
 Sorting by the tuple of the five criteria is the same choice. kube-scheduler looks at a
 sample of the nodes only (at least 100 or 10%, from a random offset, stopping once it has
-enough: ``preemption.go:709-757``, ``default_preemption.go:185-204``) to bound its cost; the
+enough: ``preemption.go:709-762``, ``default_preemption.go:185-204``) to bound its cost; the
 card-level check is cheap enough to look at every node given, so the choice is the best of
 all of them, and needs no randomness.
 """
