@@ -11,6 +11,7 @@ not place stays: evicting pods never frees it.
 from __future__ import annotations
 
 from collections.abc import Iterable
+from dataclasses import replace
 
 from allocator.preemption.model import GpuPod
 from allocator.ranking.cards import CardState, NodeState, apply_placement
@@ -30,9 +31,22 @@ def without(node: NodeState, pods: Iterable[GpuPod]) -> NodeState:
     return NodeState(node.name, tuple(cards))
 
 
-def with_back(node: NodeState, pod: GpuPod) -> NodeState:
-    """``node`` with ``pod``'s allocation on its cards again."""
-    return apply_placement(node, pod.containers, pod.uid)
+def with_back(node: NodeState, pod: GpuPod, before: NodeState) -> NodeState:
+    """``node`` with ``pod``'s allocation on its cards again: the part :func:`without` took
+    off, that is the cards where ``before`` (the node before anyone was taken off) shows it."""
+    return apply_placement(node, shown(before, pod), pod.uid)
+
+
+def shown(node: NodeState, pod: GpuPod) -> tuple[ContainerAllocation, ...]:
+    """``pod``'s containers, each on the cards of ``node`` that name it as a holder."""
+    holders = {c.card.index: c.holders for c in node.cards}
+    out = []
+    for container in pod.containers:
+        holder = (pod.uid, container.name)
+        cards = tuple(i for i in container.card_indices if holder in holders.get(i, ()))
+        if cards:
+            out.append(replace(container, card_indices=cards))
+    return tuple(out)
 
 
 def _release(card: CardState, uid: str, container: ContainerAllocation) -> CardState:

@@ -66,7 +66,7 @@ def select_victims(preemptor: Preemptor, node: NodeOffer, budgets: Sequence[Budg
     forbidden = {id(p) for p in violating}
     victims: list[GpuPod] = []
     for pod in (*violating, *free):
-        trial = with_back(state, pod)
+        trial = with_back(state, pod, node.state)
         if fits(request, trial):
             state = trial
         else:

@@ -223,7 +223,7 @@ def test_taking_pods_off_and_putting_them_back_restores_every_card() -> None:
                for c in bare.cards)
     back = bare
     for p in pods:
-        back = with_back(back, p)
+        back = with_back(back, p, start)
     for before, after in zip(start.cards, back.cards, strict=True):
         assert (before.core_used, before.memory_used_mib, before.whole,
                 sorted(before.holders)) == (after.core_used, after.memory_used_mib,
@@ -257,3 +257,11 @@ def test_the_work_is_two_fit_checks_a_node_plus_one_a_pod_never_a_subset_search(
     per_node = {name: calls.count(name) for name in set(calls)}
     assert all(per_node[f"x{n}"] == 2 for n in range(50))
     assert all(per_node[f"h{n}"] == 2 + 8 for n in range(50))
+
+
+def test_a_pod_is_put_back_only_where_the_node_state_showed_it() -> None:
+    # The record says cards 0 and 1; the node state shows the pod on card 0 only.
+    start = node("n1", 2, pod("p", on(0, 50))).state
+    recorded = pod("p", ContainerAllocation("main", (0, 1), 50, 0))
+    back = with_back(without(start, [recorded]), recorded, start)
+    assert [(c.core_used, c.holders) for c in back.cards] == [(50, (("p", "main"),)), (0, ())]
