@@ -27,7 +27,9 @@ Design (docs/decisions/0008-preempt-card-aware-core.md says why):
   overall and per node (``preemptionPolicy: Never``; fits already; nothing of lower priority
   on the cards; does not fit even with them all gone).
 - **Wire** (:mod:`.extender_wire`): the extender's ``ExtenderPreemptionArgs`` decoded and its
-  ``ExtenderPreemptionResult`` encoded, as kube-scheduler sends and reads them.
+  ``ExtenderPreemptionResult`` encoded, as kube-scheduler sends and reads them;
+  :mod:`.extender_answer` answers kube-scheduler's candidates with card-level victims (its
+  victims that hold no card kept), leaving out the nodes where the cards cannot make room.
 
 Cost: per node two or three fit checks to rule it out, plus one per lower-priority pod on a
 node where preemption helps; never a search over subsets.
@@ -42,6 +44,7 @@ from allocator.preemption.choose import (
     order_key,
     pick_one_node,
 )
+from allocator.preemption.extender_answer import ExtenderAnswer, answer_preemption
 from allocator.preemption.model import (
     Budget,
     GpuPod,
@@ -65,6 +68,7 @@ __all__ = [
     "NO_LOWER_PRIORITY",
     "POLICY_NEVER",
     "Budget",
+    "ExtenderAnswer",
     "GpuPod",
     "NoPreemption",
     "NodeOffer",
@@ -72,6 +76,7 @@ __all__ = [
     "Preemption",
     "PreemptionPolicy",
     "Preemptor",
+    "answer_preemption",
     "candidates_on",
     "choose_preemption",
     "importance",

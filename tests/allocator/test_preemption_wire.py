@@ -8,6 +8,14 @@ from typing import Any
 
 import pytest
 
+from allocator.preemption import (
+    NO_LOWER_PRIORITY,
+    GpuPod,
+    NodeOffer,
+    PreemptionPolicy,
+    Preemptor,
+)
+from allocator.preemption.extender_answer import UNKNOWN_NODE, answer_preemption
 from allocator.preemption.extender_wire import (
     PreemptionArgs,
     ProposedVictims,
@@ -15,6 +23,8 @@ from allocator.preemption.extender_wire import (
     encode_result,
     merged_victims,
 )
+from allocator.ranking.cards import Card, CardState, NodeState, apply_placement
+from tessera.vocabulary import Allocation, ContainerAllocation, ContainerRequest, PodRequest
 from tessera.wire import WireError
 
 POD = {"metadata": {"name": "big", "namespace": "ns", "uid": "u-big"}, "spec": {"priority": 9}}
@@ -113,3 +123,50 @@ def test_our_card_victims_replace_kube_schedulers_gpu_victims_and_keep_the_other
     proposed = ProposedVictims(("gpu-1", "cpu-hog", "gpu-2"))
     merged = merged_victims(proposed, ["gpu-3"], gpu_pods=["gpu-1", "gpu-2", "gpu-3"])
     assert merged == ("gpu-3", "cpu-hog")
+
+
+# ----------------------------------------------------------------------------- the answer
+
+def _offer(name: str, *pods: GpuPod) -> NodeOffer:
+    state = NodeState(name, (CardState(Card(0, "T4", 16000)), CardState(Card(1, "T4", 16000))))
+    for p in pods:
+        state = apply_placement(state, p.containers, p.uid)
+    return NodeOffer(state, pods)
+
+
+def _gpu(uid: str, card: int, core: int, priority: int) -> GpuPod:
+    container = ContainerAllocation("main", (card,), core_percent=core)
+    return GpuPod(uid, "ns", uid, Allocation("", (container,), pod_uid=uid), priority)
+
+
+BIG = Preemptor("u-big", PodRequest((ContainerRequest("main", core_percent=50),)), 9)
+
+
+def test_the_answer_puts_card_victims_in_place_of_kube_schedulers_and_keeps_the_rest() -> None:
+    # kube-scheduler saw 80% free in sum and proposed both shares and a CPU-only pod; on the
+    # cards one share is enough.
+    offer = _offer("n1", _gpu("a", 0, 60, 1), _gpu("b", 1, 60, 2))
+    proposed = {"n1": ProposedVictims(("a", "b", "cpu-hog"), 0)}
+    answer = answer_preemption(BIG, proposed, [offer])
+    assert answer.result == {"NodeNameToMetaVictims": {"n1": {
+        "Pods": [{"UID": "a"}, {"UID": "cpu-hog"}], "NumPDBViolations": 0}}}
+    assert answer.left_out == {}
+
+
+def test_the_answer_leaves_out_nodes_where_the_cards_cannot_make_room() -> None:
+    high = _offer("n1", _gpu("h0", 0, 60, 9), _gpu("h1", 1, 60, 9))
+    fits = _offer("n2")
+    proposed = {"n1": ProposedVictims(("h0",)), "n2": ProposedVictims(("cpu-hog",)),
+                "n3": ProposedVictims(("x",))}
+    answer = answer_preemption(BIG, proposed, [high, fits])
+    assert answer.result == {"NodeNameToMetaVictims": {
+        "n2": {"Pods": [{"UID": "cpu-hog"}], "NumPDBViolations": 0}}}
+    assert answer.left_out["n1"] == NO_LOWER_PRIORITY
+    assert answer.left_out["n3"] == UNKNOWN_NODE
+
+
+def test_a_pod_that_never_preempts_gets_an_empty_answer() -> None:
+    never = Preemptor(BIG.uid, BIG.request, 9, PreemptionPolicy.NEVER)
+    offer = _offer("n1", _gpu("a", 0, 60, 1), _gpu("b", 1, 60, 2))
+    answer = answer_preemption(never, {"n1": ProposedVictims(("a",))}, [offer])
+    assert answer.result == {"NodeNameToMetaVictims": {}}
