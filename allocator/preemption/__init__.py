@@ -11,6 +11,8 @@ Design (docs/decisions/0008-preempt-card-aware-core.md says why):
   the :class:`~allocator.ranking.cards.NodeState` the ranking sees and the :class:`GpuPod` s on
   it (their :class:`~tessera.vocabulary.Allocation`, priority, start time); the
   PodDisruptionBudgets as :class:`Budget` s (allowed disruptions, UIDs of the pods selected).
+- **Pod fields** (:mod:`.pod_fields`): ``spec.priority``, ``spec.preemptionPolicy`` and
+  ``status.startTime`` read from any JSON without raising (an unreadable policy evicts nobody).
 - **On one node** (:mod:`.victims`): kube-scheduler's own victim selection
   (``SelectVictimsOnNode``) with the card-level fit of :mod:`allocator.ranking.fit`: take every
   GPU pod of strictly lower priority off the cards the pod may use; if it still does not fit,
@@ -56,6 +58,7 @@ from allocator.preemption.model import (
     Preemptor,
     importance,
 )
+from allocator.preemption.pod_fields import policy_of, priority_of, started_at
 from allocator.preemption.victims import (
     FITS_ALREADY,
     NO_LOWER_PRIORITY,
@@ -82,6 +85,9 @@ __all__ = [
     "importance",
     "order_key",
     "pick_one_node",
+    "policy_of",
     "potential_victims",
+    "priority_of",
     "select_victims",
+    "started_at",
 ]

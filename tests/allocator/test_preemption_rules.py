@@ -23,6 +23,7 @@ from allocator.preemption import (
     select_victims,
 )
 from allocator.preemption.budgets import split_by_budget
+from allocator.preemption.pod_fields import policy_of, priority_of, started_at
 from allocator.preemption.release import with_back, without
 from allocator.ranking.cards import Card, CardState, NodeState, apply_placement
 from tessera.vocabulary import Allocation, ContainerAllocation, PodRequest
@@ -265,3 +266,42 @@ def test_a_pod_is_put_back_only_where_the_node_state_showed_it() -> None:
     recorded = pod("p", ContainerAllocation("main", (0, 1), 50, 0))
     back = with_back(without(start, [recorded]), recorded, start)
     assert [(c.core_used, c.holders) for c in back.cards] == [(50, (("p", "main"),)), (0, ())]
+
+
+@pytest.mark.parametrize(("spec", "priority"), [
+    ({}, 0), ({"priority": 1000}, 1000), ({"priority": -5}, -5), ({"priority": "9"}, 0),
+    ({"priority": True}, 0), ({"priority": 2**31}, 0), ({"priority": -(2**31)}, -(2**31)),
+    ({"priority": 1.5}, 0),
+])
+def test_a_pods_priority_is_its_int32_spec_priority_or_0(spec: dict[str, object],
+                                                         priority: int) -> None:
+    assert priority_of({"spec": spec}) == priority
+
+
+@pytest.mark.parametrize(("spec", "policy"), [
+    ({}, PreemptionPolicy.PREEMPT_LOWER_PRIORITY),
+    ({"preemptionPolicy": "PreemptLowerPriority"}, PreemptionPolicy.PREEMPT_LOWER_PRIORITY),
+    ({"preemptionPolicy": "Never"}, PreemptionPolicy.NEVER),
+    ({"preemptionPolicy": "never"}, PreemptionPolicy.NEVER),
+    ({"preemptionPolicy": 3}, PreemptionPolicy.NEVER),
+])
+def test_a_policy_it_cannot_read_evicts_nobody(spec: dict[str, object],
+                                               policy: PreemptionPolicy) -> None:
+    assert policy_of({"spec": spec}) is policy
+
+
+@pytest.mark.parametrize(("status", "start"), [
+    ({"startTime": "2026-11-28T10:00:00Z"}, 1795860000.0),
+    ({"startTime": "2026-11-28T10:00:00+01:00"}, 1795856400.0),
+    ({}, None), ({"startTime": None}, None), ({"startTime": "yesterday"}, None),
+    ({"startTime": "2026-11-28T10:00:00"}, None), ({"startTime": "9" * 100}, None),
+])
+def test_a_start_time_is_read_as_the_api_server_writes_it(status: dict[str, object],
+                                                          start: float | None) -> None:
+    assert started_at({"status": status}) == start
+
+
+def test_a_pod_that_is_not_shaped_like_one_reads_as_harmless() -> None:
+    odd = {"spec": "x", "status": ["y"]}
+    assert (priority_of(odd), policy_of(odd), started_at(odd)) == (
+        0, PreemptionPolicy.PREEMPT_LOWER_PRIORITY, None)
