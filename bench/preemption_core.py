@@ -1,7 +1,9 @@
 """What card-aware preemption's decision costs at scale (allocator/preemption/, in process).
 
-N nodes of 4 cards, two 50% shares on every card, priorities 0-4 spread over them and a start
-time per node: every node is a candidate (the worst case: the full reprieve walk everywhere).
+N nodes of 4 cards, two 50% shares on every card, priorities 0-4 and a start time per node:
+every node is a candidate. Two fleets: *distinct* (priorities drawn per pod, so nearly every
+node differs: the full reprieve walk on every node, the worst case) and *alike* (five patterns
+of priorities: nodes alike are worked out once, allocator/preemption/alike.py).
 Measured: the CPU time (``time.process_time``) of ``choose_preemption`` and the fit checks it
 made, for a whole card, two whole cards and a 60% share at priority 10; then N nodes that the
 pre-check rules out (one card of lower priority, three of equal priority, two whole cards
@@ -13,6 +15,7 @@ Usage: ``.venv/bin/python -m bench.preemption_core [--nodes 1000]``
 from __future__ import annotations
 
 import argparse
+import random
 import time
 from unittest import mock
 
@@ -39,9 +42,13 @@ def _offer(name: str, pods: list[GpuPod]) -> NodeOffer:
     return NodeOffer(state, tuple(pods))
 
 
-def full_of_shares(count: int) -> list[NodeOffer]:
-    return [_offer(f"n{n}", [_pod(f"n{n}-{c}-{k}", c, 50, (n + c + k) % 5, float(n))
-                             for c in range(CARDS) for k in range(2)]) for n in range(count)]
+def full_of_shares(count: int, distinct: bool) -> list[NodeOffer]:
+    """Alike: priorities in one of 5 patterns, one start time a node. Distinct: priorities
+    drawn per pod (seeded), so nearly every node differs (the memo of alike nodes misses)."""
+    draw = random.Random(47)
+    return [_offer(f"n{n}", [
+        _pod(f"n{n}-{c}-{k}", c, 50, draw.randrange(5) if distinct else (n + c + k) % 5,
+             float(n)) for c in range(CARDS) for k in range(2)]) for n in range(count)]
 
 
 def ruled_out(count: int) -> list[NodeOffer]:
@@ -67,11 +74,14 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--nodes", type=int, default=1000)
     nodes = parser.parse_args().nodes
-    full = full_of_shares(nodes)
-    measure("whole card", PodRequest((ContainerRequest("c", cards=1),)), full)
-    measure("two whole cards", PodRequest((ContainerRequest("c", cards=2),)), full)
-    measure("60% share", PodRequest((ContainerRequest("c", core_percent=60,
-                                                      memory_mib=2000),)), full)
+    asks = [("whole card", PodRequest((ContainerRequest("c", cards=1),))),
+            ("two whole cards", PodRequest((ContainerRequest("c", cards=2),))),
+            ("60% share", PodRequest((ContainerRequest("c", core_percent=60,
+                                                       memory_mib=2000),)))]
+    for fleet, distinct in (("distinct", True), ("alike", False)):
+        full = full_of_shares(nodes, distinct)
+        for label, request in asks:
+            measure(f"{label}, {fleet}", request, full)
     measure("ruled out by the pre-check", PodRequest((ContainerRequest("c", cards=2),)),
             ruled_out(nodes))
 

@@ -33,8 +33,9 @@ Design (docs/decisions/0008-preempt-card-aware-core.md says why):
   :mod:`.extender_answer` answers kube-scheduler's candidates with card-level victims (its
   victims that hold no card kept), leaving out the nodes where the cards cannot make room.
 
-Cost: per node two or three fit checks to rule it out, plus one per lower-priority pod on a
-node where preemption helps; never a search over subsets.
+Cost: per node two fit checks to rule it out, plus one per lower-priority pod on a node where
+preemption helps; never a search over subsets. Nodes alike in cards and pods (names and start
+times aside) are worked out once (:mod:`.alike`).
 """
 
 from __future__ import annotations

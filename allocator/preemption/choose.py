@@ -24,6 +24,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+from allocator.preemption.alike import AlikeNodes, by_importance, shape
 from allocator.preemption.model import (
     Budget,
     NodeOffer,
@@ -58,11 +59,18 @@ def pick_one_node(candidates: Sequence[NodeVictims]) -> NodeVictims | None:
 def candidates_on(preemptor: Preemptor, nodes: Sequence[NodeOffer],
                   budgets: Sequence[Budget] = (), chooser: Chooser | None = None
                   ) -> tuple[list[NodeVictims], dict[str, str]]:
-    """Each node's victims where preemption helps there, and why not on the others."""
+    """Each node's victims where preemption helps there, and why not on the others (nodes
+    alike in cards and pods worked out once: :mod:`allocator.preemption.alike`)."""
     found: list[NodeVictims] = []
     why: dict[str, str] = {}
+    alike = AlikeNodes()
     for node in nodes:
-        result = select_victims(preemptor, node, budgets, chooser)
+        pods = by_importance(node)
+        key = shape(node, pods, budgets)
+        result = alike.recall(key, node, pods)
+        if result is None:
+            result = select_victims(preemptor, node, budgets, chooser)
+            alike.keep(key, pods, result)
         if isinstance(result, str):
             why[node.name] = result
         else:

@@ -19,6 +19,7 @@ for each, every subset of every node's lower-priority pods is tried
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
+from dataclasses import replace
 
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -43,8 +44,9 @@ from allocator.preemption import (
     Preemptor,
     candidates_on,
     choose_preemption,
+    select_victims,
 )
-from allocator.ranking.cards import apply_placement
+from allocator.ranking.cards import NodeState, apply_placement
 from allocator.ranking.fit import fits
 
 ORACLE = settings(max_examples=200, deadline=None, derandomize=True)
@@ -179,3 +181,31 @@ def test_the_node_chosen_is_the_one_kube_schedulers_order_picks(
 
 def _named(nodes: Sequence[NodeOffer], name: str) -> NodeOffer:
     return next(n for n in nodes if n.name == name)
+
+
+def _renamed(node: NodeOffer, name: str, foreign: int = 0) -> NodeOffer:
+    """``node`` under another name, its pods under other UIDs (their allocations and the
+    node state's holders too); ``foreign`` MiB more used outside Tessera on its first card
+    (the same pods, cards that differ)."""
+    new = {p.uid: f"{name}-{p.uid}" for p in node.pods}
+    cards = tuple(replace(c, holders=tuple((new.get(u, u), n) for u, n in c.holders),
+                          foreign_memory_mib=c.foreign_memory_mib + (foreign if i == 0 else 0))
+                  for i, c in enumerate(node.state.cards))
+    pods = tuple(replace(p, uid=new[p.uid], name=new[p.uid],
+                         allocation=replace(p.allocation, node=name, pod_uid=new[p.uid]))
+                 for p in node.pods)
+    return NodeOffer(NodeState(name, cards), pods)
+
+
+@ORACLE
+@given(cases(with_budgets=False))
+def test_nodes_alike_but_for_names_get_the_answer_each_would_get_alone_and_others_their_own(
+        case: tuple[Preemptor, list[NodeOffer], list[Budget]]) -> None:
+    preemptor, nodes, _ = case
+    fleet = (nodes + [_renamed(n, f"copy{i}") for i, n in enumerate(nodes)]
+             + [_renamed(n, f"busier{i}", foreign=6000) for i, n in enumerate(nodes)])
+    found, why = candidates_on(preemptor, fleet)
+    alone = [select_victims(preemptor, n) for n in fleet]
+    assert {c.node: c for c in found} == {n.name: r for n, r in zip(fleet, alone, strict=True)
+                                          if isinstance(r, NodeVictims)}
+    assert why == {n.name: r for n, r in zip(fleet, alone, strict=True) if isinstance(r, str)}

@@ -19,9 +19,11 @@ from allocator.preemption import (
     NoPreemption,
     PreemptionPolicy,
     Preemptor,
+    candidates_on,
     choose_preemption,
     select_victims,
 )
+from allocator.preemption.alike import by_importance, shape
 from allocator.preemption.budgets import split_by_budget
 from allocator.preemption.pod_fields import policy_of, priority_of, started_at
 from allocator.preemption.release import with_back, without
@@ -247,17 +249,36 @@ def test_the_work_is_two_fit_checks_a_node_plus_one_a_pod_never_a_subset_search(
         return real(req, state)
 
     monkeypatch.setattr(victims_module, "fits", counting)
-    # 50 nodes of 4 cards, two 50% shares on each card: every node is a candidate.
-    helpful = [node(f"h{n}", 4, *[pod(f"h{n}-{c}-{k}", on(c, 50), priority=k)
+    # 50 nodes of 4 cards, two 50% shares on each card, priorities 0 or 1 in patterns: every
+    # node is a candidate; nodes alike (same priorities on the same cards) are worked out once.
+    helpful = [node(f"h{n}", 4, *[pod(f"h{n}-{c}-{k}", on(c, 50), priority=(n >> (2 * c + k)) & 1)
                                   for c in range(4) for k in range(2)]) for n in range(50)]
     # 50 nodes where only one card holds a lower-priority pod: ruled out by the pre-check.
-    hopeless = [node(f"x{n}", 4, *[pod(f"x{n}-{c}", on(c), priority=1 if c == 0 else 10)
+    hopeless = [node(f"x{n}", 4, *[pod(f"x{n}-{c}", on(c), priority=1 if c == n % 4 else 10)
                                    for c in range(4)]) for n in range(50)]
     result = choose_preemption(preemptor(request(whole(cards=2))), helpful + hopeless)
     assert isinstance(result, NodeVictims) and len(result.victims) == 4
     per_node = {name: calls.count(name) for name in set(calls)}
-    assert all(per_node[f"x{n}"] == 2 for n in range(50))
-    assert all(per_node[f"h{n}"] == 2 + 8 for n in range(50))
+    shapes = {shape(n, by_importance(n), ()) for n in helpful}
+    assert 10 < len(shapes) < 50
+    assert [per_node[n] for n in per_node if n.startswith("h")] == [2 + 8] * len(shapes)
+    assert sum(per_node[n] for n in per_node if n.startswith("x")) == 4 * 2  # 4 shapes
+
+
+def test_nodes_alike_but_for_names_and_start_times_are_worked_out_once_with_their_own_pods(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    real = victims_module.fits
+    calls: list[str] = []
+    monkeypatch.setattr(victims_module, "fits",
+                        lambda req, state: calls.append(state.name) or real(req, state))
+    nodes = [node(f"n{n}", 2, pod(f"n{n}-a", on(0, 60), priority=1, started=100.0 + n),
+                  pod(f"n{n}-b", on(1, 60), priority=2, started=50.0)) for n in range(5)]
+    found, _ = candidates_on(preemptor(request(share(core=50))), nodes)
+    assert {name for name in calls} == {"n0"}
+    assert [(c.node, uids(c)) for c in found] == [(f"n{n}", [f"n{n}-a"]) for n in range(5)]
+    # Criterion 5 reads each node's own victims: the latest start wins.
+    result = choose_preemption(preemptor(request(share(core=50))), nodes)
+    assert isinstance(result, NodeVictims) and result.node == "n4"
 
 
 def test_a_pod_is_put_back_only_where_the_node_state_showed_it() -> None:
