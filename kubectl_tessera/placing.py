@@ -41,7 +41,7 @@ class ContentIds:
 
 
 def _bias(policy: Policy) -> NodeRank | None:
-    # The extender adds the same part per node (allocator/verbs/core.py, scores()).
+    # The extender adds the same part per node (allocator/verbs/prioritize.py, Prioritize.scores).
     if policy.name_bias() is None:
         return None
     return partial(_node_bias, policy.name)
