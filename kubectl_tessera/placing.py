@@ -1,6 +1,6 @@
 """Which node a policy would choose for a pod: the extender's prioritize, replayed (pure).
 
-The same steps as ``Allocator.scores`` (allocator/verbs/core.py) and the openb replay
+The same steps as ``Prioritize.scores`` (allocator/verbs/prioritize.py) and the openb replay
 (bench/openb/replay.py): a node's raw score is the policy's ``score(before, after)`` of the
 placement :func:`allocator.ranking.fit.place` makes with that policy's card chooser; a policy with a
 ``node_ranker`` (random) ranks feasible nodes without placing; the node with the highest
@@ -41,7 +41,7 @@ class ContentIds:
 
 
 def _bias(policy: Policy) -> NodeRank | None:
-    # The extender adds the same part per node (allocator/verbs/core.py, scores()).
+    # The extender adds the same part per node (allocator/verbs/prioritize.py, Prioritize.scores).
     if policy.name_bias() is None:
         return None
     return partial(_node_bias, policy.name)

@@ -25,7 +25,7 @@ needs (:class:`allocator.agents.hami.HamiAgent`). A new agent is one module and 
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from contextlib import AbstractContextManager, nullcontext
 
 from allocator.agents import AgentMetadata, BindContext
@@ -60,10 +60,11 @@ class NodeAgent(AgentWatch):
         return _NO_GUARD
 
     def nodes_to_avoid(self, names: Sequence[str], pods_to_start: PodsToStart
-                       ) -> Iterator[set[str]]:
+                       ) -> Iterable[set[str]]:
         """The asked nodes filter leaves out, try after try, before it tries them all
-        (nothing: every node at once)."""
-        return iter(())
+        (nothing: every node at once; asked on every filter, so the default allocates
+        nothing)."""
+        return ()
 
     def answer(self, nodes: list[str]) -> list[str]:
         """Filter's answer among the policy's tied best ``nodes`` (all of them: the

@@ -94,7 +94,7 @@ def run(args: argparse.Namespace) -> int:
     # create_app runs in the worker after fork: its threads and API connections belong to it.
     # One worker, never more: the cache must not be split across processes (module doc).
     # Binds wait on the API server: slots of their own, so filter never waits behind them
-    # (filter's holds keep the binds' picture in step: allocator.verbs.core).
+    # (filter's holds keep the binds' picture in step: allocator.verbs.filter).
     granian_server.serve(lambda: create_app(settings), settings.serving,
                          threads=settings.serving.threads,
                          max_body_bytes=settings.max_body_bytes, proc_name=PROC_NAME,
