@@ -115,6 +115,12 @@ def test_kubectl_tessera_inspects_explains_replays_and_plans_on_known_placements
     binpack, spread = replay["outcomes"]
     assert (binpack["unplaced"], binpack["idle_cards"]) == ([], 1)
     assert (spread["unplaced"], spread["idle_cards"]) == ([f"{namespace}/big"], 2)
+    # HAMi's own policies, joined by a comma: hami-binpack sends b to the node a already
+    # uses, onto a's card (it scores highest with b): room for big; hami-spread sends b to
+    # the unused node: none.
+    replay = tessera(cluster, "what-if", "--policy", "hami-binpack,hami-spread", *only_pool)
+    assert [(o["policy"], o["unplaced"], o["idle_cards"]) for o in replay["outcomes"]] == [
+        ("hami-binpack", [], 1), ("hami-spread", [f"{namespace}/big"], 2)]
 
     # defrag-plan: a third idle card takes one move, a half onto the other half's card.
     plan = tessera(cluster, "defrag-plan", "--cards", "3", *only_pool)
