@@ -2,7 +2,11 @@
 allocator/agents/, HAMi is named (case-insensitive) in at most two allocator modules. Today
 those two are ranking/cards.py and ranking/fit.py: the share cap cites HAMi's split count
 upstream, and an Unfit reason names it to the user. A new mention means a HAMi branch in
-the generic code: it belongs behind the node-agent port (allocator/agents/port.py)."""
+the generic code: it belongs behind the node-agent port (allocator/agents/port.py).
+
+hami-scheduler's own node and card policies (allocator/ranking/policies/hami.py, which the
+policy registry lists by name) are placement policies any profile may choose, as fgd is, not
+the agent's behaviour: that module and the registry are not counted."""
 
 from __future__ import annotations
 
@@ -11,6 +15,9 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 AGENT_FOLDERS = ("allocator/hami/", "allocator/agents/")
+#: hami-scheduler's policies and the registry naming them (see above).
+SCHEDULER_POLICIES = ("allocator/ranking/policies/hami.py",
+                      "allocator/ranking/policies/__init__.py")
 MAX_MODULES = 2
 
 
@@ -20,7 +27,9 @@ def naming(word: str, root: Path = ROOT) -> list[str]:
     found = []
     for path in sorted((root / "allocator").rglob("*.py")):
         name = path.relative_to(root).as_posix()
-        if not name.startswith(AGENT_FOLDERS) and pattern.search(path.read_text()):
+        if name.startswith(AGENT_FOLDERS) or name in SCHEDULER_POLICIES:
+            continue
+        if pattern.search(path.read_text()):
             found.append(name)
     return found
 

@@ -120,7 +120,7 @@ class Policy(ABC):
     def card_score(self, before: NodeState, after: NodeState, ctx: PolicyContext) -> float:
         """Score of one step inside a node (one container's card taken, ``after`` is
         ``before`` with it): higher is better. For a policy that ranks nodes and cards by
-        different rules (HAMi's node and card policies).
+        different rules (another scheduler's separate node and card policies).
 
         Default: :meth:`score`, one function for both."""
         return self.score(before, after, ctx)
