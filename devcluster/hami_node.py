@@ -164,6 +164,10 @@ class HamiNode:
 
     def allocate(self, pod: Mapping[str, Any]) -> str:
         """Allocate for ``pod`` (one waiting on this node); its ``namespace/name``."""
+        if self.flavor is VOLCANO_VGPU:
+            from devcluster.volcano_plugin import volcano_allocate  # it builds on this module
+
+            return volcano_allocate(self, pod)
         meta = pod["metadata"]
         who = f"{meta['namespace']}/{meta['name']}"
         try:

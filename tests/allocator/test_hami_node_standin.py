@@ -5,11 +5,10 @@ node queue behind HAMi's lock instead of failing, and a failed Allocate frees th
 from __future__ import annotations
 
 import threading
-
-import pytest
 import time
 from typing import Any
 
+import pytest
 from alloc_harness import synced_allocator
 from builders import VOCAB, make_gpu_pod, make_node, request, share, whole
 from fake_kube import FakeKube
