@@ -22,11 +22,13 @@ from dev_clusters import running
 from allocator.hami.codec import VOLCANO_VGPU
 from allocator.kube.client import KubeClient
 from devcluster.binaries import Binaries
+from devcluster.checks import allocation_problems
 from devcluster.cluster import DevCluster
 from devcluster.hami_node import device_uuid, node_envs
 from devcluster.nodes import delete_nodes, uniform
 from devcluster.options import Options
 from devcluster.workloads import container, ensure_namespace, make_pod, wait_for
+from kubectl_tessera.report import CardInfo
 from tessera.agent_profiles import AgentProfile
 from tessera.vocabulary import decode_allocation
 
@@ -104,6 +106,16 @@ def _off_record(pod: dict[str, Any], cluster: DevCluster) -> list[str]:
     return problems
 
 
+def _record_problems(pod: dict[str, Any], cluster: DevCluster, cards: int) -> list[str]:
+    """The shared oracle (devcluster/checks.py) on the pod's record, less its checks of
+    elastic-gpu-agent's keys: the volcano-vgpu profile writes Volcano's (checked above)."""
+    elastic = (f"agent annotation {cluster.vocabulary.domain}/container-",
+               f"{cluster.vocabulary.domain}/assumed annotation missing")
+    found = allocation_problems(pod, [CardInfo(i, "Tesla-T4", MIB) for i in range(cards)],
+                                cluster.vocabulary)
+    return [p for p in found if not p.startswith(elastic)]
+
+
 def test_a_pod_of_each_volcano_vgpu_form_runs_on_its_record(
         cluster: DevCluster, core_v1: Any, namespace: str, api: KubeClient) -> None:
     names = [f"{namespace}-f{i}" for i in range(2)]
@@ -120,7 +132,7 @@ def test_a_pod_of_each_volcano_vgpu_form_runs_on_its_record(
         for form in FORMS:
             pod = api.get_pod(namespace, form) or {}
             assert pod["metadata"]["annotations"][VOLCANO_VGPU.bind_phase_key] == "success"
-            problems += _off_record(pod, cluster)
+            problems += _off_record(pod, cluster) + _record_problems(pod, cluster, 8)
         assert problems == []
     finally:
         delete_nodes(core_v1, names)
@@ -164,7 +176,7 @@ def test_a_storm_on_several_nodes_with_an_allocator_restart_overcommits_nothing(
             if phase != "Running":
                 assert not pod["spec"].get("nodeName"), name  # unbound: holds nothing
                 continue
-            problems += _off_record(pod, cluster)
+            problems += _off_record(pod, cluster) + _record_problems(pod, cluster, 2)
             for env in node_envs(pod).values():
                 [uuid] = env["NVIDIA_VISIBLE_DEVICES"].split(",")
                 cores[uuid] = cores.get(uuid, 0) + int(env["CUDA_DEVICE_SM_LIMIT"])
