@@ -149,19 +149,24 @@ def test_a_storm_on_several_nodes_with_an_allocator_restart_overcommits_nothing(
     fit = 4 * 2 * 4
     started = time.monotonic()
     try:
-        for i in range(STORM_PODS):
-            pod = make_pod(f"s{i}", [container("main", {
-                "volcano.sh/vgpu-number": "1", "volcano.sh/vgpu-cores": "25",
-                "volcano.sh/vgpu-memory": "3840"})])
-            pod["spec"]["nodeSelector"] = {"volcano-storm": namespace}
-            core_v1.create_namespaced_pod(namespace, pod)
+        def create(numbers: range) -> None:
+            for i in numbers:
+                pod = make_pod(f"s{i}", [container("main", {
+                    "volcano.sh/vgpu-number": "1", "volcano.sh/vgpu-cores": "25",
+                    "volcano.sh/vgpu-memory": "3840"})])
+                pod["spec"]["nodeSelector"] = {"volcano-storm": namespace}
+                core_v1.create_namespaced_pod(namespace, pod)
 
         def running() -> int:
             return sum(1 for p in _phases(core_v1, namespace).values() if p == "Running")
 
+        # Half the storm, then a restart while its pods bind, then the other half: the new
+        # allocator rebuilds its picture from the API and places the rest around it.
+        create(range(STORM_PODS // 2))
         wait_for("a quarter of the storm running", lambda: running() >= fit // 4,
-                 timeout=300, interval=1)
+                 timeout=300, interval=0.2)
         cluster.services.restart_allocator()
+        create(range(STORM_PODS // 2, STORM_PODS))
         wait_for("every pod that fits running", lambda: running() >= fit, timeout=600,
                  interval=2)
         elapsed = time.monotonic() - started
