@@ -157,7 +157,8 @@ class DevCluster:
         if flavor is None or not self.options.hami_standin:
             return
         api = KubeClient.from_config(str(self.kubeconfig))
-        self.hami_fleet = HamiFleet(api, flavor)
+        self.hami_fleet = HamiFleet(api, flavor,
+                                    preferred_allocation=self.options.hami_preferred_allocation)
         self._standins_stop = self.hami_fleet.start()
 
     def logs_hint(self) -> str:

@@ -15,6 +15,13 @@ is built here), over fake devices.
   ``vgpu-devices-to-allocate``; sets ``bind-phase: success`` (``failed`` when anything does
   not match); releases the lock if the pod holds it.
 
+Between the two stands kubelet's device manager (devcluster/kubelet_devices.py): it chooses
+the device IDs of each container, reusing an init container's for the next container
+(``devicesToReuse``). With ``preferred_allocation`` (HAMi's ``enableGetPreferredAllocation``)
+kubelet asks the plugin's GetPreferredAllocation and Allocate moves each container onto the
+cards of the IDs kubelet gave it (``alignContainerDevicesWithAllocatedIDs``); without it,
+Allocate follows the annotation alone.
+
 What the container would have seen is recorded on the pod under :data:`ENVS_ANNOTATION` (JSON,
 container name -> environment) so tests can check the cards and shares Tessera chose.
 """
@@ -27,7 +34,7 @@ import threading
 import zlib
 from collections.abc import Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from allocator.errors import ApiError, Conflict, NotFound
@@ -37,6 +44,7 @@ from allocator.hami.codec import (
     BIND_SUCCESS,
     HAMI,
     VOLCANO_VGPU,
+    DeviceShare,
     Flavor,
     HamiFormatError,
     decode_pod_devices,
@@ -45,6 +53,7 @@ from allocator.hami.codec import (
 )
 from allocator.hami.register import RegisteredDevice, encode_register_json, encode_register_text
 from allocator.ports import KubeApi, Obj
+from devcluster.kubelet_devices import KubeletDevices, NoDevices, physical_card, slice_ids
 
 logger = logging.getLogger(__name__)
 
@@ -85,6 +94,16 @@ class HamiNode:
     node: str
     devices: tuple[RegisteredDevice, ...]
     flavor: Flavor = HAMI
+    #: HAMi's ``enableGetPreferredAllocation`` (device-plugin config, default false): kubelet
+    #: asks the plugin's GetPreferredAllocation, and Allocate moves each container onto the
+    #: cards of the device IDs kubelet chose (v2.10.0 ``server.go:807-814``).
+    preferred_allocation: bool = False
+    kubelet: KubeletDevices = field(init=False)
+
+    def __post_init__(self) -> None:
+        self.kubelet = KubeletDevices(
+            tuple(i for d in self.devices for i in slice_ids(d.uuid, max(d.split_count, 1))),
+            preferred=self.preferred_allocation)
 
     def register(self, now: str = "") -> None:
         text = (encode_register_json(self.devices) if self.flavor is HAMI
@@ -145,6 +164,10 @@ class HamiNode:
 
     def allocate(self, pod: Mapping[str, Any]) -> str:
         """Allocate for ``pod`` (one waiting on this node); its ``namespace/name``."""
+        if self.flavor is VOLCANO_VGPU:
+            from devcluster.volcano_plugin import volcano_allocate  # it builds on this module
+
+            return volcano_allocate(self, pod)
         meta = pod["metadata"]
         who = f"{meta['namespace']}/{meta['name']}"
         try:
@@ -168,6 +191,8 @@ class HamiNode:
         entries = list(decode_pod_devices(annotations[self.flavor.to_allocate_key],
                                           self.flavor))
         containers = self._containers(pod)
+        inits = len((pod.get("spec") or {}).get("initContainers") or []
+                    ) if self.flavor.init_containers else 0
         known = {d.uuid for d in self.devices}
         envs: dict[str, dict[str, str]] = {}
         for position, shares in enumerate(entries):
@@ -184,6 +209,7 @@ class HamiNode:
             unknown = [s.uuid for s in shares if s.uuid not in known]
             if unknown:
                 raise AllocateFailed(f"unknown device {unknown[0]}")
+            shares = self._as_kubelet_gives(pod, position < inits, shares)
             env = {"NVIDIA_VISIBLE_DEVICES": ",".join(s.uuid for s in shares),
                    "CUDA_DEVICE_SM_LIMIT": str(shares[0].cores)}
             for i, s in enumerate(shares):
@@ -191,6 +217,21 @@ class HamiNode:
             envs[str(container.get("name"))] = env
             entries[position] = ()
         return envs, encode_pod_devices(entries, self.flavor)
+
+    def _as_kubelet_gives(self, pod: Mapping[str, Any], init: bool,
+                          shares: tuple[DeviceShare, ...]) -> tuple[DeviceShare, ...]:
+        """The container's shares after kubelet chose its device IDs: with
+        ``preferred_allocation``, on the cards of those IDs (HAMi v2.10.0 ``server.go:733``
+        ``alignContainerDevicesWithAllocatedIDs``: the i-th share takes the i-th ID's card);
+        else as the annotation says (Allocate ignores the IDs)."""
+        uid = str(pod["metadata"].get("uid", ""))
+        try:
+            ids = self.kubelet.allocate(uid, init, len(shares), [s.uuid for s in shares])
+        except NoDevices as exc:
+            raise AllocateFailed(str(exc)) from exc
+        if not self.preferred_allocation:
+            return shares
+        return tuple(replace(s, uuid=physical_card(i)) for s, i in zip(shares, ids, strict=True))
 
     def _finish(self, pod: Mapping[str, Any], annotations: Mapping[str, str]) -> None:
         meta = pod["metadata"]
@@ -256,8 +297,10 @@ class HamiFleet:
     annotation when first needed; nodes in parallel (each node's plugin is its own process
     on a real cluster), one pod at a time per node (the plugin serialises its Allocate)."""
 
-    def __init__(self, api: KubeApi, flavor: Flavor = HAMI, workers: int = 16) -> None:
+    def __init__(self, api: KubeApi, flavor: Flavor = HAMI, workers: int = 16,
+                 preferred_allocation: bool = False) -> None:
         self.api, self.flavor, self.workers = api, flavor, workers
+        self.preferred_allocation = preferred_allocation
         self.served = 0
         self._nodes: dict[str, HamiNode | None] = {}
         self._done: set[str] = set()
@@ -276,7 +319,8 @@ class HamiFleet:
         if text:
             try:
                 from allocator.hami.register import parse_register
-                found = HamiNode(self.api, name, parse_register(text, self.flavor), self.flavor)
+                found = HamiNode(self.api, name, parse_register(text, self.flavor), self.flavor,
+                                 self.preferred_allocation)
             except HamiFormatError as exc:
                 logger.warning("stand-in %s: register annotation unreadable: %s", name, exc)
         with self._guard:
@@ -302,6 +346,14 @@ class HamiFleet:
             with self._guard:
                 self.served += 1
 
+    def _forget(self, name: str, pod: Mapping[str, Any]) -> None:
+        """kubelet frees a deleted pod's devices."""
+        with self._guard:
+            node = self._nodes.get(name)
+        if node is not None:
+            with self._node_locks[name]:
+                node.kubelet.forget(str(pod["metadata"].get("uid", "")))
+
     def run(self, stop: threading.Event, timeout_seconds: int = 60) -> None:
         selector = "spec.nodeName!="
         with ThreadPoolExecutor(self.workers, thread_name_prefix="hami-standin") as pool:
@@ -318,7 +370,9 @@ class HamiFleet:
                             return
                         version = (pod.get("metadata") or {}).get("resourceVersion", version)
                         name = (pod.get("spec") or {}).get("nodeName", "")
-                        if name and kind != "DELETED":
+                        if name and kind == "DELETED":
+                            self._forget(name, pod)
+                        elif name:
                             pool.submit(self._serve, name, pod)
                 except ApiError as exc:
                     logger.warning("stand-in fleet watch: %s", exc)

@@ -35,6 +35,9 @@ class Options:
     #: node agents, devcluster/hami_node.py), as KWOK stands in for the kubelets; False for
     #: tests that drive the stand-in themselves.
     hami_standin: bool = True
+    #: The stand-in's HAMi ``enableGetPreferredAllocation`` (HAMi's default: false): kubelet
+    #: asks the plugin where to put each container and Allocate follows kubelet's device IDs.
+    hami_preferred_allocation: bool = False
     #: Extra flags for ``tessera allocator`` (e.g. a placement policy).
     allocator_args: tuple[str, ...] = ()
     #: Extra flags for ``tessera webhook``.

@@ -31,6 +31,8 @@ from dataclasses import dataclass, replace
 from datetime import UTC, datetime
 from typing import Final
 
+from tessera.agent_profiles import HAMI_RESOURCES, VOLCANO_RESOURCES
+
 #: ``pkg/util/types.go`` (v2.10.0) and volcano-vgpu ``pkg/util/types.go`` (v1.12.0).
 BIND_ALLOCATING: Final = "allocating"
 BIND_SUCCESS: Final = "success"
@@ -75,6 +77,8 @@ class Flavor:
     plugin_releases_lock: bool = True
     #: The pod also carries ``node_key`` as a label, which HAMi's vGPU monitor lists by.
     node_label: bool = False
+    #: The device count each GPU container asks for (the resource the plugin registers).
+    count_resource: str = HAMI_RESOURCES.count
 
 
 HAMI: Final = Flavor(
@@ -99,7 +103,7 @@ VOLCANO_VGPU: Final = Flavor(
     # never releases it (it releases an annotation named "hamivgpu"): the next bind takes it
     # over once its pod's bind-phase is success or failed (allocator.hami.lock).
     lock_key="volcano.sh/mutex.lock", init_containers=False, closing_separator=False,
-    plugin_releases_lock=False)
+    plugin_releases_lock=False, count_resource=VOLCANO_RESOURCES.count)
 FLAVORS: Final = {f.name: f for f in (HAMI, HAMI_V28, VOLCANO_VGPU)}
 
 

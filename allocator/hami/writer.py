@@ -83,6 +83,25 @@ def _container_order(pod: Mapping[str, Any], flavor: Flavor) -> list[tuple[str, 
     return inits + apps if flavor.init_containers else apps
 
 
+def _first_app_container(allocation: Allocation) -> ContainerAllocation | None:
+    return next((c for c in allocation.containers if not c.init), None)
+
+
+def _gpu_init_containers(pod: Mapping[str, Any], flavor: Flavor) -> set[str]:
+    """The init containers that ask for the plugin's device count (kubelet calls its
+    ``Allocate`` for them), when the plugin gives init containers devices."""
+    if not flavor.init_containers:
+        return set()
+    inits = (pod.get("spec") or {}).get("initContainers") or []
+    return {str(c.get("name", "")) for c in inits
+            if isinstance(c, Mapping) and _asks_devices(c, flavor)}
+
+
+def _asks_devices(container: Mapping[str, Any], flavor: Flavor) -> bool:
+    limits = (container.get("resources") or {}).get("limits") or {}
+    return str(limits.get(flavor.count_resource, "0")).strip() not in ("", "0")
+
+
 def _share(container: ContainerAllocation, device: RegisteredDevice) -> DeviceShare:
     if container.is_whole:
         return DeviceShare(device.uuid, device.memory_mib, CARD_CORES)
@@ -103,8 +122,15 @@ def bind_annotations(allocation: Allocation, pod: Mapping[str, Any], devices: No
                     f"{name!r}")
         return f"container {name!r} is not in the pod"
     containers: list[tuple[DeviceShare, ...]] = []
+    served_by = _first_app_container(allocation)
+    gpu_inits = _gpu_init_containers(pod, flavor)
     for key in order:
         c = by_name.get(key)
+        if c is None and key[0] in gpu_inits:
+            # A GPU init container is placed on the first GPU app container's cards
+            # (agent_profiles._hami_init_refusals): kubelet hands its devices on to that
+            # container, and with enableGetPreferredAllocation the plugin follows them.
+            c = served_by
         if c is None:
             containers.append(())
             continue

@@ -13,13 +13,13 @@ A node's cards and usage are :class:`~allocator.ranking.cards.NodeState`. Placin
   (``PodRequest.mixed_models``).
 
 Init containers in the request are placed like the others and reserved **disjointly** from
-the app containers: the agents that give an init container devices of its own (HAMi's and
-Volcano's plugins) hand them out at container start and never give them back, so reserving
-both is the only choice that never over-commits a card. (kube-scheduler itself takes
-max(init, sum(app)) for node totals, so our per-card answer is the stricter of the two.) With
-elastic-gpu-agent and nano-gpu-agent an init container runs on the cards of the app container
-kubelet hands its devices to, so the request as placed for them holds no init container
-(:meth:`tessera.agent_profiles.NodeAgent.placement_request`, docs/agents.md).
+the app containers: an agent that gives an init container devices of its own hands them out
+at container start and never gives them back, so reserving both is the only choice that never
+over-commits a card. (kube-scheduler itself takes max(init, sum(app)) for node totals, so our
+per-card answer is the stricter of the two.) With elastic-gpu-agent, nano-gpu-agent and HAMi's
+plugin an init container runs on the cards of the app container kubelet hands its devices to,
+so the request as placed for them holds no init container
+(:meth:`tessera.agent_profiles.NodeAgent.placement_request`, docs/agents.md, docs/hami.md).
 
 Feasibility is exact (:mod:`allocator.ranking.search`), so filter never admits a node on
 which bind then fails. The placement itself is

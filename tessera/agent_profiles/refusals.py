@@ -90,13 +90,43 @@ def _aliyun_refusals(a: NodeAgent, request: PodRequest) -> list[str]:
     return problems
 
 
+def _hami_init_refusals(a: NodeAgent, request: PodRequest) -> list[str]:
+    """HAMi's plugin since v2.9.0 gives every container its entry of the pod's device
+    annotation, init containers included; but with its ``enableGetPreferredAllocation`` it
+    moves each container onto the cards of the device IDs kubelet chose
+    (``alignContainerDevicesWithAllocatedIDs``), and kubelet gives the first app container
+    the init containers' devices first (``devicesToReuse``). Placed on the first GPU app
+    container's cards and asking for exactly what it asks, an init container lands on its
+    record under either setting (docs/hami.md, "Init containers")."""
+    inits = [c for c in request.containers if c.init]
+    apps = _gpu_app_containers(request)
+    if not inits:
+        return []
+    if not apps:
+        return [
+            f"init container {c.name!r} asks for {c.describe()} but no app container asks for "
+            f"a GPU; with enableGetPreferredAllocation kubelet hands an init container's "
+            f"devices on to the next one and {a.name} follows them: give the GPU to an app "
+            f"container"
+            for c in inits
+        ]
+    first = apps[0]
+    return [
+        f"init container {c.name!r} asks for {c.describe()} but {first.name!r}, the app "
+        f"container kubelet hands its devices to, asks for {first.describe()}; {a.name} "
+        f"(with enableGetPreferredAllocation) runs that container on the init container's "
+        f"cards, so it must ask for exactly the same"
+        for c in inits if replace(c, name=first.name, init=False) != first
+    ]
+
+
 def _vgpu_refusals(a: NodeAgent, request: PodRequest) -> list[str]:
     """HAMi's plugin since v2.9.0 gives every container its entry of the pod's device
-    annotation, init containers included; earlier releases and volcano-vgpu's map the entries
-    to app containers only (module docstring), so a GPU init container would run on an app
-    container's devices, or on none."""
+    annotation, init containers included (:func:`_hami_init_refusals`); earlier releases and
+    volcano-vgpu's map the entries to app containers only (module docstring), so a GPU init
+    container would run on an app container's devices, or on none."""
     if not a.agent.app_containers_only:
-        return []
+        return _hami_init_refusals(a, request)
     upgrade = (" (or run HAMi v2.9.0 or later, without "
                f"{HAMI_AGENT_FLAG})") if a.profile is AgentProfile.HAMI else ""
     return [

@@ -84,9 +84,10 @@ CAPACITY: Final[Mapping[AgentProfile, Callable[[NodeAgent], Capacity | None]]] =
 
 def _fold_init_containers(_a: NodeAgent, request: PodRequest) -> PodRequest:
     """Without the GPU init containers: each runs on the cards of the app container kubelet
-    hands its devices to (:func:`.refusals.inherited_init_refusals` makes sure it asks for
-    the same), which is where the agent serves it; reserving other cards for it would leave
-    them idle."""
+    hands its devices to (:func:`.refusals.inherited_init_refusals` and, for HAMi,
+    ``_hami_init_refusals`` make sure it asks for the same), which is where the agent serves
+    it (HAMi: the bind lists it with that container's cards); reserving other cards for it
+    would leave them idle."""
     apps = tuple(c for c in request.containers if not c.init)
     return replace(request, containers=apps) if apps else request
 
@@ -111,6 +112,6 @@ PLACEMENT: Final[Mapping[AgentProfile, Callable[[NodeAgent, PodRequest], PodRequ
     AgentProfile.ELASTIC: _fold_init_containers,
     AgentProfile.NANO_GPU: _fold_init_containers,
     AgentProfile.ALIYUN: _aliyun_placement,
-    AgentProfile.HAMI: _vgpu_placement,
+    AgentProfile.HAMI: lambda a, r: _vgpu_placement(a, _fold_init_containers(a, r)),
     AgentProfile.VOLCANO_VGPU: _vgpu_placement,
 }

@@ -126,6 +126,21 @@ def test_bind_annotations_init_first_for_v29_and_gpu_less_containers_empty() -> 
     }
 
 
+def test_a_gpu_init_container_gets_the_first_app_containers_cards_in_the_hami_profile() -> None:
+    # The hami profile places a GPU init container on the cards of the first GPU app
+    # container (it asks for the same): kubelet hands its devices on to that container
+    # (devicesToReuse) and with enableGetPreferredAllocation HAMi's Allocate follows them.
+    pod = make_gpu_pod("p", request(share("main", core=30, mem=2048)), uid="u")
+    prep = {"name": "prep", "image": "busybox", "resources": {"limits": {
+        "nvidia.com/gpu": "1", "nvidia.com/gpucores": "30", "nvidia.com/gpumem": "2048"}}}
+    pod["spec"]["initContainers"] = [{"name": "cpu-only", "image": "busybox"}, prep]
+    alloc = Allocation("n1", (ContainerAllocation("main", (2,), 30, 2048),))
+    out = bind_annotations(alloc, pod, _node_devices(), HAMI, NOW)
+    assert isinstance(out, dict)
+    main = f"{UUIDS[2]},NVIDIA,2048,30:"
+    assert out["hami.io/vgpu-devices-to-allocate"] == f";{main};{main};"
+
+
 def test_bind_annotations_v28_and_volcano_refuse_a_gpu_init_container() -> None:
     for flavor in (HAMI_V28, VOLCANO_VGPU):
         out = bind_annotations(_alloc(), _pod_with_init(), _node_devices(), flavor, NOW)
@@ -399,15 +414,18 @@ def test_pods_hami_scheduler_placed_are_adopted_and_nothing_is_allocated_twice()
         alloc.bind("default", "new", "new", "n1")
 
 
-@pytest.mark.parametrize(("dialects", "refused"), [
-    (HAMI_PROFILE, ""),
+@pytest.mark.parametrize(("dialects", "refused", "why"), [
+    (HAMI_PROFILE, "agent profile hami (HAMi's device plugin): init container 'prep'",
+     "exactly the same"),
     (DialectConfig(agent_profile=AgentProfile.HAMI, hami_agent="hami-v2.8"),
-     "agent profile hami (HAMi's device plugin v2.8): init container 'prep'"),
+     "agent profile hami (HAMi's device plugin v2.8): init container 'prep'",
+     "app containers only"),
     (DialectConfig(agent_profile=AgentProfile.VOLCANO_VGPU),
-     "agent profile volcano-vgpu (volcano-vgpu-device-plugin): init container 'prep'"),
+     "agent profile volcano-vgpu (volcano-vgpu-device-plugin): init container 'prep'",
+     "app containers only"),
 ], ids=["hami", "hami-v2.8", "volcano-vgpu"])
 def test_a_gpu_init_container_admitted_without_the_webhook_is_refused_at_filter(
-    dialects: DialectConfig, refused: str,
+    dialects: DialectConfig, refused: str, why: str,
 ) -> None:
     # The allocator applies the webhook's refusals too (read_pod_request): such a pod is
     # unresolvable with the agent named at filter, before any card is reserved for it.
@@ -417,12 +435,9 @@ def test_a_gpu_init_container_admitted_without_the_webhook_is_refused_at_filter(
     pod = _pod_with_init()
     fake.add_pod(pod)
     out = synced_allocator(fake, dialects=dialects).filter(pod, ["n1"])
-    if not refused:
-        assert out.nodes == ["n1"]
-        return
     assert out.nodes == []
     assert out.unresolvable["n1"].startswith(f"invalid GPU request: {refused}")
-    assert "app containers only" in out.unresolvable["n1"]
+    assert why in out.unresolvable["n1"]
 
 
 def test_the_agent_profile_chooses_the_flavor() -> None:

@@ -8,6 +8,7 @@ import threading
 import time
 from typing import Any
 
+import pytest
 from alloc_harness import synced_allocator
 from builders import VOCAB, make_gpu_pod, make_node, request, share, whole
 from fake_kube import FakeKube
@@ -153,3 +154,65 @@ def test_a_hami_profile_node_is_created_with_the_plugins_register_annotation() -
             d.uuid for d in fake_devices("n1", 4, memory_mib=15360)]
     plain = node_object(uniform("n1", 4, "Tesla-T4", 15360), VOCAB)
     assert HAMI.register_key not in plain["metadata"]["annotations"]
+
+
+def _init_pod_placed_apart(fake: FakeKube, standin: HamiNode) -> dict[str, Any]:
+    """What the hami profile wrote before init containers were placed on their app
+    container's cards: 'prep' on card 1, 'main' on card 0, waiting for Allocate."""
+    pod = make_gpu_pod("p", request(share("prep", core=10, mem=1024, init=True),
+                                    share("main", core=30, mem=2048)), uid="p", node="n1")
+    for c in pod["spec"]["containers"] + pod["spec"]["initContainers"]:
+        c["resources"]["limits"]["nvidia.com/gpu"] = "1"
+    u0, u1 = standin.devices[0].uuid, standin.devices[1].uuid
+    entries = f"{u1},NVIDIA,1024,10:;{u0},NVIDIA,2048,30:;"
+    pod["metadata"]["annotations"].update({
+        HAMI.to_allocate_key: entries, HAMI.allocated_key: entries, HAMI.node_key: "n1",
+        HAMI.bind_time_key: "1", HAMI.bind_phase_key: "allocating"})
+    fake.add_pod(pod)
+    return pod
+
+
+@pytest.mark.parametrize(("preferred", "main_card"), [(False, 0), (True, 1)],
+                         ids=["hami-default", "enableGetPreferredAllocation"])
+def test_with_preferred_allocation_the_app_container_follows_the_init_containers_devices(
+        preferred: bool, main_card: int) -> None:
+    # The measured fault the hami profile's init placement avoids: kubelet reuses the init
+    # container's devices for 'main' (devicesToReuse) and HAMi's Allocate aligns 'main' to
+    # them (alignContainerDevicesWithAllocatedIDs), off the card the annotation names.
+    fake = FakeKube()
+    fake.add_node(make_node("n1", count=2))
+    standin = HamiNode(fake, "n1", fake_devices("n1", 2), preferred_allocation=preferred)
+    _init_pod_placed_apart(fake, standin)
+    assert standin.allocate_next() == "default/p"
+    envs = node_envs(fake.pods[("default", "p")])
+    assert envs["prep"]["NVIDIA_VISIBLE_DEVICES"] == standin.devices[1].uuid
+    assert envs["main"]["NVIDIA_VISIBLE_DEVICES"] == standin.devices[main_card].uuid
+    assert envs["main"]["CUDA_DEVICE_MEMORY_LIMIT_0"] == "2048m"  # its own share still
+
+
+@pytest.mark.parametrize("preferred", [False, True],
+                         ids=["hami-default", "enableGetPreferredAllocation"])
+def test_an_init_container_placed_by_the_hami_profile_runs_where_the_record_says(
+        preferred: bool) -> None:
+    fake = FakeKube()
+    fake.add_node(make_node("n1", count=6))
+    standin = HamiNode(fake, "n1", fake_devices("n1", 6), preferred_allocation=preferred)
+    standin.register("2026-11-27T21:00:00Z")
+    # Cards 0 and 1 partly used, so the pod's cards are not the first ones kubelet sees.
+    for i in (0, 1):
+        _pod(fake, f"busy{i}", request(share("main", core=60, mem=4096)), {"main": 1})
+    # Two 60% shares never fit one card: placed apart (as before), 'main' would move.
+    _pod(fake, "p", request(share("prep", core=60, mem=2048, init=True),
+                            share("main", core=60, mem=2048), whole("big", cards=2)),
+         {"prep": 1, "main": 1, "big": 2})
+    alloc = synced_allocator(fake, dialects=HAMI_PROFILE)
+    for name in ("busy0", "busy1", "p"):
+        alloc.bind("default", name, name, "n1")
+        assert standin.allocate_next() == f"default/{name}"
+    pod = fake.pods[("default", "p")]
+    chosen = decode_allocation(pod["metadata"]["annotations"][VOCAB.allocation_annotation])
+    uuid = {d.index: d.uuid for d in standin.devices}
+    cards = {c.name: sorted(uuid[i] for i in c.card_indices) for c in chosen.containers}
+    envs = node_envs(pod)
+    assert {n: sorted(e["NVIDIA_VISIBLE_DEVICES"].split(",")) for n, e in envs.items()} == {
+        **cards, "prep": cards["main"]}

@@ -104,11 +104,14 @@ def api(cluster: DevCluster) -> KubeClient:
 
 
 @pytest.fixture
-def hami_node(cluster: DevCluster, core_v1: Any, namespace: str, api: KubeClient
-              ) -> Iterator[HamiNode]:
+def hami_node(cluster: DevCluster, core_v1: Any, namespace: str, api: KubeClient,
+              request: pytest.FixtureRequest) -> Iterator[HamiNode]:
+    """An 8-card node; parametrized indirectly, the param is HAMi's
+    ``enableGetPreferredAllocation`` (default false, as HAMi ships)."""
     name = f"{namespace}-h"
     cluster.add_nodes([uniform(name, 8, "H100", MIB)])
-    node = HamiNode(api, name, fake_devices(name, 8, memory_mib=MIB))
+    node = HamiNode(api, name, fake_devices(name, 8, memory_mib=MIB),
+                    preferred_allocation=bool(getattr(request, "param", False)))
     node.register("2026-11-27T21:00:00Z")
     yield node
     delete_nodes(core_v1, [name])
@@ -157,6 +160,23 @@ def _pod(core_v1: Any, namespace: str, name: str) -> dict[str, Any]:
     return get_object(core_v1.read_namespaced_pod, name, namespace)
 
 
+def _whole_cards_shared(pods: list[dict[str, Any]]) -> list[str]:
+    """Cards a whole-card container sees that another pod, or another app container of its
+    pod, sees too (an init container runs before its pod's app containers)."""
+    seen: dict[str, list[tuple[str, str, bool]]] = {}
+    for pod in pods:
+        inits = {c["name"] for c in pod["spec"].get("initContainers") or []}
+        for name, env in node_envs(pod).items():
+            whole = env["CUDA_DEVICE_SM_LIMIT"] == "100"
+            for card in env["NVIDIA_VISIBLE_DEVICES"].split(","):
+                if name not in inits:
+                    seen.setdefault(card, []).append((pod["metadata"]["name"], name, whole))
+    return [card for card, holders in seen.items()
+            if len(holders) > 1 and any(whole for _pod, _c, whole in holders)]
+
+
+@pytest.mark.parametrize("hami_node", [False, True], indirect=True,
+                         ids=["hami-default", "enableGetPreferredAllocation"])
 def test_each_shape_runs_only_after_allocate_with_exactly_the_chosen_cards(
         cluster: DevCluster, core_v1: Any, namespace: str, api: KubeClient,
         hami_node: HamiNode) -> None:
@@ -164,8 +184,14 @@ def test_each_shape_runs_only_after_allocate_with_exactly_the_chosen_cards(
         "share": ([container("main", _gpu(core=30, mem=8192))], []),
         "whole2": ([container("main", _gpu(cards=2))], []),
         "sidecar": ([container("main", _gpu(core=50, mem=20480)), container("side")], []),
+        # A GPU init container asks what the first GPU app container asks (the hami
+        # profile refuses otherwise) and runs on its cards under both plugin settings.
         "init": ([container("main", _gpu(core=20, mem=4096))],
-                 [container("prep", _gpu(core=10, mem=2048))]),
+                 [container("prep", _gpu(core=20, mem=4096))]),
+        "init-whole": ([container("main", _gpu(cards=2)), container("side", _gpu(core=10,
+                                                                               mem=1024))],
+                       [container("fetch", _gpu(cards=2)), container("cpu"),
+                        container("warm", _gpu(cards=2))]),
     }
     for name, (containers, inits) in shapes.items():
         _create(core_v1, namespace, name, containers, inits)
@@ -184,15 +210,23 @@ def test_each_shape_runs_only_after_allocate_with_exactly_the_chosen_cards(
         chosen = decode_allocation(pod["metadata"]["annotations"][
             cluster.vocabulary.allocation_annotation])
         envs = node_envs(pod)
-        assert set(envs) == {c.name for c in chosen.containers}
+        gpu_inits = [c["name"] for c in pod["spec"].get("initContainers") or []
+                     if "nvidia.com/gpu" in ((c.get("resources") or {}).get("limits") or {})]
+        assert set(envs) == {c.name for c in chosen.containers} | set(gpu_inits)
         for c in chosen.containers:
             env = envs[c.name]
-            assert env["NVIDIA_VISIBLE_DEVICES"].split(",") == [uuid[i] for i in c.card_indices]
+            assert sorted(env["NVIDIA_VISIBLE_DEVICES"].split(",")) == sorted(
+                uuid[i] for i in c.card_indices), (name, c.name)
             want = ("100", f"{MIB}m") if c.is_whole else (str(c.core_percent),
                                                           f"{c.memory_mib}m")
             assert (env["CUDA_DEVICE_SM_LIMIT"], env["CUDA_DEVICE_MEMORY_LIMIT_0"]) == want
+        first = chosen.containers[0]
+        for init in gpu_inits:  # on the record's cards of the first GPU app container
+            assert sorted(envs[init]["NVIDIA_VISIBLE_DEVICES"].split(",")) == sorted(
+                uuid[i] for i in first.card_indices), (name, init)
         node = api.get_node(hami_node.node) or {}
         assert HAMI.lock_key not in (node["metadata"].get("annotations") or {})
+    assert _whole_cards_shared([_pod(core_v1, namespace, n) for n in shapes]) == []
     # HAMi's vGPU monitor lists a node's pods by the label hami-scheduler sets
     # (cmd/vGPUmonitor/metrics.go:389): every pod bound here is found that way.
     listed = core_v1.list_namespaced_pod(

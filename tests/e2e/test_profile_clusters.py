@@ -168,7 +168,9 @@ def test_the_nodes_advertise_the_agents_resources_and_no_other_agents(
 INIT_CONTAINER_OUTCOME = {
     "nano-gpu": "",  # served from the app container's card (kubelet hands its devices on)
     "aliyun": "init container 'warmup'",
-    "hami": "",  # HAMi v2.9.0+ lists init containers in the pod's device annotation
+    # HAMi v2.9.0+ lists init containers in the pod's device annotation, on the app
+    # container's cards (with enableGetPreferredAllocation kubelet hands their devices on).
+    "hami": "",
     # GetNextDeviceRequest maps the entries to spec.containers: HAMi v2.8.3
     # nvinternal/plugin/util.go, volcano-vgpu-device-plugin v1.12.0 pkg/util/util.go.
     "hami-v2.8": "init container 'warmup' asks for 50% core and 4096 MiB; HAMi's device plugin "
@@ -215,10 +217,8 @@ def test_a_gpu_init_container_is_refused_at_admission_where_the_agent_cannot_ser
         annotations = created["metadata"]["annotations"]
         request = decode_request(annotations[VOCABULARY.request_annotation])
         placed = [(c.name, c.init) for c in request.containers]
-        # HAMi places the init container on devices of its own; nano on the app's card.
-        expected = ([("warmup", True), ("app", False)] if agent.profile is AgentProfile.HAMI
-                    else [("app", False)])
-        assert placed == expected
+        # nano and HAMi place the init container on the app container's cards.
+        assert placed == [("app", False)]
     finally:
         core_v1.delete_namespaced_pod(name, NAMESPACE, grace_period_seconds=0)
 

@@ -113,10 +113,17 @@ def test_the_aliyun_unit_follows_the_plugins_memory_unit() -> None:
         (HAMI_V28, pod(whole("init", init=True), share(core=10, mem=100)),
          ["HAMi's device plugin v2.8", "init container 'init'", "app containers only",
           "HAMi v2.9.0 or later"]),
+        # HAMi v2.10.0 server.go Allocate (alignContainerDevicesWithAllocatedIDs) with
+        # kubelet's devicesToReuse: the app container runs on the init container's cards.
+        (HAMI, pod(whole("init", init=True), share(core=10, mem=100)),
+         ["HAMi's device plugin", "enableGetPreferredAllocation", "exactly the same"]),
+        (HAMI, pod(share("init", core=10, mem=100, init=True)),
+         ["HAMi's device plugin", "no app container asks for a GPU"]),
     ],
     ids=["nano-two-cards", "nano-memory-only", "aliyun-whole", "aliyun-core-only",
          "aliyun-percent", "aliyun-two-containers", "aliyun-init", "elastic-init-differs",
-         "elastic-init-alone", "nano-init-differs", "volcano-init", "hami-v2.8-init"],
+         "elastic-init-alone", "nano-init-differs", "volcano-init", "hami-v2.8-init",
+         "hami-init-differs", "hami-init-alone"],
 )
 def test_what_the_agent_cannot_run_is_refused_naming_the_agent(
     agent: NodeAgent, request_: PodRequest, words: list[str],
@@ -135,7 +142,7 @@ def test_what_the_agent_cannot_run_is_refused_naming_the_agent(
         (NANO, pod(whole(cards=1), share("b", core=10, pct=10))),
         (ALIYUN, pod(share(core=10, mem=1000))),
         # HAMi v2.9.0+ lists init containers first (Resourcereqs, popNextContainerDevices).
-        (HAMI, pod(whole("init", init=True), share(core=10, mem=100), whole("b", cards=4))),
+        (HAMI, pod(whole("init", cards=2, init=True), whole(cards=2), whole("b", cards=4))),
         (VOLCANO, pod(share(core=10), share("b", pct=30, core=30))),
         (HAMI_V28, pod(share(core=10), whole("b", cards=2))),
     ],
@@ -150,10 +157,9 @@ def test_elastic_and_nano_place_an_init_container_on_its_app_containers_card() -
     # kubelet hands the init container's devices on to the app container asking for the same
     # (devicesToReuse); the agent serves the init container with that container's cards.
     written = pod(whole("init", cards=2, init=True), whole(cards=2))
-    for agent in (ELASTIC, NANO):
+    for agent in (ELASTIC, NANO, HAMI):
         assert agent.placement_request(written) == pod(whole(cards=2))
-    # HAMi's plugin gives an init container devices of its own: it is placed as written.
-    assert HAMI.placement_request(written) == written
+    # HAMi's plugin lists the init container's entry, on the same cards (allocator/hami).
 
 
 def test_aliyun_places_memory_in_the_plugins_unit() -> None:
@@ -204,7 +210,7 @@ def test_the_refusal_names_the_older_hami_release_as_the_webhook_says_it() -> No
     with pytest.raises(RequestError, match=r"^agent profile hami \(HAMi's device plugin v2\.8\): "
                        r"init container 'init'"):
         HAMI_V28.admit(pod(whole("init", init=True), whole()))
-    assert HAMI.admit(pod(whole("init", init=True), whole())).containers[0].init
+    assert HAMI.admit(pod(whole("init", init=True), whole())) == pod(whole())
 
 
 def test_the_hami_agent_setting_is_read_alike_by_both_services() -> None:

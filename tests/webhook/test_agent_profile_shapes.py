@@ -79,11 +79,16 @@ def test_an_elastic_init_container_keeps_its_devices_but_shares_its_app_containe
     assert [c.name for c in mutation.request.containers] == ["cuda"]
 
 
-def test_hami_keeps_the_init_container_in_the_request() -> None:
+def test_hami_places_the_init_container_on_its_app_containers_cards() -> None:
+    # kubelet hands the init container's devices on to 'cuda' (devicesToReuse) and HAMi's
+    # plugin with enableGetPreferredAllocation follows them: one placement for both.
     pod = yaml.safe_load((EXAMPLES / "fraction-share.yaml").read_text())
     mutation = mutate_pod(pod, config_for(AgentProfile.HAMI))
     assert mutation.request is not None
-    assert [c.name for c in mutation.request.containers] == ["warmup", "cuda"]
+    assert [c.name for c in mutation.request.containers] == ["cuda"]
+    shaped = dict(mutation.pod)
+    assert shaped["spec"]["initContainers"][0]["resources"]["limits"] == {
+        "nvidia.com/gpu": "1", "nvidia.com/gpucores": "25", "nvidia.com/gpumem-percentage": "25"}
     limits = dict(mutation.pod)["spec"]["containers"][0]["resources"]["limits"]
     assert limits == {"nvidia.com/gpu": "1", "nvidia.com/gpucores": "25",
                       "nvidia.com/gpumem-percentage": "25"}
