@@ -695,3 +695,20 @@ def test_two_dialects_that_disagree_are_refused_naming_both_requests(
     with pytest.raises(RequestError, match="write the request once, in one dialect") as caught:
         parse_pod(make_pod(limits), DEFAULT)
     assert wording in str(caught.value)
+
+
+HAMI_PROFILE = DialectConfig(agent_profile=AgentProfile.HAMI)
+
+
+def test_a_memory_percent_alone_is_one_share_under_hamis_agent() -> None:
+    """HAMi v2.10.0 device.go:551-566 reads gpumem-percentage as a percent of the card's
+    memory, device.go:579 gives defaultCores (0) when gpucores is absent; HAMi's agent counts
+    nvidia.com/gpu, so the share is counted without compute."""
+    pod = make_pod({"nvidia.com/gpu": "1", "nvidia.com/gpumem-percentage": "25"})
+    assert parse_pod(pod, HAMI_PROFILE) == share(memory_percent=25)
+
+
+def test_a_memory_percent_alone_is_refused_where_compute_is_counted() -> None:
+    pod = make_pod({"nvidia.com/gpu": "1", "nvidia.com/gpumem-percentage": "25"})
+    with pytest.raises(RequestError, match="under the elastic agent profile"):
+        parse_pod(pod, WITH_HAMI)
