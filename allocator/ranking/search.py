@@ -47,6 +47,7 @@ def order(request: PodRequest) -> list[int]:
         range(len(cs)),
         key=lambda i: (
             -cs[i].cards,
+            -cs[i].shares,
             -cs[i].core_percent,
             -cs[i].memory_percent,
             -cs[i].memory_mib,
@@ -63,9 +64,14 @@ NO_CAP: Final = 1 << 30
 class Slots:
     """Mutable working copy of the eligible cards, for the feasibility search."""
 
-    __slots__ = ("cards", "free_core", "free_mem", "idle", "one_model", "shares_left", "whole")
+    __slots__ = ("avoid", "cards", "free_core", "free_mem", "idle", "one_model", "shares_left",
+                 "whole")
 
-    def __init__(self, cards: Sequence[CardState], one_model: bool) -> None:
+    def __init__(self, cards: Sequence[CardState], one_model: bool,
+                 avoid: frozenset[int] = frozenset()) -> None:
+        #: card indices the first item may not use (the cards the rest of a multi-share
+        #: container's shares already hold: each share on its own card)
+        self.avoid = avoid
         #: the cards of one multi-card container must share a model
         self.one_model = one_model
         self.cards = [c.card for c in cards]
@@ -90,10 +96,21 @@ def feasible(items: Sequence[ContainerRequest], k: int, s: Slots,
             if _take_whole(items, k, s, pins, pool):
                 return True
         return False
-    n = len(s.cards)
+    avoid = s.avoid if k == 0 else frozenset()
+    return _take_shares(items, k, s, pins, c.shares, 0, avoid)
+
+
+def _take_shares(items: Sequence[ContainerRequest], k: int, s: Slots,
+                 pins: Sequence[str | None], left: int, start: int,
+                 avoid: frozenset[int]) -> bool:
+    """Try every way to put the ``left`` shares of share item k on distinct slots from
+    ``start`` on (in index order: a set of cards is tried once), then the rest."""
+    if left == 0:
+        return feasible(items, k + 1, s, pins)
+    c = items[k]
     seen: set[tuple[int, int, int, bool, str, int]] = set()
-    for i in range(n):
-        if (s.whole[i] or not s.shares_left[i]
+    for i in range(start, len(s.cards)):
+        if (s.whole[i] or not s.shares_left[i] or s.cards[i].index in avoid
                 or not room_for_share(c, s.cards[i], s.free_core[i], s.free_mem[i])):
             continue
         key = (s.free_core[i], s.free_mem[i], s.cards[i].memory_mib, s.idle[i],
@@ -107,7 +124,7 @@ def feasible(items: Sequence[ContainerRequest], k: int, s: Slots,
         s.free_mem[i] -= need_mem
         s.idle[i] = False
         s.shares_left[i] -= 1
-        ok = feasible(items, k + 1, s, pins)
+        ok = _take_shares(items, k, s, pins, left - 1, i + 1, avoid)
         s.free_core[i] += c.core_percent
         s.free_mem[i] += need_mem
         s.idle[i] = was_idle
@@ -164,11 +181,14 @@ def _multisets(groups: list[list[int]], k: int) -> Iterable[list[int]]:
             yield head[:take] + tail
 
 
-def slots(request: PodRequest, cards: Sequence[CardState]) -> Slots:
-    return Slots(cards, one_model=not request.mixed_models)
+def slots(request: PodRequest, cards: Sequence[CardState],
+          avoid: frozenset[int] = frozenset()) -> Slots:
+    return Slots(cards, one_model=not request.mixed_models, avoid=avoid)
 
 
 def feasible_on(request_items: Sequence[ContainerRequest], request: PodRequest,
-                 node: NodeState, pins: Sequence[str | None] = ()) -> bool:
+                 node: NodeState, pins: Sequence[str | None] = (),
+                 avoid: frozenset[int] = frozenset()) -> bool:
+    """``avoid``: card indices the first item may not use."""
     cards = [c for c in node.cards if eligible(request, c.card)]
-    return feasible(request_items, 0, slots(request, cards), pins)
+    return feasible(request_items, 0, slots(request, cards, avoid), pins)

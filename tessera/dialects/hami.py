@@ -56,12 +56,6 @@ def vgpu(
     whole_memory = not memory and memory_percent in (None, 100)
     if whole_memory and cores in (None, 0, 100):
         return ContainerRequest(c.name, cards=count, init=c.init)
-    if count > 1:
-        raise RequestError(
-            f"container {c.name!r}: {k.count}={count} with a share asks for a share on each "
-            f"of {count} cards; Tessera places a share on exactly one card: use {k.count}=1, or "
-            f"whole cards (no {k.memory}, {k.memory_percent} or {k.cores})"
-        )
     if cores == 100:
         raise RequestError(
             f"container {c.name!r}: {k.cores}=100 with a memory share is invalid; a share takes "
@@ -82,6 +76,9 @@ def vgpu(
         memory_mib=memory or 0,
         memory_percent=0 if memory else (memory_percent or 100),
         init=c.init,
+        # HAMi: Nums n vGPUs, each its own card (device.go:520-597, fitInDevices'
+        # tmpDevs); the agents that cannot run it refuse it (agent_profiles/refusals.py).
+        shares=count,
     )
 
 
