@@ -36,6 +36,8 @@ from functools import partial
 
 from allocator.ranking.cards import CardSignature, CardState, Holder, NodeState, card_signature
 from allocator.ranking.search import (
+    NOTHING_TAKEN,
+    Taken,
     eligible,
     feasible,
     feasible_on,
@@ -125,8 +127,11 @@ def _fits_at_a_glance(request: PodRequest, cards: Sequence[CardState]) -> bool:
         if only.cards > 1 and not request.mixed_models:
             return False
         return sum(1 for c in cards if c.idle) >= only.cards
-    # Each share of the container goes to its own card: n cards with room are enough.
-    return sum(1 for c in cards if share_fits(only, c)) >= only.shares
+    # Each share of the container goes to its own card: n cards with room are enough (of one
+    # memory size with a memory percent).
+    roomy = [c.card.memory_mib if only.memory_percent else 0 for c in cards
+             if share_fits(only, c)]
+    return max((roomy.count(size) for size in set(roomy)), default=0) >= only.shares
 
 
 def _short_of_whole_cards(request: PodRequest, cards: Sequence[CardState]) -> Unfit | None:
@@ -180,10 +185,12 @@ def _no_room_for(c: ContainerRequest, cards: Sequence[CardState]) -> Unfit:
     """Why share ``c`` fits on no card, naming the room there is."""
     open_cards = [x for x in cards if not x.whole and not x.shares_full]
     capped = share_cap_note(cards)
-    roomy = sum(1 for x in cards if share_fits(c, x))
+    sizes = [x.card.memory_mib if c.memory_percent else 0 for x in cards if share_fits(c, x)]
+    roomy = max((sizes.count(size) for size in set(sizes)), default=0)
     if c.shares > 1 and roomy:
-        return Unfit(f"needs {c.describe()} ({roomy} card{'s' if roomy > 1 else ''} with room)"
-                     f"{foreign_note(open_cards)}{capped}")
+        alike = " of one memory size" if c.memory_percent else ""
+        return Unfit(f"needs {c.describe()} ({roomy} card{'s' if roomy > 1 else ''}{alike} "
+                     f"with room){foreign_note(open_cards)}{capped}")
     if not open_cards:
         if capped:
             return Unfit(f"no card takes another share{capped}")
@@ -301,22 +308,27 @@ def _place_shares(request: PodRequest, state: NodeState, chooser: Chooser,
         return cs.with_share(c.core_percent, share_memory_mib(c, cs.card), holder)
 
     taken: list[int] = []
-    mem = 0
+    size: int | None = None  # with a memory percent, every card of the memory of the first
     for j in range(c.shares):
         remaining = c.shares - j - 1
         # The rest of this container's shares count as one more item, kept off its cards.
         pending = [replace(c, shares=remaining)] if remaining else []
+        bound = Taken(frozenset(taken), size)
 
-        def can(cs: CardState, used: tuple[int, ...] = tuple(taken)) -> bool:
-            return cs.card.index not in used and share_fits(c, cs)
+        def can(cs: CardState, bound: Taken = bound) -> bool:
+            return bound.allows(cs.card) and share_fits(c, cs)
+
+        def rest_bound(cs: CardState, bound: Taken = bound) -> Taken:
+            return Taken(bound.cards | {cs.card.index},
+                         cs.card.memory_mib if c.memory_percent else None)
 
         state, pos = _best_step(request, state, chooser, pending + rest, can, put,
-                                avoid_first=frozenset(taken) if pending else None)
+                                first=rest_bound if pending else None)
         chosen = state.cards[pos]
         taken.append(chosen.card.index)
-        mem = share_memory_mib(c, chosen.card)
-    # One share's MiB (alike cards alike MiB; with a percent, the last card's: the record
-    # keeps one figure per container, and a percent is resolved again per card at bind).
+        size = chosen.card.memory_mib if c.memory_percent else None
+    # Every card of the container takes the same MiB (a percent: cards of one memory size).
+    mem = share_memory_mib(c, state.cards[pos].card)
     return state, ContainerAllocation(c.name, tuple(sorted(taken)),
                                       core_percent=c.core_percent, memory_mib=mem, init=c.init)
 
@@ -334,12 +346,12 @@ def _best_step(
     can: Callable[[CardState], bool],
     put: Callable[[CardState], CardState],
     pin_first: bool = False,
-    avoid_first: frozenset[int] | None = None,
+    first: Callable[[CardState], Taken] | None = None,
 ) -> tuple[NodeState, int]:
     """The best card for one step. ``pin_first``: the first item of ``rest`` is the rest of
-    this step's container and must take cards of the model chosen here. ``avoid_first``: the
-    first item of ``rest`` (the rest of a multi-share container) keeps off these cards and
-    the one chosen here."""
+    this step's container and must take cards of the model chosen here. ``first``: what binds
+    the first item of ``rest`` (the rest of a multi-share container) given the card chosen
+    here."""
     best: tuple[float, NodeState, int] | None = None
     seen: set[CardSignature] = set()
     for pos, cs in enumerate(state.cards):
@@ -351,8 +363,8 @@ def _best_step(
         seen.add(key)
         trial = state.replace_card(pos, put(cs))
         pins = (cs.card.model,) if pin_first else ()
-        avoid = frozenset() if avoid_first is None else avoid_first | {cs.card.index}
-        if rest and not feasible_on(rest, request, trial, pins, avoid):
+        bound = NOTHING_TAKEN if first is None else first(cs)
+        if rest and not feasible_on(rest, request, trial, pins, bound):
             continue
         score = chooser(state, trial)
         if best is None or score > best[0]:

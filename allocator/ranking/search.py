@@ -7,6 +7,7 @@ admits a node on which bind then fails; and the per-card tests it is built from.
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
 from typing import Final
 
 from allocator.ranking.cards import Card, CardState, NodeState
@@ -56,6 +57,22 @@ def order(request: PodRequest) -> list[int]:
     )
 
 
+@dataclass(frozen=True, slots=True)
+class Taken:
+    """What the shares of a multi-share container already placed bind its other shares to:
+    off their ``cards``; with a memory percent, on cards of the same ``memory_mib`` (the
+    record keeps one MiB figure per container, and each card must get that figure)."""
+
+    cards: frozenset[int] = frozenset()
+    memory_mib: int | None = None
+
+    def allows(self, card: Card) -> bool:
+        return card.index not in self.cards and self.memory_mib in (None, card.memory_mib)
+
+
+NOTHING_TAKEN: Final = Taken()
+
+
 #: What :attr:`Slots.shares_left` holds for a card without a share cap (more than any pod
 #: places on one card).
 NO_CAP: Final = 1 << 30
@@ -64,14 +81,13 @@ NO_CAP: Final = 1 << 30
 class Slots:
     """Mutable working copy of the eligible cards, for the feasibility search."""
 
-    __slots__ = ("avoid", "cards", "free_core", "free_mem", "idle", "one_model", "shares_left",
+    __slots__ = ("cards", "first", "free_core", "free_mem", "idle", "one_model", "shares_left",
                  "whole")
 
     def __init__(self, cards: Sequence[CardState], one_model: bool,
-                 avoid: frozenset[int] = frozenset()) -> None:
-        #: card indices the first item may not use (the cards the rest of a multi-share
-        #: container's shares already hold: each share on its own card)
-        self.avoid = avoid
+                 first: Taken = NOTHING_TAKEN) -> None:
+        #: what binds the first item (the rest of a multi-share container being placed)
+        self.first = first
         #: the cards of one multi-card container must share a model
         self.one_model = one_model
         self.cards = [c.card for c in cards]
@@ -96,13 +112,11 @@ def feasible(items: Sequence[ContainerRequest], k: int, s: Slots,
             if _take_whole(items, k, s, pins, pool):
                 return True
         return False
-    avoid = s.avoid if k == 0 else frozenset()
-    return _take_shares(items, k, s, pins, c.shares, 0, avoid)
+    return _take_shares(items, k, s, pins, c.shares, 0, s.first if k == 0 else NOTHING_TAKEN)
 
 
 def _take_shares(items: Sequence[ContainerRequest], k: int, s: Slots,
-                 pins: Sequence[str | None], left: int, start: int,
-                 avoid: frozenset[int]) -> bool:
+                 pins: Sequence[str | None], left: int, start: int, taken: Taken) -> bool:
     """Try every way to put the ``left`` shares of share item k on distinct slots from
     ``start`` on (in index order: a set of cards is tried once), then the rest."""
     if left == 0:
@@ -110,7 +124,7 @@ def _take_shares(items: Sequence[ContainerRequest], k: int, s: Slots,
     c = items[k]
     seen: set[tuple[int, int, int, bool, str, int]] = set()
     for i in range(start, len(s.cards)):
-        if (s.whole[i] or not s.shares_left[i] or s.cards[i].index in avoid
+        if (s.whole[i] or not s.shares_left[i] or not taken.allows(s.cards[i])
                 or not room_for_share(c, s.cards[i], s.free_core[i], s.free_mem[i])):
             continue
         key = (s.free_core[i], s.free_mem[i], s.cards[i].memory_mib, s.idle[i],
@@ -124,7 +138,9 @@ def _take_shares(items: Sequence[ContainerRequest], k: int, s: Slots,
         s.free_mem[i] -= need_mem
         s.idle[i] = False
         s.shares_left[i] -= 1
-        ok = _take_shares(items, k, s, pins, left - 1, i + 1, avoid)
+        size = s.cards[i].memory_mib if c.memory_percent else None
+        ok = _take_shares(items, k, s, pins, left - 1, i + 1,
+                          Taken(taken.cards, taken.memory_mib or size))
         s.free_core[i] += c.core_percent
         s.free_mem[i] += need_mem
         s.idle[i] = was_idle
@@ -182,13 +198,13 @@ def _multisets(groups: list[list[int]], k: int) -> Iterable[list[int]]:
 
 
 def slots(request: PodRequest, cards: Sequence[CardState],
-          avoid: frozenset[int] = frozenset()) -> Slots:
-    return Slots(cards, one_model=not request.mixed_models, avoid=avoid)
+          first: Taken = NOTHING_TAKEN) -> Slots:
+    return Slots(cards, one_model=not request.mixed_models, first=first)
 
 
 def feasible_on(request_items: Sequence[ContainerRequest], request: PodRequest,
                  node: NodeState, pins: Sequence[str | None] = (),
-                 avoid: frozenset[int] = frozenset()) -> bool:
-    """``avoid``: card indices the first item may not use."""
+                 first: Taken = NOTHING_TAKEN) -> bool:
+    """``first``: what binds the first item (:class:`Taken`)."""
     cards = [c for c in node.cards if eligible(request, c.card)]
-    return feasible(request_items, 0, slots(request, cards, avoid), pins)
+    return feasible(request_items, 0, slots(request, cards, first), pins)

@@ -253,3 +253,17 @@ def test_a_share_on_more_cards_than_have_room_does_not_fit() -> None:
     node = node_state("n", (0, 14000), (0, 0))
     assert not fits(request(share(mem=3000, shares=2)), node)
     assert fits(request(share(mem=3000, shares=1)), node)
+
+
+def test_a_memory_percent_on_several_cards_takes_cards_of_one_memory_size() -> None:
+    # The record keeps one MiB figure per container: 25 % must be the same MiB on each card.
+    node = build_node_state("n", (Card(0, "T4", 16000), Card(1, "T4", 24000),
+                                  Card(2, "T4", 16000)), ())[0]
+    placed = _placed(request(share(pct=25, shares=2)), node)
+    (only,) = placed.containers
+    assert (only.card_indices, only.memory_mib) == ((0, 2), 4000)
+    mixed = build_node_state("n", (Card(0, "T4", 16000), Card(1, "T4", 24000)), ())[0]
+    assert not fits(request(share(pct=25, shares=2)), mixed)
+    assert unfit_reason(request(share(pct=25, shares=2)), mixed) == Unfit(
+        "needs 25% of its memory on each of 2 cards (1 card of one memory size with room)")
+    assert fits(request(share(mem=4000, shares=2)), mixed)

@@ -103,8 +103,8 @@ def _request(rng: random.Random, policy: str | None = None,
             share(f"c{k}", core=rng.choice([10, 30, 50, 75]), mem=rng.choice([1000, 6000])),
             share(f"c{k}", core=rng.choice([20, 50]), pct=rng.choice([25, 50])),
             # a share on each of several distinct cards (HAMi's gpu: n with gpumem)
-            share(f"c{k}", core=rng.choice([0, 30]), mem=rng.choice([3000, 9000]),
-                  shares=rng.choice([2, 3])),
+            share(f"c{k}", core=rng.choice([0, 30]), shares=rng.choice([2, 3]),
+                  **rng.choice([{"mem": 3000}, {"mem": 9000}, {"pct": 25}])),
             whole(f"c{k}", cards=rng.choice([1, 1, 2, 4]))]
         containers.append(rng.choice(choices if several else [*choices[:2], choices[3]]))
     models = rng.choice([(), (), ("T4",), ("A100",)])
