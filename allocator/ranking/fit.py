@@ -185,12 +185,8 @@ def _no_room_for(c: ContainerRequest, cards: Sequence[CardState]) -> Unfit:
     """Why share ``c`` fits on no card, naming the room there is."""
     open_cards = [x for x in cards if not x.whole and not x.shares_full]
     capped = share_cap_note(cards)
-    sizes = [x.card.memory_mib if c.memory_percent else 0 for x in cards if share_fits(c, x)]
-    roomy = max((sizes.count(size) for size in set(sizes)), default=0)
-    if c.shares > 1 and roomy:
-        alike = " of one memory size" if c.memory_percent else ""
-        return Unfit(f"needs {c.describe()} ({roomy} card{'s' if roomy > 1 else ''}{alike} "
-                     f"with room){foreign_note(open_cards)}{capped}")
+    if c.shares > 1 and (several := _short_of_cards_for_shares(c, cards)):
+        return several
     if not open_cards:
         if capped:
             return Unfit(f"no card takes another share{capped}")
@@ -206,6 +202,19 @@ def _no_room_for(c: ContainerRequest, cards: Sequence[CardState]) -> Unfit:
         f"no card with {c.describe()} free (most free: {best_core}% core and {best_mem} MiB)"
         f"{note}"
     )
+
+
+def _short_of_cards_for_shares(c: ContainerRequest, cards: Sequence[CardState]) -> Unfit | None:
+    """Why a share on each of several cards does not fit when some card has room for one:
+    fewer cards with room (of one memory size, with a memory percent) than shares."""
+    sizes = [x.card.memory_mib if c.memory_percent else 0 for x in cards if share_fits(c, x)]
+    roomy = max((sizes.count(size) for size in set(sizes)), default=0)
+    if not roomy:
+        return None
+    alike = " of one memory size" if c.memory_percent else ""
+    return Unfit(f"needs {c.describe()} ({roomy} card{'s' if roomy > 1 else ''}{alike} with "
+                 f"room){foreign_note([x for x in cards if not x.whole and not x.shares_full])}"
+                 f"{share_cap_note(cards)}")
 
 
 def foreign_note(cards: Sequence[CardState]) -> str:
@@ -307,29 +316,20 @@ def _place_shares(request: PodRequest, state: NodeState, chooser: Chooser,
     def put(cs: CardState) -> CardState:
         return cs.with_share(c.core_percent, share_memory_mib(c, cs.card), holder)
 
-    taken: list[int] = []
-    size: int | None = None  # with a memory percent, every card of the memory of the first
+    taken = NOTHING_TAKEN  # the cards chosen so far (and their memory size, with a percent)
     for j in range(c.shares):
-        remaining = c.shares - j - 1
         # The rest of this container's shares count as one more item, kept off its cards.
-        pending = [replace(c, shares=remaining)] if remaining else []
-        bound = Taken(frozenset(taken), size)
+        pending = [replace(c, shares=c.shares - j - 1)] if j + 1 < c.shares else []
 
-        def can(cs: CardState, bound: Taken = bound) -> bool:
+        def can(cs: CardState, bound: Taken = taken) -> bool:
             return bound.allows(cs.card) and share_fits(c, cs)
 
-        def rest_bound(cs: CardState, bound: Taken = bound) -> Taken:
-            return Taken(bound.cards | {cs.card.index},
-                         cs.card.memory_mib if c.memory_percent else None)
-
         state, pos = _best_step(request, state, chooser, pending + rest, can, put,
-                                first=rest_bound if pending else None)
-        chosen = state.cards[pos]
-        taken.append(chosen.card.index)
-        size = chosen.card.memory_mib if c.memory_percent else None
+                                first=partial(taken.with_card, c) if pending else None)
+        taken = taken.with_card(c, state.cards[pos])
     # Every card of the container takes the same MiB (a percent: cards of one memory size).
     mem = share_memory_mib(c, state.cards[pos].card)
-    return state, ContainerAllocation(c.name, tuple(sorted(taken)),
+    return state, ContainerAllocation(c.name, tuple(sorted(taken.cards)),
                                       core_percent=c.core_percent, memory_mib=mem, init=c.init)
 
 

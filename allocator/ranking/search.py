@@ -69,6 +69,11 @@ class Taken:
     def allows(self, card: Card) -> bool:
         return card.index not in self.cards and self.memory_mib in (None, card.memory_mib)
 
+    def with_card(self, c: ContainerRequest, card: CardState) -> Taken:
+        """These and ``card``, taken by a share of ``c``."""
+        return Taken(self.cards | {card.card.index},
+                     card.card.memory_mib if c.memory_percent else None)
+
 
 NOTHING_TAKEN: Final = Taken()
 
