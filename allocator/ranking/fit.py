@@ -8,7 +8,7 @@ A node's cards and usage are :class:`~allocator.ranking.cards.NodeState`. Placin
   (``memory_percent`` is resolved to MiB of the card actually chosen) and fewer holders than
   its cap, when it has one (:attr:`~allocator.ranking.cards.Card.max_shares`: HAMi's split
   count; each container on a card is one holder, init containers included); a container of
-  ``shares`` n puts one such share on each of n distinct cards (HAMi's several vGPUs);
+  ``shares`` n puts one such share on each of n distinct cards (one container's several vGPUs);
 - only cards of an allowed model and with at least ``min_card_memory_mib`` are used;
 - the cards of one multi-card container are all of one model, unless the pod opts out
   (``PodRequest.mixed_models``).
