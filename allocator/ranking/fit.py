@@ -4,10 +4,11 @@ A node's cards and usage are :class:`~allocator.ranking.cards.NodeState`. Placin
 :class:`~tessera.vocabulary.PodRequest` means placing **every** GPU container of the pod:
 
 - whole-card containers get cards that nobody uses, and keep them exclusive;
-- a share lands on exactly one card that has both the compute and the memory free
+- a share lands on one card that has both the compute and the memory free
   (``memory_percent`` is resolved to MiB of the card actually chosen) and fewer holders than
   its cap, when it has one (:attr:`~allocator.ranking.cards.Card.max_shares`: HAMi's split
-  count; each container on a card is one holder, init containers included);
+  count; each container on a card is one holder, init containers included); a container of
+  ``shares`` n puts one such share on each of n distinct cards (one container's several vGPUs);
 - only cards of an allowed model and with at least ``min_card_memory_mib`` are used;
 - the cards of one multi-card container are all of one model, unless the pod opts out
   (``PodRequest.mixed_models``).
@@ -30,11 +31,13 @@ the rest of the pod placeable.
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from functools import partial
 
 from allocator.ranking.cards import CardSignature, CardState, Holder, NodeState, card_signature
 from allocator.ranking.search import (
+    NOTHING_TAKEN,
+    Taken,
     eligible,
     feasible,
     feasible_on,
@@ -124,7 +127,11 @@ def _fits_at_a_glance(request: PodRequest, cards: Sequence[CardState]) -> bool:
         if only.cards > 1 and not request.mixed_models:
             return False
         return sum(1 for c in cards if c.idle) >= only.cards
-    return any(share_fits(only, c) for c in cards)
+    # Each share of the container goes to its own card: n cards with room are enough (of one
+    # memory size with a memory percent).
+    roomy = [c.card.memory_mib if only.memory_percent else 0 for c in cards
+             if share_fits(only, c)]
+    return max((roomy.count(size) for size in set(roomy)), default=0) >= only.shares
 
 
 def _short_of_whole_cards(request: PodRequest, cards: Sequence[CardState]) -> Unfit | None:
@@ -178,6 +185,8 @@ def _no_room_for(c: ContainerRequest, cards: Sequence[CardState]) -> Unfit:
     """Why share ``c`` fits on no card, naming the room there is."""
     open_cards = [x for x in cards if not x.whole and not x.shares_full]
     capped = share_cap_note(cards)
+    if c.shares > 1 and (several := _short_of_cards_for_shares(c, cards)):
+        return several
     if not open_cards:
         if capped:
             return Unfit(f"no card takes another share{capped}")
@@ -193,6 +202,19 @@ def _no_room_for(c: ContainerRequest, cards: Sequence[CardState]) -> Unfit:
         f"no card with {c.describe()} free (most free: {best_core}% core and {best_mem} MiB)"
         f"{note}"
     )
+
+
+def _short_of_cards_for_shares(c: ContainerRequest, cards: Sequence[CardState]) -> Unfit | None:
+    """Why a share on each of several cards does not fit when some card has room for one:
+    fewer cards with room (of one memory size, with a memory percent) than shares."""
+    sizes = [x.card.memory_mib if c.memory_percent else 0 for x in cards if share_fits(c, x)]
+    roomy = max((sizes.count(size) for size in set(sizes)), default=0)
+    if not roomy:
+        return None
+    alike = " of one memory size" if c.memory_percent else ""
+    return Unfit(f"needs {c.describe()} ({roomy} card{'s' if roomy > 1 else ''}{alike} with "
+                 f"room){foreign_note([x for x in cards if not x.whole and not x.shares_full])}"
+                 f"{share_cap_note(cards)}")
 
 
 def foreign_note(cards: Sequence[CardState]) -> str:
@@ -282,19 +304,33 @@ def place(
                     model = state.cards[pos].card.model
             result[ci] = ContainerAllocation(c.name, tuple(sorted(taken)), init=c.init)
         else:
-            def put(cs: CardState, c: ContainerRequest = c, h: Holder = holder) -> CardState:
-                return cs.with_share(c.core_percent, share_memory_mib(c, cs.card), h)
-
-            state, pos = _best_step(request, state, chooser, list(rest), partial(share_fits, c),
-                                    put)
-            chosen = state.cards[pos]
-            mem = share_memory_mib(c, chosen.card)
-            result[ci] = ContainerAllocation(
-                c.name, (chosen.card.index,), core_percent=c.core_percent,
-                memory_mib=mem, init=c.init,
-            )
+            state, result[ci] = _place_shares(request, state, chooser, c, rest, holder)
     containers = tuple(result[i] for i in range(len(request.containers)))
     return Placement(node.name, containers, state)
+
+
+def _place_shares(request: PodRequest, state: NodeState, chooser: Chooser,
+                  c: ContainerRequest, rest: list[ContainerRequest],
+                  holder: Holder) -> tuple[NodeState, ContainerAllocation]:
+    """Put each of the ``shares`` of container ``c`` on its own card, one card per step."""
+    def put(cs: CardState) -> CardState:
+        return cs.with_share(c.core_percent, share_memory_mib(c, cs.card), holder)
+
+    taken = NOTHING_TAKEN  # the cards chosen so far (and their memory size, with a percent)
+    for j in range(c.shares):
+        # The rest of this container's shares count as one more item, kept off its cards.
+        pending = [replace(c, shares=c.shares - j - 1)] if j + 1 < c.shares else []
+
+        def can(cs: CardState, bound: Taken = taken) -> bool:
+            return bound.allows(cs.card) and share_fits(c, cs)
+
+        state, pos = _best_step(request, state, chooser, pending + rest, can, put,
+                                first=partial(taken.with_card, c) if pending else None)
+        taken = taken.with_card(c, state.cards[pos])
+    # Every card of the container takes the same MiB (a percent: cards of one memory size).
+    mem = share_memory_mib(c, state.cards[pos].card)
+    return state, ContainerAllocation(c.name, tuple(sorted(taken.cards)),
+                                      core_percent=c.core_percent, memory_mib=mem, init=c.init)
 
 
 def _idle_of(model: str | None, card: CardState) -> bool:
@@ -310,9 +346,12 @@ def _best_step(
     can: Callable[[CardState], bool],
     put: Callable[[CardState], CardState],
     pin_first: bool = False,
+    first: Callable[[CardState], Taken] | None = None,
 ) -> tuple[NodeState, int]:
     """The best card for one step. ``pin_first``: the first item of ``rest`` is the rest of
-    this step's container and must take cards of the model chosen here."""
+    this step's container and must take cards of the model chosen here. ``first``: what binds
+    the first item of ``rest`` (the rest of a multi-share container) given the card chosen
+    here."""
     best: tuple[float, NodeState, int] | None = None
     seen: set[CardSignature] = set()
     for pos, cs in enumerate(state.cards):
@@ -324,7 +363,8 @@ def _best_step(
         seen.add(key)
         trial = state.replace_card(pos, put(cs))
         pins = (cs.card.model,) if pin_first else ()
-        if rest and not feasible_on(rest, request, trial, pins):
+        bound = NOTHING_TAKEN if first is None else first(cs)
+        if rest and not feasible_on(rest, request, trial, pins, bound):
             continue
         score = chooser(state, trial)
         if best is None or score > best[0]:

@@ -70,6 +70,8 @@ def encode_request(request: PodRequest) -> str:
                 **({"corePercent": c.core_percent} if c.core_percent else {}),
                 **({"memoryMiB": c.memory_mib} if c.memory_mib else {}),
                 **({"memoryPercent": c.memory_percent} if c.memory_percent else {}),
+                # Absent for one share: records written before the count read as one.
+                **({"shares": c.shares} if c.shares != 1 else {}),
             }
             for c in request.containers
         ],
@@ -100,6 +102,7 @@ def decode_request(text: str) -> PodRequest:
                     memory_mib=_int_field(item, "memoryMiB"),
                     memory_percent=_int_field(item, "memoryPercent"),
                     init=bool(item.get("init", False)),
+                    shares=_int_field(item, "shares", default=1),
                 )
             )
         models = _list_field(raw, "models")

@@ -12,8 +12,9 @@ from tessera.vocabulary.names import WHOLE_CARD_PERCENT, Mode, RequestError
 class ContainerRequest:
     """What one container asks for.
 
-    Either *whole cards* (``cards >= 1``; nobody else may use them) or a *share* of exactly one
-    card (``cards == 0``) made of compute and memory. Memory is either absolute
+    Either *whole cards* (``cards >= 1``; nobody else may use them) or a *share* made of
+    compute and memory, on one card, or ``shares`` alike shares on as many distinct cards
+    (HAMi's ``nvidia.com/gpu: 2`` with ``nvidia.com/gpumem``). Memory is either absolute
     (``memory_mib``) or a percent of the card chosen at bind (``memory_percent``), never both.
     """
 
@@ -23,14 +24,22 @@ class ContainerRequest:
     memory_mib: int = 0
     memory_percent: int = 0
     init: bool = False
+    #: How many alike shares, each on its own card (1 but for a share on several cards).
+    shares: int = 1
 
     def __post_init__(self) -> None:
+        if self.shares < 1:
+            raise RequestError(f"container {self.name!r}: share count {self.shares} is < 1")
         if self.cards < 0:
             raise RequestError(f"container {self.name!r}: card count {self.cards} is negative")
         if self.cards > 0:
             if self.core_percent or self.memory_mib or self.memory_percent:
                 raise RequestError(
                     f"container {self.name!r}: a whole-card request carries no share"
+                )
+            if self.shares != 1:
+                raise RequestError(
+                    f"container {self.name!r}: a share count is for shares, not whole cards"
                 )
             return
         if not 0 <= self.core_percent < WHOLE_CARD_PERCENT:
@@ -72,7 +81,8 @@ class ContainerRequest:
             parts.append(f"{self.memory_mib} MiB")
         if self.memory_percent:
             parts.append(f"{self.memory_percent}% of its memory")
-        return " and ".join(parts)
+        each = " and ".join(parts)
+        return each if self.shares == 1 else f"{each} on each of {self.shares} cards"
 
 
 @dataclass(frozen=True)

@@ -93,13 +93,20 @@ def _cluster(rng: random.Random, policy: str, hold_seconds: float = 0.0,
     return rt
 
 
-def _request(rng: random.Random, policy: str | None = None) -> PodRequest:
+def _request(rng: random.Random, policy: str | None = None,
+             several: bool = True) -> PodRequest:
+    """``several``: some containers ask for a share on each of several cards (HAMi's agent
+    only runs them: the verbs under the elastic profile refuse them)."""
     containers: list[ContainerRequest] = []
     for k in range(rng.choice([1, 1, 2])):
-        containers.append(rng.choice([
+        choices = [
             share(f"c{k}", core=rng.choice([10, 30, 50, 75]), mem=rng.choice([1000, 6000])),
             share(f"c{k}", core=rng.choice([20, 50]), pct=rng.choice([25, 50])),
-            whole(f"c{k}", cards=rng.choice([1, 1, 2, 4]))]))
+            # a share on each of several distinct cards (HAMi's gpu: n with gpumem)
+            share(f"c{k}", core=rng.choice([0, 30]), shares=rng.choice([2, 3]),
+                  **rng.choice([{"mem": 3000}, {"mem": 9000}, {"pct": 25}])),
+            whole(f"c{k}", cards=rng.choice([1, 1, 2, 4]))]
+        containers.append(rng.choice(choices if several else [*choices[:2], choices[3]]))
     models = rng.choice([(), (), ("T4",), ("A100",)])
     return request(*containers, models=models, policy=policy)
 
@@ -204,7 +211,7 @@ def test_the_verbs_answer_alike_over_either_ranker(policy_name: str, caps: bool)
     assert everyone == plain_rt.state.node_names()
     for i in range(30):
         names = rng.sample(everyone, rng.randint(1, len(everyone)))
-        req = _request(rng, policy_name)
+        req = _request(rng, policy_name, several=False)
         pod = make_gpu_pod(f"p{i}", req, uid=f"u{i}")
         assert fast_rt.allocator.filter(pod, names) == plain_rt.allocator.filter(pod, names), i
         assert fast_rt.allocator.scores(pod, names) == plain_rt.allocator.scores(pod, names), i

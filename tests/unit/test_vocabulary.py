@@ -36,7 +36,25 @@ REQUESTS = [
         policy="spread",
     ),
     PodRequest((ContainerRequest("main", cards=2),), mixed_models=True),
+    PodRequest((ContainerRequest("main", core_percent=30, memory_mib=3000, shares=2),)),
 ]
+
+
+def test_a_request_written_before_share_counts_reads_as_one_share() -> None:
+    old = '{"v":1,"containers":[{"name":"main","memoryMiB":3000}]}'
+    assert decode_request(old).containers[0].shares == 1
+    assert encode_request(decode_request(old)) == old
+
+
+@pytest.mark.parametrize(("fields", "fragment"), [
+    ({"cards": 2, "shares": 2}, "not whole cards"),
+    ({"memoryMiB": 3000, "shares": 0}, "share count 0"),
+    ({"memoryMiB": 3000, "shares": "2"}, "'shares' must be an integer"),
+])
+def test_a_bad_share_count_is_refused(fields: dict[str, object], fragment: str) -> None:
+    text = json.dumps({"v": 1, "containers": [{"name": "main", **fields}]})
+    with pytest.raises(CodecError, match=fragment):
+        decode_request(text)
 
 
 @pytest.mark.parametrize("request_", REQUESTS)
