@@ -76,6 +76,9 @@ class Unfit:
 
 FitResult = Placement | Unfit
 
+#: Chooser scores closer than this are equal (float rounding between cards of one model).
+_EQUAL = 1e-9
+
 #: Placing a pod ran out of attempts: the node kept changing under it.
 NODE_CHANGING = Unfit("it changed too often to reserve cards; retry")
 
@@ -273,9 +276,11 @@ def place(
                 # model of the card this step takes when the cards share one.
                 remaining = c.cards - j - 1
                 pending = ([ContainerRequest(c.name, cards=remaining)] if remaining else [])
+                tie = (partial(_link_tie, request, state, tuple(taken), remaining, model)
+                       if c.cards > 1 and _linked(state) else None)
                 state, pos = _best_step(
                     request, state, chooser, pending + list(rest), partial(_idle_of, model), take,
-                    pin_first=one_model and bool(pending),
+                    pin_first=one_model and bool(pending), tie=tie,
                 )
                 taken.append(state.cards[pos].card.index)
                 if one_model:
@@ -297,6 +302,23 @@ def place(
     return Placement(node.name, containers, state)
 
 
+def _linked(state: NodeState) -> bool:
+    return any(cs.card.links for cs in state.cards)
+
+
+def _link_tie(request: PodRequest, state: NodeState, taken: tuple[int, ...], remaining: int,
+              model: str | None, cs: CardState) -> int:
+    """How well card ``cs`` joins a multi-card container that took ``taken`` already and
+    needs ``remaining`` more after it: its pair scores with the cards taken, plus its best
+    ``remaining`` with the idle cards it could still take (for two cards: the best pair)."""
+    card = cs.card
+    joined = sum(card.link_to(t) for t in taken)
+    others = sorted((card.link_to(o.card.index) for o in state.cards
+                     if o is not cs and _idle_of(model, o) and eligible(request, o.card)),
+                    reverse=True)
+    return joined + sum(others[:remaining])
+
+
 def _idle_of(model: str | None, card: CardState) -> bool:
     """An idle card, of ``model`` when one is given."""
     return card.idle and (model is None or card.card.model == model)
@@ -310,10 +332,13 @@ def _best_step(
     can: Callable[[CardState], bool],
     put: Callable[[CardState], CardState],
     pin_first: bool = False,
+    tie: Callable[[CardState], int] | None = None,
 ) -> tuple[NodeState, int]:
     """The best card for one step. ``pin_first``: the first item of ``rest`` is the rest of
-    this step's container and must take cards of the model chosen here."""
+    this step's container and must take cards of the model chosen here. ``tie``: among cards
+    the chooser scores equal, the one it says higher wins (the cards' topology)."""
     best: tuple[float, NodeState, int] | None = None
+    best_tie = 0
     seen: set[CardSignature] = set()
     for pos, cs in enumerate(state.cards):
         if not eligible(request, cs.card) or not can(cs):
@@ -327,8 +352,14 @@ def _best_step(
         if rest and not feasible_on(rest, request, trial, pins):
             continue
         score = chooser(state, trial)
-        if best is None or score > best[0]:
-            best = (score, trial, pos)
+        if tie is None:
+            if best is None or score > best[0]:
+                best = (score, trial, pos)
+            continue
+        joins = tie(cs)
+        if best is None or score > best[0] + _EQUAL or (
+                score >= best[0] - _EQUAL and joins > best_tie):
+            best, best_tie = (score, trial, pos), joins
     # unfit_reason() proved a complete placement exists and every step keeps one, so a
     # candidate always exists here; anything else is a bug worth failing loudly on.
     assert best is not None, "placement search lost a feasible placement"
