@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 from alloc_harness import synced_allocator
-from builders import VOCAB, make_node, request, share, whole
+from builders import VOCAB, make_node, request, whole
 from fake_kube import FakeKube
 
 from allocator.agents.profiles import AgentSetup, agent_for
