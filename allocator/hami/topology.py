@@ -9,7 +9,7 @@ tag ``v2.10.0`` (Project-HAMi/HAMi); none of its code is copied (docs/hami.md, "
   (``pkg/device/nvidia/calculate_score.go:165-172``, read back by ``DecodePairScores``,
   ``pkg/device/devices.go:146-150,383-389``); a score is the sum over the pair's links of 10
   (across CPUs) .. 60 (same board) for a PCIe path and 100 per NVLink
-  (``calculate_score.go:212-275``), 0 for a pair with asymmetric link data.
+  (``calculate_score.go:211-285``), 0 for a pair with asymmetric link data.
 
 A pair scored both ways counts its lower score; a UUID the register annotation does not list
 (or a card left out: unhealthy, cordoned) is ignored.
