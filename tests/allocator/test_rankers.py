@@ -5,6 +5,7 @@ seed."""
 
 from __future__ import annotations
 
+import json
 import random
 from dataclasses import replace
 from functools import partial
@@ -17,6 +18,7 @@ from fake_kube import FakeKube
 
 from allocator.hami.codec import HAMI
 from allocator.hami.register import RegisteredDevice, encode_register_json
+from allocator.hami.topology import SCORE_KEY
 from allocator.ranking.fast import FastRanker
 from allocator.ranking.mix import LiveMix
 from allocator.ranking.plain import PlainRanker
@@ -25,6 +27,8 @@ from allocator.service.app import Runtime
 from allocator.verbs.core import AllocatorConfig, node_states
 from allocator.verbs.filter import Filter
 from allocator.verbs.prioritize import Prioritize
+from tessera.agent_profiles import AgentProfile
+from tessera.dialects import DialectConfig
 from tessera.vocabulary import Allocation, ContainerAllocation, ContainerRequest, PodRequest
 
 POLICIES = sorted(REGISTRY)
@@ -41,18 +45,27 @@ def _bound(uid: str, node: str, cpu: int, *containers: ContainerAllocation) -> d
     return pod
 
 
-def _capped_node(name: str, count: int, memory: int, model: str, split: int
-                 ) -> dict[str, Any]:
-    """A node whose cards HAMi's register annotation describes, at ``split`` shares each."""
+def _capped_node(name: str, count: int, memory: int, model: str, split: int,
+                 rng: random.Random | None = None) -> dict[str, Any]:
+    """A node whose cards HAMi's register annotation describes, at ``split`` shares each;
+    with ``rng``, HAMi's pair scores too (random NVLinked pairs, the rest PCIe)."""
     node = make_node(name, count=count, memory_mib=memory, model=model)
+    uuids = [f"GPU-{name}-{i}" for i in range(count)]
     node["metadata"]["annotations"][HAMI.register_key] = encode_register_json([
-        RegisteredDevice(f"GPU-{name}-{i}", i, split, memory, 100, f"NVIDIA-{model}")
+        RegisteredDevice(uuids[i], i, split, memory, 100, f"NVIDIA-{model}")
         for i in range(count)])
+    if rng is not None:
+        pair = {(i, j): rng.choice([20, 20, 60, 200]) for i in range(count)
+                for j in range(i + 1, count)}
+        node["metadata"]["annotations"][SCORE_KEY] = json.dumps([
+            {"uuid": uuids[i], "score": {uuids[j]: pair[min(i, j), max(i, j)]
+                                         for j in range(count) if j != i}}
+            for i in range(count)])
     return node
 
 
 def _cluster(rng: random.Random, policy: str, hold_seconds: float = 0.0,
-             caps: bool = False) -> Runtime:
+             caps: bool = False, topology: bool = False) -> Runtime:
     """12-30 nodes of 1-8 cards of two models and sizes, random usage and free CPU; many
     alike (few sizes), so contents are shared. ``caps``: half the nodes are HAMi's, their
     cards capped at a split count of 1-3 and holding up to that many small shares."""
@@ -64,7 +77,8 @@ def _cluster(rng: random.Random, policy: str, hold_seconds: float = 0.0,
         split = 0
         if caps and rng.random() < 0.5:
             split = rng.choice([1, 2, 2, 3])
-            fake.add_node(_capped_node(node, count, memory, model, split))
+            fake.add_node(_capped_node(node, count, memory, model, split,
+                                       rng if topology else None))
         else:
             fake.add_node(make_node(node, count=count, memory_mib=memory, model=model))
         for card in range(count):
@@ -81,8 +95,9 @@ def _cluster(rng: random.Random, policy: str, hold_seconds: float = 0.0,
             elif isinstance(pick, int):
                 fake.add_pod(_bound(uid, node, rng.choice([1, 4, 16]), ContainerAllocation(
                     "c", (card,), core_percent=pick, memory_mib=memory * pick // 200)))
+    dialects = DialectConfig(agent_profile=AgentProfile.HAMI) if topology else DialectConfig()
     _, rt = make_app(fake, core=AllocatorConfig(default_policy=policy,
-                                                hold_seconds=hold_seconds))
+                                                hold_seconds=hold_seconds, dialects=dialects))
     rt.allocator.reader.mix = LiveMix(refresh=1)
     for k in range(20):  # a workload mix of GPU pods with several CPU requests
         req = _request(rng)
@@ -118,13 +133,17 @@ def _rankers(rt: Runtime) -> tuple[FastRanker, PlainRanker]:
     return fast, plain
 
 
-@pytest.mark.parametrize("caps", [False, True], ids=["uncapped", "split-counts"])
+@pytest.mark.parametrize("caps", ["uncapped", "split-counts", "topology"])
 @pytest.mark.parametrize("policy_name", POLICIES)
 @pytest.mark.parametrize("seed", SEEDS)
 def test_fit_best_and_scores_equal_the_plain_ranker(policy_name: str, seed: int,
-                                                    caps: bool) -> None:
-    rng = random.Random(f"{policy_name}-{seed}" + ("-caps" if caps else ""))
-    rt = _cluster(rng, policy_name, caps=caps)
+                                                    caps: str) -> None:
+    suffix = {"uncapped": "", "split-counts": "-caps", "topology": "-topology"}[caps]
+    rng = random.Random(f"{policy_name}-{seed}{suffix}")
+    rt = _cluster(rng, policy_name, caps=caps != "uncapped", topology=caps == "topology")
+    linked = any(c.card.links for s in node_states(rt.state, rt.state.node_names()) if s
+                 for c in s.cards)
+    assert linked == (caps == "topology")
     fast, plain = _rankers(rt)
     policy = get_policy(policy_name)
     everyone = rt.state.node_names()
