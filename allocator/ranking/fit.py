@@ -23,8 +23,8 @@ init container (:meth:`tessera.agent_profiles.NodeAgent.placement_request`, docs
 
 Feasibility is exact (:mod:`allocator.ranking.search`), so filter never admits a node on
 which bind then fails; why a pod does not fit is :mod:`allocator.ranking.unfit`'s. The
-placement itself is greedy over containers: each step picks the card the policy scores best among those that keep
-the rest of the pod placeable.
+placement itself is greedy over containers: each step picks the card the policy scores best
+among those that keep the rest of the pod placeable.
 """
 
 from __future__ import annotations
