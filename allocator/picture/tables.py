@@ -124,14 +124,15 @@ class PictureTables:
             for node in self._pods.put(record):
                 self._recompute(node)
 
-    def _drop(self, uid: str) -> None:
+    def _drop(self, uid: str, tell: bool = True) -> None:
+        """(``tell``: tell :attr:`on_release` of the room.)"""
         with self._lock:
             self._holds.pop(uid)
             self._agent_watch.pod_gone(uid)
             old = self._pods.pop(uid)
             if old is not None:
                 self._recompute(old.node)
-                if self.on_release is not None:
+                if tell and self.on_release is not None:
                     self.on_release(old.node)
 
     def _note_bad(self, uid: str, why: str, pod: Mapping[str, Any]) -> None:

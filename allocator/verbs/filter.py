@@ -49,8 +49,9 @@ from allocator.ranking.fit import place_and_keep
 from allocator.ranking.policies import PolicyContext, chooser
 from allocator.ranking.port import Nodes, Ranker
 from allocator.verbs.pods import Requests, uid_of
+from allocator.verbs.priority import pod_priority
 from allocator.verbs.reader import PodReader
-from allocator.verbs.requeue import RequeueOnRelease, pod_priority
+from allocator.verbs.requeue import Refused, RequeueOnRelease
 from tessera.vocabulary import Allocation, PodRequest, RequestError
 
 #: Placing the pod for its hold: a bind elsewhere on the node meanwhile means placing again,
@@ -108,8 +109,22 @@ class Filter:
         r.remember(pod)
         r.observe(pod, request)
         r.expire_holds()
-        self.state.release_hold(uid_of(pod))
-        inputs: Inputs = cache(lambda: r.placing_inputs(request, pod))
+        uid = uid_of(pod)
+        if self.requeue is not None:
+            self.requeue.settle()  # room released meanwhile held for the pod it is owed
+        was_on = self.state.release_hold(uid, tell=False)
+        try:
+            return self._place_among(pod, request, names)
+        finally:
+            if was_on is not None:
+                record = self.state.record(uid)
+                if record is None or record.node != was_on:
+                    self.state.tell_released(was_on)  # the room it held is others' now
+
+    def _place_among(self, pod: Mapping[str, Any], request: PodRequest,
+                     names: Sequence[str]) -> FilterOutcome:
+        """Steps 3-5, among the nodes the agent does not avoid first."""
+        inputs: Inputs = cache(lambda: self.reader.placing_inputs(request, pod))
         for avoided in self.agent.nodes_to_avoid(names, self._pods_to_start):
             # The agent's busy nodes left out first, the busiest last.
             free = [name for name in names if name not in avoided]
@@ -125,6 +140,7 @@ class Filter:
         """Steps 3-5 among ``names`` (``avoid``: nodes not among them, left out of any
         ranking)."""
         uid = uid_of(pod)
+        mark = self.requeue.mark() if self.requeue is not None else 0
         best = self._best_known(pod, request, names, inputs, avoid)
         if best is not None:
             if self.requeue is not None:
@@ -137,7 +153,8 @@ class Filter:
             elif found.short:
                 # No node left, some only for lack of room: perhaps a release our watch has
                 # not applied yet, which kube-scheduler retried the pod on.
-                self.requeue.refused(PodRef.of(pod), request, pod_priority(pod))
+                self.requeue.refused(PodRef.of(pod), request, pod_priority(pod),
+                                     nodes=found.failed, since=mark)
         if found.explained:
             return FilterOutcome(found.nodes.name_list(), found.failed, found.unresolvable)
         return self._best_of(pod, request, found.nodes, inputs)
@@ -149,6 +166,18 @@ class Filter:
                                 explain_when_some_fit=not self.config.filter_best,
                                 read_unknown=False)
         return bool(found.nodes)
+
+    def hold_for(self, refused: Refused, node: str) -> bool:
+        """Hold room on ``node`` for a pod filter refused (the requeue's priority hold):
+        placed as its own filter would place it there; False when it cannot be (the pod's
+        body no longer remembered, or it does not fit)."""
+        pod = self.reader.peek(refused.pod.uid)
+        if pod is None:
+            return False
+        inputs: Inputs = cache(lambda: self.reader.placing_inputs(refused.request, pod))
+        self._hold(pod, refused.request, node, inputs)
+        record = self.state.record(refused.pod.uid)
+        return record is not None and record.node == node
 
     def _best_known(self, pod: Mapping[str, Any], request: PodRequest, names: Sequence[str],
                     inputs: Inputs, avoid: Collection[str]) -> FilterOutcome | None:
