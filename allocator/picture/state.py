@@ -88,6 +88,8 @@ class ClusterState(PictureTables):
         """(Under the lock.) The node's cards (usage rebuilt when they changed) and CPU."""
         if self._nodes.set_inventory(name, inv):
             self._recompute(name)
+            if self.on_release is not None:
+                self.on_release(name)  # cards added or changed: room may have appeared
         self.resources.apply_node(name, node)
         self._nodes.read_from[name] = kept(inputs)
 

@@ -57,7 +57,8 @@ class PictureTables:
         self.names = NodeNames()
         #: every node's CPU and memory, allocatable and requested
         self.resources = NodeResources(self.names, self._observers.free_cpu_changed)
-        #: Told the node whenever a pod's record leaves it and its cards are free again
+        #: Told the node whenever a pod's record leaves it and its cards are free again, or its
+        #: cards change (room may have appeared)
         #: (called under the lock: it must only note the node; :mod:`allocator.verbs.requeue`).
         self.on_release: Callable[[str], None] | None = None
 

@@ -130,3 +130,14 @@ def test_the_priority_reads_the_class_then_the_genius_label() -> None:
     assert pod_priority({"metadata": {"labels": {"genius/priority": "9" * 30}}}) == 0
     assert pod_priority({"spec": {"priority": 5}}) == 5
     assert pod_priority({"metadata": "hostile", "spec": []}) == 0
+
+
+def test_a_card_added_to_the_node_is_held_for_the_high_priority_pod() -> None:
+    _fake, app, rt = _full_node()
+    high, low = _pod("high", 9, "class"), _pod("low", 1, "class")
+    assert _filter(app, high)["NodeNames"] == []
+    rt.state.apply_node(make_node("n1", count=2, rv="2"))  # a second card appears
+    assert _filter(app, low)["NodeNames"] == []
+    record = rt.state.record("u-high")
+    assert record is not None and record.stage is Stage.HELD
+    assert _filter(app, high)["NodeNames"] == ["n1"]
