@@ -225,6 +225,9 @@ def test_a_card_freed_by_a_delete_goes_to_the_priority_nine_pod_not_the_priority
     wait_for("both waiters tried and refused",
              lambda: all(pending_reason(core_v1, namespace, n) for n in ("low", "high")),
              timeout=60, interval=0.5)
+    # Past both pods' backoff: the delete's event moves both to be popped at once, the
+    # priority 9 pod first, the priority 1 pod right after it.
+    time.sleep(3)
     delete_pods(core_v1, namespace, ["holder"])
     assert node_of(core_v1, namespace, "high", timeout=60) == node
     time.sleep(2)
