@@ -114,6 +114,10 @@ class RequeueOnRelease:
         self.limit = limit
         self._clock = clock
         self._lock = threading.Condition()
+        #: Held while releases are judged (:meth:`due`): a filter's :meth:`settle` waits for
+        #: a judging the asking thread began, else it could place a pod in room about to be
+        #: held for another.
+        self._judging = threading.Lock()
         self._refused: OrderedDict[str, Refused] = OrderedDict()
         self._released: set[str] = set()
         #: Releases counted, the last few by count (for refusals judged before them).
@@ -156,7 +160,7 @@ class RequeueOnRelease:
     def settle(self) -> None:
         """Judge the releases noted so far now (holds made for refused pods; the asking left
         to :meth:`run`): filter calls it before it places a pod."""
-        if not self._released:  # lock-free miss: the common case on filter's path
+        if not self._released and not self._judging.locked():  # lock-free: the common case
             return
         due = self.due()
         if due:
@@ -180,6 +184,10 @@ class RequeueOnRelease:
         """The pods to ask again for the releases noted so far (forgotten here: a new
         refusal remembers a pod again), room held on each node for the first of them, and
         forgets refusals older than the window."""
+        with self._judging:
+            return self._due()
+
+    def _due(self) -> list[PodRef]:
         with self._lock:
             nodes, self._released = self._released, set()
             cutoff = self._clock() - self.window_seconds

@@ -4,6 +4,7 @@ first (allocator/verbs/requeue.py, allocator/verbs/priority.py)."""
 
 from __future__ import annotations
 
+import threading
 from typing import Any
 
 import pytest
@@ -15,7 +16,7 @@ from allocator.decisions import PodRef
 from allocator.picture.records import Stage
 from allocator.service.app import Runtime
 from allocator.verbs.priority import pod_priority
-from allocator.verbs.requeue import RequeueOnRelease
+from allocator.verbs.requeue import Refused, RequeueOnRelease
 
 WHOLE = request(whole())
 
@@ -141,3 +142,27 @@ def test_a_card_added_to_the_node_is_held_for_the_high_priority_pod() -> None:
     record = rt.state.record("u-high")
     assert record is not None and record.stage is Stage.HELD
     assert _filter(app, high)["NodeNames"] == ["n1"]
+
+
+def test_a_filter_waits_for_a_judging_the_asking_thread_began() -> None:
+    """Else the filter could place its pod in room the asking thread is about to hold."""
+    entered, go = threading.Event(), threading.Event()
+
+    def hold(_r: Refused, _node: str) -> bool:
+        entered.set()
+        return go.wait(timeout=5)
+
+    requeue = RequeueOnRelease(lambda _request, _node: True, lambda _pod: None, hold=hold)
+    requeue.refused(PodRef("default", "high", "u-high"), WHOLE, 9)
+    requeue.released("n1")
+    asking = threading.Thread(target=requeue.due, daemon=True)
+    asking.start()
+    assert entered.wait(timeout=5)
+    settled = threading.Event()
+    filtering = threading.Thread(target=lambda: (requeue.settle(), settled.set()), daemon=True)
+    filtering.start()
+    assert not settled.wait(timeout=0.3)  # waits while the hold is being made
+    go.set()
+    assert settled.wait(timeout=5)
+    asking.join(timeout=5)
+    assert requeue.held == 1
