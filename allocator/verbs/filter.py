@@ -112,6 +112,9 @@ class Filter:
         uid = uid_of(pod)
         if self.requeue is not None:
             self.requeue.settle()  # room released meanwhile held for the pod it is owed
+            self.requeue.taken_over(uid)
+            for other, _node in self.requeue.outranked(pod_priority(pod), names):
+                self.state.release_hold(other, tell=False)  # this pod comes first
         was_on = self.state.release_hold(uid, tell=False)
         try:
             return self._place_among(pod, request, names)

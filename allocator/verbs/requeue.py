@@ -127,6 +127,9 @@ class RequeueOnRelease:
         self._asking: dict[str, PodRef] = {}
         #: Room held for a refused pod after a release, counted (``/metrics`` may read it).
         self.held = 0
+        #: The holds made here not yet taken over by the pod's own filter: pod UID -> (node,
+        #: priority), the oldest first, at most ``limit`` (:meth:`outranked`).
+        self._holds: OrderedDict[str, tuple[str, int]] = OrderedDict()
 
     # ------------------------------------------------------------------ from filter
     def mark(self) -> int:
@@ -167,6 +170,25 @@ class RequeueOnRelease:
             with self._lock:
                 self._asking.update((pod.uid, pod) for pod in due)
                 self._lock.notify()
+
+    def outranked(self, priority: int, names: Collection[str]) -> list[tuple[str, str]]:
+        """The holds made here for pods of lower priority than ``priority`` on ``names``:
+        (pod UID, node) each, forgotten here. A pod kube-scheduler's queue pops before the
+        held-for one takes the room as the queue would give it."""
+        if not self._holds:  # lock-free miss: the common case on filter's path
+            return []
+        with self._lock:
+            found = [(uid, node) for uid, (node, held_at) in self._holds.items()
+                     if held_at < priority and node in names]
+            for uid, _node in found:
+                del self._holds[uid]
+        return found
+
+    def taken_over(self, uid: str) -> None:
+        """The pod's own filter runs: a hold made here for it is its filter's now."""
+        if uid in self._holds:  # lock-free miss
+            with self._lock:
+                self._holds.pop(uid, None)
 
     # ------------------------------------------------------------------ from the watch
     def released(self, node: str) -> None:
@@ -220,10 +242,18 @@ class RequeueOnRelease:
                 continue
             if not held and self.hold is not None and self.hold(r, node):
                 held = True
-                self.held += 1
+                self._note_hold(r, node)
                 fits.clear()  # the held room is taken now
             due[r.pod.uid] = r.pod
             asked_here += 1
+
+    def _note_hold(self, r: Refused, node: str) -> None:
+        with self._lock:
+            self.held += 1
+            self._holds.pop(r.pod.uid, None)
+            self._holds[r.pod.uid] = (node, r.priority)
+            while len(self._holds) > self.limit:
+                self._holds.popitem(last=False)
 
     def run(self, stop: threading.Event) -> None:
         """Ask again as releases come, until ``stop`` is set."""

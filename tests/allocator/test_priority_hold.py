@@ -84,18 +84,19 @@ def test_the_hold_ends_when_its_pod_is_deleted_and_the_room_is_free_again() -> N
     assert _filter(app, low)["NodeNames"] == ["n1"]
 
 
-def test_room_held_for_a_refused_pod_waits_for_it_even_against_a_new_higher_one() -> None:
-    """What is not done: room is held for refused pods only; a pod of higher priority
-    filtered for the first time waits until the hold ends (claimed, deleted, deadline)."""
+def test_a_pod_of_higher_priority_than_the_held_for_one_takes_the_room() -> None:
+    """As kube-scheduler's queue would pop it first; an equal one does not."""
     fake, app, rt = _full_node()
-    low, top = _pod("low", 1, "class"), _pod("top", 20, "class")
+    low, same, top = (_pod("low", 1, "class"), _pod("same", 1, "class"),
+                      _pod("top", 20, "class"))
     assert _filter(app, low)["NodeNames"] == []
     rt.state.remove_pod(fake.get_pod("default", "holder"))
-    # Room held for "low", the only refused pod; "top" comes on its own (first filter).
-    assert _filter(app, top)["NodeNames"] == []
-    # Refused now; the end of low's hold (its delete here) frees the room for "top".
-    rt.state.remove_pod(low)
+    assert _filter(app, same)["NodeNames"] == []  # held for "low", refused first
     assert _filter(app, top)["NodeNames"] == ["n1"]
+    record = rt.state.record("u-top")
+    assert record is not None and record.stage is Stage.HELD
+    assert rt.state.record("u-low") is None
+    assert _filter(app, low)["NodeNames"] == []  # asked again: the room is top's
 
 
 def test_a_refusal_judged_before_a_release_and_recorded_after_it_is_judged_again() -> None:
