@@ -10,8 +10,9 @@ kube-scheduler sends the pod and the names of the nodes its own plugins left. Th
    without looking each name up (:meth:`~allocator.ranking.port.Ranker.best_known`).
 4. Otherwise the ranker says where the pod fits (reading unknown names from the API first),
    and the policy's best among them are kept. A pod left with no node, some only for lack of
-   room, is asked again when our watch releases room it fits in
-   (:mod:`allocator.verbs.requeue`).
+   room, is asked again when our watch releases room it fits in, the room held for the
+   first of them by priority; releases are judged before a pod is placed, and a pod of
+   higher priority takes room held for a lower one (:mod:`allocator.verbs.requeue`).
 5. When the answer is one node, the pod's cards there are held for its bind.
 
 The node agent (:class:`~allocator.agents.port.NodeAgent`) may name nodes to leave out
