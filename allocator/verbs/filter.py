@@ -111,19 +111,19 @@ class Filter:
         r.observe(pod, request)
         r.expire_holds()
         uid = uid_of(pod)
+        untold: set[str] = set()  # room released for this pod, told the requeue if not taken
         if self.requeue is not None:
             self.requeue.settle()  # room released meanwhile held for the pod it is owed
             self.requeue.taken_over(uid)
             for other, _node in self.requeue.outranked(pod_priority(pod), names):
-                self.state.release_hold(other, tell=False)  # this pod comes first
-        was_on = self.state.release_hold(uid, tell=False)
+                untold.add(self.state.release_hold(other, tell=False) or "")  # it comes first
+        untold.add(self.state.release_hold(uid, tell=False) or "")
         try:
             return self._place_among(pod, request, names)
         finally:
-            if was_on is not None:
-                record = self.state.record(uid)
-                if record is None or record.node != was_on:
-                    self.state.tell_released(was_on)  # the room it held is others' now
+            record = self.state.record(uid)
+            for node in untold - {"", record.node if record is not None else ""}:
+                self.state.tell_released(node)  # the room it left is others' now
 
     def _place_among(self, pod: Mapping[str, Any], request: PodRequest,
                      names: Sequence[str]) -> FilterOutcome:
