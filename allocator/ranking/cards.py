@@ -41,6 +41,9 @@ class Card:
     memory_mib: int
     max_shares: int | None = None
     links: tuple[tuple[int, int], ...] = ()
+    #: The card's UUID when the node agent tells it (HAMi's register annotation), else "":
+    #: what HAMi's ``nvidia.com/use-gpuuuid`` and ``nouse-gpuuuid`` name.
+    uuid: str = ""
 
     def link_to(self, other: int) -> int:
         """The pair score with card ``other`` (0 when none is known)."""
@@ -162,7 +165,7 @@ class NodeState:
 #: scores) ends with its index and links: which cards a multi-card container takes depends on
 #: them, so only nodes of the same topology are alike.
 CardSignature = tuple[str, int, int, int, bool, bool, int, int, tuple[int, int] | None,
-                      tuple[int, tuple[tuple[int, int], ...]] | None]
+                      tuple[int, tuple[tuple[int, int], ...]] | None, str]
 
 
 def card_signature(card: CardState) -> CardSignature:
@@ -171,7 +174,9 @@ def card_signature(card: CardState) -> CardSignature:
             card.whole, not card.holders,  # not holders: idle, without a property call
             card.foreign_memory_mib, card.busy_percent,
             None if cap is None else (cap, len(card.holders)),
-            (card.card.index, card.card.links) if card.card.links else None)
+            (card.card.index, card.card.links) if card.card.links else None,
+            # A pod may name cards by UUID: cards of distinct UUIDs are not alike.
+            card.card.uuid)
 
 
 def node_signature(node: NodeState) -> tuple[CardSignature, ...]:
