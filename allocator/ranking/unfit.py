@@ -18,6 +18,12 @@ from allocator.ranking.search import (
     share_fits,
     slots,
 )
+from tessera.dialects.hami_annotations import (
+    NO_USE_GPU_TYPE,
+    NO_USE_GPU_UUID,
+    USE_GPU_TYPE,
+    USE_GPU_UUID,
+)
 from tessera.vocabulary import ContainerRequest, PodRequest
 
 
@@ -60,17 +66,33 @@ def unfit_reason(request: PodRequest, node: NodeState) -> Unfit | None:
 
 
 def _no_eligible_card(request: PodRequest, node: NodeState) -> Unfit:
-    """Cause: no card is of an allowed model, or none has the minimum memory."""
+    """Cause: no card is of an allowed model, none has the minimum memory, or HAMi's card
+    choice leaves none (an unknown UUID in ``use-gpuuuid`` among them)."""
+    have = " and ".join(m or "unknown" for m in node.models)
     if not any(request.allows_model(c.card.model) for c in node.cards):
-        have = " and ".join(m or "unknown" for m in node.models)
         want = " or ".join(request.models)
         return Unfit(f"no card of model {want} (node has {have})", resolvable=False)
+    sized = [c for c in node.cards if request.allows_model(c.card.model)
+             and c.card.memory_mib >= request.min_card_memory_mib]
+    if sized:  # so the card choice took every card (never a comma: values are not quoted)
+        return Unfit(f"no card allowed by pod annotation {_card_choice_keys(request, sized)} "
+                     f"(node has {have})", resolvable=False)
     largest = max(c.card.memory_mib for c in node.cards)
     return Unfit(
         f"no card with at least {request.min_card_memory_mib} MiB memory "
         f"(largest {largest} MiB)",
         resolvable=False,
     )
+
+
+def _card_choice_keys(request: PodRequest, cards: Sequence[CardState]) -> str:
+    """The HAMi annotations that turned the cards away ("use" wins over "nouse")."""
+    keys = []
+    if not all(request.allows_type(c.card.model) for c in cards):
+        keys.append(USE_GPU_TYPE if request.use_types else NO_USE_GPU_TYPE)
+    if not all(request.allows_uuid(c.card.uuid) for c in cards):
+        keys.append(USE_GPU_UUID if request.use_uuids else NO_USE_GPU_UUID)
+    return " and ".join(keys)
 
 
 def _fits_at_a_glance(request: PodRequest, cards: Sequence[CardState]) -> bool:
