@@ -135,8 +135,9 @@ class PodRequest:
         return not self.models or model.lower() in {m.lower() for m in self.models}
 
     def allows_type(self, model: str) -> bool:
-        """HAMi's CheckType: a case-insensitive part of the card type."""
-        upper = model.upper()
+        """HAMi's CheckType: a case-insensitive part of the card type, which HAMi's device
+        plugin registers as ``NVIDIA-<model>`` (so ``NVIDIA`` is a part of every card's)."""
+        upper = f"NVIDIA-{model}".upper()
         if self.use_types:
             return any(t.upper() in upper for t in self.use_types)
         return not any(t.upper() in upper for t in self.nouse_types)

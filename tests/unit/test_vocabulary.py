@@ -58,6 +58,8 @@ def test_a_request_written_before_hamis_card_choice_reads_as_no_choice() -> None
     ("NVIDIA-A100-SXM4-80GB", "GPU-1", {"use_types": ("a100",)}, True),  # part, any case
     ("NVIDIA-A100-SXM4-80GB", "GPU-1", {"use_types": ("T4", "H100")}, False),
     ("NVIDIA-A100-SXM4-80GB", "GPU-1", {"nouse_types": ("sxm4",)}, False),
+    ("Tesla-T4", "GPU-1", {"use_types": ("nvidia-tesla",)}, True),  # HAMi's NVIDIA-<model>
+    ("Tesla-T4", "GPU-1", {"nouse_types": ("NVIDIA",)}, False),
     ("Tesla-T4", "GPU-1", {"nouse_types": ("A100",)}, True),
     # "use" wins over "nouse", as in hami-scheduler, which reads "nouse" only without "use".
     ("NVIDIA-A100-SXM4-80GB", "GPU-1", {"use_types": ("A100",), "nouse_types": ("A100",)},
