@@ -160,11 +160,11 @@ class NodeState:
 #: (booked, and measured: foreign memory, busy percent), and for a capped card its cap and
 #: how many holders it has (None: no cap; fit reads what the cap leaves, HAMi's policies the
 #: slots used of it), and its UUID when the node agent tells one ("" else: a pod may name
-#: cards by UUID, HAMi's ``use-gpuuuid``). Left out on purpose: the card's index, who its holders are, and how
-#: many an uncapped card has. Fit answers, reasons and the scores of policies that sum over
-#: cards never depend on them; a bind chooses the real cards again. A card with links (pair
-#: scores) ends with its index and links: which cards a multi-card container takes depends on
-#: them, so only nodes of the same topology are alike.
+#: cards by UUID, HAMi's ``use-gpuuuid``). Left out on purpose: the card's index, who its
+#: holders are, and how many an uncapped card has. Fit answers, reasons and the scores of
+#: policies that sum over cards never depend on them; a bind chooses the real cards again. A
+#: card with links (pair scores) ends with its index and links: which cards a multi-card
+#: container takes depends on them, so only nodes of the same topology are alike.
 CardSignature = tuple[str, int, int, int, bool, bool, int, int, tuple[int, int] | None, str,
                       tuple[int, tuple[tuple[int, int], ...]] | None]
 
