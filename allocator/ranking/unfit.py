@@ -8,7 +8,8 @@ the plain ranker: the first cause found, from the cheapest check to the exact se
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
+from typing import Final
 
 from allocator.ranking.cards import CardState, NodeState
 from allocator.ranking.search import (
@@ -85,13 +86,20 @@ def _no_eligible_card(request: PodRequest, node: NodeState) -> Unfit:
     )
 
 
+#: HAMi's card-choosing annotations, by the request field each fills.
+_CARD_CHOICE: Final = {"use_types": USE_GPU_TYPE, "nouse_types": NO_USE_GPU_TYPE,
+                       "use_uuids": USE_GPU_UUID, "nouse_uuids": NO_USE_GPU_UUID}
+_NO_CHOICE: Final = dict.fromkeys(_CARD_CHOICE, ())
+
+
 def _card_choice_keys(request: PodRequest, cards: Sequence[CardState]) -> str:
-    """The HAMi annotations that turned the cards away ("use" wins over "nouse")."""
+    """The annotations that turned cards away: each one alone, as the request's only choice."""
     keys = []
-    if not all(request.allows_type(c.card.model) for c in cards):
-        keys.append(USE_GPU_TYPE if request.use_types else NO_USE_GPU_TYPE)
-    if not all(request.allows_uuid(c.card.uuid) for c in cards):
-        keys.append(USE_GPU_UUID if request.use_uuids else NO_USE_GPU_UUID)
+    for field, key in _CARD_CHOICE.items():
+        alone = replace(request, **{**_NO_CHOICE, field: getattr(request, field)})
+        if not all(alone.allows_type(c.card.model) and alone.allows_uuid(c.card.uuid)
+                   for c in cards):
+            keys.append(key)
     return " and ".join(keys)
 
 

@@ -101,9 +101,9 @@ class PodRequest:
     #: the T4's pace, or not at all).
     mixed_models: bool = False
     #: HAMi's card choice (``nvidia.com/use-gputype`` and the other three; empty = none):
-    #: parts of the card type to take only, or to avoid; exact card UUIDs likewise. A "use"
-    #: list wins over its "nouse" one, as in hami-scheduler, which reads "nouse" only
-    #: without "use" (Project-HAMi/HAMi v2.10.0 pkg/device/devices.go:693-738).
+    #: parts of the card type to take only, or to avoid; exact card UUIDs likewise. A
+    #: "use" and a "nouse" list both apply (Project-HAMi/HAMi v2.10.0
+    #: pkg/device/devices.go:693-738, CheckUUID and CheckType).
     use_types: tuple[str, ...] = ()
     nouse_types: tuple[str, ...] = ()
     use_uuids: tuple[str, ...] = ()
@@ -138,15 +138,13 @@ class PodRequest:
         """HAMi's CheckType: a case-insensitive part of the card type, which HAMi's device
         plugin registers as ``NVIDIA-<model>`` (so ``NVIDIA`` is a part of every card's)."""
         upper = f"NVIDIA-{model}".upper()
-        if self.use_types:
-            return any(t.upper() in upper for t in self.use_types)
-        return not any(t.upper() in upper for t in self.nouse_types)
+        taken = not self.use_types or any(t.upper() in upper for t in self.use_types)
+        return taken and not any(t.upper() in upper for t in self.nouse_types)
 
     def allows_uuid(self, uuid: str) -> bool:
         """HAMi's CheckUUID: exact UUIDs (a card without one is never a named card)."""
-        if self.use_uuids:
-            return uuid in self.use_uuids
-        return uuid not in self.nouse_uuids or not uuid
+        taken = not self.use_uuids or uuid in self.use_uuids
+        return taken and (not uuid or uuid not in self.nouse_uuids)
 
     @property
     def picks_cards(self) -> bool:

@@ -35,7 +35,9 @@ def _card_of(req: PodRequest) -> tuple[int, ...]:
     ({"nouse_types": ("A100",)}, 0),
     ({"use_uuids": ("GPU-a100",)}, 1),
     ({"nouse_uuids": ("GPU-t4",)}, 1),
-    ({"use_uuids": ("GPU-t4",), "nouse_uuids": ("GPU-t4",)}, 0),  # "use" wins, as in HAMi
+    # "use" and "nouse" both apply, as in HAMi v2.10.0.
+    ({"use_uuids": ("GPU-t4", "GPU-a100"), "nouse_uuids": ("GPU-t4",)}, 1),
+    ({"use_types": ("NVIDIA",), "nouse_types": ("tesla",)}, 1),
 ])
 def test_the_pod_gets_a_card_its_hami_annotations_allow(choice: dict[str, tuple[str, ...]],
                                                         card: int) -> None:
@@ -58,6 +60,10 @@ def test_without_a_choice_both_cards_serve() -> None:
     ({"nouse_types": ("NVIDIA",)}, "nvidia.com/nouse-gputype"),
     ({"use_types": ("T4",), "use_uuids": ("GPU-a100",)},
      "nvidia.com/use-gputype and nvidia.com/use-gpuuuid"),
+    ({"use_types": ("T4",), "nouse_types": ("tesla",)},
+     "nvidia.com/use-gputype and nvidia.com/nouse-gputype"),
+    ({"use_uuids": ("GPU-t4",), "nouse_uuids": ("GPU-t4",)},
+     "nvidia.com/use-gpuuuid and nvidia.com/nouse-gpuuuid"),
 ])
 def test_a_pod_no_card_is_allowed_to_is_unresolvable_naming_the_annotation(
         choice: dict[str, tuple[str, ...]], key: str) -> None:

@@ -48,13 +48,14 @@ def test_a_pod_naming_a_card_by_uuid_gets_that_card(cluster: DevCluster, core_v1
     uuid = {d.index: d.uuid for d in four_cards.devices}
     pod = make_pod("named", [container("main", _gpu(core=10, mem=1024))])
     pod["spec"]["schedulerName"] = NOBODY
-    # Card 2 by UUID; "nouse" is ignored beside "use", as in hami-scheduler.
+    # Card 2 by UUID: two named, the other avoided (both apply, as in HAMi v2.10.0).
     pod["metadata"].setdefault("annotations", {}).update({
-        "nvidia.com/use-gpuuuid": uuid[2], "nvidia.com/nouse-gpuuuid": uuid[2]})
+        "nvidia.com/use-gpuuuid": f"{uuid[1]}, {uuid[2]}", "nvidia.com/nouse-gpuuuid": uuid[1]})
     core_v1.create_namespaced_pod(namespace, pod)
     record = decode_request(_pod(core_v1, namespace, "named")["metadata"]["annotations"][
         cluster.vocabulary.request_annotation])
-    assert record.use_uuids == (uuid[2],)  # the webhook wrote the card choice
+    # The webhook wrote the card choice into the request record.
+    assert (record.use_uuids, record.nouse_uuids) == ((uuid[1], uuid[2]), (uuid[1],))
     _allocator(cluster, api).bind(namespace, "named", "", four_cards.node)
     assert four_cards.allocate_next() == f"{namespace}/named"
     wait_for("named Running", lambda: _pod(core_v1, namespace, "named")["status"].get(

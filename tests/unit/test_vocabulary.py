@@ -61,9 +61,12 @@ def test_a_request_written_before_hamis_card_choice_reads_as_no_choice() -> None
     ("Tesla-T4", "GPU-1", {"use_types": ("nvidia-tesla",)}, True),  # HAMi's NVIDIA-<model>
     ("Tesla-T4", "GPU-1", {"nouse_types": ("NVIDIA",)}, False),
     ("Tesla-T4", "GPU-1", {"nouse_types": ("A100",)}, True),
-    # "use" wins over "nouse", as in hami-scheduler, which reads "nouse" only without "use".
-    ("NVIDIA-A100-SXM4-80GB", "GPU-1", {"use_types": ("A100",), "nouse_types": ("A100",)},
+    # "use" and "nouse" both apply (HAMi v2.10.0 CheckType, CheckUUID).
+    ("NVIDIA-A100-SXM4-80GB", "GPU-1", {"use_types": ("A100",), "nouse_types": ("80GB",)},
+     False),
+    ("NVIDIA-A100-SXM4-40GB", "GPU-1", {"use_types": ("A100",), "nouse_types": ("80GB",)},
      True),
+    ("T4", "GPU-1", {"use_uuids": ("GPU-1", "GPU-2"), "nouse_uuids": ("GPU-1",)}, False),
     ("T4", "GPU-1", {"use_uuids": ("GPU-1", "GPU-2")}, True),
     ("T4", "GPU-12", {"use_uuids": ("GPU-1",)}, False),  # exact, not a part
     ("T4", "gpu-1", {"use_uuids": ("GPU-1",)}, False),
