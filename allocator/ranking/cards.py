@@ -159,13 +159,13 @@ class NodeState:
 #: What placement and the policies can tell apart about a card: model, memory and usage
 #: (booked, and measured: foreign memory, busy percent), and for a capped card its cap and
 #: how many holders it has (None: no cap; fit reads what the cap leaves, HAMi's policies the
-#: slots used of it), and its UUID when the node agent tells one ("" else: a pod may name
-#: cards by UUID, HAMi's ``use-gpuuuid``). Left out on purpose: the card's index, who its
-#: holders are, and how many an uncapped card has. Fit answers, reasons and the scores of
+#: slots used of it). Left out on purpose: the card's index and UUID, who its holders are,
+#: and how many an uncapped card has (a pod that names cards by UUID is placed node by node:
+#: :class:`~allocator.ranking.fast.FastRanker`). Fit answers, reasons and the scores of
 #: policies that sum over cards never depend on them; a bind chooses the real cards again. A
 #: card with links (pair scores) ends with its index and links: which cards a multi-card
 #: container takes depends on them, so only nodes of the same topology are alike.
-CardSignature = tuple[str, int, int, int, bool, bool, int, int, tuple[int, int] | None, str,
+CardSignature = tuple[str, int, int, int, bool, bool, int, int, tuple[int, int] | None,
                       tuple[int, tuple[tuple[int, int], ...]] | None]
 
 
@@ -175,7 +175,6 @@ def card_signature(card: CardState) -> CardSignature:
             card.whole, not card.holders,  # not holders: idle, without a property call
             card.foreign_memory_mib, card.busy_percent,
             None if cap is None else (cap, len(card.holders)),
-            card.card.uuid,  # a pod may name cards by UUID: cards of two UUIDs are not alike
             (card.card.index, card.card.links) if card.card.links else None)
 
 
