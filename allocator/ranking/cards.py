@@ -41,6 +41,9 @@ class Card:
     memory_mib: int
     max_shares: int | None = None
     links: tuple[tuple[int, int], ...] = ()
+    #: The card's UUID when the node agent tells it (HAMi's register annotation), else "":
+    #: what HAMi's ``nvidia.com/use-gpuuuid`` and ``nouse-gpuuuid`` name.
+    uuid: str = ""
 
     def link_to(self, other: int) -> int:
         """The pair score with card ``other`` (0 when none is known)."""
@@ -156,11 +159,12 @@ class NodeState:
 #: What placement and the policies can tell apart about a card: model, memory and usage
 #: (booked, and measured: foreign memory, busy percent), and for a capped card its cap and
 #: how many holders it has (None: no cap; fit reads what the cap leaves, HAMi's policies the
-#: slots used of it). Left out on purpose: the card's index, who its holders are, and how
-#: many an uncapped card has. Fit answers, reasons and the scores of policies that sum over
-#: cards never depend on them; a bind chooses the real cards again. A card with links (pair
-#: scores) ends with its index and links: which cards a multi-card container takes depends on
-#: them, so only nodes of the same topology are alike.
+#: slots used of it). Left out on purpose: the card's index and UUID, who its holders are,
+#: and how many an uncapped card has (a pod that names cards by UUID is placed node by node:
+#: :class:`~allocator.ranking.fast.FastRanker`). Fit answers, reasons and the scores of
+#: policies that sum over cards never depend on them; a bind chooses the real cards again. A
+#: card with links (pair scores) ends with its index and links: which cards a multi-card
+#: container takes depends on them, so only nodes of the same topology are alike.
 CardSignature = tuple[str, int, int, int, bool, bool, int, int, tuple[int, int] | None,
                       tuple[int, tuple[tuple[int, int], ...]] | None]
 

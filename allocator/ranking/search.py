@@ -38,7 +38,11 @@ def share_fits(container: ContainerRequest, card: CardState) -> bool:
 
 
 def eligible(request: PodRequest, card: Card) -> bool:
-    return request.allows_model(card.model) and card.memory_mib >= request.min_card_memory_mib
+    """Whether the pod may use ``card`` at all: its model, its memory, and the card
+    types and UUIDs the pod takes or avoids (the PodRequest's card choice)."""
+    return (request.allows_model(card.model) and card.memory_mib >= request.min_card_memory_mib
+            and (not request.picks_cards
+                 or (request.allows_type(card.model) and request.allows_uuid(card.uuid))))
 
 
 def order(request: PodRequest) -> list[int]:

@@ -8,7 +8,8 @@ the plain ranker: the first cause found, from the cheapest check to the exact se
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
+from typing import Final
 
 from allocator.ranking.cards import CardState, NodeState
 from allocator.ranking.search import (
@@ -17,6 +18,12 @@ from allocator.ranking.search import (
     order,
     share_fits,
     slots,
+)
+from tessera.dialects.hami_annotations import (
+    NO_USE_GPU_TYPE,
+    NO_USE_GPU_UUID,
+    USE_GPU_TYPE,
+    USE_GPU_UUID,
 )
 from tessera.vocabulary import ContainerRequest, PodRequest
 
@@ -60,17 +67,40 @@ def unfit_reason(request: PodRequest, node: NodeState) -> Unfit | None:
 
 
 def _no_eligible_card(request: PodRequest, node: NodeState) -> Unfit:
-    """Cause: no card is of an allowed model, or none has the minimum memory."""
+    """Cause: no card is of an allowed model, none has the minimum memory, or HAMi's card
+    choice leaves none (an unknown UUID in ``use-gpuuuid`` among them)."""
+    have = " and ".join(m or "unknown" for m in node.models)
     if not any(request.allows_model(c.card.model) for c in node.cards):
-        have = " and ".join(m or "unknown" for m in node.models)
         want = " or ".join(request.models)
         return Unfit(f"no card of model {want} (node has {have})", resolvable=False)
+    sized = [c for c in node.cards if request.allows_model(c.card.model)
+             and c.card.memory_mib >= request.min_card_memory_mib]
+    if sized:  # so the card choice took every card (never a comma: values are not quoted)
+        return Unfit(f"no card allowed by pod annotation {_card_choice_keys(request, sized)} "
+                     f"(node has {have})", resolvable=False)
     largest = max(c.card.memory_mib for c in node.cards)
     return Unfit(
         f"no card with at least {request.min_card_memory_mib} MiB memory "
         f"(largest {largest} MiB)",
         resolvable=False,
     )
+
+
+#: HAMi's card-choosing annotations, by the request field each fills.
+_CARD_CHOICE: Final = {"use_types": USE_GPU_TYPE, "nouse_types": NO_USE_GPU_TYPE,
+                       "use_uuids": USE_GPU_UUID, "nouse_uuids": NO_USE_GPU_UUID}
+_NO_CHOICE: Final = dict.fromkeys(_CARD_CHOICE, ())
+
+
+def _card_choice_keys(request: PodRequest, cards: Sequence[CardState]) -> str:
+    """The annotations that turned cards away: each one alone, as the request's only choice."""
+    keys = []
+    for field, key in _CARD_CHOICE.items():
+        alone = replace(request, **{**_NO_CHOICE, field: getattr(request, field)})
+        if not all(alone.allows_type(c.card.model) and alone.allows_uuid(c.card.uuid)
+                   for c in cards):
+            keys.append(key)
+    return " and ".join(keys)
 
 
 def _fits_at_a_glance(request: PodRequest, cards: Sequence[CardState]) -> bool:

@@ -100,6 +100,14 @@ class PodRequest:
     #: cards of one container are of one model (a job split over an A100 and a T4 runs at
     #: the T4's pace, or not at all).
     mixed_models: bool = False
+    #: HAMi's card choice (``nvidia.com/use-gputype`` and the other three; empty = none):
+    #: parts of the card type to take only, or to avoid; exact card UUIDs likewise. A
+    #: "use" and a "nouse" list both apply (Project-HAMi/HAMi v2.10.0
+    #: pkg/device/devices.go:693-738, CheckUUID and CheckType).
+    use_types: tuple[str, ...] = ()
+    nouse_types: tuple[str, ...] = ()
+    use_uuids: tuple[str, ...] = ()
+    nouse_uuids: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
         if not self.containers:
@@ -125,6 +133,23 @@ class PodRequest:
 
     def allows_model(self, model: str) -> bool:
         return not self.models or model.lower() in {m.lower() for m in self.models}
+
+    def allows_type(self, model: str) -> bool:
+        """HAMi's CheckType: a case-insensitive part of the card type, which HAMi's device
+        plugin registers as ``NVIDIA-<model>`` (so ``NVIDIA`` is a part of every card's)."""
+        upper = f"NVIDIA-{model}".upper()
+        taken = not self.use_types or any(t.upper() in upper for t in self.use_types)
+        return taken and not any(t.upper() in upper for t in self.nouse_types)
+
+    def allows_uuid(self, uuid: str) -> bool:
+        """HAMi's CheckUUID: exact UUIDs (a card without one is never a named card)."""
+        taken = not self.use_uuids or uuid in self.use_uuids
+        return taken and (not uuid or uuid not in self.nouse_uuids)
+
+    @property
+    def picks_cards(self) -> bool:
+        """Whether the pod chooses cards by type or UUID (HAMi's annotations)."""
+        return bool(self.use_types or self.nouse_types or self.use_uuids or self.nouse_uuids)
 
 
 @dataclass(frozen=True)

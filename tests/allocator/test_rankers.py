@@ -123,7 +123,12 @@ def _request(rng: random.Random, policy: str | None = None,
             whole(f"c{k}", cards=rng.choice([1, 1, 2, 4]))]
         containers.append(rng.choice(choices if several else [*choices[:2], choices[3]]))
     models = rng.choice([(), (), ("T4",), ("A100",)])
-    return request(*containers, models=models, policy=policy)
+    # HAMi's card choice: by a part of the type, or by UUID (HAMi's nodes tell theirs).
+    uuid = f"GPU-n{rng.randint(0, 12)}-{rng.randint(0, 3)}"
+    choice = rng.choice([{}, {}, {}, {"use_types": ("a100",)}, {"nouse_types": ("t4",)},
+                         {"use_uuids": (uuid, "GPU-n1-1")}, {"nouse_uuids": (uuid,)},
+                         {"use_uuids": ("GPU-unknown",)}])
+    return replace(request(*containers, models=models, policy=policy), **choice)
 
 
 def _rankers(rt: Runtime) -> tuple[FastRanker, PlainRanker]:
@@ -235,3 +240,27 @@ def test_the_verbs_answer_alike_over_either_ranker(policy_name: str, caps: bool)
         assert fast_rt.allocator.filter(pod, names) == plain_rt.allocator.filter(pod, names), i
         assert fast_rt.allocator.scores(pod, names) == plain_rt.allocator.scores(pod, names), i
     assert fast_rt.state.comparable() == plain_rt.state.comparable()  # the same holds
+
+
+@pytest.mark.parametrize("choice", [{"use_uuids": ("GPU-a-1",)},
+                                    {"nouse_uuids": ("GPU-b-0", "GPU-b-1")}])
+def test_alike_nodes_are_told_apart_by_the_uuids_a_pod_names(
+        choice: dict[str, tuple[str, ...]]) -> None:
+    # Two HAMi nodes alike but for their cards' UUIDs: a content shared between them would
+    # answer for one what is true of the other.
+    fake = FakeKube()
+    for name in ("a", "b"):
+        fake.add_node(_capped_node(name, 2, 16000, "T4", 2))
+    _, rt = make_app(fake, core=AllocatorConfig(
+        default_policy="binpack", dialects=DialectConfig(agent_profile=AgentProfile.HAMI)))
+    fast, plain = _rankers(rt)
+    req = replace(request(share(core=10)), **choice)
+    for _ in range(2):  # cold, then from the memo
+        got = fast.fit(req, ["a", "b"], explain_when_some_fit=True)
+        want = plain.fit(req, ["a", "b"], explain_when_some_fit=True)
+        assert got.nodes.name_list() == want.nodes.name_list() == ["a"]
+        assert (got.explained, got.unresolvable) == (want.explained, want.unresolvable)
+        key = "nvidia.com/use-gpuuuid" if "use_uuids" in choice else "nvidia.com/nouse-gpuuuid"
+        assert got.unresolvable == {"b": f"no card allowed by pod annotation {key} (node has T4)"}
+    anyone = fast.fit(request(share(core=10)), ["a", "b"], explain_when_some_fit=True)
+    assert anyone.nodes.name_list() == ["a", "b"]
