@@ -240,6 +240,12 @@ class NullApi:
     def patch_pod(self, namespace: str, name: str, patch: Obj) -> Obj:
         self._called("patch_pod")
 
+    def patch_pod_status(self, namespace: str, name: str, patch: Obj) -> Obj:
+        self._called("patch_pod_status")
+
+    def create_eviction(self, namespace: str, name: str) -> None:
+        self._called("create_eviction")
+
     def bind_pod(self, namespace: str, name: str, uid: str, node: str,
                  annotations: Mapping[str, str] | None = None) -> None:
         self._called("bind_pod")

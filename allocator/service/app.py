@@ -43,7 +43,7 @@ from prometheus_client import CONTENT_TYPE_LATEST
 from werkzeug.exceptions import HTTPException
 
 from allocator.agents.profiles import AgentSetup, agent_for
-from allocator.decisions import Fanout, PodRef
+from allocator.decisions import DecisionHooks, Fanout, PodRef
 from allocator.errors import describe_error
 from allocator.kube.leader import LeaderElector
 from allocator.kube.recorder import EventRecorder
@@ -59,6 +59,7 @@ from allocator.service.pending import RecentRefusals
 from allocator.verbs.bind import Bind
 from allocator.verbs.core import Allocator, fast_ranker
 from allocator.verbs.filter import Filter
+from allocator.verbs.preempt import Preempt
 from allocator.verbs.prioritize import Prioritize
 from allocator.verbs.reader import PodReader
 from allocator.verbs.requeue import RequeueOnRelease, requeue_patch
@@ -195,10 +196,16 @@ def create_app(
     reader = PodReader(state, settings.core, clock=clock,
                        is_leader=lambda: runtime_box[0].is_leader())
     ranker = fast_ranker(state, settings.core, NodeLookup(api.get_node, state))
-    hooks = Fanout([recorder, refusals])
+    listeners: list[DecisionHooks] = [recorder, refusals]
+    preempt = None
+    if settings.core.preemption:
+        preempt = Preempt(state, api, Fanout([recorder]), clock,
+                          state.vocabulary.preemption_annotation)
+        listeners.append(preempt)
+    hooks = Fanout(listeners)
     requeue = RequeueOnRelease(lambda request, node: filter_verb.fits_on(request, node),
                                ask_again)
-    filter_verb = Filter(reader, state, ranker, agent, requeue, hooks)
+    filter_verb = Filter(reader, state, ranker, agent, requeue, hooks, preempt)
     allocator = Allocator(reader, filter_verb, Prioritize(reader, ranker),
                           Bind(reader, state, api, agent, hooks), ranker, agent, requeue)
     state.on_release = requeue.released

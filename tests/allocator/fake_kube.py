@@ -224,6 +224,29 @@ class FakeKube:
             self._bump("pods", "MODIFIED", merged)
             return copy.deepcopy(merged)
 
+    def patch_pod_status(self, namespace: str, name: str, patch: Obj) -> Obj:
+        self.calls.append(("patch_pod_status", name))
+        self._fault("patch_pod_status")
+        with self.lock:
+            pod = self.pods.get((namespace, name))
+            if pod is None:
+                raise NotFound(f"pod {namespace}/{name} not found", 404)
+            merged = merge_patch(pod, {"status": patch.get("status") or {}})
+            self.pods[(namespace, name)] = merged
+            self._bump("pods", "MODIFIED", merged)
+            return copy.deepcopy(merged)
+
+    def create_eviction(self, namespace: str, name: str) -> None:
+        """As policy/v1 Eviction with no budget in the way: the pod is deleted (a fault
+        queued for ``create_eviction`` stands for a budget's 429)."""
+        self.calls.append(("create_eviction", name))
+        self._fault("create_eviction")
+        with self.lock:
+            pod = self.pods.pop((namespace, name), None)
+            if pod is None:
+                raise NotFound(f"pod {namespace}/{name} not found", 404)
+            self._bump("pods", "DELETED", pod)
+
     def bind_pod(self, namespace: str, name: str, uid: str, node: str,
                  annotations: Mapping[str, str] | None = None) -> None:
         """As pods/binding: spec.nodeName and the annotations in one update."""
