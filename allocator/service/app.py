@@ -209,6 +209,15 @@ def create_app(
     allocator = Allocator(reader, filter_verb, Prioritize(reader, ranker),
                           Bind(reader, state, api, agent, hooks), ranker, agent, requeue)
     state.on_release = requeue.released
+    if preempt is not None:
+        # Each release tells the requeue and then preemption (the hold of freed cards).
+        on_preempt = preempt
+
+        def on_release(node: str) -> None:
+            requeue.released(node)
+            on_preempt.released(node)
+
+        state.on_release = on_release
     measured = (MeasuredSource(settings.measured, state, clock=clock)
                 if settings.measured.enabled else None)
     if measured is not None:

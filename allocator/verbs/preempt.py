@@ -15,6 +15,11 @@ gathers its inputs and acts on its answer:
   deadline.
 - **Once per preemptor**: a preemption in flight is remembered (bounded, oldest dropped) until
   its deadline; the preemptor refused again meanwhile evicts nobody more.
+- **The hold**: once the picture's watch has seen every victim go (:meth:`Preempt.released`,
+  told each release), the preemptor's cards are held in its name
+  (:meth:`ClusterState.hold <allocator.picture.state.ClusterState.hold>`) until its deadline,
+  preferring the cards its victims freed: every other pod's filter sees them taken. Its own
+  filter, when kube-scheduler retries it, releases the hold and places it afresh on them.
 - **Nomination**: the preemptor's ``status.nominatedNodeName`` is set (kube-scheduler counts a
   nominated pod's CPU and memory on that node for pods of lower priority) and our annotation
   names the node, the cards and the deadline; the Events ``Preempted`` go on each victim and
@@ -30,17 +35,20 @@ import logging
 import threading
 from collections import OrderedDict
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
+from functools import partial
 from typing import Any, Final, Protocol
 
 from allocator.decisions import DecisionHooks, PodRef
 from allocator.errors import ApiError, NotFound, TooManyRequests
+from allocator.picture.nodes import NodeView
 from allocator.picture.records import PodRecord, Stage
 from allocator.preemption import (
     GpuPod,
     NodeOffer,
     NoPreemption,
     Preemption,
+    PreemptionPolicy,
     Preemptor,
     choose_preemption,
     policy_of,
@@ -48,7 +56,8 @@ from allocator.preemption import (
     started_at,
 )
 from allocator.ranking.cards import NodeState
-from tessera.vocabulary import PodRequest
+from allocator.ranking.fit import Chooser, place_and_keep
+from tessera.vocabulary import Allocation, PodRequest
 
 logger = logging.getLogger(__name__)
 
@@ -56,6 +65,10 @@ logger = logging.getLogger(__name__)
 MAX_IN_FLIGHT: Final = 1024
 #: Seconds a preemption is given to free its cards before the pod may preempt again.
 DEADLINE_SECONDS: Final = 60.0
+#: Seconds a pod no preemption helped is not looked at again (each look lists pods).
+RETRY_SECONDS: Final = 10.0
+#: Placing the held pod: a bind elsewhere on the node meanwhile means placing again.
+HOLD_PLACEMENTS: Final = 3
 #: Bound pod stages whose pods may be evicted (a hold or a running bind is not a pod's yet).
 EVICTABLE: Final = frozenset({Stage.BOUND, Stage.CONFIRMED})
 
@@ -74,18 +87,34 @@ class PreemptApi(Protocol):
     def patch_pod(self, namespace: str, name: str, patch: dict[str, Any]) -> dict[str, Any]: ...
 
 
-class PictureReads(Protocol):
-    """The part of the picture preemption reads."""
+class Picture(Protocol):
+    """The part of the picture (:class:`~allocator.picture.state.ClusterState`) preemption
+    reads and holds in."""
 
     def node_states(self) -> tuple[list[tuple[str, NodeState]], dict[str, PodRecord]]: ...
+
+    def record(self, uid: str) -> PodRecord | None: ...
+
+    def view(self, node: str) -> NodeView | None: ...
+
+    def hold(self, uid: str, namespace: str, name: str, allocation: Allocation,
+             expected_version: int, requests: tuple[int, int] | None, *, until: float,
+             made_for: object) -> bool: ...
 
 
 @dataclass(frozen=True, slots=True)
 class InFlight:
-    node: str
-    cards: tuple[int, ...]
-    victims: tuple[str, ...]
+    """A preemption under way (or, with no node, a pod no preemption helped, until the next
+    look)."""
+
+    pod: PodRef
+    request: PodRequest
     until: float
+    node: str = ""
+    cards: tuple[int, ...] = ()
+    victims: tuple[str, ...] = ()
+    #: Its cards were held once (its own filter releases the hold: never held again).
+    held: bool = False
 
 
 def _fields(pod: dict[str, Any]) -> tuple[str, int, float | None]:
@@ -93,11 +122,24 @@ def _fields(pod: dict[str, Any]) -> tuple[str, int, float | None]:
             started_at(pod))
 
 
+def freed_first(cards: tuple[int, ...]) -> Chooser:
+    """A chooser that places on the ``cards`` the victims freed (any other card scores 0)."""
+    wanted = frozenset(cards)
+
+    def score(_before: NodeState, after: NodeState) -> float:
+        return float(sum(c.core_used for c in after.cards if c.card.index in wanted))
+
+    return score
+
+
 class Preempt(DecisionHooks):
     """The preempting step of a refused filter (leader only: filter answers nothing else);
-    as a decision hook, it forgets a preemption once its pod is bound."""
+    as a decision hook, it forgets a preemption once its pod is bound.
 
-    def __init__(self, state: PictureReads, api: PreemptApi, hooks: DecisionHooks,
+    Lock order: the picture's lock, then this one; this one is never held while calling the
+    picture or the API (:meth:`released` runs under the picture's lock)."""
+
+    def __init__(self, state: Picture, api: PreemptApi, hooks: DecisionHooks,
                  clock: Callable[[], float], annotation: str,
                  deadline_seconds: float = DEADLINE_SECONDS,
                  max_in_flight: int = MAX_IN_FLIGHT) -> None:
@@ -109,36 +151,47 @@ class Preempt(DecisionHooks):
         self.deadline_seconds = deadline_seconds
         self.max_in_flight = max_in_flight
         self.in_flight: OrderedDict[str, InFlight] = OrderedDict()
-        # One preemption at a time: they are rare, and two at once could pick one victim.
         self._lock = threading.Lock()
 
     def __call__(self, pod: Mapping[str, Any], request: PodRequest,
                  names: Sequence[str]) -> Preemption | NoPreemption | None:
         """Preempt for ``pod`` among the refused ``names``: the preemption acted on, why none
-        helps, or None when one is already in flight for it. Never raises."""
-        with self._lock:
-            return self._preempt(pod, request, names)
-
-    def _preempt(self, pod: Mapping[str, Any], request: PodRequest,
-                 names: Sequence[str]) -> Preemption | NoPreemption | None:
+        helps, or None when the pod was looked at lately (a preemption in flight, or none
+        helped). Never raises."""
         ref = PodRef.of(pod)
         now = self.clock()
-        self._forget_expired(now)
-        if not ref.uid or ref.uid in self.in_flight:
+        if not ref.uid or not self._claim(InFlight(ref, request, now + RETRY_SECONDS), now):
             return None
         preemptor = Preemptor(ref.uid, request, priority_of(pod), policy_of(pod))
         try:
-            decision = choose_preemption(preemptor, self._offers(names))
+            decision = choose_preemption(preemptor, self._offers(preemptor, names))
         except ApiError as exc:
             logger.warning("preemption for %s not tried: %s", ref.key, exc)
             return None
         if isinstance(decision, NoPreemption):
             logger.info("no preemption for %s: %s", ref.key, decision.reason)
             return decision
-        self._act(ref, decision, now)
+        self._act(ref, request, decision, now)
         return decision
 
-    def _offers(self, names: Sequence[str]) -> list[NodeOffer]:
+    def _claim(self, entry: InFlight, now: float) -> bool:
+        """Remember ``entry`` unless its pod was looked at lately (bounded, oldest first)."""
+        with self._lock:
+            for uid in [u for u, f in self.in_flight.items() if f.until <= now]:
+                del self.in_flight[uid]
+            if entry.pod.uid in self.in_flight:
+                return False
+            self._remember(entry)
+            return True
+
+    def _remember(self, entry: InFlight) -> None:
+        self.in_flight[entry.pod.uid] = entry
+        while len(self.in_flight) > self.max_in_flight:
+            self.in_flight.popitem(last=False)
+
+    def _offers(self, preemptor: Preemptor, names: Sequence[str]) -> list[NodeOffer]:
+        if preemptor.policy is PreemptionPolicy.NEVER:
+            return []  # the core says why; no list of pods for it
         asked = set(names)
         states, records = self.state.node_states()
         by_node: dict[str, list[PodRecord]] = {}
@@ -158,12 +211,11 @@ class Preempt(DecisionHooks):
             offers.append(NodeOffer(node_state, pods))
         return offers
 
-    def _act(self, ref: PodRef, chosen: Preemption, now: float) -> None:
+    def _act(self, ref: PodRef, request: PodRequest, chosen: Preemption, now: float) -> None:
         until = now + self.deadline_seconds
-        self.in_flight[ref.uid] = InFlight(chosen.node, chosen.cards,
-                                           tuple(v.uid for v in chosen.victims), until)
-        while len(self.in_flight) > self.max_in_flight:
-            self.in_flight.popitem(last=False)
+        with self._lock:
+            self._remember(InFlight(ref, request, until, chosen.node, chosen.cards,
+                                    tuple(v.uid for v in chosen.victims)))
         evicted: list[PodRef] = []
         for victim in chosen.victims:
             try:
@@ -193,11 +245,45 @@ class Preempt(DecisionHooks):
         except ApiError as exc:
             logger.warning("nomination of %s on %s failed: %s", ref.key, chosen.node, exc)
 
+    # ------------------------------------------------------------------ the hold
+    def released(self, node: str) -> None:
+        """Room was released on ``node`` (the picture tells it, under its lock): hold the
+        cards of each preemption there whose victims are all gone. Never raises."""
+        if not self.in_flight:  # lock-free miss: the common case
+            return
+        now = self.clock()
+        with self._lock:
+            waiting = [f for f in self.in_flight.values()
+                       if f.node == node and f.until > now and not f.held]
+        for entry in waiting:
+            if any(self.state.record(uid) is not None for uid in entry.victims):
+                continue  # a victim still terminating: its cards are not free yet
+            try:
+                self._hold(entry)
+            except Exception:  # the picture's watch must go on
+                logger.exception("hold for %s on %s failed", entry.pod.key, node)
+
+    def _hold(self, entry: InFlight) -> None:
+        ref, state = entry.pod, self.state
+
+        def keep(allocation: Allocation, version: int) -> bool:
+            return state.hold(ref.uid, ref.namespace, ref.name, allocation, version, None,
+                              until=entry.until, made_for=entry.request)
+
+        if state.record(ref.uid) is not None:
+            return  # held by its own filter, or bound, already
+        placed = place_and_keep(entry.request, partial(self._node_now, entry.node),
+                                freed_first(entry.cards), ref.uid, keep, HOLD_PLACEMENTS)
+        if isinstance(placed, Allocation):
+            with self._lock:
+                if self.in_flight.get(ref.uid) is entry:
+                    self.in_flight[ref.uid] = replace(entry, held=True)
+
+    def _node_now(self, node: str) -> tuple[NodeState, int] | None:
+        view = self.state.view(node)
+        return None if view is None else (view.state, view.version)
+
     def allocated(self, pod: PodRef, node: str, cards: tuple[int, ...], policy: str) -> None:
         """A pod was bound: a preemption for it is over."""
         with self._lock:
             self.in_flight.pop(pod.uid, None)
-
-    def _forget_expired(self, now: float) -> None:
-        for uid in [u for u, f in self.in_flight.items() if f.until <= now]:
-            del self.in_flight[uid]

@@ -6,13 +6,14 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from alloc_harness import make_app
+from alloc_harness import NOW, make_app
 from builders import VOCAB, make_gpu_pod, make_node, request, share, whole
 from fake_kube import FakeKube
 
 from allocator.errors import TooManyRequests
 from allocator.service.app import Runtime
 from allocator.verbs.config import AllocatorConfig
+from allocator.verbs.preempt import DEADLINE_SECONDS
 
 HALF = request(share(core=50, mem=8000))
 WHOLE = request(whole())
@@ -75,6 +76,40 @@ def test_the_pods_of_one_card_are_evicted_for_a_whole_card_and_the_pod_is_nomina
     record = rt.state.record("u-big")
     assert record is not None
     assert {i for c in record.allocation.containers for i in c.card_indices} == set(note["cards"])
+
+
+def test_the_freed_card_is_held_for_the_preemptor_against_lower_priority_pods() -> None:
+    fake, _app, rt = _full_node()
+    fake.add_pod(_pod("big", WHOLE, 100))
+    rt.allocator.filter(fake.get_pod("default", "big"), ["n1"])
+    evicted = _evicted(fake)
+    freed = _cards_of(rt, evicted)
+    for name in evicted:
+        rt.state.remove_pod({"metadata": {"uid": f"u-{name}"}})
+    held = rt.state.record("u-big")
+    assert held is not None and held.stage == "held"
+    assert {i for c in held.allocation.containers for i in c.card_indices} == freed
+    # A pod of lower priority finds the card taken, and preempts nobody (equal priority).
+    fake.add_pod(_pod("small", WHOLE, 1))
+    assert rt.allocator.filter(fake.get_pod("default", "small"), ["n1"]).nodes == []
+    assert _evicted(fake) == evicted
+    # The preemptor's own filter takes the card (its hold released, placed afresh on it).
+    assert rt.allocator.filter(fake.get_pod("default", "big"), ["n1"]).nodes == ["n1"]
+    rt.allocator.bind("default", "big", "u-big", "n1")
+    bound = rt.state.record("u-big")
+    assert bound is not None and bound.stage != "held"
+    assert {i for c in bound.allocation.containers for i in c.card_indices} == freed
+
+
+def test_a_hold_nobody_claims_ends_at_the_deadline() -> None:
+    fake, _app, rt = _full_node()
+    fake.add_pod(_pod("big", WHOLE, 100))
+    rt.allocator.filter(fake.get_pod("default", "big"), ["n1"])
+    for name in _evicted(fake):
+        rt.state.remove_pod({"metadata": {"uid": f"u-{name}"}})
+    assert rt.state.record("u-big") is not None
+    rt.state.expire_holds(NOW + DEADLINE_SECONDS + 1)
+    assert rt.state.record("u-big") is None
 
 
 def test_preemption_policy_never_evicts_nobody() -> None:
