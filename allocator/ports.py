@@ -61,6 +61,10 @@ class KubeApi(Protocol):
         """JSON merge patch of the pods/status subresource (``status.nominatedNodeName``)."""
         ...
 
+    def list_pod_disruption_budgets(self) -> list[Obj]:
+        """Every policy/v1 PodDisruptionBudget (preemption counts them)."""
+        ...
+
     def create_eviction(self, namespace: str, name: str) -> None:
         """Create the policy/v1 Eviction subresource: :class:`TooManyRequests` when a
         PodDisruptionBudget forbids it now, :class:`NotFound` when the pod is gone."""

@@ -44,10 +44,12 @@ START_TIMEOUT = 60.0
 #: Long enough for any demo session; the token is minted again on every allocator start.
 TOKEN_SECONDS = 48 * 3600
 #: What preemption adds to the allocator's ClusterRole (manifests/components/preemption):
-#: the Eviction API on its victims, ``status.nominatedNodeName`` on the preemptor.
+#: the Eviction API on its victims, ``status.nominatedNodeName`` on the preemptor, the
+#: PodDisruptionBudgets it weighs.
 PREEMPTION_RULES: list[dict[str, Any]] = [
     {"apiGroups": [""], "resources": ["pods/eviction"], "verbs": ["create"]},
     {"apiGroups": [""], "resources": ["pods/status"], "verbs": ["patch"]},
+    {"apiGroups": ["policy"], "resources": ["poddisruptionbudgets"], "verbs": ["list"]},
 ]
 
 

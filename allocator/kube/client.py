@@ -302,6 +302,9 @@ class KubeClient:
         return self._json("PATCH", self._pod_path(namespace, name) + "/status", body=patch,
                           content_type="application/merge-patch+json")
 
+    def list_pod_disruption_budgets(self) -> list[Obj]:
+        return self._list("/apis/policy/v1/poddisruptionbudgets", [])[0]
+
     def create_eviction(self, namespace: str, name: str) -> None:
         # policy/v1 Eviction: the API server checks the PodDisruptionBudgets (429 when one
         # forbids it) and deletes the pod gracefully.

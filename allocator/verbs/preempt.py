@@ -9,10 +9,11 @@ gathers its inputs and acts on its answer:
   ``spec.priority`` and ``status.startTime`` (read from one list of the node's pods: the
   picture keeps neither, and a preemption is rare enough to pay one list per refused node).
   A pod only held or still being bound is never a victim (its cards stay taken).
-- **Budgets**: none are given to the core yet; the Eviction API enforces the
-  PodDisruptionBudgets instead: a 429 stops the preemption (the victims already evicted
-  stay evicted, no pod is ever deleted instead), and the pod is tried again after the
-  deadline.
+- **Budgets**: the policy/v1 PodDisruptionBudgets over the pods that may go
+  (:mod:`allocator.preemption.pdb`), listed once per look, so the core prefers the node that
+  violates fewest; the Eviction API enforces them as well: a 429 stops the preemption (the
+  victims already evicted stay evicted, no pod is ever deleted instead), and the pod is tried
+  again after the deadline.
 - **Once per preemptor**: a preemption in flight is remembered (bounded, oldest dropped) until
   its deadline; the preemptor refused again meanwhile evicts nobody more.
 - **The hold**: once the picture's watch has seen every victim go (:meth:`Preempt.released`,
@@ -44,6 +45,7 @@ from allocator.errors import ApiError, NotFound, TooManyRequests
 from allocator.picture.nodes import NodeView
 from allocator.picture.records import PodRecord, Stage
 from allocator.preemption import (
+    Budget,
     GpuPod,
     NodeOffer,
     NoPreemption,
@@ -55,6 +57,7 @@ from allocator.preemption import (
     priority_of,
     started_at,
 )
+from allocator.preemption.pdb import LabelledPod, budgets_over
 from allocator.ranking.cards import NodeState
 from allocator.ranking.fit import Chooser, place_and_keep
 from tessera.vocabulary import Allocation, PodRequest
@@ -78,6 +81,8 @@ class PreemptApi(Protocol):
 
     def list_pods_by_field(self, field_selector: str,
                            reduce: Callable[[dict[str, Any]], Any]) -> tuple[list[Any], str]: ...
+
+    def list_pod_disruption_budgets(self) -> list[dict[str, Any]]: ...
 
     def create_eviction(self, namespace: str, name: str) -> None: ...
 
@@ -117,9 +122,22 @@ class InFlight:
     held: bool = False
 
 
-def _fields(pod: dict[str, Any]) -> tuple[str, int, float | None]:
-    return (str((pod.get("metadata") or {}).get("uid") or ""), priority_of(pod),
-            started_at(pod))
+@dataclass(frozen=True, slots=True)
+class Listed:
+    """What preemption reads of a pod on a refused node."""
+
+    pod: LabelledPod
+    priority: int
+    started_at: float | None
+
+
+def _listed(pod: dict[str, Any]) -> Listed:
+    meta = pod.get("metadata") or {}
+    labels = meta.get("labels")
+    labels = {str(k): str(v) for k, v in labels.items()} if isinstance(labels, dict) else {}
+    return Listed(LabelledPod(str(meta.get("uid") or ""), str(meta.get("namespace") or ""),
+                              str(meta.get("name") or ""), labels),
+                  priority_of(pod), started_at(pod))
 
 
 def freed_first(cards: tuple[int, ...]) -> Chooser:
@@ -164,7 +182,8 @@ class Preempt(DecisionHooks):
             return None
         preemptor = Preemptor(ref.uid, request, priority_of(pod), policy_of(pod))
         try:
-            decision = choose_preemption(preemptor, self._offers(preemptor, names))
+            offers, listed = self._offers(preemptor, names)
+            decision = choose_preemption(preemptor, offers, self._budgets(listed))
         except ApiError as exc:
             logger.warning("preemption for %s not tried: %s", ref.key, exc)
             return None
@@ -189,9 +208,17 @@ class Preempt(DecisionHooks):
         while len(self.in_flight) > self.max_in_flight:
             self.in_flight.popitem(last=False)
 
-    def _offers(self, preemptor: Preemptor, names: Sequence[str]) -> list[NodeOffer]:
+    def _budgets(self, listed: list[LabelledPod]) -> list[Budget]:
+        """The budgets over the pods that may go (none to read when no pod may)."""
+        if not listed:
+            return []
+        return budgets_over(self.api.list_pod_disruption_budgets(), listed)
+
+    def _offers(self, preemptor: Preemptor, names: Sequence[str]
+                ) -> tuple[list[NodeOffer], list[LabelledPod]]:
+        """Each refused node's offer, and the pods on them that may go."""
         if preemptor.policy is PreemptionPolicy.NEVER:
-            return []  # the core says why; no list of pods for it
+            return [], []  # the core says why; no list of pods for it
         asked = set(names)
         states, records = self.state.node_states()
         by_node: dict[str, list[PodRecord]] = {}
@@ -199,17 +226,20 @@ class Preempt(DecisionHooks):
             if record.node in asked and record.stage in EVICTABLE:
                 by_node.setdefault(record.node, []).append(record)
         offers = []
+        lower: list[LabelledPod] = []
         for name, node_state in states:
             if name not in asked:
                 continue
-            fields = {}
+            read: dict[str, Listed] = {}
             if by_node.get(name):
-                listed, _ = self.api.list_pods_by_field(f"spec.nodeName={name}", _fields)
-                fields = {uid: (prio, start) for uid, prio, start in listed}
-            pods = tuple(GpuPod(r.uid, r.namespace, r.name, r.allocation, *fields[r.uid])
-                         for r in by_node.get(name, ()) if r.uid in fields)
+                found, _ = self.api.list_pods_by_field(f"spec.nodeName={name}", _listed)
+                read = {item.pod.uid: item for item in found}
+            pods = tuple(GpuPod(r.uid, r.namespace, r.name, r.allocation,
+                                read[r.uid].priority, read[r.uid].started_at)
+                         for r in by_node.get(name, ()) if r.uid in read)
+            lower += [read[p.uid].pod for p in pods if p.priority < preemptor.priority]
             offers.append(NodeOffer(node_state, pods))
-        return offers
+        return offers, lower
 
     def _act(self, ref: PodRef, request: PodRequest, chosen: Preemption, now: float) -> None:
         until = now + self.deadline_seconds

@@ -45,6 +45,8 @@ class FakeKube:
         self.nodes: dict[str, Obj] = {}
         self.pods: dict[tuple[str, str], Obj] = {}
         self.leases: dict[tuple[str, str], Obj] = {}
+        #: policy/v1 PodDisruptionBudgets, as listed (a test sets their status itself)
+        self.budgets: list[Obj] = []
         #: Kubernetes Events (events.k8s.io/v1) by (namespace, name); not the watch log.
         self.api_events: dict[tuple[str, str], Obj] = {}
         self.events: list[tuple[int, str, str, Obj]] = []  # (rv, "nodes"|"pods", type, obj)
@@ -235,6 +237,12 @@ class FakeKube:
             self.pods[(namespace, name)] = merged
             self._bump("pods", "MODIFIED", merged)
             return copy.deepcopy(merged)
+
+    def list_pod_disruption_budgets(self) -> list[Obj]:
+        self.calls.append(("list_pod_disruption_budgets", ""))
+        self._fault("list_pod_disruption_budgets")
+        with self.lock:
+            return copy.deepcopy(self.budgets)
 
     def create_eviction(self, namespace: str, name: str) -> None:
         """As policy/v1 Eviction with no budget in the way: the pod is deleted (a fault

@@ -142,3 +142,23 @@ def test_a_budget_refusal_stops_the_preemption_and_deletes_nobody() -> None:
     assert len(_evicted(fake)) == 1  # the first was refused; the second never asked
     assert len(fake.pods) == 5  # every pod still there
     assert not any(call == "delete_pod" for call, _ in fake.calls)
+
+
+def test_the_node_whose_pods_no_budget_protects_is_chosen() -> None:
+    fake = FakeKube()
+    for node in ("n1", "n2"):
+        fake.add_node(make_node(node, count=1))
+    _app, rt = make_app(fake, core=AllocatorConfig(preemption=True))
+    for name, node in (("a", "n1"), ("b", "n1"), ("c", "n2"), ("d", "n2")):
+        pod = _pod(name, HALF, 1)
+        pod["metadata"]["labels"]["app"] = "guarded" if node == "n1" else "free"
+        fake.add_pod(pod)
+        rt.allocator.bind("default", name, f"u-{name}", node)
+        rt.state.apply_pod(fake.get_pod("default", name))
+    fake.budgets.append({"metadata": {"name": "guard", "namespace": "default"},
+                         "spec": {"selector": {"matchLabels": {"app": "guarded"}}},
+                         "status": {"disruptionsAllowed": 0}})
+    fake.add_pod(_pod("big", WHOLE, 100))
+    rt.allocator.filter(fake.get_pod("default", "big"), ["n1", "n2"])
+    assert sorted(_evicted(fake)) == ["c", "d"]  # without the budget n1, given first, would be
+    assert fake.get_pod("default", "big")["status"]["nominatedNodeName"] == "n2"
