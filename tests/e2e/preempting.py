@@ -51,15 +51,16 @@ def bound_node(core_v1: Any, namespace: str, name: str) -> str | None:
 
 def fill_node(dev: DevCluster, core_v1: Any, namespace: str, pool: Any) -> tuple[
         str, dict[str, str], dict[str, int]]:
-    """One node, two cards, each shared by two priority-1 half-card pods, all bound; the node,
-    the selector and each small pod's card."""
+    """One node, two cards, each shared by two priority-1 half-card pods, all bound, "d" the
+    youngest; the node, the selector and each small pod's card."""
     priority_classes(dev)
     node = f"{namespace}-t4"
     selector: dict[str, str] = pool([uniform(node, 2, "Tesla-T4", 15360)])
     for name in SMALL:
+        # One after the other, a second apart: their start times (seconds) then order them.
         core_v1.create_namespaced_pod(namespace, pod(name, selector, HALF_CARD, LOW))
-    for name in SMALL:
         wait_for(f"{name} bound", lambda n=name: bound_node(core_v1, namespace, n), timeout=60)
+        time.sleep(1.1)
     return node, selector, {name: card_of(dev, core_v1, namespace, name) for name in SMALL}
 
 

@@ -61,6 +61,35 @@ def test_the_pods_of_one_card_make_way_for_a_whole_card_of_higher_priority(
     assert f'"node":"{node}"' in note and f'"cards":[{card}]' in note
 
 
+def test_the_card_whose_pods_a_disruption_budget_protects_is_left_alone(
+    cluster: DevCluster, core_v1: Any, namespace: str, pool: NodePool
+) -> None:
+    from kubernetes import client
+
+    node, selector, cards = fill_node(cluster, core_v1, namespace, pool)
+    # Blind to budgets, the card of the youngest pod would be freed (the older pods are put
+    # back first): that one is protected.
+    guarded_card = cards["d"]
+    guarded = {name for name, c in cards.items() if c == guarded_card}
+    for name in guarded:
+        core_v1.patch_namespaced_pod(name, namespace, {"metadata": {"labels": {"app": "db"}}})
+    policy = client.PolicyV1Api(cluster.api_client)
+    policy.create_namespaced_pod_disruption_budget(namespace, {
+        "apiVersion": "policy/v1", "kind": "PodDisruptionBudget",
+        "metadata": {"name": "db"},
+        # minAvailable: a bare pod has no scale for maxUnavailable to be read against.
+        "spec": {"minAvailable": len(guarded), "selector": {"matchLabels": {"app": "db"}}}})
+    wait_for("the budget counted", lambda: (get_object(
+        policy.read_namespaced_pod_disruption_budget, "db", namespace).get("status") or {}
+    ).get("expectedPods") == len(guarded), timeout=60)
+    core_v1.create_namespaced_pod(namespace, pod("big", selector, WHOLE_CARD, HIGH))
+    assert wait_for("big bound", lambda: bound_node(core_v1, namespace, "big"),
+                    timeout=90) == node
+    assert card_of(cluster, core_v1, namespace, "big") != guarded_card
+    assert set(SMALL) - live(core_v1, namespace) == set(SMALL) - guarded
+    assert overcommitted(cluster, core_v1, namespace, node) == []
+
+
 def test_a_pod_whose_policy_is_never_evicts_nobody(
     cluster: DevCluster, core_v1: Any, namespace: str, pool: NodePool
 ) -> None:
