@@ -200,7 +200,8 @@ def create_app(
     preempt = None
     if settings.core.preemption:
         preempt = Preempt(state, api, Fanout([recorder]), clock,
-                          state.vocabulary.preemption_annotation)
+                          state.vocabulary.preemption_annotation,
+                          state.vocabulary.gpu_pod_selector)
         listeners.append(preempt)
     hooks = Fanout(listeners)
     requeue = RequeueOnRelease(lambda request, node: filter_verb.fits_on(request, node),

@@ -70,6 +70,9 @@ MAX_IN_FLIGHT: Final = 1024
 DEADLINE_SECONDS: Final = 60.0
 #: Seconds a pod no preemption helped is not looked at again (each look lists pods).
 RETRY_SECONDS: Final = 10.0
+#: Refused nodes with GPU pods up to which their pods are listed node by node (beyond, one
+#: list of every GPU pod costs less).
+PER_NODE_LISTS: Final = 8
 #: Placing the held pod: a bind elsewhere on the node meanwhile means placing again.
 HOLD_PLACEMENTS: Final = 3
 #: Bound pod stages whose pods may be evicted (a hold or a running bind is not a pod's yet).
@@ -83,6 +86,8 @@ class PreemptApi(Protocol):
                            reduce: Callable[[dict[str, Any]], Any]) -> tuple[list[Any], str]: ...
 
     def list_pod_disruption_budgets(self) -> list[dict[str, Any]]: ...
+
+    def list_pods(self, label_selector: str) -> tuple[list[dict[str, Any]], str]: ...
 
     def create_eviction(self, namespace: str, name: str) -> None: ...
 
@@ -158,7 +163,7 @@ class Preempt(DecisionHooks):
     picture or the API (:meth:`released` runs under the picture's lock)."""
 
     def __init__(self, state: Picture, api: PreemptApi, hooks: DecisionHooks,
-                 clock: Callable[[], float], annotation: str,
+                 clock: Callable[[], float], annotation: str, gpu_pods: str,
                  deadline_seconds: float = DEADLINE_SECONDS,
                  max_in_flight: int = MAX_IN_FLIGHT) -> None:
         self.state = state
@@ -166,6 +171,7 @@ class Preempt(DecisionHooks):
         self.hooks = hooks
         self.clock = clock
         self.annotation = annotation
+        self.gpu_pods = gpu_pods  # the label selector of every GPU pod
         self.deadline_seconds = deadline_seconds
         self.max_in_flight = max_in_flight
         self.in_flight: OrderedDict[str, InFlight] = OrderedDict()
@@ -225,21 +231,29 @@ class Preempt(DecisionHooks):
         for record in records.values():
             if record.node in asked and record.stage in EVICTABLE:
                 by_node.setdefault(record.node, []).append(record)
+        read = self._read_pods(sorted(by_node))
         offers = []
         lower: list[LabelledPod] = []
         for name, node_state in states:
             if name not in asked:
                 continue
-            read: dict[str, Listed] = {}
-            if by_node.get(name):
-                found, _ = self.api.list_pods_by_field(f"spec.nodeName={name}", _listed)
-                read = {item.pod.uid: item for item in found}
             pods = tuple(GpuPod(r.uid, r.namespace, r.name, r.allocation,
                                 read[r.uid].priority, read[r.uid].started_at)
                          for r in by_node.get(name, ()) if r.uid in read)
             lower += [read[p.uid].pod for p in pods if p.priority < preemptor.priority]
             offers.append(NodeOffer(node_state, pods))
         return offers, lower
+
+    def _read_pods(self, nodes: list[str]) -> dict[str, Listed]:
+        """Priority, start time and labels of the pods on ``nodes``: one list per node for a
+        few nodes, else one list of every GPU pod (the picture's records all carry its label)."""
+        if len(nodes) <= PER_NODE_LISTS:
+            found: list[Listed] = []
+            for name in nodes:
+                found += self.api.list_pods_by_field(f"spec.nodeName={name}", _listed)[0]
+        else:
+            found = [_listed(pod) for pod in self.api.list_pods(self.gpu_pods)[0]]
+        return {item.pod.uid: item for item in found}
 
     def _act(self, ref: PodRef, request: PodRequest, chosen: Preemption, now: float) -> None:
         until = now + self.deadline_seconds

@@ -6,12 +6,14 @@ from __future__ import annotations
 import json
 from typing import Any
 
+import pytest
 from alloc_harness import NOW, make_app
 from builders import VOCAB, make_gpu_pod, make_node, request, share, whole
 from fake_kube import FakeKube
 
 from allocator.errors import TooManyRequests
 from allocator.service.app import Runtime
+from allocator.verbs import preempt as preempt_module
 from allocator.verbs.config import AllocatorConfig
 from allocator.verbs.preempt import DEADLINE_SECONDS
 
@@ -162,3 +164,15 @@ def test_the_node_whose_pods_no_budget_protects_is_chosen() -> None:
     rt.allocator.filter(fake.get_pod("default", "big"), ["n1", "n2"])
     assert sorted(_evicted(fake)) == ["c", "d"]  # without the budget n1, given first, would be
     assert fake.get_pod("default", "big")["status"]["nominatedNodeName"] == "n2"
+
+
+def test_many_refused_nodes_are_read_in_one_list_of_the_gpu_pods(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(preempt_module, "PER_NODE_LISTS", 0)
+    fake, _app, rt = _full_node()
+    fake.add_pod(_pod("big", WHOLE, 100))
+    before = len(fake.calls)
+    rt.allocator.filter(fake.get_pod("default", "big"), ["n1"])
+    assert len(_evicted(fake)) == 2
+    lists = [call for call, _ in fake.calls[before:] if call.startswith("list_pods")]
+    assert lists == ["list_pods"]
