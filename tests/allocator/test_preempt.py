@@ -114,6 +114,18 @@ def test_a_hold_nobody_claims_ends_at_the_deadline() -> None:
     assert rt.state.record("u-big") is None
 
 
+def test_the_hold_ends_when_the_watch_sees_the_preemptor_deleted() -> None:
+    fake, _app, rt = _full_node()
+    fake.add_pod(_pod("big", WHOLE, 100))
+    rt.allocator.filter(fake.get_pod("default", "big"), ["n1"])
+    for name in _evicted(fake):
+        rt.state.remove_pod({"metadata": {"uid": f"u-{name}"}})
+    assert rt.state.record("u-big") is not None
+    rt.state.remove_pod(fake.get_pod("default", "big"))
+    assert rt.state.record("u-big") is None
+    assert rt.state.holds() == 0
+
+
 def test_preemption_policy_never_evicts_nobody() -> None:
     fake, _app, rt = _full_node()
     fake.add_pod(_pod("big", WHOLE, 100, preemptionPolicy="Never"))
