@@ -34,9 +34,9 @@ VOCAB = Vocabulary()
 
 
 def share(name: str = "main", core: int = 0, mem: int = 0, pct: int = 0,
-          init: bool = False) -> ContainerRequest:
+          init: bool = False, shares: int = 1) -> ContainerRequest:
     return ContainerRequest(name, core_percent=core, memory_mib=mem, memory_percent=pct,
-                            init=init)
+                            init=init, shares=shares)
 
 
 def whole(name: str = "main", cards: int = 1, init: bool = False) -> ContainerRequest:

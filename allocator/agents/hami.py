@@ -26,7 +26,9 @@ from allocator.hami.adopt import adopt_placed_pods
 from allocator.hami.awaiting import AwaitingAgent
 from allocator.hami.codec import HAMI, VOLCANO_VGPU, Flavor
 from allocator.hami.lock import NodeLocks, NodeLockTimeout
+from allocator.hami.topology import with_links
 from allocator.hami.writer import all_keys, bind_annotations, bind_labels, read_devices
+from allocator.picture.inventory import Inventory
 from allocator.ports import KubeApi
 from tessera.agent_profiles import AgentProfile
 from tessera.vocabulary import Vocabulary
@@ -134,6 +136,13 @@ class HamiAgent(NodeAgent):
         where kube-scheduler's choice among ties would reach the picture only with the
         bind, after a burst of filters had chosen the same node and queued at its lock."""
         return nodes[:1]
+
+    # ------------------------------------------------------------------ inventory
+    def describe(self, annotations: Mapping[str, str]) -> Inventory | None:
+        """The register annotation's cards, with HAMi's pair scores (``hami.io/node-nvidia-
+        score``) as their links when the node has them: multi-card containers then take the
+        best-connected cards among those the policy leaves equal."""
+        return with_links(super().describe(annotations), annotations)
 
     # ------------------------------------------------------------------ start
     def adopt(self) -> None:

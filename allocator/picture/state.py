@@ -88,6 +88,8 @@ class ClusterState(PictureTables):
         """(Under the lock.) The node's cards (usage rebuilt when they changed) and CPU."""
         if self._nodes.set_inventory(name, inv):
             self._recompute(name)
+            if self.on_release is not None:
+                self.on_release(name)  # cards added or changed: room may have appeared
         self.resources.apply_node(name, node)
         self._nodes.read_from[name] = kept(inputs)
 
@@ -257,13 +259,25 @@ class ClusterState(PictureTables):
             self._pods.restage(rec, Stage.INFLIGHT)
             return rec.allocation
 
-    def release_hold(self, uid: str) -> None:
-        """Forget the pod's hold, if it has one (its filter is asked again)."""
+    def release_hold(self, uid: str, *, tell: bool = True) -> str | None:
+        """Forget the pod's hold, if it has one (its filter is asked again); the node it was
+        on. ``tell`` False: the requeue is not told of the room (:meth:`tell_released` later):
+        the pod is placed again at once, and room held for it after a release must not go to
+        another refused pod meanwhile."""
         if uid not in self._holds:  # lock-free miss: the common case on the verbs' path
-            return
+            return None
         with self._lock:
-            if self._holds.pop(uid) is not None:
-                self._drop_held(uid)
+            rec = self._pods.get(uid)
+            if self._holds.pop(uid) is None or rec is None:
+                return None
+            self._drop_held(uid, tell)
+            return rec.node
+
+    def tell_released(self, node: str) -> None:
+        """Tell the requeue of room on ``node`` (a hold released untold, not taken again)."""
+        with self._lock:
+            if self.on_release is not None:
+                self.on_release(node)
 
     def expire_holds(self, now: float) -> None:
         """Release the holds whose time has passed (no bind came for them: the pod was
@@ -276,12 +290,12 @@ class ClusterState(PictureTables):
         """Holds not yet claimed, released or expired."""
         return len(self._holds)
 
-    def _drop_held(self, uid: str) -> None:
+    def _drop_held(self, uid: str, tell: bool = True) -> None:
         """(Under the lock.) Drop the pod's record if it is still a hold: a watch event may
         have put the truth in its place (the pod seen bound with its cards), which stays."""
         rec = self._pods.get(uid)
         if rec is not None and rec.stage is Stage.HELD:
-            self._drop(uid)
+            self._drop(uid, tell)
             self.resources.unreserve(uid)
 
     # ------------------------------------------------------------------ measured figures

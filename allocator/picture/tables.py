@@ -57,7 +57,8 @@ class PictureTables:
         self.names = NodeNames()
         #: every node's CPU and memory, allocatable and requested
         self.resources = NodeResources(self.names, self._observers.free_cpu_changed)
-        #: Told the node whenever a pod's record leaves it and its cards are free again
+        #: Told the node whenever a pod's record leaves it and its cards are free again, or its
+        #: cards change (room may have appeared)
         #: (called under the lock: it must only note the node; :mod:`allocator.verbs.requeue`).
         self.on_release: Callable[[str], None] | None = None
 
@@ -124,14 +125,15 @@ class PictureTables:
             for node in self._pods.put(record):
                 self._recompute(node)
 
-    def _drop(self, uid: str) -> None:
+    def _drop(self, uid: str, tell: bool = True) -> None:
+        """(``tell``: tell :attr:`on_release` of the room.)"""
         with self._lock:
             self._holds.pop(uid)
             self._agent_watch.pod_gone(uid)
             old = self._pods.pop(uid)
             if old is not None:
                 self._recompute(old.node)
-                if self.on_release is not None:
+                if tell and self.on_release is not None:
                     self.on_release(old.node)
 
     def _note_bad(self, uid: str, why: str, pod: Mapping[str, Any]) -> None:

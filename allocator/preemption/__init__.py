@@ -4,7 +4,7 @@ The decision only: plain functions over frozen values, no API, no clock, no shar
 verbs that act on it (evict through the Eviction API, hold the freed cards, answer the
 extender's ``preemptVerb``) are built over it.
 
-Design (docs/decisions/0008-preempt-card-aware-core.md says why):
+Design (docs/decisions/0012-card-aware-preemption-core.md says why):
 
 - **Input** (:mod:`.model`): the :class:`Preemptor` (its :class:`~tessera.vocabulary.PodRequest`,
   ``spec.priority``, ``spec.preemptionPolicy``); each candidate node as a :class:`NodeOffer`,

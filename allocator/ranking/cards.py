@@ -30,12 +30,27 @@ class Card:
     card (Project-HAMi/HAMi v2.10.0 ``pkg/device/nvidia/device.go``: ``Fit`` skips a device
     when ``dev.Count <= dev.Used``, ``AddResourceUsage`` adds one to ``Used`` per container
     device). Every other node agent has no such cap.
+
+    ``links``: how well the card talks to each other card of the node, ``(other index,
+    score)`` sorted, higher better (NVLink over PCIe; HAMi's pair scores, docs/hami.md). Empty
+    when the node agent tells none: the cards of a multi-card container then know no topology.
     """
 
     index: int
     model: str
     memory_mib: int
     max_shares: int | None = None
+    links: tuple[tuple[int, int], ...] = ()
+    #: The card's UUID when the node agent tells it (HAMi's register annotation), else "":
+    #: what HAMi's ``nvidia.com/use-gpuuuid`` and ``nouse-gpuuuid`` name.
+    uuid: str = ""
+
+    def link_to(self, other: int) -> int:
+        """The pair score with card ``other`` (0 when none is known)."""
+        for index, score in self.links:
+            if index == other:
+                return score
+        return 0
 
 
 @dataclass(frozen=True, slots=True)
@@ -144,10 +159,14 @@ class NodeState:
 #: What placement and the policies can tell apart about a card: model, memory and usage
 #: (booked, and measured: foreign memory, busy percent), and for a capped card its cap and
 #: how many holders it has (None: no cap; fit reads what the cap leaves, HAMi's policies the
-#: slots used of it). Left out on purpose: the card's index, who its holders are, and how
-#: many an uncapped card has. Fit answers, reasons and the scores of policies that sum over
-#: cards never depend on them; a bind chooses the real cards again.
-CardSignature = tuple[str, int, int, int, bool, bool, int, int, tuple[int, int] | None]
+#: slots used of it). Left out on purpose: the card's index and UUID, who its holders are,
+#: and how many an uncapped card has (a pod that names cards by UUID is placed node by node:
+#: :class:`~allocator.ranking.fast.FastRanker`). Fit answers, reasons and the scores of
+#: policies that sum over cards never depend on them; a bind chooses the real cards again. A
+#: card with links (pair scores) ends with its index and links: which cards a multi-card
+#: container takes depends on them, so only nodes of the same topology are alike.
+CardSignature = tuple[str, int, int, int, bool, bool, int, int, tuple[int, int] | None,
+                      tuple[int, tuple[tuple[int, int], ...]] | None]
 
 
 def card_signature(card: CardState) -> CardSignature:
@@ -155,7 +174,8 @@ def card_signature(card: CardState) -> CardSignature:
     return (card.card.model, card.card.memory_mib, card.core_used, card.memory_used_mib,
             card.whole, not card.holders,  # not holders: idle, without a property call
             card.foreign_memory_mib, card.busy_percent,
-            None if cap is None else (cap, len(card.holders)))
+            None if cap is None else (cap, len(card.holders)),
+            (card.card.index, card.card.links) if card.card.links else None)
 
 
 def node_signature(node: NodeState) -> tuple[CardSignature, ...]:

@@ -35,6 +35,7 @@ from allocator.ranking.content_memo import (
 )
 from allocator.ranking.every_node import TriesAfterMisses, asked_among
 from allocator.ranking.fit import Unfit, place, unfit_reason
+from allocator.ranking.plain import PlainRanker
 from allocator.ranking.policies import (
     MAX_SCORE,
     NodeFacts,
@@ -126,7 +127,11 @@ class FastRanker:
     """The ranking port over the picture's node columns and content ids: ``views`` gives
     each named node's state, ``read`` reads unknown names into the picture (None: never),
     ``max_cpu`` the largest allocatable CPU of a node, ``node_resources`` whether node CPU is
-    tracked at all."""
+    tracked at all.
+
+    A pod that names cards by UUID (:func:`names_cards`) is answered node by node, by the
+    plain reference: a card's UUID is not part of what makes two nodes alike (every card has
+    its own, so no two nodes would be), and only such a pod tells cards apart by it."""
 
     def __init__(self, columns: NodeColumns, contents: NodeContents,
                  views: Callable[[Sequence[str]], list[NodeState | None]],
@@ -136,10 +141,14 @@ class FastRanker:
         self._max_cpu, self._node_resources, self._read = max_cpu, node_resources, read
         #: When filter-best tries ranking every known node first (:meth:`best_known`).
         self.every_node_tries = TriesAfterMisses()
+        self._node_by_node = PlainRanker(views, read or (lambda names: None))
 
     # ------------------------------------------------------------------ fit
     def fit(self, request: PodRequest, names: Sequence[str], *, explain_when_some_fit: bool,
             read_unknown: bool = True) -> Fit:
+        if names_cards(request):
+            return self._node_by_node.fit(request, names, read_unknown=read_unknown,
+                                          explain_when_some_fit=explain_when_some_fit)
         asked = self._asked(names, read_unknown)
         fits = self._fits(request, asked)
         if fits.all():  # the common case
@@ -207,11 +216,15 @@ class FastRanker:
     # ------------------------------------------------------------------ scores
     def best(self, request: PodRequest, policy: Policy, ctx: PolicyContext, nodes: Nodes
              ) -> list[str]:
+        if names_cards(request):
+            return self._node_by_node.best(request, policy, ctx, nodes)
         asked = cast(AskedNodes, nodes)
         return self._ranking(request, policy, ctx, asked).best(asked.names)
 
     def scores(self, request: PodRequest, policy: Policy, ctx: PolicyContext,
                names: Sequence[str]) -> list[int]:
+        if names_cards(request):
+            return self._node_by_node.scores(request, policy, ctx, names)
         return self._ranking(request, policy, ctx, self.columns.asked(names)).scaled(names)
 
     def best_known(self, request: PodRequest, policy: Policy, names: Sequence[str],
@@ -233,7 +246,7 @@ class FastRanker:
         list by comparing strings. Skipped when fewer than half the fitting nodes were asked,
         where ranking all would cost more than it saves, and for a while after such a miss
         (:class:`~allocator.ranking.every_node.TriesAfterMisses`)."""
-        if policy.per_pod or not self.every_node_tries.should_try():
+        if policy.per_pod or names_cards(request) or not self.every_node_tries.should_try():
             return None  # a skipped call costs no policy context
         ctx = context()
         if policy.node_ranker(ctx) is not None:
@@ -337,6 +350,11 @@ class FastRanker:
             return Ranking(shared, at=nodes.at)
         return Ranking(shared, partial(self.columns.biases, policy.name, bias, nodes),
                        policy.name_bias_bound, at=nodes.at)
+
+
+def names_cards(request: PodRequest) -> bool:
+    """Whether the pod chooses cards by UUID (the use-gpuuuid / nouse-gpuuuid annotations)."""
+    return bool(request.use_uuids or request.nouse_uuids)
 
 
 def _readable(unfit: Unfit | None) -> FitVerdict:

@@ -7,6 +7,7 @@ admits a node on which bind then fails; and the per-card tests it is built from.
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
 from typing import Final
 
 from allocator.ranking.cards import Card, CardState, NodeState
@@ -37,7 +38,11 @@ def share_fits(container: ContainerRequest, card: CardState) -> bool:
 
 
 def eligible(request: PodRequest, card: Card) -> bool:
-    return request.allows_model(card.model) and card.memory_mib >= request.min_card_memory_mib
+    """Whether the pod may use ``card`` at all: its model, its memory, and the card
+    types and UUIDs the pod takes or avoids (the PodRequest's card choice)."""
+    return (request.allows_model(card.model) and card.memory_mib >= request.min_card_memory_mib
+            and (not request.picks_cards
+                 or (request.allows_type(card.model) and request.allows_uuid(card.uuid))))
 
 
 def order(request: PodRequest) -> list[int]:
@@ -47,12 +52,34 @@ def order(request: PodRequest) -> list[int]:
         range(len(cs)),
         key=lambda i: (
             -cs[i].cards,
+            -cs[i].shares,
             -cs[i].core_percent,
             -cs[i].memory_percent,
             -cs[i].memory_mib,
             i,
         ),
     )
+
+
+@dataclass(frozen=True, slots=True)
+class Taken:
+    """What the shares of a multi-share container already placed bind its other shares to:
+    off their ``cards``; with a memory percent, on cards of the same ``memory_mib`` (the
+    record keeps one MiB figure per container, and each card must get that figure)."""
+
+    cards: frozenset[int] = frozenset()
+    memory_mib: int | None = None
+
+    def allows(self, card: Card) -> bool:
+        return card.index not in self.cards and self.memory_mib in (None, card.memory_mib)
+
+    def with_card(self, c: ContainerRequest, card: CardState) -> Taken:
+        """These and ``card``, taken by a share of ``c``."""
+        return Taken(self.cards | {card.card.index},
+                     card.card.memory_mib if c.memory_percent else None)
+
+
+NOTHING_TAKEN: Final = Taken()
 
 
 #: What :attr:`Slots.shares_left` holds for a card without a share cap (more than any pod
@@ -63,9 +90,13 @@ NO_CAP: Final = 1 << 30
 class Slots:
     """Mutable working copy of the eligible cards, for the feasibility search."""
 
-    __slots__ = ("cards", "free_core", "free_mem", "idle", "one_model", "shares_left", "whole")
+    __slots__ = ("cards", "first", "free_core", "free_mem", "idle", "one_model", "shares_left",
+                 "whole")
 
-    def __init__(self, cards: Sequence[CardState], one_model: bool) -> None:
+    def __init__(self, cards: Sequence[CardState], one_model: bool,
+                 first: Taken = NOTHING_TAKEN) -> None:
+        #: what binds the first item (the rest of a multi-share container being placed)
+        self.first = first
         #: the cards of one multi-card container must share a model
         self.one_model = one_model
         self.cards = [c.card for c in cards]
@@ -90,10 +121,19 @@ def feasible(items: Sequence[ContainerRequest], k: int, s: Slots,
             if _take_whole(items, k, s, pins, pool):
                 return True
         return False
-    n = len(s.cards)
+    return _take_shares(items, k, s, pins, c.shares, 0, s.first if k == 0 else NOTHING_TAKEN)
+
+
+def _take_shares(items: Sequence[ContainerRequest], k: int, s: Slots,
+                 pins: Sequence[str | None], left: int, start: int, taken: Taken) -> bool:
+    """Try every way to put the ``left`` shares of share item k on distinct slots from
+    ``start`` on (in index order: a set of cards is tried once), then the rest."""
+    if left == 0:
+        return feasible(items, k + 1, s, pins)
+    c = items[k]
     seen: set[tuple[int, int, int, bool, str, int]] = set()
-    for i in range(n):
-        if (s.whole[i] or not s.shares_left[i]
+    for i in range(start, len(s.cards)):
+        if (s.whole[i] or not s.shares_left[i] or not taken.allows(s.cards[i])
                 or not room_for_share(c, s.cards[i], s.free_core[i], s.free_mem[i])):
             continue
         key = (s.free_core[i], s.free_mem[i], s.cards[i].memory_mib, s.idle[i],
@@ -107,7 +147,9 @@ def feasible(items: Sequence[ContainerRequest], k: int, s: Slots,
         s.free_mem[i] -= need_mem
         s.idle[i] = False
         s.shares_left[i] -= 1
-        ok = feasible(items, k + 1, s, pins)
+        size = s.cards[i].memory_mib if c.memory_percent else None
+        ok = _take_shares(items, k, s, pins, left - 1, i + 1,
+                          Taken(taken.cards, taken.memory_mib or size))
         s.free_core[i] += c.core_percent
         s.free_mem[i] += need_mem
         s.idle[i] = was_idle
@@ -164,11 +206,14 @@ def _multisets(groups: list[list[int]], k: int) -> Iterable[list[int]]:
             yield head[:take] + tail
 
 
-def slots(request: PodRequest, cards: Sequence[CardState]) -> Slots:
-    return Slots(cards, one_model=not request.mixed_models)
+def slots(request: PodRequest, cards: Sequence[CardState],
+          first: Taken = NOTHING_TAKEN) -> Slots:
+    return Slots(cards, one_model=not request.mixed_models, first=first)
 
 
 def feasible_on(request_items: Sequence[ContainerRequest], request: PodRequest,
-                 node: NodeState, pins: Sequence[str | None] = ()) -> bool:
+                 node: NodeState, pins: Sequence[str | None] = (),
+                 first: Taken = NOTHING_TAKEN) -> bool:
+    """``first``: what binds the first item (:class:`Taken`)."""
     cards = [c for c in node.cards if eligible(request, c.card)]
-    return feasible(request_items, 0, slots(request, cards), pins)
+    return feasible(request_items, 0, slots(request, cards, first), pins)

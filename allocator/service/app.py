@@ -207,6 +207,7 @@ def create_app(
     requeue = RequeueOnRelease(lambda request, node: filter_verb.fits_on(request, node),
                                ask_again)
     filter_verb = Filter(reader, state, ranker, agent, requeue, hooks, preempt)
+    requeue.hold = filter_verb.hold_for  # room a release leaves, held by priority
     allocator = Allocator(reader, filter_verb, Prioritize(reader, ranker),
                           Bind(reader, state, api, agent, hooks), ranker, agent, requeue)
     state.on_release = requeue.released

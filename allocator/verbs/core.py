@@ -103,7 +103,10 @@ def assemble(
     reader = PodReader(state, config, clock=clock, is_leader=is_leader)
     ranker = ranker or fast_ranker(state, config, node_lookup)
     agent = agent or agent_for(AgentSetup(config.dialects, api, clock))
-    return Allocator(reader, Filter(reader, state, ranker, agent, requeue, hooks),
+    filter_verb = Filter(reader, state, ranker, agent, requeue, hooks)
+    if requeue is not None and requeue.hold is None:
+        requeue.hold = filter_verb.hold_for  # room a release leaves, held by priority
+    return Allocator(reader, filter_verb,
                      Prioritize(reader, ranker), Bind(reader, state, api, agent, hooks),
                      ranker, agent, requeue)
 

@@ -10,8 +10,9 @@ kube-scheduler sends the pod and the names of the nodes its own plugins left. Th
    without looking each name up (:meth:`~allocator.ranking.port.Ranker.best_known`).
 4. Otherwise the ranker says where the pod fits (reading unknown names from the API first),
    and the policy's best among them are kept. A pod left with no node, some only for lack of
-   room, is asked again when our watch releases room it fits in
-   (:mod:`allocator.verbs.requeue`).
+   room, is asked again when our watch releases room it fits in, the room held for the
+   first of them by priority; releases are judged before a pod is placed, and a pod of
+   higher priority takes room held for a lower one (:mod:`allocator.verbs.requeue`).
 5. When the answer is one node, the pod's cards there are held for its bind.
 
 The node agent (:class:`~allocator.agents.port.NodeAgent`) may name nodes to leave out
@@ -49,8 +50,9 @@ from allocator.ranking.fit import place_and_keep
 from allocator.ranking.policies import PolicyContext, chooser
 from allocator.ranking.port import Nodes, Ranker
 from allocator.verbs.pods import Requests, uid_of
+from allocator.verbs.priority import pod_priority
 from allocator.verbs.reader import PodReader
-from allocator.verbs.requeue import RequeueOnRelease, pod_priority
+from allocator.verbs.requeue import Refused, RequeueOnRelease
 from tessera.vocabulary import Allocation, PodRequest, RequestError
 
 #: Placing the pod for its hold: a bind elsewhere on the node meanwhile means placing again,
@@ -116,8 +118,25 @@ class Filter:
         r.remember(pod)
         r.observe(pod, request)
         r.expire_holds()
-        self.state.release_hold(uid_of(pod))
-        inputs: Inputs = cache(lambda: r.placing_inputs(request, pod))
+        uid = uid_of(pod)
+        untold: set[str] = set()  # room released for this pod, told the requeue if not taken
+        if self.requeue is not None:
+            self.requeue.settle()  # room released meanwhile held for the pod it is owed
+            self.requeue.taken_over(uid)
+            for other, _node in self.requeue.outranked(pod_priority(pod), names):
+                untold.add(self.state.release_hold(other, tell=False) or "")  # it comes first
+        untold.add(self.state.release_hold(uid, tell=False) or "")
+        try:
+            return self._place_among(pod, request, names)
+        finally:
+            record = self.state.record(uid)
+            for node in untold - {"", record.node if record is not None else ""}:
+                self.state.tell_released(node)  # the room it left is others' now
+
+    def _place_among(self, pod: Mapping[str, Any], request: PodRequest,
+                     names: Sequence[str]) -> FilterOutcome:
+        """Steps 3-5, among the nodes the agent does not avoid first."""
+        inputs: Inputs = cache(lambda: self.reader.placing_inputs(request, pod))
         for avoided in self.agent.nodes_to_avoid(names, self._pods_to_start):
             # The agent's busy nodes left out first, the busiest last.
             free = [name for name in names if name not in avoided]
@@ -133,6 +152,7 @@ class Filter:
         """Steps 3-5 among ``names`` (``avoid``: nodes not among them, left out of any
         ranking)."""
         uid = uid_of(pod)
+        mark = self.requeue.mark() if self.requeue is not None else 0
         best = self._best_known(pod, request, names, inputs, avoid)
         if best is not None:
             if self.requeue is not None:
@@ -145,7 +165,8 @@ class Filter:
             elif found.short:
                 # No node left, some only for lack of room: perhaps a release our watch has
                 # not applied yet, which kube-scheduler retried the pod on.
-                self.requeue.refused(PodRef.of(pod), request, pod_priority(pod))
+                self.requeue.refused(PodRef.of(pod), request, pod_priority(pod),
+                                     nodes=found.failed, since=mark)
         if found.explained:
             return FilterOutcome(found.nodes.name_list(), found.failed, found.unresolvable)
         return self._best_of(pod, request, found.nodes, inputs)
@@ -157,6 +178,18 @@ class Filter:
                                 explain_when_some_fit=not self.config.filter_best,
                                 read_unknown=False)
         return bool(found.nodes)
+
+    def hold_for(self, refused: Refused, node: str) -> bool:
+        """Hold room on ``node`` for a pod filter refused (the requeue's priority hold):
+        placed as its own filter would place it there; False when it cannot be (the pod's
+        body no longer remembered, or it does not fit)."""
+        pod = self.reader.peek(refused.pod.uid)
+        if pod is None:
+            return False
+        inputs: Inputs = cache(lambda: self.reader.placing_inputs(refused.request, pod))
+        self._hold(pod, refused.request, node, inputs)
+        record = self.state.record(refused.pod.uid)
+        return record is not None and record.node == node
 
     def _best_known(self, pod: Mapping[str, Any], request: PodRequest, names: Sequence[str],
                     inputs: Inputs, avoid: Collection[str]) -> FilterOutcome | None:

@@ -82,6 +82,11 @@ class PodReader:
                 if len(self._recent) > RECENT_PODS:
                     self._recent.popitem(last=False)
 
+    def peek(self, uid: str) -> Obj | None:
+        """The pod remembered by ``uid``, left remembered (None: not, or gone)."""
+        with self._recent_lock:
+            return self._recent.get(uid)
+
     def recall(self, namespace: str, name: str, uid: str) -> Obj | None:
         if not uid:
             return None

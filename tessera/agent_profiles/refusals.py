@@ -51,8 +51,19 @@ def inherited_init_refusals(a: NodeAgent, request: PodRequest) -> list[str]:
     ]
 
 
+def multi_share_refusals(a: NodeAgent, request: PodRequest) -> list[str]:
+    """A share on each of several cards (HAMi's ``nvidia.com/gpu: 2`` with ``gpumem``) runs
+    under HAMi's own plugin only, which hands a container several devices each with its own
+    limit; the other agents give a container's shares one card."""
+    return [
+        f"container {c.name!r} asks for {c.describe()}; {a.name} gives a container's share "
+        f"one card: ask for one share, or run HAMi's device plugin (agent profile hami)"
+        for c in request.containers if c.shares > 1
+    ]
+
+
 def _elastic_refusals(a: NodeAgent, request: PodRequest) -> list[str]:
-    return inherited_init_refusals(a, request)
+    return multi_share_refusals(a, request) + inherited_init_refusals(a, request)
 
 
 def _nano_refusals(a: NodeAgent, request: PodRequest) -> list[str]:
@@ -65,7 +76,7 @@ def _nano_refusals(a: NodeAgent, request: PodRequest) -> list[str]:
         f"compute percent only ({NANO_PERCENT_KEY}): add a compute share"
         for c in request.containers if not c.is_whole and not c.core_percent
     ]
-    return problems + inherited_init_refusals(a, request)
+    return problems + multi_share_refusals(a, request) + inherited_init_refusals(a, request)
 
 
 def _aliyun_refusals(a: NodeAgent, request: PodRequest) -> list[str]:
@@ -87,7 +98,7 @@ def _aliyun_refusals(a: NodeAgent, request: PodRequest) -> list[str]:
             f"serves one GPU container per pod (it matches a pod by its total "
             f"{ALIYUN_MEMORY_KEY} against one container's): keep one"
         )
-    return problems
+    return problems + multi_share_refusals(a, request)
 
 
 def _hami_init_refusals(a: NodeAgent, request: PodRequest) -> list[str]:
@@ -125,11 +136,12 @@ def _vgpu_refusals(a: NodeAgent, request: PodRequest) -> list[str]:
     annotation, init containers included (:func:`_hami_init_refusals`); earlier releases and
     volcano-vgpu's map the entries to app containers only (module docstring), so a GPU init
     container would run on an app container's devices, or on none."""
+    several = [] if a.profile is AgentProfile.HAMI else multi_share_refusals(a, request)
     if not a.agent.app_containers_only:
-        return _hami_init_refusals(a, request)
+        return several + _hami_init_refusals(a, request)
     upgrade = (" (or run HAMi v2.9.0 or later, without "
                f"{HAMI_AGENT_FLAG})") if a.profile is AgentProfile.HAMI else ""
-    return [
+    return several + [
         f"init container {c.name!r} asks for {c.describe()}; {a.name} gives devices to app "
         f"containers only (GetNextDeviceRequest maps the pod's device annotation to "
         f"spec.containers), so an init container gets none of its own: give the GPU to an "

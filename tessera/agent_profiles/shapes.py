@@ -46,7 +46,7 @@ def _vgpu_shape(keys: VgpuResources) -> Callable[[NodeAgent, ContainerRequest],
         if c.is_whole:
             # As HAMi's own webhook writes a whole card (defaultExclusiveCoreIfNeeded).
             return {keys.count: c.cards, keys.cores: WHOLE_CARD_PERCENT}
-        values = {keys.count: 1, keys.cores: c.core_percent, keys.memory: c.memory_mib,
+        values = {keys.count: c.shares, keys.cores: c.core_percent, keys.memory: c.memory_mib,
                   keys.memory_percent: c.memory_percent}
         return {k: v for k, v in values.items() if v}
 

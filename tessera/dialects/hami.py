@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Final
 
-from tessera.agent_profiles import HAMI_RESOURCES, VgpuResources
+from tessera.agent_profiles import HAMI_RESOURCES, AgentProfile, VgpuResources
 from tessera.dialects.base import MAX_CARDS, MAX_MEMORY_MIB, ContainerResources, Parser
 from tessera.vocabulary import ContainerRequest, RequestError
 
@@ -19,11 +19,16 @@ if TYPE_CHECKING:
 HAMI_KEYS: Final = HAMI_RESOURCES
 
 
-def vgpu(c: ContainerResources, k: VgpuResources) -> ContainerRequest | None:
+def vgpu(
+    c: ContainerResources, k: VgpuResources, profile: AgentProfile = AgentProfile.ELASTIC
+) -> ContainerRequest | None:
     """HAMi semantics (pkg/device/nvidia/device.go; Volcano's devices/util.go reads its keys the
     same way): ``count`` n vGPUs, each on its own card; without memory keys a vGPU gets 100% of
     the card's memory (defaultMemory 0); without cores it reserves no compute (defaultCores 0);
-    share keys without a count mean one vGPU (defaultGPUNum 1)."""
+    share keys without a count mean one vGPU (defaultGPUNum 1).
+
+    ``profile`` is the node agent the pod is shaped for: under HAMi's own agent the count is
+    the counted resource, so a memory percent alone is a share the scheduler counts."""
     count = c.integer(k.count, low=0, high=MAX_CARDS, valid="the number of (v)GPUs is a whole "
                       "number >= 0")
     memory = c.integer(
@@ -51,22 +56,19 @@ def vgpu(c: ContainerResources, k: VgpuResources) -> ContainerRequest | None:
     whole_memory = not memory and memory_percent in (None, 100)
     if whole_memory and cores in (None, 0, 100):
         return ContainerRequest(c.name, cards=count, init=c.init)
-    if count > 1:
-        raise RequestError(
-            f"container {c.name!r}: {k.count}={count} with a share asks for a share on each "
-            f"of {count} cards; Tessera places a share on exactly one card: use {k.count}=1, or "
-            f"whole cards (no {k.memory}, {k.memory_percent} or {k.cores})"
-        )
     if cores == 100:
         raise RequestError(
             f"container {c.name!r}: {k.cores}=100 with a memory share is invalid; a share takes "
             f"1-99% of compute, or drop the memory keys for a whole card"
         )
-    if not cores and not memory:
+    if not cores and not memory and profile is not AgentProfile.HAMI:
+        # The canonical shape counts compute; HAMi's agent counts nvidia.com/gpu (one share
+        # per vGPU), so there HAMi's meaning holds: defaultCores 0 (device.go:579), the
+        # percent of the card's memory (device.go:551-566, 780-782).
         raise RequestError(
             f"container {c.name!r}: {k.memory_percent}={memory_percent} without {k.cores} "
-            f"reserves nothing the scheduler can count; add {k.cores} (1-99) or give memory "
-            f"in MiB with {k.memory}"
+            f"reserves nothing the scheduler can count under the {profile} agent profile (it "
+            f"counts compute); add {k.cores} (1-99) or give memory in MiB with {k.memory}"
         )
     return ContainerRequest(
         c.name,
@@ -74,11 +76,14 @@ def vgpu(c: ContainerResources, k: VgpuResources) -> ContainerRequest | None:
         memory_mib=memory or 0,
         memory_percent=0 if memory else (memory_percent or 100),
         init=c.init,
+        # HAMi: Nums n vGPUs, each its own card (device.go:520-597, fitInDevices'
+        # tmpDevs); the agents that cannot run it refuse it (agent_profiles/refusals.py).
+        shares=count,
     )
 
 
 def vgpu_parser(keys: VgpuResources) -> Parser:
-    def parse(c: ContainerResources, _cfg: DialectConfig) -> ContainerRequest | None:
-        return vgpu(c, keys)
+    def parse(c: ContainerResources, cfg: DialectConfig) -> ContainerRequest | None:
+        return vgpu(c, keys, cfg.agent_profile)
 
     return parse

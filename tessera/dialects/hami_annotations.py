@@ -2,7 +2,9 @@
 
 A pod written for hami-scheduler may carry annotations that choose cards, nodes or a sharing
 mode. Its author expects HAMi's meaning whatever Tessera's agent profile, so none is ever
-ignored in silence: :func:`hami_policy` returns the placement policy the two policy
+ignored in silence: :func:`hami_card_choice` returns the cards the four card-choosing
+annotations allow (as :class:`~tessera.vocabulary.PodRequest` fields, which the allocator's
+``eligible`` applies), :func:`hami_policy` the placement policy the two policy
 annotations name, and raises :class:`RequestError` listing every annotation Tessera cannot
 honour yet, each with what to do instead. docs/hami.md ("HAMi's pod annotations") has the
 table of meanings.
@@ -70,20 +72,45 @@ def policy_name(node_policy: str, gpu_policy: str) -> str:
     return f"hami-{node_policy}-{gpu_policy}"
 
 
-def _card_type(key: str, value: str, model_key: str) -> str:
-    if key == USE_GPU_TYPE:
-        todo = f"name the exact models in {model_key} instead, or remove it"
-    else:
-        todo = f"list the models the pod may take in {model_key} instead, or remove it"
-    return (f"{key}={value!r}: Tessera does not yet choose cards by a part of their type "
-            f"(HAMi's CheckType); {todo}")
+#: Most values one card-choosing annotation may list, and the longest value: the lists go into
+#: the pod's request record (an annotation may hold 256 KiB; a node has a few cards).
+_MOST_VALUES: Final = 64
+_LONGEST_VALUE: Final = 256
+#: The card choice's fields of :class:`tessera.vocabulary.PodRequest`, by annotation.
+CARD_CHOICE: Final = {USE_GPU_TYPE: "use_types", NO_USE_GPU_TYPE: "nouse_types",
+                      USE_GPU_UUID: "use_uuids", NO_USE_GPU_UUID: "nouse_uuids"}
 
 
-def _card_uuid(key: str, value: str, _model_key: str) -> str:
-    todo = ("remove it" if key == USE_GPU_UUID else
-            "remove it (to keep a card from every new pod, list its UUID in its node's "
-            "hami.io/device-cordon)")
-    return f"{key}={value!r}: Tessera does not yet place on or avoid named cards; {todo}"
+def _values(key: str, value: str, problems: list[str]) -> tuple[str, ...]:
+    # Comma-separated and trimmed; empty parts name nothing (an empty value: no constraint).
+    values = tuple(v for v in (part.strip() for part in value.split(",")) if v)
+    if len(values) > _MOST_VALUES or any(len(v) > _LONGEST_VALUE for v in values):
+        problems.append(f"{key}: at most {_MOST_VALUES} values of at most {_LONGEST_VALUE} "
+                        f"characters each")
+        return ()
+    return values
+
+
+def hami_card_choice(annotations: Mapping[str, Any],
+                     uuids_known: bool) -> dict[str, tuple[str, ...]]:
+    """HAMi's card choice as the :class:`~tessera.vocabulary.PodRequest` fields it fills
+    (``use_types`` ...). ``uuids_known``: the cluster's node agent tells each card's UUID
+    (HAMi's); without it a pod naming UUIDs is refused (:class:`RequestError`), since no
+    card could be told to match."""
+    problems: list[str] = []
+    choice: dict[str, tuple[str, ...]] = {}
+    for key, field in CARD_CHOICE.items():
+        if key not in annotations:
+            continue
+        values = _values(key, str(annotations[key]), problems)
+        if values and field.endswith("uuids") and not uuids_known:
+            problems.append(f"{key}={_read(annotations, key)!r}: this cluster's node agent "
+                            f"tells no card UUIDs (only the hami profile does); remove it")
+            continue
+        choice[field] = values
+    if problems:
+        raise RequestError("; ".join(f"pod annotation {p}" for p in problems))
+    return choice
 
 
 def _vgpu_mode(key: str, value: str, _model_key: str) -> str:
@@ -110,17 +137,10 @@ def _scoring_weights(key: str, value: str, _model_key: str) -> str:
 
 #: The annotations that choose cards or a mode; an empty value is no constraint in HAMi.
 _CHECKS: Final[Mapping[str, Callable[[str, str, str], str]]] = {
-    USE_GPU_TYPE: _card_type,
-    NO_USE_GPU_TYPE: _card_type,
-    USE_GPU_UUID: _card_uuid,
-    NO_USE_GPU_UUID: _card_uuid,
     VGPU_MODE: _vgpu_mode,
     NUMA_BIND: _numa_bind,
     SCORING_WEIGHTS: _scoring_weights,
 }
-#: Keys whose empty value HAMi reads as "no constraint" (CheckType, CheckUUID).
-_EMPTY_IS_NONE: Final = frozenset({USE_GPU_TYPE, NO_USE_GPU_TYPE, USE_GPU_UUID,
-                                   NO_USE_GPU_UUID})
 
 
 def _policy_value(annotations: Mapping[str, Any], key: str, default: str,
@@ -156,8 +176,6 @@ def hami_policy(annotations: Mapping[str, Any], vocabulary: Vocabulary,
         if key not in annotations:
             continue
         value = _read(annotations, key)
-        if key in _EMPTY_IS_NONE and not value.strip():
-            continue
         problem = check(key, value, model_key)
         if problem:
             problems.append(problem)

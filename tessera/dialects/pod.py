@@ -8,6 +8,7 @@ import re
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any, Final
 
+from tessera.agent_profiles import AgentProfile
 from tessera.dialects.base import (
     ContainerResources,
     Dialect,
@@ -22,7 +23,7 @@ from tessera.dialects.genius import (
     GeniusRequest,
     genius_request,
 )
-from tessera.dialects.hami_annotations import hami_policy
+from tessera.dialects.hami_annotations import hami_card_choice, hami_policy
 from tessera.dialects.kai import kai_request
 from tessera.vocabulary import (
     CodecError,
@@ -154,6 +155,8 @@ def parse_pod(pod: Mapping[str, Any], config: DialectConfig) -> PodRequest | Non
         policy = _policy(annotations, config.vocabulary)
         policy = hami_policy(annotations, config.vocabulary, policy)  # HAMi's, or refused
         mixed_models = _mixed_models(annotations, config.vocabulary)
+        card_choice = hami_card_choice(
+            annotations, uuids_known=config.agent_profile is AgentProfile.HAMI)
     except RequestError as exc:
         problems.append(str(exc))
     if problems:
@@ -166,6 +169,7 @@ def parse_pod(pod: Mapping[str, Any], config: DialectConfig) -> PodRequest | Non
         min_card_memory_mib=genius.min_card_memory_mib if genius else 0,
         policy=policy,
         mixed_models=mixed_models,
+        **card_choice,
     )
 
 

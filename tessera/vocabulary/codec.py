@@ -59,6 +59,25 @@ def _list_field(raw: Mapping[str, Any], key: str) -> list[Any]:
     return value
 
 
+#: HAMi's card choice in the request record, by its field.
+_CARD_CHOICE_KEYS: Final = (("useTypes", "use_types"), ("nouseTypes", "nouse_types"),
+                            ("useUUIDs", "use_uuids"), ("nouseUUIDs", "nouse_uuids"))
+
+
+def _card_choice(request: PodRequest) -> dict[str, tuple[str, ...]]:
+    return {key: getattr(request, attr) for key, attr in _CARD_CHOICE_KEYS}
+
+
+def _decode_card_choice(raw: Mapping[str, Any]) -> dict[str, tuple[str, ...]]:
+    choice = {}
+    for key, attr in _CARD_CHOICE_KEYS:
+        values = _list_field(raw, key)
+        if not all(isinstance(v, str) and v for v in values):
+            raise CodecError(f"{key} must be non-empty strings")
+        choice[attr] = tuple(values)
+    return choice
+
+
 def encode_request(request: PodRequest) -> str:
     doc: dict[str, Any] = {
         "v": CODEC_VERSION,
@@ -70,6 +89,8 @@ def encode_request(request: PodRequest) -> str:
                 **({"corePercent": c.core_percent} if c.core_percent else {}),
                 **({"memoryMiB": c.memory_mib} if c.memory_mib else {}),
                 **({"memoryPercent": c.memory_percent} if c.memory_percent else {}),
+                # Absent for one share: records written before the count read as one.
+                **({"shares": c.shares} if c.shares != 1 else {}),
             }
             for c in request.containers
         ],
@@ -82,6 +103,10 @@ def encode_request(request: PodRequest) -> str:
         doc["policy"] = request.policy
     if request.mixed_models:
         doc["mixedModels"] = True
+    # Absent when empty: records written before HAMi's card choice read as before.
+    for key, values in _card_choice(request).items():
+        if values:
+            doc[key] = list(values)
     return json.dumps(doc, separators=(",", ":"))
 
 
@@ -100,6 +125,7 @@ def decode_request(text: str) -> PodRequest:
                     memory_mib=_int_field(item, "memoryMiB"),
                     memory_percent=_int_field(item, "memoryPercent"),
                     init=bool(item.get("init", False)),
+                    shares=_int_field(item, "shares", default=1),
                 )
             )
         models = _list_field(raw, "models")
@@ -117,6 +143,7 @@ def decode_request(text: str) -> PodRequest:
             min_card_memory_mib=_int_field(raw, "minCardMemoryMiB"),
             policy=policy or None,
             mixed_models=mixed,
+            **_decode_card_choice(raw),
         )
     except RequestError as exc:
         raise CodecError(f"GPU request annotation is invalid: {exc}") from exc

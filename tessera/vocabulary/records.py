@@ -12,8 +12,9 @@ from tessera.vocabulary.names import WHOLE_CARD_PERCENT, Mode, RequestError
 class ContainerRequest:
     """What one container asks for.
 
-    Either *whole cards* (``cards >= 1``; nobody else may use them) or a *share* of exactly one
-    card (``cards == 0``) made of compute and memory. Memory is either absolute
+    Either *whole cards* (``cards >= 1``; nobody else may use them) or a *share* made of
+    compute and memory, on one card, or ``shares`` alike shares on as many distinct cards
+    (HAMi's ``nvidia.com/gpu: 2`` with ``nvidia.com/gpumem``). Memory is either absolute
     (``memory_mib``) or a percent of the card chosen at bind (``memory_percent``), never both.
     """
 
@@ -23,14 +24,22 @@ class ContainerRequest:
     memory_mib: int = 0
     memory_percent: int = 0
     init: bool = False
+    #: How many alike shares, each on its own card (1 but for a share on several cards).
+    shares: int = 1
 
     def __post_init__(self) -> None:
+        if self.shares < 1:
+            raise RequestError(f"container {self.name!r}: share count {self.shares} is < 1")
         if self.cards < 0:
             raise RequestError(f"container {self.name!r}: card count {self.cards} is negative")
         if self.cards > 0:
             if self.core_percent or self.memory_mib or self.memory_percent:
                 raise RequestError(
                     f"container {self.name!r}: a whole-card request carries no share"
+                )
+            if self.shares != 1:
+                raise RequestError(
+                    f"container {self.name!r}: a share count is for shares, not whole cards"
                 )
             return
         if not 0 <= self.core_percent < WHOLE_CARD_PERCENT:
@@ -72,7 +81,8 @@ class ContainerRequest:
             parts.append(f"{self.memory_mib} MiB")
         if self.memory_percent:
             parts.append(f"{self.memory_percent}% of its memory")
-        return " and ".join(parts)
+        each = " and ".join(parts)
+        return each if self.shares == 1 else f"{each} on each of {self.shares} cards"
 
 
 @dataclass(frozen=True)
@@ -90,6 +100,14 @@ class PodRequest:
     #: cards of one container are of one model (a job split over an A100 and a T4 runs at
     #: the T4's pace, or not at all).
     mixed_models: bool = False
+    #: HAMi's card choice (``nvidia.com/use-gputype`` and the other three; empty = none):
+    #: parts of the card type to take only, or to avoid; exact card UUIDs likewise. A
+    #: "use" and a "nouse" list both apply (Project-HAMi/HAMi v2.10.0
+    #: pkg/device/devices.go:693-738, CheckUUID and CheckType).
+    use_types: tuple[str, ...] = ()
+    nouse_types: tuple[str, ...] = ()
+    use_uuids: tuple[str, ...] = ()
+    nouse_uuids: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
         if not self.containers:
@@ -115,6 +133,23 @@ class PodRequest:
 
     def allows_model(self, model: str) -> bool:
         return not self.models or model.lower() in {m.lower() for m in self.models}
+
+    def allows_type(self, model: str) -> bool:
+        """HAMi's CheckType: a case-insensitive part of the card type, which HAMi's device
+        plugin registers as ``NVIDIA-<model>`` (so ``NVIDIA`` is a part of every card's)."""
+        upper = f"NVIDIA-{model}".upper()
+        taken = not self.use_types or any(t.upper() in upper for t in self.use_types)
+        return taken and not any(t.upper() in upper for t in self.nouse_types)
+
+    def allows_uuid(self, uuid: str) -> bool:
+        """HAMi's CheckUUID: exact UUIDs (a card without one is never a named card)."""
+        taken = not self.use_uuids or uuid in self.use_uuids
+        return taken and (not uuid or uuid not in self.nouse_uuids)
+
+    @property
+    def picks_cards(self) -> bool:
+        """Whether the pod chooses cards by type or UUID (HAMi's annotations)."""
+        return bool(self.use_types or self.nouse_types or self.use_uuids or self.nouse_uuids)
 
 
 @dataclass(frozen=True)

@@ -17,6 +17,7 @@ from allocator.kube import events
 from allocator.kube.events import Correlator, EventSpec, Held, Limits, Write
 from allocator.kube.recorder import TICK_SECONDS, EventRecorder
 from allocator.ranking.policies import DEFAULT_POLICY
+from tessera.vocabulary import Allocation, ContainerAllocation
 
 POD = PodRef("team-a", "trainer", "uid-1")
 
@@ -321,3 +322,9 @@ def test_due_series_are_looked_for_once_a_tick_not_after_every_event() -> None:
     now[0] += TICK_SECONDS
     rec.process()
     assert looked == [NOW, NOW + TICK_SECONDS]
+
+
+def test_the_allocated_event_names_each_card_of_a_share_on_several_cards() -> None:
+    alloc = Allocation("n1", (ContainerAllocation("main", (1, 3), 20, 3000),))
+    spec = events.allocated(PodRef("ns", "p", "u"), "n1", alloc.card_indices(), "fgd")
+    assert spec.note == "allocated cards 1,3 of node n1 (policy fgd)"

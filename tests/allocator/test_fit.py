@@ -41,6 +41,10 @@ def _placed(req: PodRequest, node: NodeState) -> Placement:
         (request(share("a", core=60), share("b", core=60)), node_state("n", count=1),
          "2 GPU containers do not fit together"),
         (request(share(core=10)), NodeState("n", ()), "node has no GPU cards"),
+        (request(share(mem=3000, shares=2)), node_state("n", (0, 14000), (0, 0)),
+         "needs 3000 MiB on each of 2 cards (1 card with room)"),
+        (request(share(mem=3000, shares=3)), node_state("n", count=2),
+         "needs 3000 MiB on each of 3 cards (2 cards with room)"),
     ],
 )
 def test_a_pod_that_does_not_fit_gets_a_reason_its_owner_can_act_on(
@@ -220,3 +224,46 @@ def test_a_share_of_core_only_leaves_memory_for_others() -> None:
     assert after.cards[0].free_memory_mib == 16000
     assert fits(request(share("b", mem=16000)), after)
     assert not fits(request(share("b", core=41)), after)
+
+
+def test_a_share_on_several_cards_takes_that_many_distinct_cards() -> None:
+    node = node_state("n", (0, 0), (0, 0), (0, 0))
+    placed = _placed(request(share(core=30, mem=3000, shares=2)), node)
+    (only,) = placed.containers
+    assert len(set(only.card_indices)) == 2
+    assert (only.core_percent, only.memory_mib) == (30, 3000)
+    used = [c for c in placed.after.cards if not c.idle]
+    assert sorted(c.card.index for c in used) == list(only.card_indices)
+    assert all(c.free_memory_mib == 13000 and c.free_core == 70 for c in used)
+
+
+@pytest.mark.parametrize("policy", sorted(REGISTRY))
+def test_a_share_on_several_cards_keeps_the_rest_of_the_pod_placeable(policy: str) -> None:
+    # Only card 2 takes the 9000 MiB share: every policy must put the two 3000 MiB shares on
+    # cards 0 and 1, however it likes card 2.
+    node = node_state("n", (0, 13000), (0, 13000), (0, 7000))
+    req = request(share("two", mem=3000, shares=2), share("big", mem=9000))
+    placed = place(req, node, chooser(REGISTRY[policy], PolicyContext(req)), pod_uid="u1")
+    assert isinstance(placed, Placement), placed
+    by_name = {c.name: c.card_indices for c in placed.containers}
+    assert by_name == {"two": (0, 1), "big": (2,)}
+
+
+def test_a_share_on_more_cards_than_have_room_does_not_fit() -> None:
+    node = node_state("n", (0, 14000), (0, 0))
+    assert not fits(request(share(mem=3000, shares=2)), node)
+    assert fits(request(share(mem=3000, shares=1)), node)
+
+
+def test_a_memory_percent_on_several_cards_takes_cards_of_one_memory_size() -> None:
+    # The record keeps one MiB figure per container: 25 % must be the same MiB on each card.
+    node = build_node_state("n", (Card(0, "T4", 16000), Card(1, "T4", 24000),
+                                  Card(2, "T4", 16000)), ())[0]
+    placed = _placed(request(share(pct=25, shares=2)), node)
+    (only,) = placed.containers
+    assert (only.card_indices, only.memory_mib) == ((0, 2), 4000)
+    mixed = build_node_state("n", (Card(0, "T4", 16000), Card(1, "T4", 24000)), ())[0]
+    assert not fits(request(share(pct=25, shares=2)), mixed)
+    assert unfit_reason(request(share(pct=25, shares=2)), mixed) == Unfit(
+        "needs 25% of its memory on each of 2 cards (1 card of one memory size with room)")
+    assert fits(request(share(mem=4000, shares=2)), mixed)

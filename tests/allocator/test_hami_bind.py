@@ -37,6 +37,9 @@ from allocator.hami.writer import (
     read_devices,
 )
 from allocator.picture.inventory import read_inventory
+from allocator.ranking.cards import NodeState, empty_node
+from allocator.ranking.fit import Placement, place
+from allocator.ranking.policies import REGISTRY, PolicyContext, chooser
 from tessera.agent_profiles import AgentProfile
 from tessera.dialects import DialectConfig
 from tessera.vocabulary import Allocation, ContainerAllocation
@@ -475,3 +478,28 @@ def test_volcano_binds_of_one_node_wait_until_the_plugin_is_done_with_the_previo
     locks.acquire("n1", "default", "second")
     value = fake.nodes["n1"]["metadata"]["annotations"][VOLCANO_VGPU.lock_key]
     assert parse_lock(value).held_by("default", "second")
+
+
+def test_a_share_on_each_of_two_cards_is_one_entry_per_card_for_its_container() -> None:
+    """HAMi's gpu: 2 with gpumem: 3000, placed on two distinct cards, is written as one
+    container's two devices (``uuid,type,mem,cores:`` each, as HAMi's EncodeContainerDevices
+    joins a container's devices) and reads back as the same allocation."""
+    req = request(share("main", mem=3000, shares=2))
+    devices = _node_devices()
+    node: NodeState = empty_node("n1", cards_of(devices))
+    placed = place(req, node, chooser(REGISTRY["fgd"], PolicyContext(req)), pod_uid="u")
+    assert isinstance(placed, Placement)
+    alloc = placed.allocation("u", NOW)
+    (main,) = alloc.containers
+    assert len(set(main.card_indices)) == 2
+    pod = make_gpu_pod("p", req, uid="u")
+    out = bind_annotations(alloc, pod, devices, HAMI, NOW)
+    assert isinstance(out, dict)
+    a, b = main.card_indices
+    assert out["hami.io/vgpu-devices-to-allocate"] == (
+        f"{UUIDS[a]},NVIDIA,3000,0:{UUIDS[b]},NVIDIA,3000,0:;")
+    pod["metadata"]["annotations"].update(out)
+    pod["spec"]["nodeName"] = "n1"
+    back = allocation_of(pod, devices)
+    assert isinstance(back, Allocation)
+    assert back.containers == alloc.containers

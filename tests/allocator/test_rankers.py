@@ -5,6 +5,7 @@ seed."""
 
 from __future__ import annotations
 
+import json
 import random
 from dataclasses import replace
 from functools import partial
@@ -17,6 +18,7 @@ from fake_kube import FakeKube
 
 from allocator.hami.codec import HAMI
 from allocator.hami.register import RegisteredDevice, encode_register_json
+from allocator.hami.topology import SCORE_KEY
 from allocator.ranking.fast import FastRanker
 from allocator.ranking.mix import LiveMix
 from allocator.ranking.plain import PlainRanker
@@ -25,6 +27,8 @@ from allocator.service.app import Runtime
 from allocator.verbs.core import AllocatorConfig, node_states
 from allocator.verbs.filter import Filter
 from allocator.verbs.prioritize import Prioritize
+from tessera.agent_profiles import AgentProfile
+from tessera.dialects import DialectConfig
 from tessera.vocabulary import Allocation, ContainerAllocation, ContainerRequest, PodRequest
 
 POLICIES = sorted(REGISTRY)
@@ -41,18 +45,27 @@ def _bound(uid: str, node: str, cpu: int, *containers: ContainerAllocation) -> d
     return pod
 
 
-def _capped_node(name: str, count: int, memory: int, model: str, split: int
-                 ) -> dict[str, Any]:
-    """A node whose cards HAMi's register annotation describes, at ``split`` shares each."""
+def _capped_node(name: str, count: int, memory: int, model: str, split: int,
+                 rng: random.Random | None = None) -> dict[str, Any]:
+    """A node whose cards HAMi's register annotation describes, at ``split`` shares each;
+    with ``rng``, HAMi's pair scores too (random NVLinked pairs, the rest PCIe)."""
     node = make_node(name, count=count, memory_mib=memory, model=model)
+    uuids = [f"GPU-{name}-{i}" for i in range(count)]
     node["metadata"]["annotations"][HAMI.register_key] = encode_register_json([
-        RegisteredDevice(f"GPU-{name}-{i}", i, split, memory, 100, f"NVIDIA-{model}")
+        RegisteredDevice(uuids[i], i, split, memory, 100, f"NVIDIA-{model}")
         for i in range(count)])
+    if rng is not None:
+        pair = {(i, j): rng.choice([20, 20, 60, 200]) for i in range(count)
+                for j in range(i + 1, count)}
+        node["metadata"]["annotations"][SCORE_KEY] = json.dumps([
+            {"uuid": uuids[i], "score": {uuids[j]: pair[min(i, j), max(i, j)]
+                                         for j in range(count) if j != i}}
+            for i in range(count)])
     return node
 
 
 def _cluster(rng: random.Random, policy: str, hold_seconds: float = 0.0,
-             caps: bool = False) -> Runtime:
+             caps: bool = False, topology: bool = False) -> Runtime:
     """12-30 nodes of 1-8 cards of two models and sizes, random usage and free CPU; many
     alike (few sizes), so contents are shared. ``caps``: half the nodes are HAMi's, their
     cards capped at a split count of 1-3 and holding up to that many small shares."""
@@ -64,7 +77,8 @@ def _cluster(rng: random.Random, policy: str, hold_seconds: float = 0.0,
         split = 0
         if caps and rng.random() < 0.5:
             split = rng.choice([1, 2, 2, 3])
-            fake.add_node(_capped_node(node, count, memory, model, split))
+            fake.add_node(_capped_node(node, count, memory, model, split,
+                                       rng if topology else None))
         else:
             fake.add_node(make_node(node, count=count, memory_mib=memory, model=model))
         for card in range(count):
@@ -81,8 +95,9 @@ def _cluster(rng: random.Random, policy: str, hold_seconds: float = 0.0,
             elif isinstance(pick, int):
                 fake.add_pod(_bound(uid, node, rng.choice([1, 4, 16]), ContainerAllocation(
                     "c", (card,), core_percent=pick, memory_mib=memory * pick // 200)))
+    dialects = DialectConfig(agent_profile=AgentProfile.HAMI) if topology else DialectConfig()
     _, rt = make_app(fake, core=AllocatorConfig(default_policy=policy,
-                                                hold_seconds=hold_seconds))
+                                                hold_seconds=hold_seconds, dialects=dialects))
     rt.allocator.reader.mix = LiveMix(refresh=1)
     for k in range(20):  # a workload mix of GPU pods with several CPU requests
         req = _request(rng)
@@ -93,15 +108,27 @@ def _cluster(rng: random.Random, policy: str, hold_seconds: float = 0.0,
     return rt
 
 
-def _request(rng: random.Random, policy: str | None = None) -> PodRequest:
+def _request(rng: random.Random, policy: str | None = None,
+             several: bool = True) -> PodRequest:
+    """``several``: some containers ask for a share on each of several cards (HAMi's agent
+    only runs them: the verbs under the elastic profile refuse them)."""
     containers: list[ContainerRequest] = []
     for k in range(rng.choice([1, 1, 2])):
-        containers.append(rng.choice([
+        choices = [
             share(f"c{k}", core=rng.choice([10, 30, 50, 75]), mem=rng.choice([1000, 6000])),
             share(f"c{k}", core=rng.choice([20, 50]), pct=rng.choice([25, 50])),
-            whole(f"c{k}", cards=rng.choice([1, 1, 2, 4]))]))
+            # a share on each of several distinct cards (HAMi's gpu: n with gpumem)
+            share(f"c{k}", core=rng.choice([0, 30]), shares=rng.choice([2, 3]),
+                  **rng.choice([{"mem": 3000}, {"mem": 9000}, {"pct": 25}])),
+            whole(f"c{k}", cards=rng.choice([1, 1, 2, 4]))]
+        containers.append(rng.choice(choices if several else [*choices[:2], choices[3]]))
     models = rng.choice([(), (), ("T4",), ("A100",)])
-    return request(*containers, models=models, policy=policy)
+    # HAMi's card choice: by a part of the type, or by UUID (HAMi's nodes tell theirs).
+    uuid = f"GPU-n{rng.randint(0, 12)}-{rng.randint(0, 3)}"
+    choice = rng.choice([{}, {}, {}, {"use_types": ("a100",)}, {"nouse_types": ("t4",)},
+                         {"use_uuids": (uuid, "GPU-n1-1")}, {"nouse_uuids": (uuid,)},
+                         {"use_uuids": ("GPU-unknown",)}])
+    return replace(request(*containers, models=models, policy=policy), **choice)
 
 
 def _rankers(rt: Runtime) -> tuple[FastRanker, PlainRanker]:
@@ -111,13 +138,17 @@ def _rankers(rt: Runtime) -> tuple[FastRanker, PlainRanker]:
     return fast, plain
 
 
-@pytest.mark.parametrize("caps", [False, True], ids=["uncapped", "split-counts"])
+@pytest.mark.parametrize("caps", ["uncapped", "split-counts", "topology"])
 @pytest.mark.parametrize("policy_name", POLICIES)
 @pytest.mark.parametrize("seed", SEEDS)
 def test_fit_best_and_scores_equal_the_plain_ranker(policy_name: str, seed: int,
-                                                    caps: bool) -> None:
-    rng = random.Random(f"{policy_name}-{seed}" + ("-caps" if caps else ""))
-    rt = _cluster(rng, policy_name, caps=caps)
+                                                    caps: str) -> None:
+    suffix = {"uncapped": "", "split-counts": "-caps", "topology": "-topology"}[caps]
+    rng = random.Random(f"{policy_name}-{seed}{suffix}")
+    rt = _cluster(rng, policy_name, caps=caps != "uncapped", topology=caps == "topology")
+    linked = any(c.card.links for s in node_states(rt.state, rt.state.node_names()) if s
+                 for c in s.cards)
+    assert linked == (caps == "topology")
     fast, plain = _rankers(rt)
     policy = get_policy(policy_name)
     everyone = rt.state.node_names()
@@ -204,8 +235,32 @@ def test_the_verbs_answer_alike_over_either_ranker(policy_name: str, caps: bool)
     assert everyone == plain_rt.state.node_names()
     for i in range(30):
         names = rng.sample(everyone, rng.randint(1, len(everyone)))
-        req = _request(rng, policy_name)
+        req = _request(rng, policy_name, several=False)
         pod = make_gpu_pod(f"p{i}", req, uid=f"u{i}")
         assert fast_rt.allocator.filter(pod, names) == plain_rt.allocator.filter(pod, names), i
         assert fast_rt.allocator.scores(pod, names) == plain_rt.allocator.scores(pod, names), i
     assert fast_rt.state.comparable() == plain_rt.state.comparable()  # the same holds
+
+
+@pytest.mark.parametrize("choice", [{"use_uuids": ("GPU-a-1",)},
+                                    {"nouse_uuids": ("GPU-b-0", "GPU-b-1")}])
+def test_alike_nodes_are_told_apart_by_the_uuids_a_pod_names(
+        choice: dict[str, tuple[str, ...]]) -> None:
+    # Two HAMi nodes alike but for their cards' UUIDs: a content shared between them would
+    # answer for one what is true of the other.
+    fake = FakeKube()
+    for name in ("a", "b"):
+        fake.add_node(_capped_node(name, 2, 16000, "T4", 2))
+    _, rt = make_app(fake, core=AllocatorConfig(
+        default_policy="binpack", dialects=DialectConfig(agent_profile=AgentProfile.HAMI)))
+    fast, plain = _rankers(rt)
+    req = replace(request(share(core=10)), **choice)
+    for _ in range(2):  # cold, then from the memo
+        got = fast.fit(req, ["a", "b"], explain_when_some_fit=True)
+        want = plain.fit(req, ["a", "b"], explain_when_some_fit=True)
+        assert got.nodes.name_list() == want.nodes.name_list() == ["a"]
+        assert (got.explained, got.unresolvable) == (want.explained, want.unresolvable)
+        key = "nvidia.com/use-gpuuuid" if "use_uuids" in choice else "nvidia.com/nouse-gpuuuid"
+        assert got.unresolvable == {"b": f"no card allowed by pod annotation {key} (node has T4)"}
+    anyone = fast.fit(request(share(core=10)), ["a", "b"], explain_when_some_fit=True)
+    assert anyone.nodes.name_list() == ["a", "b"]

@@ -234,6 +234,34 @@ def test_each_shape_runs_only_after_allocate_with_exactly_the_chosen_cards(
     assert sorted(p.metadata.name for p in listed) == sorted(shapes)
 
 
+def test_a_share_on_each_of_two_cards_runs_on_two_distinct_cards(
+        cluster: DevCluster, core_v1: Any, namespace: str, api: KubeClient,
+        hami_node: HamiNode) -> None:
+    """HAMi's ``nvidia.com/gpu: 2`` with ``gpumem: 3000`` (pkg/device/nvidia/device.go: two
+    vGPUs, each its own device): admitted, placed on two cards, and HAMi's plugin (the
+    stand-in) gives the container exactly those two, 3000 MiB on each."""
+    limits = {"nvidia.com/gpu": "2", "nvidia.com/gpumem": "3000", "nvidia.com/gpucores": "20"}
+    _create(core_v1, namespace, "two", [container("main", limits)])
+    created = _pod(core_v1, namespace, "two")
+    assert created["spec"]["containers"][0]["resources"]["limits"]["nvidia.com/gpu"] == "2"
+    alloc = _allocator(cluster, api)
+    alloc.bind(namespace, "two", "", hami_node.node)
+    assert hami_node.allocate_next() == f"{namespace}/two"
+    wait_for("two Running", lambda: _pod(core_v1, namespace, "two")["status"].get(
+        "phase") == "Running", timeout=60)
+    pod = _pod(core_v1, namespace, "two")
+    (main,) = decode_allocation(pod["metadata"]["annotations"][
+        cluster.vocabulary.allocation_annotation]).containers
+    assert len(set(main.card_indices)) == 2
+    assert (main.core_percent, main.memory_mib) == (20, 3000)
+    uuid = {d.index: d.uuid for d in hami_node.devices}
+    env = node_envs(pod)["main"]
+    assert env["NVIDIA_VISIBLE_DEVICES"].split(",") == [uuid[i] for i in main.card_indices]
+    assert (env["CUDA_DEVICE_MEMORY_LIMIT_0"], env["CUDA_DEVICE_MEMORY_LIMIT_1"]) == (
+        "3000m", "3000m")
+    assert env["CUDA_DEVICE_SM_LIMIT"] == "20"
+
+
 EXAMPLES = sorted((repo_root() / "examples" / "pods").glob("*.yaml"))
 
 

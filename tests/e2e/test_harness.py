@@ -16,17 +16,17 @@ from devcluster import DevClusterError, kwok
 from devcluster.binaries import repo_root
 from devcluster.checks import admission_problems, allocation_problems, fits_now
 from devcluster.cluster import scheduler_setup
-from devcluster.controlplane import (
+from devcluster.controlplane import kubeconfig_document
+from devcluster.nodes import Card, GpuNodeSpec, Inventory, node_object, uniform
+from devcluster.options import Options
+from devcluster.pki import ClusterCA
+from devcluster.scheduler_config import (
     ExtenderAddress,
-    kubeconfig_document,
     localise_scheduler_configuration,
     scheduler_client_connection,
     tls_data,
     with_nodes_to_score,
 )
-from devcluster.nodes import Card, GpuNodeSpec, Inventory, node_object, uniform
-from devcluster.options import Options
-from devcluster.pki import ClusterCA
 from devcluster.services import service_account_subject, webhook_configuration
 from devcluster.workloads import quantities_as_strings
 from kubectl_tessera.report import CardInfo, card_usage, node_cards, overcommitments

@@ -227,7 +227,7 @@ def test_a_cluster_spec_of_another_profile_is_refused_before_start() -> None:
     # The dev cluster refuses to run kube-scheduler with another profile's resources.
     from devcluster import DevClusterError
     from devcluster.cluster import scheduler_setup
-    from devcluster.controlplane import ExtenderAddress
+    from devcluster.scheduler_config import ExtenderAddress
 
     address = ExtenderAddress("https://127.0.0.1:1", {})
     shipped, _ = scheduler_setup(Options(agent_profile=AgentProfile.HAMI), VOCABULARY, address)

@@ -16,7 +16,7 @@ from plugin_builders import (
 
 from kubectl_tessera import inspection, report
 from kubectl_tessera.picture import parse_selector, selector_matches
-from tessera.vocabulary import ContainerRequest, PodRequest
+from tessera.vocabulary import Allocation, ContainerAllocation, ContainerRequest, PodRequest
 
 
 def test_card_usage_comes_from_the_bound_pods_records() -> None:
@@ -131,3 +131,14 @@ def test_a_device_plugin_s_register_describes_the_node_as_the_allocator_reads_it
     pic = picture_of([gpu_node("n1", annotations={HAMI.register_key: register})], [])
     node = pic.nodes[0]
     assert node.source == "hami" and [c.memory_mib for c in node.cards] == [24000] * 3
+
+
+
+def test_a_share_on_each_of_two_cards_is_held_on_each_card() -> None:
+    """HAMi's gpu: 2 + gpumem: 3000: the record lists both cards, and every table shows the
+    share on each."""
+    alloc = Allocation("n1", (ContainerAllocation("main", (1, 3), 20, 3000),))
+    held = report.holdings("ns/p", alloc)
+    assert sorted(held) == [1, 3]
+    assert all((h.core_percent, h.memory_mib, h.whole) == (20, 3000, False)
+               for h in held.values())

@@ -238,8 +238,6 @@ def test_kai_annotations_are_left_alone_unless_opted_in() -> None:
     ("limits", "fragments"),
     [
         # Volcano: HAMi's rules under Volcano's names
-        ({"volcano.sh/vgpu-number": "2", "volcano.sh/vgpu-memory": "1000"},
-         ["volcano.sh/vgpu-number=2", "exactly one card"]),
         ({"volcano.sh/vgpu-memory": "1000", "volcano.sh/vgpu-memory-percentage": "50"},
          ["volcano.sh/vgpu-memory", "volcano.sh/vgpu-memory-percentage", "together"]),
         ({"volcano.sh/vgpu-number": "1", "volcano.sh/vgpu-memory-percentage": "50"},
@@ -522,7 +520,6 @@ def test_impossible_requests_are_refused_with_a_message_naming_container_and_key
 @pytest.mark.parametrize(
     ("limits", "fragment"),
     [
-        ({"nvidia.com/gpu": "2", "nvidia.com/gpumem": "1000"}, "exactly one card"),
         ({"nvidia.com/gpumem": "1000", "nvidia.com/gpumem-percentage": "50"},
          "cannot be used together"),
         ({"nvidia.com/gpu": "1", "nvidia.com/gpumem-percentage": "50"}, "add nvidia.com/gpucores"),
@@ -695,3 +692,50 @@ def test_two_dialects_that_disagree_are_refused_naming_both_requests(
     with pytest.raises(RequestError, match="write the request once, in one dialect") as caught:
         parse_pod(make_pod(limits), DEFAULT)
     assert wording in str(caught.value)
+
+
+HAMI_PROFILE = DialectConfig(agent_profile=AgentProfile.HAMI)
+
+
+def test_a_memory_percent_alone_is_one_share_under_hamis_agent() -> None:
+    """HAMi v2.10.0 device.go:551-566 reads gpumem-percentage as a percent of the card's
+    memory, device.go:579 gives defaultCores (0) when gpucores is absent; HAMi's agent counts
+    nvidia.com/gpu, so the share is counted without compute."""
+    pod = make_pod({"nvidia.com/gpu": "1", "nvidia.com/gpumem-percentage": "25"})
+    assert parse_pod(pod, HAMI_PROFILE) == share(memory_percent=25)
+
+
+def test_a_memory_percent_alone_is_refused_where_compute_is_counted() -> None:
+    pod = make_pod({"nvidia.com/gpu": "1", "nvidia.com/gpumem-percentage": "25"})
+    with pytest.raises(RequestError, match="under the elastic agent profile"):
+        parse_pod(pod, WITH_HAMI)
+
+
+def test_a_count_with_a_share_is_that_share_on_as_many_cards() -> None:
+    """HAMi v2.10.0 device.go:520-597: Nums n vGPUs, each with Memreq and Coresreq; its
+    fitInDevices gives each vGPU its own device."""
+    pod = make_pod({"nvidia.com/gpu": "2", "nvidia.com/gpumem": "3000",
+                    "nvidia.com/gpucores": "30"})
+    expected = PodRequest((ContainerRequest("main", core_percent=30, memory_mib=3000,
+                                            shares=2),))
+    assert parse_pod(pod, HAMI_PROFILE) == expected
+    assert parse_pod(pod, WITH_HAMI) == expected
+
+
+@pytest.mark.parametrize("profile", [p for p in AgentProfile if p is not AgentProfile.HAMI])
+def test_a_share_on_several_cards_is_refused_at_admission_naming_the_agent(
+    profile: AgentProfile,
+) -> None:
+    agent = DialectConfig(agent_profile=profile).agent
+    request = PodRequest((ContainerRequest("main", core_percent=30, memory_mib=3000,
+                                           shares=2),))
+    with pytest.raises(RequestError, match=r"on each of 2 cards.*gives a container's share "
+                                           r"one card") as caught:
+        agent.admit(request)
+    assert agent.name in str(caught.value)
+
+
+def test_a_share_on_several_cards_is_admitted_under_hamis_agent() -> None:
+    agent = DialectConfig(agent_profile=AgentProfile.HAMI).agent
+    request = PodRequest((ContainerRequest("main", memory_mib=3000, shares=2),))
+    assert agent.admit(request).containers[0].shares == 2

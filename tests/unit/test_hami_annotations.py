@@ -56,10 +56,6 @@ def test_values_tessera_honours_are_admitted(annotations: dict[str, str]) -> Non
 
 
 @pytest.mark.parametrize(("key", "value", "fragment"), [
-    ("nvidia.com/use-gputype", "A100", f"name the exact models in {VOCAB.model_annotation}"),
-    ("nvidia.com/nouse-gputype", "T4", f"the models the pod may take in {VOCAB.model_annotation}"),
-    ("nvidia.com/use-gpuuuid", "GPU-1", "does not yet place on or avoid named cards"),
-    ("nvidia.com/nouse-gpuuuid", "GPU-1", "hami.io/device-cordon"),
     ("nvidia.com/vgpu-mode", "mig", "write hami-core or remove it"),
     ("nvidia.com/vgpu-mode", "mps", "MIG and MPS not yet"),
     ("nvidia.com/vgpu-mode", "", "hami-core shares only"),  # HAMi: matches no hami-core card
@@ -81,17 +77,17 @@ def test_what_tessera_cannot_honour_is_refused_naming_the_annotation_and_what_to
 
 def test_every_refused_annotation_is_named_at_once() -> None:
     with pytest.raises(RequestError) as refused:
-        _policy({"nvidia.com/use-gputype": "A100", "nvidia.com/numa-bind": "true",
+        _policy({"hami.io/device-scoring-weights": "slot=2", "nvidia.com/numa-bind": "true",
                  "hami.io/gpu-scheduler-policy": "mutex"})
     text = str(refused.value)
-    for key in ("nvidia.com/use-gputype", "nvidia.com/numa-bind",
+    for key in ("hami.io/device-scoring-weights", "nvidia.com/numa-bind",
                 "hami.io/gpu-scheduler-policy"):
         assert key in text
 
 
 def test_a_huge_value_is_quoted_cut_short() -> None:
     with pytest.raises(RequestError) as refused:
-        _policy({"nvidia.com/use-gpuuuid": "GPU-" * 10_000})
+        _policy({"hami.io/device-scoring-weights": "slot=" * 10_000})
     assert len(str(refused.value)) < 300
 
 
@@ -109,12 +105,45 @@ def test_every_profile_reads_hamis_annotations_on_a_gpu_pod(config: DialectConfi
     pod = make_pod(GPU, annotations={"hami.io/node-scheduler-policy": "spread"})
     request = parse_pod(pod, config)
     assert request is not None and request.policy == "hami-spread-spread"
-    refused = make_pod(GPU, annotations={"nvidia.com/use-gpuuuid": "GPU-1"})
-    with pytest.raises(RequestError, match=r"nvidia\.com/use-gpuuuid"):
-        parse_pod(refused, config)
+    typed = parse_pod(make_pod(GPU, annotations={"nvidia.com/use-gputype": "A100,H100",
+                                                 "nvidia.com/nouse-gputype": ""}), config)
+    assert typed is not None and typed.use_types == ("A100", "H100") and not typed.nouse_types
+    named = make_pod(GPU, annotations={"nvidia.com/use-gpuuuid": "GPU-1, GPU-2"})
+    if config.agent_profile is AgentProfile.HAMI:  # the one agent that tells card UUIDs
+        request = parse_pod(named, config)
+        assert request is not None and request.use_uuids == ("GPU-1", "GPU-2")
+        read = read_pod_request(named, config)
+        assert read is not None and read.use_uuids == request.use_uuids
+        return
+    with pytest.raises(RequestError, match=r"use-gpuuuid='GPU-1, GPU-2': .* no card UUIDs"):
+        parse_pod(named, config)
     # The allocator's view of a pod admitted without the webhook says the same.
     with pytest.raises(RequestError, match=r"nvidia\.com/use-gpuuuid"):
-        read_pod_request(refused, config)
+        read_pod_request(named, config)
+
+
+@pytest.mark.parametrize(("annotations", "fields"), [
+    ({"nvidia.com/use-gputype": "a100"}, {"use_types": ("a100",)}),
+    ({"nvidia.com/nouse-gputype": "T4, ,V100"}, {"nouse_types": ("T4", "V100")}),
+    ({"nvidia.com/use-gpuuuid": "GPU-a"}, {"use_uuids": ("GPU-a",)}),
+    ({"nvidia.com/nouse-gpuuuid": "GPU-a,GPU-b"}, {"nouse_uuids": ("GPU-a", "GPU-b")}),
+    ({"nvidia.com/use-gputype": " ", "nvidia.com/use-gpuuuid": ""}, {}),  # empty: none
+])
+def test_card_choosing_annotations_are_honoured_as_the_requests_card_choice(
+        annotations: dict[str, str], fields: dict[str, tuple[str, ...]]) -> None:
+    config = DialectConfig(agent_profile=AgentProfile.HAMI)
+    request = parse_pod(make_pod(GPU, annotations=annotations), config)
+    assert request is not None
+    for name in ("use_types", "nouse_types", "use_uuids", "nouse_uuids"):
+        assert getattr(request, name) == fields.get(name, ())
+    assert request.picks_cards == bool(fields)
+
+
+def test_an_overlong_card_choice_is_refused_naming_the_annotation() -> None:
+    config = DialectConfig(agent_profile=AgentProfile.HAMI)
+    pod = make_pod(GPU, annotations={"nvidia.com/nouse-gpuuuid": ",".join(["GPU-1"] * 100)})
+    with pytest.raises(RequestError, match=r"nvidia\.com/nouse-gpuuuid: at most 64 values"):
+        parse_pod(pod, config)
 
 
 def test_a_pod_without_gpu_is_not_concerned() -> None:

@@ -36,7 +36,61 @@ REQUESTS = [
         policy="spread",
     ),
     PodRequest((ContainerRequest("main", cards=2),), mixed_models=True),
+    PodRequest((ContainerRequest("main", core_percent=30, memory_mib=3000, shares=2),)),
+    PodRequest((ContainerRequest("main", cards=1),), use_types=("A100", "h100"),
+               nouse_types=("T4",), use_uuids=("GPU-1",), nouse_uuids=("GPU-2", "GPU-3")),
 ]
+
+
+def test_a_request_written_before_share_counts_reads_as_one_share() -> None:
+    old = '{"v":1,"containers":[{"name":"main","memoryMiB":3000}]}'
+    assert decode_request(old).containers[0].shares == 1
+    assert encode_request(decode_request(old)) == old
+
+
+def test_a_request_written_before_hamis_card_choice_reads_as_no_choice() -> None:
+    old = '{"v":1,"containers":[{"name":"main","cards":1}]}'
+    assert not decode_request(old).picks_cards
+    assert encode_request(decode_request(old)) == old
+
+
+@pytest.mark.parametrize(("model", "uuid", "choice", "allowed"), [
+    ("NVIDIA-A100-SXM4-80GB", "GPU-1", {"use_types": ("a100",)}, True),  # part, any case
+    ("NVIDIA-A100-SXM4-80GB", "GPU-1", {"use_types": ("T4", "H100")}, False),
+    ("NVIDIA-A100-SXM4-80GB", "GPU-1", {"nouse_types": ("sxm4",)}, False),
+    ("Tesla-T4", "GPU-1", {"use_types": ("nvidia-tesla",)}, True),  # HAMi's NVIDIA-<model>
+    ("Tesla-T4", "GPU-1", {"nouse_types": ("NVIDIA",)}, False),
+    ("Tesla-T4", "GPU-1", {"nouse_types": ("A100",)}, True),
+    # "use" and "nouse" both apply (HAMi v2.10.0 CheckType, CheckUUID).
+    ("NVIDIA-A100-SXM4-80GB", "GPU-1", {"use_types": ("A100",), "nouse_types": ("80GB",)},
+     False),
+    ("NVIDIA-A100-SXM4-40GB", "GPU-1", {"use_types": ("A100",), "nouse_types": ("80GB",)},
+     True),
+    ("T4", "GPU-1", {"use_uuids": ("GPU-1", "GPU-2"), "nouse_uuids": ("GPU-1",)}, False),
+    ("T4", "GPU-1", {"use_uuids": ("GPU-1", "GPU-2")}, True),
+    ("T4", "GPU-12", {"use_uuids": ("GPU-1",)}, False),  # exact, not a part
+    ("T4", "gpu-1", {"use_uuids": ("GPU-1",)}, False),
+    ("T4", "GPU-1", {"nouse_uuids": ("GPU-1",)}, False),
+    ("T4", "GPU-2", {"nouse_uuids": ("GPU-1",)}, True),
+    ("T4", "", {"use_uuids": ("GPU-1",)}, False),  # a card without a UUID is never named
+    ("T4", "GPU-1", {}, True),
+])
+def test_hamis_card_choice_matches_as_hami_does(model: str, uuid: str,
+                                                choice: dict[str, tuple[str, ...]],
+                                                allowed: bool) -> None:
+    pod = PodRequest((ContainerRequest("main", cards=1),), **choice)  # type: ignore[arg-type]
+    assert (pod.allows_type(model) and pod.allows_uuid(uuid)) is allowed
+
+
+@pytest.mark.parametrize(("fields", "fragment"), [
+    ({"cards": 2, "shares": 2}, "not whole cards"),
+    ({"memoryMiB": 3000, "shares": 0}, "share count 0"),
+    ({"memoryMiB": 3000, "shares": "2"}, "'shares' must be an integer"),
+])
+def test_a_bad_share_count_is_refused(fields: dict[str, object], fragment: str) -> None:
+    text = json.dumps({"v": 1, "containers": [{"name": "main", **fields}]})
+    with pytest.raises(CodecError, match=fragment):
+        decode_request(text)
 
 
 @pytest.mark.parametrize("request_", REQUESTS)
@@ -85,6 +139,10 @@ def test_an_allocation_survives_its_codec(allocation: Allocation) -> None:
         ('{"v": 1, "containers": [{"name": "main", "cards": 2}], "mixedModels": "yes"}',
          "mixedModels"),
         ('{"v": 1, "containers": "main"}', "'containers'"),
+        ('{"v": 1, "containers": [{"name": "main", "cards": 1}], "useUUIDs": "GPU-1"}',
+         "'useUUIDs' must be a list"),
+        ('{"v": 1, "containers": [{"name": "main", "cards": 1}], "nouseTypes": [""]}',
+         "nouseTypes must be non-empty strings"),
     ],
 )
 def test_a_bad_request_annotation_is_refused_with_a_reason(text: str, fragment: str) -> None:

@@ -72,16 +72,21 @@ def test_hamis_policy_annotations_become_the_pods_hami_policy_and_the_rest_are_r
         hami_webhook: tuple[Server, requests.Session]) -> None:
     admitted = _answer(hami_webhook, {"hami.io/gpu-scheduler-policy": "binpack",
                                       "nvidia.com/vgpu-mode": "hami-core",
-                                      "nvidia.com/numa-bind": "false"})
+                                      "nvidia.com/numa-bind": "false",
+                                      "nvidia.com/use-gputype": "A100",
+                                      "nvidia.com/nouse-gpuuuid": "GPU-1,GPU-2"})
     assert admitted["allowed"] is True
     patch = json.loads(base64.b64decode(admitted["patch"]))
     key = Vocabulary().request_annotation.replace("/", "~1")
     [written] = [op["value"] for op in patch if op["path"].endswith(key)]
-    assert decode_request(written).policy == "hami-binpack-binpack"  # node: HAMi's default
+    record = decode_request(written)
+    assert record.policy == "hami-binpack-binpack"  # node: HAMi's default
+    # The card choice travels in the request record, for the allocator's eligible cards.
+    assert (record.use_types, record.nouse_uuids) == (("A100",), ("GPU-1", "GPU-2"))
 
-    refused = _answer(hami_webhook, {"nvidia.com/use-gputype": "A100",
+    refused = _answer(hami_webhook, {"hami.io/gpu-scheduler-policy": "mutex",
                                      "nvidia.com/numa-bind": "true"})
     assert refused["allowed"] is False
     message = refused["status"]["message"]
-    assert "pod annotation nvidia.com/use-gputype='A100'" in message
+    assert "pod annotation hami.io/gpu-scheduler-policy='mutex'" in message
     assert "pod annotation nvidia.com/numa-bind='true'" in message

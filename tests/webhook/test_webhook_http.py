@@ -348,7 +348,7 @@ def test_forged_tessera_annotations_are_removed_from_pods_without_gpu(client: Fl
         ({"aliyun.com/gpu-mem": "2Gi"}, None, ["'main'", "aliyun.com/gpu-mem", "binary"]),
         (None, {"genius/gpu-number": "many"}, ["genius/gpu-number", "'many'"]),
         ({"volcano.sh/vgpu-number": "2", "volcano.sh/vgpu-cores": "30"}, None,
-         ["'main'", "volcano.sh/vgpu-number=2", "exactly one card"]),
+         ["'main'", "on each of 2 cards", "elastic-gpu-agent"]),
         ({"tencent.com/vcuda-core": "150"}, None, ["'main'", "tencent.com/vcuda-core=150"]),
         ({"koordinator.sh/gpu-core": "50"}, None,
          ["'main'", "koordinator.sh/gpu-core", "not a combination Koordinator accepts"]),
