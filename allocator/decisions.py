@@ -55,6 +55,10 @@ class DecisionHooks:
     def fits(self, pod: PodRef) -> None:
         """Filter found the pod at least one node (an earlier refusal no longer holds)."""
 
+    def preempted(self, preemptor: PodRef, victims: tuple[PodRef, ...], node: str,
+                  cards: tuple[int, ...]) -> None:
+        """``victims`` were evicted from ``node`` so that ``preemptor`` gets ``cards``."""
+
 
 NO_HOOKS = DecisionHooks()
 
@@ -84,6 +88,10 @@ class Fanout(DecisionHooks):
 
     def fits(self, pod: PodRef) -> None:
         self._each(lambda h: h.fits(pod), "fits")
+
+    def preempted(self, preemptor: PodRef, victims: tuple[PodRef, ...], node: str,
+                  cards: tuple[int, ...]) -> None:
+        self._each(lambda h: h.preempted(preemptor, victims, node, cards), "preempted")
 
 
 def reason_counts(reasons: Mapping[str, str]) -> list[tuple[str, int]]:

@@ -27,6 +27,11 @@ class Gone(ApiError):
     """410: the watch's resourceVersion is too old; relist."""
 
 
+class TooManyRequests(ApiError):
+    """429: for an eviction, a PodDisruptionBudget forbids it now; stop and retry later,
+    never delete instead."""
+
+
 class BindError(TesseraError):
     """A bind that did not happen; the message goes back to kube-scheduler verbatim."""
 

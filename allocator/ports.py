@@ -57,6 +57,19 @@ class KubeApi(Protocol):
         """JSON merge patch (RFC 7386) of the pod; returns the patched pod."""
         ...
 
+    def patch_pod_status(self, namespace: str, name: str, patch: Obj) -> Obj:
+        """JSON merge patch of the pods/status subresource (``status.nominatedNodeName``)."""
+        ...
+
+    def list_pod_disruption_budgets(self) -> list[Obj]:
+        """Every policy/v1 PodDisruptionBudget (preemption counts them)."""
+        ...
+
+    def create_eviction(self, namespace: str, name: str) -> None:
+        """Create the policy/v1 Eviction subresource: :class:`TooManyRequests` when a
+        PodDisruptionBudget forbids it now, :class:`NotFound` when the pod is gone."""
+        ...
+
     def bind_pod(self, namespace: str, name: str, uid: str, node: str,
                  annotations: Mapping[str, str] | None = None) -> None:
         """Create the pods/binding subresource (with the pod UID as precondition). The API

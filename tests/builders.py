@@ -240,6 +240,15 @@ class NullApi:
     def patch_pod(self, namespace: str, name: str, patch: Obj) -> Obj:
         self._called("patch_pod")
 
+    def patch_pod_status(self, namespace: str, name: str, patch: Obj) -> Obj:
+        self._called("patch_pod_status")
+
+    def list_pod_disruption_budgets(self) -> list[Obj]:
+        self._called("list_pod_disruption_budgets")
+
+    def create_eviction(self, namespace: str, name: str) -> None:
+        self._called("create_eviction")
+
     def bind_pod(self, namespace: str, name: str, uid: str, node: str,
                  annotations: Mapping[str, str] | None = None) -> None:
         self._called("bind_pod")

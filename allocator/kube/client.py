@@ -26,7 +26,7 @@ import urllib3
 from kubernetes import client, config
 from kubernetes.config.config_exception import ConfigException
 
-from allocator.errors import ApiError, Conflict, Gone, NotFound
+from allocator.errors import ApiError, Conflict, Gone, NotFound, TooManyRequests
 from allocator.kube.curl_pool import CurlError, CurlPool
 from allocator.ports import Obj, WatchEvent
 
@@ -61,6 +61,8 @@ def _error(status: int, body: bytes | str | None, what: str) -> ApiError:
         return Conflict(text, status)
     if status == 410:
         return Gone(text, status)
+    if status == 429:
+        return TooManyRequests(text, status)
     return ApiError(text, status)
 
 
@@ -295,6 +297,20 @@ class KubeClient:
             "target": {"apiVersion": "v1", "kind": "Node", "name": node},
         }
         self._json("POST", self._pod_path(namespace, name) + "/binding", body=binding)
+
+    def patch_pod_status(self, namespace: str, name: str, patch: Obj) -> Obj:
+        return self._json("PATCH", self._pod_path(namespace, name) + "/status", body=patch,
+                          content_type="application/merge-patch+json")
+
+    def list_pod_disruption_budgets(self) -> list[Obj]:
+        return self._list("/apis/policy/v1/poddisruptionbudgets", [])[0]
+
+    def create_eviction(self, namespace: str, name: str) -> None:
+        # policy/v1 Eviction: the API server checks the PodDisruptionBudgets (429 when one
+        # forbids it) and deletes the pod gracefully.
+        eviction = {"apiVersion": "policy/v1", "kind": "Eviction",
+                    "metadata": {"name": name, "namespace": namespace}}
+        self._json("POST", self._pod_path(namespace, name) + "/eviction", body=eviction)
 
     def get_lease(self, namespace: str, name: str) -> Obj | None:
         try:

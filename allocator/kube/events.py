@@ -38,6 +38,8 @@ REPORTING_CONTROLLER = "tessera-allocator"
 NORMAL, WARNING = "Normal", "Warning"
 ALLOCATED, FAILED_ALLOCATION, NO_GPU_FIT = "Allocated", "FailedAllocation", "NoGPUFit"
 BINDING, FILTERING = "Binding", "Filtering"
+#: kube-scheduler's own reason and action for a preemption (``Preempted``, ``Preempting``).
+PREEMPTED, PREEMPTING = "Preempted", "Preempting"
 #: Field limits of events.k8s.io/v1 (kubernetes ``pkg/apis/core/validation/events.go``:
 #: ``NoteLengthLimit`` bytes of note; reportingInstance, action and reason 128 characters).
 NOTE_LIMIT = 1024
@@ -68,6 +70,23 @@ def bind_failed(pod: PodRef, node: str, message: str) -> EventSpec:
 
 def refused(pod: PodRef, summary: str) -> EventSpec:
     return EventSpec(pod, WARNING, NO_GPU_FIT, FILTERING, summary)
+
+
+def _cards(cards: tuple[int, ...]) -> str:
+    return f"card {cards[0]}" if len(cards) == 1 else f"cards {','.join(map(str, cards))}"
+
+
+def preempted_victim(victim: PodRef, preemptor: PodRef, node: str,
+                     cards: tuple[int, ...]) -> EventSpec:
+    return EventSpec(victim, NORMAL, PREEMPTED, PREEMPTING,
+                     f"preempted by {preemptor.key} for {_cards(cards)} of node {node}")
+
+
+def preempting(preemptor: PodRef, victims: tuple[PodRef, ...], node: str,
+               cards: tuple[int, ...]) -> EventSpec:
+    names = ", ".join(v.key for v in victims)
+    return EventSpec(preemptor, NORMAL, PREEMPTED, PREEMPTING,
+                     f"preempting {names} for {_cards(cards)} of node {node}")
 
 
 def clip(text: str, limit_bytes: int) -> str:
@@ -256,10 +275,10 @@ class Correlator:
 
     def _name(self, pod: PodRef, now: float) -> str:
         # client-go's name: "<object name>.<UnixNano in hex>"; kept unique when two events
-        # of one pod share a nanosecond (a clock that does not advance, in tests).
+        # share a nanosecond (a clock that does not advance, in tests), of one pod or not.
         nanos = int(now * 1e9)
-        last_pod, last_nanos = self._last_name
-        if last_pod == pod.key and nanos <= last_nanos:
+        _, last_nanos = self._last_name
+        if nanos <= last_nanos:
             nanos = last_nanos + 1
         self._last_name = (pod.key, nanos)
         # Object names are at most 253 characters; pod names at most 253 already.

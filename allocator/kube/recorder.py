@@ -67,6 +67,12 @@ class EventRecorder(DecisionHooks):
         if reasons:
             self.record(events.refused(pod, refusal_summary(reasons)))
 
+    def preempted(self, preemptor: PodRef, victims: tuple[PodRef, ...], node: str,
+                  cards: tuple[int, ...]) -> None:
+        for victim in victims:
+            self.record(events.preempted_victim(victim, preemptor, node, cards))
+        self.record(events.preempting(preemptor, victims, node, cards))
+
     def record(self, spec: EventSpec) -> None:
         try:
             self._queue.put_nowait((spec, self._clock()))

@@ -26,10 +26,14 @@ class Hold:
 
 
 class Holds:
-    """Holds by pod UID, oldest first."""
+    """Holds by pod UID, oldest first. Filter's holds end in the order they were made; a
+    preemption's hold (allocator/verbs/preempt.py) may outlast holds made after it: then
+    expiry looks at every hold until the table is empty again."""
 
     def __init__(self) -> None:
         self._holds: dict[str, Hold] = {}
+        self._in_order = True
+        self._latest = float("-inf")
 
     def __contains__(self, uid: str) -> bool:
         return uid in self._holds
@@ -42,6 +46,9 @@ class Holds:
 
     def add(self, uid: str, hold: Hold) -> None:
         self._holds[uid] = hold
+        if hold.until < self._latest:
+            self._in_order = False
+        self._latest = max(self._latest, hold.until)
 
     def pop(self, uid: str) -> Hold | None:
         return self._holds.pop(uid, None)
@@ -51,8 +58,12 @@ class Holds:
         expired = []
         for uid, hold in self._holds.items():  # oldest first
             if hold.until > now:
-                break
+                if self._in_order:
+                    break
+                continue
             expired.append(uid)
         for uid in expired:
             del self._holds[uid]
+        if not self._holds:
+            self._in_order, self._latest = True, float("-inf")
         return expired

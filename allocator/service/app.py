@@ -43,7 +43,7 @@ from prometheus_client import CONTENT_TYPE_LATEST
 from werkzeug.exceptions import HTTPException
 
 from allocator.agents.profiles import AgentSetup, agent_for
-from allocator.decisions import Fanout, PodRef
+from allocator.decisions import DecisionHooks, Fanout, PodRef
 from allocator.errors import describe_error
 from allocator.kube.leader import LeaderElector
 from allocator.kube.recorder import EventRecorder
@@ -59,6 +59,7 @@ from allocator.service.pending import RecentRefusals
 from allocator.verbs.bind import Bind
 from allocator.verbs.core import Allocator, fast_ranker
 from allocator.verbs.filter import Filter
+from allocator.verbs.preempt import Preempt
 from allocator.verbs.prioritize import Prioritize
 from allocator.verbs.reader import PodReader
 from allocator.verbs.requeue import RequeueOnRelease, requeue_patch
@@ -195,14 +196,30 @@ def create_app(
     reader = PodReader(state, settings.core, clock=clock,
                        is_leader=lambda: runtime_box[0].is_leader())
     ranker = fast_ranker(state, settings.core, NodeLookup(api.get_node, state))
-    hooks = Fanout([recorder, refusals])
+    listeners: list[DecisionHooks] = [recorder, refusals]
+    preempt = None
+    if settings.core.preemption:
+        preempt = Preempt(state, api, Fanout([recorder]), clock,
+                          state.vocabulary.preemption_annotation,
+                          state.vocabulary.gpu_pod_selector)
+        listeners.append(preempt)
+    hooks = Fanout(listeners)
     requeue = RequeueOnRelease(lambda request, node: filter_verb.fits_on(request, node),
                                ask_again)
-    filter_verb = Filter(reader, state, ranker, agent, requeue, hooks)
+    filter_verb = Filter(reader, state, ranker, agent, requeue, hooks, preempt)
     requeue.hold = filter_verb.hold_for  # room a release leaves, held by priority
     allocator = Allocator(reader, filter_verb, Prioritize(reader, ranker),
                           Bind(reader, state, api, agent, hooks), ranker, agent, requeue)
     state.on_release = requeue.released
+    if preempt is not None:
+        # Each release tells the requeue and then preemption (the hold of freed cards).
+        on_preempt = preempt
+
+        def on_release(node: str) -> None:
+            requeue.released(node)
+            on_preempt.released(node)
+
+        state.on_release = on_release
     measured = (MeasuredSource(settings.measured, state, clock=clock)
                 if settings.measured.enabled else None)
     if measured is not None:

@@ -34,6 +34,7 @@ _FLAGS: serving.EnvFlags = {
     "seed": ("--seed", "TESSERA_SEED"),
     "node_resources": ("--node-resources", "TESSERA_NODE_RESOURCES"),
     "filter_best": ("--filter-best", "TESSERA_FILTER_BEST"),
+    "preemption": ("--preemption", "TESSERA_PREEMPTION"),
     "url_prefix": ("--url-prefix", "TESSERA_ALLOCATOR_URL_PREFIX"),
     "max_body_bytes": ("--max-body-bytes", "TESSERA_ALLOCATOR_MAX_BODY_BYTES"),
     "leader_election": ("--leader-election", "TESSERA_LEADER_ELECTION"),

@@ -29,6 +29,9 @@ class AllocatorConfig:
     filter_best: bool = True
     #: Seconds filter's single answer stays held for the pod's bind (0: never held).
     hold_seconds: float = HOLD_SECONDS
+    #: Evict pods of lower priority for a GPU pod refused everywhere for want of card room
+    #: (allocator/verbs/preempt.py; off until the whole of issue 47 lands).
+    preemption: bool = False
 
     @property
     def vocabulary(self) -> Vocabulary:

@@ -59,6 +59,9 @@ from tessera.vocabulary import Allocation, PodRequest, RequestError
 #: a few times (without a hold the bind places the pod afresh, as it always could).
 HOLD_PLACEMENTS: Final = 3
 
+#: Preemption for a pod refused for want of room on the given nodes (its answer unused here).
+Preempting = Callable[[Mapping[str, Any], PodRequest, Sequence[str]], object]
+
 #: The pod's policy context and requests, read at most once per filter.
 Inputs = Callable[[], tuple[PolicyContext, Requests]]
 
@@ -76,13 +79,14 @@ class Filter:
 
     def __init__(self, reader: PodReader, state: ClusterState, ranker: Ranker,
                  agent: NodeAgent, requeue: RequeueOnRelease | None,
-                 hooks: DecisionHooks) -> None:
+                 hooks: DecisionHooks, preempt: Preempting | None = None) -> None:
         self.reader = reader
         self.state = state
         self.ranker = ranker
         self.agent = agent
         self.requeue = requeue
         self.hooks = hooks
+        self.preempt = preempt  # None: preemption off (allocator/verbs/preempt.py)
         self.config = reader.config
         self._pods_to_start = state.pods_to_start  # bound once: asked on every filter
 
@@ -93,6 +97,10 @@ class Filter:
             self.hooks.fits(PodRef.of(pod))
         elif names:
             self.hooks.refused(PodRef.of(pod), {**out.failed, **out.unresolvable})
+            if self.preempt is not None and out.failed:
+                request = self.reader.pod_request(pod)  # read fine a moment ago
+                if request is not None:
+                    self.preempt(pod, request, list(out.failed))
         return out
 
     def _decide(self, pod: Mapping[str, Any], names: Sequence[str]) -> FilterOutcome:

@@ -76,6 +76,12 @@ class Vocabulary:
         return f"{self.domain}/requeued-at"
 
     @property
+    def preemption_annotation(self) -> str:
+        """Pod annotation: set by the allocator on a pod it preempted for, naming the node,
+        the cards and until when they are kept for it (JSON)."""
+        return f"{self.domain}/preemption"
+
+    @property
     def gpu_pod_label(self) -> str:
         """Pod label ``"true"`` on every GPU pod; the allocator watches by this selector."""
         return f"{self.domain}/gpu-pod"

@@ -45,6 +45,8 @@ class FakeKube:
         self.nodes: dict[str, Obj] = {}
         self.pods: dict[tuple[str, str], Obj] = {}
         self.leases: dict[tuple[str, str], Obj] = {}
+        #: policy/v1 PodDisruptionBudgets, as listed (a test sets their status itself)
+        self.budgets: list[Obj] = []
         #: Kubernetes Events (events.k8s.io/v1) by (namespace, name); not the watch log.
         self.api_events: dict[tuple[str, str], Obj] = {}
         self.events: list[tuple[int, str, str, Obj]] = []  # (rv, "nodes"|"pods", type, obj)
@@ -223,6 +225,35 @@ class FakeKube:
             self.pods[(namespace, name)] = merged
             self._bump("pods", "MODIFIED", merged)
             return copy.deepcopy(merged)
+
+    def patch_pod_status(self, namespace: str, name: str, patch: Obj) -> Obj:
+        self.calls.append(("patch_pod_status", name))
+        self._fault("patch_pod_status")
+        with self.lock:
+            pod = self.pods.get((namespace, name))
+            if pod is None:
+                raise NotFound(f"pod {namespace}/{name} not found", 404)
+            merged = merge_patch(pod, {"status": patch.get("status") or {}})
+            self.pods[(namespace, name)] = merged
+            self._bump("pods", "MODIFIED", merged)
+            return copy.deepcopy(merged)
+
+    def list_pod_disruption_budgets(self) -> list[Obj]:
+        self.calls.append(("list_pod_disruption_budgets", ""))
+        self._fault("list_pod_disruption_budgets")
+        with self.lock:
+            return copy.deepcopy(self.budgets)
+
+    def create_eviction(self, namespace: str, name: str) -> None:
+        """As policy/v1 Eviction with no budget in the way: the pod is deleted (a fault
+        queued for ``create_eviction`` stands for a budget's 429)."""
+        self.calls.append(("create_eviction", name))
+        self._fault("create_eviction")
+        with self.lock:
+            pod = self.pods.pop((namespace, name), None)
+            if pod is None:
+                raise NotFound(f"pod {namespace}/{name} not found", 404)
+            self._bump("pods", "DELETED", pod)
 
     def bind_pod(self, namespace: str, name: str, uid: str, node: str,
                  annotations: Mapping[str, str] | None = None) -> None:

@@ -20,6 +20,7 @@ def test_defaults_are_valid_and_single_process() -> None:
     assert settings.core.default_policy == "fgd-cpu"
     assert settings.core.dialects.agent_profile == AgentProfile.ELASTIC
     assert settings.leader_election is True
+    assert settings.core.preemption is False  # off until the whole of issue 47 lands
     options = server_options(settings.serving, threads=settings.serving.threads)
     assert options["workers"] == 1 and options["interface"] == "wsgi"
     assert options["ssl_cert"] is None and not options["ssl_client_verify"]
@@ -66,6 +67,15 @@ def test_flags_override_environment_and_tls_enables_mutual_auth(
     assert settings.serving.port == 8443 and not settings.leader_election
     options = server_options(settings.serving, threads=settings.serving.threads)
     assert options["ssl_ca"] == tmp_path / "ca.crt" and options["ssl_client_verify"]
+
+
+def test_preemption_is_turned_on_by_the_variable_or_the_flag() -> None:
+    assert Settings.from_env({"TESSERA_PREEMPTION": "true"}).core.preemption is True
+    argv = ["allocator", "--preemption", "true", "--allow-unauthenticated"]
+    args = build_parser(argv).parse_args(argv)
+    assert cli.settings_from_args(args, {"TESSERA_PREEMPTION": "false"}).core.preemption is True
+    with pytest.raises(ConfigError, match="TESSERA_PREEMPTION"):
+        Settings.from_env({"TESSERA_PREEMPTION": "sometimes"})
 
 
 @pytest.mark.parametrize(

@@ -17,6 +17,7 @@ from builders import VOCAB, make_gpu_pod, make_node, request, share, whole
 from fake_kube import FakeKube
 
 from allocator.errors import ApiError, BindError
+from allocator.picture.holds import Hold, Holds
 from allocator.picture.records import Stage
 from allocator.picture.state import ClusterState
 from allocator.service.app import EXTENSION, Runtime, create_app
@@ -322,3 +323,15 @@ def test_operators_documents_show_no_stale_hold_on_a_quiet_cluster() -> None:
     clock.now += runtime.settings.core.hold_seconds + 1  # no filter comes after it
     assert holders() == []
     assert 'kind="allocated",node="n0"} 0.0' in client.get("/metrics").get_data(as_text=True)
+
+
+def test_a_long_hold_does_not_keep_later_short_holds_from_expiring() -> None:
+    holds = Holds()
+    holds.add("long", Hold(until=100.0, cards=(), made_for=None))  # a preemption's hold
+    holds.add("short", Hold(until=10.0, cards=(), made_for=None))  # filter's, made after it
+    assert holds.take_expired(20.0) == ["short"]
+    assert "long" in holds
+    assert holds.take_expired(100.0) == ["long"]
+    holds.add("a", Hold(until=5.0, cards=(), made_for=None))
+    holds.add("b", Hold(until=6.0, cards=(), made_for=None))
+    assert holds.take_expired(5.5) == ["a"]

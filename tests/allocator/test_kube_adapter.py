@@ -16,7 +16,7 @@ from typing import Any, ClassVar
 import pytest
 from kubernetes import client
 
-from allocator.errors import ApiError, Conflict, Gone, NotFound
+from allocator.errors import ApiError, Conflict, Gone, NotFound, TooManyRequests
 from allocator.kube.client import AUTH_REUSE_SECONDS, KubeClient
 
 SEEN: list[tuple[str, str, str, Any]] = []
@@ -66,6 +66,10 @@ class _Handler(BaseHTTPRequestHandler):
         SEEN.append(("POST", self.path, self.headers["Content-Type"], body))
         if "binding" in self.path and body["target"]["name"] == "taken":
             self._reply(409, {"kind": "Status", "code": 409, "message": "already assigned"})
+        elif self.path.endswith("/guarded/eviction"):
+            self._reply(429, {"kind": "Status", "code": 429,
+                              "message": "Cannot evict pod as it would violate the pod's "
+                                         "disruption budget."})
         else:
             self._reply(201, {"kind": "Status", "status": "Success"})
 
@@ -233,3 +237,23 @@ def test_the_auth_header_is_the_clients_own_and_asked_again_only_after_a_while()
         server.shutdown()
         server.server_close()
     assert _AuthHandler.seen == ["Bearer one", "Bearer one", "Bearer two"]
+
+
+def test_an_eviction_posts_the_policy_v1_object_and_a_budget_refusal_is_too_many_requests(
+    kube: KubeClient,
+) -> None:
+    kube.create_eviction("default", "p")
+    method, path, _ct, body = SEEN[-1]
+    assert (method, path) == ("POST", "/api/v1/namespaces/default/pods/p/eviction")
+    assert body == {"apiVersion": "policy/v1", "kind": "Eviction",
+                    "metadata": {"name": "p", "namespace": "default"}}
+    with pytest.raises(TooManyRequests, match="disruption budget"):
+        kube.create_eviction("default", "guarded")
+
+
+def test_the_nomination_is_a_merge_patch_of_the_status_subresource(kube: KubeClient) -> None:
+    kube.patch_pod_status("default", "p", {"status": {"nominatedNodeName": "n1"}})
+    method, path, content_type, body = SEEN[-1]
+    assert (method, path) == ("PATCH", "/api/v1/namespaces/default/pods/p/status")
+    assert content_type == "application/merge-patch+json"
+    assert body == {"status": {"nominatedNodeName": "n1"}}

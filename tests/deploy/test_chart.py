@@ -111,6 +111,10 @@ VARIANTS: list[tuple[str, tuple[str, ...], Callable[[Path], Path]]] = [
       for p in ("nano-gpu", "hami")),
     ("self-signed+agent-hami-v2.8", ("agentProfile=hami", "hamiAgent=hami-v2.8"),
      composed("self-signed", "agent-hami", "agent-hami-v2.8")),
+    ("self-signed+preemption", ("allocator.preemption=true",),
+     composed("self-signed", "preemption")),
+    ("self-signed+agent-hami+preemption", ("agentProfile=hami", "allocator.preemption=true"),
+     composed("self-signed", "agent-hami", "preemption")),
 ]
 IDS = [v[0] for v in VARIANTS]
 

@@ -1,0 +1,99 @@
+"""Card-aware preemption on the real control plane (allocator/verbs/preempt.py): a GPU pod of
+high priority that fits nowhere gets one card back from the fewest pods of lower priority,
+evicted through the Eviction API; a pod that may not preempt evicts nobody."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+from conftest import ALL_DIALECTS, NodePool
+from dev_clusters import running
+from preempting import (
+    HIGH,
+    HIGH_NEVER,
+    SMALL,
+    WHOLE_CARD,
+    bound_node,
+    card_of,
+    fill_node,
+    live,
+    overcommitted,
+    pod,
+    stays_pending,
+)
+
+from devcluster.binaries import Binaries
+from devcluster.cluster import DevCluster, Options
+from devcluster.workloads import get_object, list_objects, wait_for
+
+pytestmark = pytest.mark.e2e
+
+
+@pytest.fixture(scope="module")
+def cluster(binaries: Binaries, request: pytest.FixtureRequest) -> Iterator[DevCluster]:
+    """This module's cluster (it overrides the session's: its allocator preempts)."""
+    dev = DevCluster(binaries, None, Options(preemption=True, webhook_args=(ALL_DIALECTS,),
+                                             allocator_args=(ALL_DIALECTS,)))
+    with running(dev, request, "dev cluster"):
+        yield dev
+
+
+def test_the_pods_of_one_card_make_way_for_a_whole_card_of_higher_priority(
+    cluster: DevCluster, core_v1: Any, namespace: str, pool: NodePool
+) -> None:
+    node, selector, cards = fill_node(cluster, core_v1, namespace, pool)
+    core_v1.create_namespaced_pod(namespace, pod("big", selector, WHOLE_CARD, HIGH))
+    assert wait_for("big bound", lambda: bound_node(core_v1, namespace, "big"),
+                    timeout=90) == node
+    card = card_of(cluster, core_v1, namespace, "big")
+    gone = set(SMALL) - live(core_v1, namespace)
+    # Exactly the two pods of the card it got: the minimal set, and nobody else.
+    assert gone == {name for name, c in cards.items() if c == card}
+    assert overcommitted(cluster, core_v1, namespace, node) == []
+    events = [e for e in list_objects(core_v1.list_namespaced_event, namespace)
+              if e.get("reason") == "Preempted"
+              and e.get("reportingComponent") == "tessera-allocator"]
+    assert {e["involvedObject"]["name"] for e in events} >= {*gone, "big"}
+    note = get_object(core_v1.read_namespaced_pod, "big", namespace)["metadata"][
+        "annotations"][cluster.vocabulary.preemption_annotation]
+    assert f'"node":"{node}"' in note and f'"cards":[{card}]' in note
+
+
+def test_the_card_whose_pods_a_disruption_budget_protects_is_left_alone(
+    cluster: DevCluster, core_v1: Any, namespace: str, pool: NodePool
+) -> None:
+    from kubernetes import client
+
+    node, selector, cards = fill_node(cluster, core_v1, namespace, pool)
+    # Blind to budgets, the card of the youngest pod would be freed (the older pods are put
+    # back first): that one is protected.
+    guarded_card = cards["d"]
+    guarded = {name for name, c in cards.items() if c == guarded_card}
+    for name in guarded:
+        core_v1.patch_namespaced_pod(name, namespace, {"metadata": {"labels": {"app": "db"}}})
+    policy = client.PolicyV1Api(cluster.api_client)
+    policy.create_namespaced_pod_disruption_budget(namespace, {
+        "apiVersion": "policy/v1", "kind": "PodDisruptionBudget",
+        "metadata": {"name": "db"},
+        # minAvailable: a bare pod has no scale for maxUnavailable to be read against.
+        "spec": {"minAvailable": len(guarded), "selector": {"matchLabels": {"app": "db"}}}})
+    wait_for("the budget counted", lambda: (get_object(
+        policy.read_namespaced_pod_disruption_budget, "db", namespace).get("status") or {}
+    ).get("expectedPods") == len(guarded), timeout=60)
+    core_v1.create_namespaced_pod(namespace, pod("big", selector, WHOLE_CARD, HIGH))
+    assert wait_for("big bound", lambda: bound_node(core_v1, namespace, "big"),
+                    timeout=90) == node
+    assert card_of(cluster, core_v1, namespace, "big") != guarded_card
+    assert set(SMALL) - live(core_v1, namespace) == set(SMALL) - guarded
+    assert overcommitted(cluster, core_v1, namespace, node) == []
+
+
+def test_a_pod_whose_policy_is_never_evicts_nobody(
+    cluster: DevCluster, core_v1: Any, namespace: str, pool: NodePool
+) -> None:
+    node, selector, _cards = fill_node(cluster, core_v1, namespace, pool)
+    core_v1.create_namespaced_pod(namespace, pod("big", selector, WHOLE_CARD, HIGH_NEVER))
+    stays_pending(core_v1, namespace, "big", set(SMALL))
+    assert overcommitted(cluster, core_v1, namespace, node) == []
