@@ -169,6 +169,10 @@ def _short_of_room_for_a_share(request: PodRequest,
 
 def _no_room_for(c: ContainerRequest, cards: Sequence[CardState]) -> Unfit:
     """Why share ``c`` fits on no card, naming the room there is."""
+    largest = max(x.card.memory_mib for x in cards)
+    if c.memory_mib > largest:  # no eviction frees more than a whole card
+        return Unfit(f"no card with {c.memory_mib} MiB memory (largest card {largest} MiB)",
+                     resolvable=False)
     open_cards = [x for x in cards if not x.whole and not x.shares_full]
     capped = share_cap_note(cards)
     if c.shares > 1 and (several := _short_of_cards_for_shares(c, cards)):
