@@ -75,7 +75,8 @@ def test_a_malformed_register_is_a_problem_on_status_and_the_page_and_others_ser
     assert nodes["good"]["problem"] is None and len(nodes["good"]["cards"]) == 2
     page = client.get("/")
     assert page.status_code == 200
-    assert HAMI.register_key in page.get_data(as_text=True)
+    html = page.get_data(as_text=True)
+    assert HAMI.register_key in html and why in html
     # The allocator keeps serving: the healthy node takes the pod.
     body = _filter(app, request(share(core=10, mem=1024)), ["bad", "good"])
     assert "good" in body["NodeNames"] and not body["Error"]
@@ -94,8 +95,10 @@ def test_an_unknown_uuid_in_use_gpuuuid_is_unresolvable_naming_the_annotation() 
     assert _filter(app, known, ["good"])["NodeNames"] == ["good"]
 
 
-def test_gpumem_above_every_card_is_unresolvable_naming_the_largest_card() -> None:
-    app, _ = make_app(_cluster("[{broken"), core=HAMI_PROFILE)
+@pytest.mark.parametrize("best", [False, True])
+def test_gpumem_above_every_card_is_unresolvable_naming_the_largest_card(best: bool) -> None:
+    core = AllocatorConfig(dialects=HAMI_PROFILE.dialects, filter_best=best)
+    app, _ = make_app(_cluster("[{broken"), core=core)
     body = _filter(app, request(share(mem=999_999)), ["good"])
     assert body["NodeNames"] == [] and not body["Error"], body
     # Unresolvable: kube-scheduler does not preempt for it (was a resolvable "no card with
