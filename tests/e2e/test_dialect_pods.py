@@ -105,7 +105,9 @@ def test_a_pod_in_each_new_dialect_is_mutated_scheduled_and_bound(
                      ["container 'main'", "gpu-fraction='1.5'"], id="kai"),
         pytest.param(make_pod("volcano", [container(limits={
             "volcano.sh/vgpu-number": "2", "volcano.sh/vgpu-memory": "1000"})]),
-            ["container 'main'", "volcano.sh/vgpu-number=2", "exactly one card"], id="volcano"),
+            # A share on each of 2 cards (HAMi's meaning), which elastic-gpu-agent cannot run.
+            ["container 'main'", "on each of 2 cards", "gives a container's share one card"],
+            id="volcano"),
         pytest.param(make_pod("gpu-manager", [container(limits={
             "tencent.com/vcuda-core": "150", "tencent.com/vcuda-memory": "10"})]),
             ["container 'main'", "tencent.com/vcuda-core=150"], id="gpu-manager"),
