@@ -30,6 +30,16 @@ def inherited_init_refusals(a: NodeAgent, request: PodRequest) -> list[str]:
     container is served with that app container's cards, and only when it asks for exactly
     the same: otherwise no listed container has its devices and ``PreStartContainer`` fails
     ("not such pod with the same devices list"), and the pod never starts."""
+    return _init_as_first_app(
+        request,
+        f"{a.name} finds a container by devices kubelet lists for app containers only, so it "
+        f"cannot start this init container",
+        f"{a.name} serves an init container with that app container's cards")
+
+
+def _init_as_first_app(request: PodRequest, without_app: str, with_app: str) -> list[str]:
+    """The rule both kinds of agent share: a GPU init container asks for exactly what the
+    first GPU app container asks (``without_app``, ``with_app``: why, worded per agent)."""
     inits = [c for c in request.containers if c.init]
     if not inits:
         return []
@@ -37,16 +47,14 @@ def inherited_init_refusals(a: NodeAgent, request: PodRequest) -> list[str]:
     if not apps:
         return [
             f"init container {c.name!r} asks for {c.describe()} but no app container asks for "
-            f"a GPU; {a.name} finds a container by devices kubelet lists for app containers "
-            f"only, so it cannot start this init container: give the GPU to an app container"
+            f"a GPU; {without_app}: give the GPU to an app container"
             for c in inits
         ]
     first = apps[0]
     return [
         f"init container {c.name!r} asks for {c.describe()} but {first.name!r}, the app "
-        f"container kubelet hands its devices to, asks for {first.describe()}; {a.name} "
-        f"serves an init container with that app container's cards, so it must ask for "
-        f"exactly the same"
+        f"container kubelet hands its devices to, asks for {first.describe()}; {with_app}, "
+        f"so it must ask for exactly the same"
         for c in inits if replace(c, name=first.name, init=False) != first
     ]
 
@@ -109,26 +117,12 @@ def _hami_init_refusals(a: NodeAgent, request: PodRequest) -> list[str]:
     the init containers' devices first (``devicesToReuse``). Placed on the first GPU app
     container's cards and asking for exactly what it asks, an init container lands on its
     record under either setting (docs/hami.md, "Init containers")."""
-    inits = [c for c in request.containers if c.init]
-    apps = _gpu_app_containers(request)
-    if not inits:
-        return []
-    if not apps:
-        return [
-            f"init container {c.name!r} asks for {c.describe()} but no app container asks for "
-            f"a GPU; with enableGetPreferredAllocation kubelet hands an init container's "
-            f"devices on to the next one and {a.name} follows them: give the GPU to an app "
-            f"container"
-            for c in inits
-        ]
-    first = apps[0]
-    return [
-        f"init container {c.name!r} asks for {c.describe()} but {first.name!r}, the app "
-        f"container kubelet hands its devices to, asks for {first.describe()}; {a.name} "
-        f"(with enableGetPreferredAllocation) runs that container on the init container's "
-        f"cards, so it must ask for exactly the same"
-        for c in inits if replace(c, name=first.name, init=False) != first
-    ]
+    return _init_as_first_app(
+        request,
+        f"with enableGetPreferredAllocation kubelet hands an init container's devices on to "
+        f"the next one and {a.name} follows them",
+        f"{a.name} (with enableGetPreferredAllocation) runs that container on the init "
+        f"container's cards")
 
 
 def _vgpu_refusals(a: NodeAgent, request: PodRequest) -> list[str]:
