@@ -37,6 +37,8 @@ _FLAGS: serving.EnvFlags = {
     "scheduler_name": ("--scheduler-name", "TESSERA_SCHEDULER_NAME"),
     "genius_priority_levels": ("--genius-priority-levels", "TESSERA_GENIUS_PRIORITY_LEVELS"),
     "max_body_bytes": ("--max-body-bytes", "TESSERA_WEBHOOK_MAX_BODY_BYTES"),
+    "hami_gpu_core_policy": ("--hami-gpu-core-policy", "TESSERA_HAMI_GPU_CORE_POLICY"),
+    "hami_runtime_class": ("--hami-runtime-class", "TESSERA_HAMI_RUNTIME_CLASS"),
     **LISTENER.flags(),
 }
 

@@ -14,6 +14,7 @@ from typing import Final
 from tessera.dialects import DialectConfig
 from tessera.serving import DIALECT_ENV_HELP, OBJECT_NAME, EnvReader, Listener, ServingConfig
 from tessera.vocabulary import ConfigError
+from webhook.hami_extras import CORE_POLICIES, HamiAdmission
 from webhook.mutation import MutationConfig
 
 #: A pod AdmissionReview is at most about twice the object (UPDATE carries oldObject), and
@@ -29,6 +30,11 @@ ENV_VARS: Final = {
     "TESSERA_SCHEDULER_NAME": "schedulerName to set on GPU pods (default: leave unchanged)",
     "TESSERA_GENIUS_PRIORITY_LEVELS": "N > 0: a GPU pod's genius/priority label (clamped to "
     "0..N) becomes PriorityClass tessera-genius-priority-<level> (default 0: off)",
+    "TESSERA_HAMI_GPU_CORE_POLICY": "agent profile hami: HAMi's devices.nvidia.gpuCorePolicy "
+    f"({', '.join(CORE_POLICIES)}); not default: GPU_CORE_UTILIZATION_POLICY on every container "
+    "of a GPU pod, as HAMi's webhook (default: default)",
+    "TESSERA_HAMI_RUNTIME_CLASS": "agent profile hami: HAMi's devicePlugin.runtimeClassName, "
+    "set on GPU pods that name none (default: none)",
     "TESSERA_WEBHOOK_INSECURE_HTTP": "'true' to serve plain HTTP (local development only)",
     "TESSERA_WEBHOOK_MAX_BODY_BYTES": "largest AdmissionReview accepted "
     f"(default {DEFAULT_MAX_BODY_BYTES})",
@@ -55,9 +61,10 @@ class WebhookConfig:
                 f"TESSERA_SCHEDULER_NAME={scheduler_name!r} is not a valid scheduler name "
                 f"(lowercase DNS subdomain, e.g. tessera-scheduler)"
             )
+        hami = _hami_admission(read, dialects)
         config = cls(
             mutation=MutationConfig(dialects, scheduler_name, read.integer(
-                "TESSERA_GENIUS_PRIORITY_LEVELS", 0, 0, 1000)),
+                "TESSERA_GENIUS_PRIORITY_LEVELS", 0, 0, 1000), hami),
             max_body_bytes=read.integer(
                 "TESSERA_WEBHOOK_MAX_BODY_BYTES", DEFAULT_MAX_BODY_BYTES, 1024, 64 * 1024 * 1024
             ),
@@ -84,3 +91,21 @@ class WebhookConfig:
             problems += serving.missing_tls_files()
         if problems:
             raise ConfigError("cannot serve the webhook: " + "; ".join(problems))
+
+
+def _hami_admission(read: EnvReader, dialects: DialectConfig) -> HamiAdmission:
+    policy = read.text("TESSERA_HAMI_GPU_CORE_POLICY") or "default"
+    runtime_class = read.text("TESSERA_HAMI_RUNTIME_CLASS") or ""
+    if runtime_class and not OBJECT_NAME.match(runtime_class):
+        read.problem(f"TESSERA_HAMI_RUNTIME_CLASS={runtime_class!r} is not a valid "
+                     f"RuntimeClass name (lowercase DNS subdomain, e.g. nvidia)")
+        runtime_class = ""
+    if policy not in CORE_POLICIES:
+        read.problem(f"TESSERA_HAMI_GPU_CORE_POLICY={policy!r} is not one of "
+                     f"{', '.join(CORE_POLICIES)}")
+        policy = "default"
+    settings = HamiAdmission(policy, runtime_class)
+    if problem := settings.problem(dialects.agent_profile):
+        read.problem(f"TESSERA_HAMI_GPU_CORE_POLICY / TESSERA_HAMI_RUNTIME_CLASS: {problem}")
+        return HamiAdmission()
+    return settings

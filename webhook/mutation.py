@@ -25,6 +25,7 @@ from tessera.vocabulary import (
     decode_request,
     encode_request,
 )
+from webhook.hami_extras import HamiAdmission, apply_hami_extras
 from webhook.priority import apply_genius_priority
 
 
@@ -39,6 +40,8 @@ class MutationConfig:
     scheduler_name: str | None = None
     #: Genius's ``genius/priority`` as PriorityClasses of levels 0..N (0: off; priority.py).
     genius_priority_levels: int = 0
+    #: HAMi's webhook settings written on GPU pods under the hami profile (hami_extras.py).
+    hami: HamiAdmission = field(default_factory=HamiAdmission)
 
 
 @dataclass(frozen=True)
@@ -229,6 +232,8 @@ def mutate_pod(pod: Mapping[str, Any], config: MutationConfig) -> Mutation:
     _strip_owned(new, config)
     spec = new["spec"]
     _write_resources(spec, parsed, placed, config)
+    if config.dialects.hami:
+        apply_hami_extras(spec, config.hami, config.dialects.agent_profile)
     meta = _child(new, "metadata")
     _child(meta, "annotations")[vocabulary.request_annotation] = encode_request(placed)
     labels = _child(meta, "labels")

@@ -52,6 +52,7 @@ from tessera.dialects.base import (
     MAX_MEMORY_MIB,
     MEMORY_UNITS,
     OPT_IN_DIALECTS,
+    ContainerResources,
     Dialect,
 )
 from tessera.dialects.config import PROFILE_DIALECT, REMOVED_AGENT_ENV, DialectConfig
@@ -66,7 +67,7 @@ from tessera.dialects.genius import (
     GENIUS_OLD_MODEL_LABEL,
 )
 from tessera.dialects.gpu_manager import VCUDA_CORE_KEY, VCUDA_MEMORY_BLOCK_MIB, VCUDA_MEMORY_KEY
-from tessera.dialects.hami import HAMI_KEYS
+from tessera.dialects.hami import HAMI_KEYS, HAMI_PRIORITY_KEY
 from tessera.dialects.kai import (
     KAI_ANNOTATIONS,
     KAI_CONTAINER_ANNOTATION,
@@ -98,6 +99,7 @@ __all__ = [
     "GENIUS_NUMBER_LABEL",
     "GENIUS_OLD_MODEL_LABEL",
     "HAMI_KEYS",
+    "HAMI_PRIORITY_KEY",
     "KAI_ANNOTATIONS",
     "KAI_CONTAINER_ANNOTATION",
     "KAI_DEVICES_ANNOTATION",
@@ -121,6 +123,7 @@ __all__ = [
     "VCUDA_MEMORY_BLOCK_MIB",
     "VCUDA_MEMORY_KEY",
     "VOLCANO_KEYS",
+    "ContainerResources",
     "Dialect",
     "DialectConfig",
     "asks_for_gpu",

@@ -1,0 +1,122 @@
+"""What HAMi's webhook writes on a pod besides its resources (pure), written by Tessera's where
+HAMi's would: the container environment HAMi-core reads inside the container, and the pod's
+runtime class.
+
+Source: Project-HAMi/HAMi v2.10.0 ``pkg/device/nvidia/device.go:347-388`` (``MutateAdmission``,
+run on every init and app container, ``pkg/scheduler/webhook.go:74-98``):
+
+- a container with ``nvidia.com/priority`` in its limits (the chart's ``resourcePriority``,
+  ``charts/hami/values.yaml:29``) gets ``CUDA_TASK_PRIORITY=<value>``
+  (``pkg/util/types.go:39``), HAMi-core's task priority: ``examples/nvidia/example.yaml:31``
+  names 0 (high) and 1 (low, the default). HAMi leaves the resource on the container and lists
+  it among the extender's ``managedResources`` with ``ignoredByScheduler``
+  (``charts/hami/templates/_helpers.tpl:202``); Tessera takes it out instead, so no
+  scheduler configuration has to know it (no node advertises it: kube-scheduler would leave
+  the pod Pending). Its meaning is the environment variable, which stays.
+- every container gets ``GPU_CORE_UTILIZATION_POLICY=<policy>`` (``pkg/util/types.go:40``)
+  when the cluster's ``devices.nvidia.gpuCorePolicy`` (``charts/hami/values.yaml:491``,
+  ``force`` or ``disable``) is not ``default``.
+- a pod asking for a GPU and naming no runtime class gets the configured
+  ``runtimeClassName`` (``devicePlugin.runtimeClassName``, ``values.yaml:384-385``; unset by
+  default).
+
+HAMi appends each variable; Kubernetes gives the last of two same-named variables, so setting
+it in place (one entry, HAMi's value) is what the container sees either way, and admitting the
+mutated pod again changes nothing.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any, Final
+
+from tessera.agent_profiles import AgentProfile
+from tessera.dialects import HAMI_PRIORITY_KEY, ContainerResources
+from tessera.vocabulary import ConfigError, RequestError
+
+TASK_PRIORITY_ENV: Final = "CUDA_TASK_PRIORITY"
+CORE_POLICY_ENV: Final = "GPU_CORE_UTILIZATION_POLICY"
+#: HAMi's ``GPUCoreUtilizationPolicy`` values (device.go:79-83); ``default`` writes nothing.
+CORE_POLICIES: Final = ("default", "force", "disable")
+#: Highest task priority accepted: HAMi-core's classes are 0 and 1; HAMi's monitor keeps a
+#: slot per priority up to the value (cmd/vGPUmonitor/feedback.go:91-96), so it is bounded.
+MAX_TASK_PRIORITY: Final = 100
+
+
+@dataclass(frozen=True)
+class HamiAdmission:
+    """The cluster's HAMi webhook settings Tessera's webhook applies (hami profile only)."""
+
+    #: HAMi's ``devices.nvidia.gpuCorePolicy``.
+    gpu_core_policy: str = "default"
+    #: HAMi's ``devicePlugin.runtimeClassName`` ("" : none).
+    runtime_class_name: str = ""
+
+    def problem(self, profile: AgentProfile) -> str:
+        """What is wrong with these settings under ``profile`` (``""``: nothing)."""
+        if self.gpu_core_policy not in CORE_POLICIES:
+            return (f"the HAMi GPU core policy {self.gpu_core_policy!r} is not one of "
+                    f"{', '.join(CORE_POLICIES)}")
+        if profile is not AgentProfile.HAMI and self != HamiAdmission():
+            return (f"the HAMi webhook settings (GPU core policy, runtime class) are read by "
+                    f"HAMi-core and HAMi's device plugin: they need agent profile hami, not "
+                    f"{profile.value}")
+        return ""
+
+    def __post_init__(self) -> None:
+        if self.gpu_core_policy not in CORE_POLICIES:
+            raise ConfigError(self.problem(AgentProfile.HAMI))
+
+
+def _set_env(container: dict[str, Any], name: str, value: str) -> None:
+    env = container.get("env")
+    if not isinstance(env, list):
+        env = container["env"] = []
+    kept = [e for e in env if not (isinstance(e, Mapping) and e.get("name") == name)]
+    kept.append({"name": name, "value": value})
+    env[:] = kept
+
+
+def _task_priority(container: dict[str, Any], profile: AgentProfile) -> str | None:
+    """The container's ``nvidia.com/priority`` as HAMi-core's variable value, taken out of its
+    resources (None: it asks none)."""
+    resources = container.get("resources")
+    if not isinstance(resources, dict):
+        return None
+    limits, requests = (resources.get(part) for part in ("limits", "requests"))
+    keyed = ContainerResources(str(container.get("name")), False,
+                               limits if isinstance(limits, Mapping) else {},
+                               requests if isinstance(requests, Mapping) else {})
+    if not keyed.has(HAMI_PRIORITY_KEY):
+        return None
+    if profile is not AgentProfile.HAMI:
+        raise RequestError(
+            f"container {keyed.name!r}: {HAMI_PRIORITY_KEY} is HAMi-core's task priority, read "
+            f"inside the container by HAMi's library, which agent profile {profile.value} does "
+            f"not run: remove it")
+    value = keyed.integer(HAMI_PRIORITY_KEY, low=0, high=MAX_TASK_PRIORITY,
+                          valid="HAMi's task priority is 0 (high) or 1 (low)")
+    for part in ("limits", "requests"):
+        mapping = resources.get(part)
+        if isinstance(mapping, dict):
+            mapping.pop(HAMI_PRIORITY_KEY, None)
+            if not mapping:
+                del resources[part]
+    return str(value)
+
+
+def apply_hami_extras(spec: dict[str, Any], settings: HamiAdmission,
+                      profile: AgentProfile) -> None:
+    """Write on a GPU pod's ``spec`` (in place) what HAMi's webhook writes. Raises
+    :class:`RequestError` for a task priority that is invalid or that no agent reads."""
+    for field_name in ("initContainers", "containers"):
+        for container in spec.get(field_name) or []:
+            priority = _task_priority(container, profile)
+            if priority is not None:
+                _set_env(container, TASK_PRIORITY_ENV, priority)
+            if profile is AgentProfile.HAMI and settings.gpu_core_policy != "default":
+                _set_env(container, CORE_POLICY_ENV, settings.gpu_core_policy)
+    if (profile is AgentProfile.HAMI and settings.runtime_class_name
+            and not spec.get("runtimeClassName")):
+        spec["runtimeClassName"] = settings.runtime_class_name
