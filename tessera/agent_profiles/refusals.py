@@ -125,12 +125,30 @@ def _hami_init_refusals(a: NodeAgent, request: PodRequest) -> list[str]:
         f"container's cards")
 
 
+def _volcano_containers_refusals(a: NodeAgent, request: PodRequest) -> list[str]:
+    """volcano-vgpu-device-plugin ``v1.12.0`` (and its master of 2026-08) finds the pod of an
+    ``Allocate`` as one on its node whose ``volcano.sh/devices-to-allocate`` holds, in all,
+    exactly as many devices as that one container asks (``getOldestPod``,
+    ``pkg/util/util.go:88-98``: ``DecodePodDevices`` sums every container's entry). A pod
+    with two GPU app containers holds more than either asks, so its first container's
+    ``Allocate`` finds no pod (or another pod that happens to match) and it never starts."""
+    apps = _gpu_app_containers(request)
+    if a.profile is not AgentProfile.VOLCANO_VGPU or len(apps) < 2:
+        return []
+    return [
+        f"containers {', '.join(repr(c.name) for c in apps)} all ask for a GPU; {a.name} "
+        f"finds a pod by its total device count against one container's (getOldestPod), so "
+        f"a pod with several GPU containers never starts: keep one GPU container per pod"
+    ]
+
+
 def _vgpu_refusals(a: NodeAgent, request: PodRequest) -> list[str]:
     """HAMi's plugin since v2.9.0 gives every container its entry of the pod's device
     annotation, init containers included (:func:`_hami_init_refusals`); earlier releases and
     volcano-vgpu's map the entries to app containers only (module docstring), so a GPU init
     container would run on an app container's devices, or on none."""
-    several = [] if a.profile is AgentProfile.HAMI else multi_share_refusals(a, request)
+    several = ([] if a.profile is AgentProfile.HAMI else multi_share_refusals(a, request)
+               + _volcano_containers_refusals(a, request))
     if not a.agent.app_containers_only:
         return several + _hami_init_refusals(a, request)
     upgrade = (" (or run HAMi v2.9.0 or later, without "

@@ -18,6 +18,7 @@ from typing import Any
 
 import pytest
 from dev_clusters import running
+from kubernetes.client.exceptions import ApiException
 
 from allocator.hami.codec import VOLCANO_VGPU
 from allocator.kube.client import KubeClient
@@ -136,6 +137,20 @@ def test_a_pod_of_each_volcano_vgpu_form_runs_on_its_record(
         assert problems == []
     finally:
         delete_nodes(core_v1, names)
+
+
+def test_a_pod_with_two_gpu_containers_is_refused_at_creation_naming_the_plugin(
+        core_v1: Any, namespace: str) -> None:
+    """volcano-vgpu-device-plugin v1.12.0 getOldestPod (pkg/util/util.go:88-98) matches the
+    pod's total device count against one container's: such a pod would never start."""
+    limits = {"volcano.sh/vgpu-number": "1", "volcano.sh/vgpu-cores": "30"}
+    pod = make_pod("two", [container("a", limits), container("b", limits)])
+    with pytest.raises(ApiException) as refused:
+        core_v1.create_namespaced_pod(namespace, pod)
+    assert refused.value.status == 422
+    body = str(refused.value.body)
+    assert "volcano-vgpu-device-plugin" in body and "one GPU container per pod" in body
+    assert _phases(core_v1, namespace) == {}
 
 
 STORM_PODS = 40  # of 25% + 3840 MiB: 4 per card, 32 fit on 4 x 2 cards, 8 stay Pending

@@ -119,11 +119,16 @@ def test_the_aliyun_unit_follows_the_plugins_memory_unit() -> None:
          ["HAMi's device plugin", "enableGetPreferredAllocation", "exactly the same"]),
         (HAMI, pod(share("init", core=10, mem=100, init=True)),
          ["HAMi's device plugin", "no app container asks for a GPU"]),
+        # volcano-vgpu-device-plugin v1.12.0 pkg/util/util.go:88-98 getOldestPod: the pod's
+        # total device count must equal one container's.
+        (VOLCANO, pod(share(core=10), share("b", pct=30, core=30)),
+         ["volcano-vgpu-device-plugin", "containers 'main', 'b'", "getOldestPod",
+          "one GPU container per pod"]),
     ],
     ids=["nano-two-cards", "nano-memory-only", "aliyun-whole", "aliyun-core-only",
          "aliyun-percent", "aliyun-two-containers", "aliyun-init", "elastic-init-differs",
          "elastic-init-alone", "nano-init-differs", "volcano-init", "hami-v2.8-init",
-         "hami-init-differs", "hami-init-alone"],
+         "hami-init-differs", "hami-init-alone", "volcano-two-containers"],
 )
 def test_what_the_agent_cannot_run_is_refused_naming_the_agent(
     agent: NodeAgent, request_: PodRequest, words: list[str],
@@ -143,11 +148,11 @@ def test_what_the_agent_cannot_run_is_refused_naming_the_agent(
         (ALIYUN, pod(share(core=10, mem=1000))),
         # HAMi v2.9.0+ lists init containers first (Resourcereqs, popNextContainerDevices).
         (HAMI, pod(whole("init", cards=2, init=True), whole(cards=2), whole("b", cards=4))),
-        (VOLCANO, pod(share(core=10), share("b", pct=30, core=30))),
+        (VOLCANO, pod(whole(cards=2))),
         (HAMI_V28, pod(share(core=10), whole("b", cards=2))),
     ],
     ids=["elastic-multi", "elastic-init-same", "nano-init-same", "nano-mixed", "aliyun-share",
-         "hami-init", "volcano-apps", "hami-v2.8-apps"],
+         "hami-init", "volcano-one-container", "hami-v2.8-apps"],
 )
 def test_what_the_agent_runs_is_not_refused(agent: NodeAgent, request_: PodRequest) -> None:
     assert agent.refusals(request_) == ()
