@@ -1,6 +1,7 @@
 """A node's cards as a device plugin in HAMi's format registers them (pure): HAMi's
 ``hami.io/node-nvidia-register`` or volcano-vgpu's ``volcano.sh/node-vgpu-register``, what the
-plugin itself serves, unhealthy and cordoned cards left out (:mod:`allocator.hami.writer`).
+plugin itself serves, unhealthy, cordoned and MIG-mode cards left out (the last with the reason
+on /status: :mod:`allocator.hami.writer`).
 """
 
 from __future__ import annotations
@@ -19,7 +20,7 @@ def registered_cards(annotations: Mapping[str, str]) -> Inventory | None:
         devices = read_devices(annotations, flavor)
         if devices is not None:
             if not devices.problem:
-                return Inventory(cards_of(devices), "hami")
+                return Inventory(cards_of(devices), "hami", devices.note)
             return Inventory((), "none", devices.problem)
     return None
 

@@ -83,7 +83,8 @@ def with_links(inventory: Inventory | None, annotations: Mapping[str, str]
     try:
         scores = parse_scores(text)
     except HamiFormatError as exc:
-        return replace(inventory, problem=f"annotation {SCORE_KEY} ignored: {exc}")
+        ignored = f"annotation {SCORE_KEY} ignored: {exc}"
+        return replace(inventory, problem="; ".join(p for p in (inventory.problem, ignored) if p))
     uuid_of = {d.index: d.uuid for d in devices.devices}
     cards = []
     for card in inventory.cards:

@@ -3,7 +3,8 @@
 - :func:`read_devices` / :func:`cards_of`: a node's cards from the plugin's register
   annotation. An unhealthy card (``health`` false) or one listed in HAMi's live cordon
   annotation ``hami.io/device-cordon`` (comma-separated UUIDs; ``pkg/device/nvidia/device.go``
-  ``DeviceCordonAnnotation``, v2.10.0) takes no new pod: it is left out of the cards.
+  ``DeviceCordonAnnotation``, v2.10.0) takes no new pod: it is left out of the cards. So is
+  a card registered in ``mig`` mode, with the reason (:func:`mig_note`).
 - :func:`bind_annotations`: what the bind writes on the pod for the plugin's ``Allocate``
   (the keys of :class:`~allocator.hami.codec.Flavor`, as hami-scheduler's ``Filter`` and
   ``Bind`` write them in ``pkg/scheduler/scheduler.go``: node, time, both device keys,
@@ -36,6 +37,10 @@ from allocator.ranking.cards import Card
 from tessera.vocabulary import Allocation, ContainerAllocation
 
 CORDON_ANNOTATION: Final = "hami.io/device-cordon"
+#: The register's ``mode`` of a card the plugin hands out as MIG slices (HAMi v2.10.0
+#: ``pkg/device/nvidia/device.go:61``; volcano-vgpu-device-plugin v1.12.0 alike,
+#: ``pkg/plugin/server.go:414``).
+MIG_MODE: Final = "mig"
 
 
 @dataclass(frozen=True)
@@ -45,6 +50,8 @@ class NodeDevices:
     devices: tuple[RegisteredDevice, ...]
     usable: frozenset[str]  # UUIDs
     problem: str = ""
+    #: Why registered cards were left out that the plugin itself would use ("": none).
+    note: str = ""
 
     def by_index(self) -> dict[int, RegisteredDevice]:
         return {d.index: d for d in self.devices}
@@ -63,9 +70,26 @@ def read_devices(annotations: Mapping[str, str], flavor: Flavor = HAMI) -> NodeD
     except HamiFormatError as exc:
         return NodeDevices((), frozenset(), f"annotation {flavor.register_key} ignored: {exc}")
     cordoned = {u.strip() for u in annotations.get(CORDON_ANNOTATION, "").split(",")}
-    usable = frozenset(d.uuid for d in devices
-                       if d.healthy and d.uuid not in cordoned and d.split_count > 0)
-    return NodeDevices(devices, usable)
+    usable = frozenset(d.uuid for d in devices if d.healthy and d.uuid not in cordoned
+                       and d.split_count > 0 and d.mode != MIG_MODE)
+    return NodeDevices(devices, usable, note=mig_note(devices))
+
+
+def mig_note(devices: Sequence[RegisteredDevice]) -> str:
+    """Why the node's cards registered in ``mig`` mode take no pod from Tessera (``""``: it
+    has none). The plugin's node runs in one mode (``operatingmode`` of its node
+    configuration, HAMi v2.10.0 ``plugin/server.go:130-150``, written as each card's ``mode``,
+    ``plugin/register.go:187``); in ``mig`` mode its ``Allocate`` hands out a MIG instance
+    cut to the memory asked (``server.go:820``, ``device.go:602-612`` ``CustomFilterRule`` and
+    ``:645-650`` ``AddResourceUsage`` choose the MIG profile and placement) and sets no
+    HAMi-core limit (``server.go:832``). Tessera places HAMi-core shares, which such a card
+    cannot run. ``mps`` and ``hami-core`` cards are alike to HAMi's plugin (it branches on
+    ``mig`` only) and to hami-scheduler without ``nvidia.com/vgpu-mode``: ordinary cards."""
+    mig = sorted(d.index for d in devices if d.mode == MIG_MODE)
+    if not mig:
+        return ""
+    return (f"cards {', '.join(map(str, mig))} left out: registered in {MIG_MODE} mode (the "
+            f"plugin hands out MIG instances there; Tessera places HAMi-core shares only)")
 
 
 def cards_of(node_devices: NodeDevices) -> tuple[Card, ...]:

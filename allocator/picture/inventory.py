@@ -125,8 +125,9 @@ def read_inventory(node: Mapping[str, Any], vocabulary: Vocabulary,
     problem = ""
     own = own_description(annotations) if own_description is not None else None
     if own is not None:
-        if own.cards or not own.problem:
-            return own  # cards with a problem: a part of their description was left out
+        if own.source != "none" or not own.problem:
+            # Read (with cards or not): a problem is a part of its description left out.
+            return own
         problem = own.problem
     described = annotations.get(vocabulary.node_cards_annotation)
     if described is not None:
