@@ -6,11 +6,12 @@ from __future__ import annotations
 
 import re
 from collections.abc import Mapping, Sequence
+from dataclasses import replace
 from decimal import Decimal
 from typing import Any, Final
 
 from tessera.agent_profiles import NVIDIA_GPU_KEY
-from tessera.dialects.base import MAX_MEMORY_MIB, ContainerResources
+from tessera.dialects.base import MAX_CARDS, MAX_MEMORY_MIB, ContainerResources
 from tessera.vocabulary import WHOLE_CARD_PERCENT, ContainerRequest, RequestError
 
 # NVIDIA KAI-Scheduler pod annotations (no prefix). Source: NVIDIA/KAI-Scheduler v0.13.0
@@ -98,27 +99,26 @@ def kai_request(
             f"container {whole.name!r}: {NVIDIA_GPU_KEY} in limits together with pod annotation "
             f"{key}; KAI refuses a share next to whole GPUs: remove one of them"
         )
-    if devices_text is not None:
-        _kai_check_devices(where, devices_text)
+    shares = 1 if devices_text is None else _kai_devices(where, devices_text)
     label = f"pod annotation {key}"
     if memory_text is not None:
-        return label, _kai_memory(where, memory_text, target)
-    assert fraction_text is not None  # one of the two is given (checked above)
-    return label, _kai_fraction(where, fraction_text, target)
+        share = _kai_memory(where, memory_text, target)
+    else:
+        assert fraction_text is not None  # one of the two is given (checked above)
+        share = _kai_fraction(where, fraction_text, target)
+    # KAI's multi-fraction: the same fraction or memory on each of n devices
+    # (pkg/scheduler/api/pod_info/pod_info.go:458-465, NewGpuResourceRequirementWithMultiFraction);
+    # the agents that cannot run it refuse it (tessera/agent_profiles/refusals.py).
+    return label, replace(share, shares=shares)
 
 
-def _kai_check_devices(where: str, devices_text: str) -> None:
-    if not _GO_UINT.fullmatch(devices_text) or int(devices_text) == 0:
+def _kai_devices(where: str, devices_text: str) -> int:
+    if not _GO_UINT.fullmatch(devices_text) or not 0 < int(devices_text) <= MAX_CARDS:
         raise RequestError(
             f"{where} {KAI_DEVICES_ANNOTATION}={devices_text!r} is invalid; it is a whole "
-            f"number of cards >= 1"
+            f"number of cards from 1 to {MAX_CARDS}"
         )
-    if int(devices_text) > 1:
-        raise RequestError(
-            f"{where} {KAI_DEVICES_ANNOTATION}={devices_text} asks for a share on each of "
-            f"{int(devices_text)} cards; Tessera places a share on exactly one card: remove "
-            f"{KAI_DEVICES_ANNOTATION} (or set it to 1)"
-        )
+    return int(devices_text)
 
 
 def _kai_memory(where: str, memory_text: str, target: ContainerResources) -> ContainerRequest:

@@ -78,13 +78,17 @@ def koordinator(c: ContainerResources, _cfg: DialectConfig) -> ContainerRequest 
     card_core = core // count if core else card_ratio
     if card_core == card_ratio == WHOLE_CARD_PERCENT and not memory:
         return ContainerRequest(c.name, cards=count, init=c.init)
-    _koord_check_share(where, written, count, core, card_core, memory)
+    _koord_check_share(where, core, card_core, memory)
     return ContainerRequest(
         c.name,
         core_percent=card_core,
-        memory_mib=memory,
+        # Bytes split evenly over the cards (devicehandler_gpu.go:91-94), in MiB rounded up.
+        memory_mib=-(-memory // count),
         memory_percent=0 if memory else card_ratio,
         init=c.init,
+        # The same share on each of ``count`` cards (devicehandler_gpu.go:53-96); the agents
+        # that cannot run it refuse it (tessera/agent_profiles/refusals.py).
+        shares=count,
     )
 
 
@@ -121,15 +125,8 @@ def _koord_count(where: str, values: Mapping[str, int], core: int, ratio: int,
     return ratio // WHOLE_CARD_PERCENT if ratio > WHOLE_CARD_PERCENT else 1
 
 
-def _koord_check_share(where: str, written: str, count: int, core: int, card_core: int,
-                       memory: int) -> None:
-    """A share is of one card and takes 1-99% of its compute."""
-    if count > 1:
-        raise RequestError(
-            f"{where}: {written} asks for a share on each of {count} cards; Tessera places a "
-            f"share on exactly one card: ask for a share of one card, or for whole cards "
-            f"({KOORD_GPU_KEY}={count * WHOLE_CARD_PERCENT})"
-        )
+def _koord_check_share(where: str, core: int, card_core: int, memory: int) -> None:
+    """A share (on each of its cards) takes 1-99% of a card's compute."""
     if card_core >= WHOLE_CARD_PERCENT:
         memory_key = KOORD_MEMORY_KEY if memory else KOORD_RATIO_KEY
         how_much = (
