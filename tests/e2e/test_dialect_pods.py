@@ -115,6 +115,12 @@ def test_a_pod_in_each_new_dialect_is_mutated_scheduled_and_bound(
             "koordinator.sh/gpu-core": "50"})]),
             ["container 'main'", "koordinator.sh/gpu-core", "not a combination"],
             id="koordinator"),
+        pytest.param(make_pod("koordinator-shared", [container(limits={
+            "koordinator.sh/gpu.shared": "2", "koordinator.sh/gpu-core": "50",
+            "koordinator.sh/gpu-memory-ratio": "50"})]),
+            # 25% on each of 2 cards (devicehandler_gpu.go:53-96): elastic-gpu-agent cannot.
+            ["container 'main'", "on each of 2 cards", "gives a container's share one card"],
+            id="koordinator-shared"),
     ],
 )
 def test_an_impossible_pod_in_each_new_dialect_comes_back_to_kubectl_with_our_message(

@@ -239,11 +239,17 @@ def test_a_share_on_each_of_two_cards_runs_on_two_distinct_cards(
         hami_node: HamiNode) -> None:
     """HAMi's ``nvidia.com/gpu: 2`` with ``gpumem: 3000`` (pkg/device/nvidia/device.go: two
     vGPUs, each its own device): admitted, placed on two cards, and HAMi's plugin (the
-    stand-in) gives the container exactly those two, 3000 MiB on each."""
-    limits = {"nvidia.com/gpu": "2", "nvidia.com/gpumem": "3000", "nvidia.com/gpucores": "20"}
+    stand-in) gives the container exactly those two, 3000 MiB on each. Its task priority
+    (``nvidia.com/priority``) leaves the resources for HAMi-core's variable, as HAMi's
+    webhook writes it (device.go:352-358), so nothing is left Pending for it."""
+    limits = {"nvidia.com/gpu": "2", "nvidia.com/gpumem": "3000", "nvidia.com/gpucores": "20",
+              "nvidia.com/priority": "0"}
     _create(core_v1, namespace, "two", [container("main", limits)])
     created = _pod(core_v1, namespace, "two")
-    assert created["spec"]["containers"][0]["resources"]["limits"]["nvidia.com/gpu"] == "2"
+    main_spec = created["spec"]["containers"][0]
+    assert main_spec["resources"]["limits"]["nvidia.com/gpu"] == "2"
+    assert "nvidia.com/priority" not in main_spec["resources"]["limits"]
+    assert {"name": "CUDA_TASK_PRIORITY", "value": "0"} in main_spec["env"]
     alloc = _allocator(cluster, api)
     alloc.bind(namespace, "two", "", hami_node.node)
     assert hami_node.allocate_next() == f"{namespace}/two"
@@ -260,6 +266,33 @@ def test_a_share_on_each_of_two_cards_runs_on_two_distinct_cards(
     assert (env["CUDA_DEVICE_MEMORY_LIMIT_0"], env["CUDA_DEVICE_MEMORY_LIMIT_1"]) == (
         "3000m", "3000m")
     assert env["CUDA_DEVICE_SM_LIMIT"] == "20"
+
+
+def test_kais_fraction_on_two_devices_runs_on_two_distinct_cards(
+        cluster: DevCluster, core_v1: Any, namespace: str, api: KubeClient,
+        hami_node: HamiNode) -> None:
+    """KAI's ``gpu-fraction: 0.5`` on ``gpu-fraction-num-devices: 2`` (KAI v0.13.0
+    pod_info.go:458-465): half of each of two cards, shaped in HAMi's keys and run by its
+    plugin (the stand-in) on two distinct cards."""
+    pod = make_pod("kai2", [container("main")], annotations={
+        "gpu-fraction": "0.5", "gpu-fraction-num-devices": "2"})
+    pod["spec"]["schedulerName"] = NOBODY
+    core_v1.create_namespaced_pod(namespace, pod)
+    limits = _pod(core_v1, namespace, "kai2")["spec"]["containers"][0]["resources"]["limits"]
+    assert (limits["nvidia.com/gpu"], limits["nvidia.com/gpucores"],
+            limits["nvidia.com/gpumem-percentage"]) == ("2", "50", "50")
+    _allocator(cluster, api).bind(namespace, "kai2", "", hami_node.node)
+    assert hami_node.allocate_next() == f"{namespace}/kai2"
+    wait_for("kai2 Running", lambda: _pod(core_v1, namespace, "kai2")["status"].get(
+        "phase") == "Running", timeout=60)
+    pod = _pod(core_v1, namespace, "kai2")
+    (main,) = decode_allocation(pod["metadata"]["annotations"][
+        cluster.vocabulary.allocation_annotation]).containers
+    assert len(set(main.card_indices)) == 2 and main.core_percent == 50
+    uuid = {d.index: d.uuid for d in hami_node.devices}
+    env = node_envs(pod)["main"]
+    assert env["NVIDIA_VISIBLE_DEVICES"].split(",") == [uuid[i] for i in main.card_indices]
+    assert env["CUDA_DEVICE_SM_LIMIT"] == "50"
 
 
 EXAMPLES = sorted((repo_root() / "examples" / "pods").glob("*.yaml"))
