@@ -14,6 +14,7 @@ import itertools
 import threading
 import time
 from collections.abc import Callable, Iterator
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -293,6 +294,35 @@ def test_kais_fraction_on_two_devices_runs_on_two_distinct_cards(
     env = node_envs(pod)["main"]
     assert env["NVIDIA_VISIBLE_DEVICES"].split(",") == [uuid[i] for i in main.card_indices]
     assert env["CUDA_DEVICE_SM_LIMIT"] == "50"
+
+
+def test_cards_registered_in_mig_mode_take_no_pod_and_status_says_why(
+        cluster: DevCluster, core_v1: Any, namespace: str, api: KubeClient) -> None:
+    """A node whose plugin runs in mig mode for cards 0-2 (HAMi v2.10.0 register.go:187): they
+    hand out MIG instances, not HAMi-core shares, so Tessera places on card 3 only and says so
+    on /status; a second whole card finds none."""
+    name = f"{namespace}-mig"
+    cluster.add_nodes([uniform(name, 4, "A100", 40960)])
+    devices = tuple(replace(d, mode="mig" if d.index < 3 else "hami-core")
+                    for d in fake_devices(name, 4, memory_mib=40960, model="NVIDIA-A100"))
+    node = HamiNode(api, name, devices)
+    node.register("2026-11-27T21:00:00Z")
+    try:
+        for pod in ("w", "x"):
+            _create(core_v1, namespace, pod, [container("main", _gpu(cards=1))])
+        alloc = _allocator(cluster, api)
+        rows = {n["name"]: n for n in alloc.state.snapshot()["nodes"]}
+        assert "cards 0, 1, 2 left out: registered in mig mode" in rows[name]["problem"]
+        alloc.bind(namespace, "w", "", name)
+        assert node.allocate_next() == f"{namespace}/w"
+        wait_for("w Running", lambda: _pod(core_v1, namespace, "w")["status"].get(
+            "phase") == "Running", timeout=60)
+        assert node_envs(_pod(core_v1, namespace, "w"))["main"][
+            "NVIDIA_VISIBLE_DEVICES"] == devices[3].uuid
+        with pytest.raises(BindError):
+            alloc.bind(namespace, "x", "", name)
+    finally:
+        delete_nodes(core_v1, [name])
 
 
 EXAMPLES = sorted((repo_root() / "examples" / "pods").glob("*.yaml"))
