@@ -39,6 +39,8 @@ from deploy_helpers import (
 from devcluster.binaries import Binaries, repo_root
 from tessera.agent_profiles import AgentProfile, NodeAgent
 from tessera.dialects import DialectConfig
+from webhook.config import WebhookConfig
+from webhook.hami_extras import HamiAdmission
 from webhook.registration import match_conditions
 
 pytestmark = pytest.mark.e2e
@@ -220,6 +222,18 @@ def test_values_set_the_image_replicas_resources_and_log_levels(helm: Path) -> N
     for job in ("Job", "CronJob"):
         [found] = [d for d in docs if d["kind"] == job]
         assert container(found)["image"] == "registry.example/tessera:1.2.3"
+
+
+def test_hamis_webhook_settings_reach_the_webhook_and_read_back_as_its_config(
+        helm: Path) -> None:
+    docs = helm_template(helm, "agentProfile=hami", "hamiWebhook.gpuCorePolicy=force",
+                         "hamiWebhook.runtimeClassName=nvidia")
+    env = {e["name"]: e["value"]
+           for e in container(one(docs, "Deployment", "tessera-webhook"))["env"]}
+    config = WebhookConfig.from_env({**env, "TESSERA_AGENT_PROFILE": "hami"})
+    assert config.mutation.hami == HamiAdmission("force", "nvidia")
+    defaults = container(one(helm_template(helm), "Deployment", "tessera-webhook"))["env"]
+    assert not [e for e in defaults if e["name"].startswith("TESSERA_HAMI_")]
 
 
 def test_a_changed_scheduler_configuration_rolls_the_scheduler(helm: Path) -> None:
