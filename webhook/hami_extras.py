@@ -12,7 +12,11 @@ run on every init and app container, ``pkg/scheduler/webhook.go:74-98``):
   it among the extender's ``managedResources`` with ``ignoredByScheduler``
   (``charts/hami/templates/_helpers.tpl:202``); Tessera takes it out instead, so no
   scheduler configuration has to know it (no node advertises it: kube-scheduler would leave
-  the pod Pending). Its meaning is the environment variable, which stays.
+  the pod Pending). Its meaning is the environment variable, which stays. volcano-vgpu's
+  plugin loads HAMi-core too (volcano-vgpu-device-plugin v1.12.0 ``pkg/plugin/server.go:
+  438-441`` mounts ``libvgpu.so``; its monitor reads the priority, ``cmd/vgpu-monitor/
+  feedback.go:83-106``), so the variable is written under that profile as well; under any
+  other the key is refused (nothing in the container reads it).
 - every container gets ``GPU_CORE_UTILIZATION_POLICY=<policy>`` (``pkg/util/types.go:40``)
   when the cluster's ``devices.nvidia.gpuCorePolicy`` (``charts/hami/values.yaml:491``,
   ``force`` or ``disable``) is not ``default``.
@@ -31,7 +35,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, Final
 
-from tessera.agent_profiles import AgentProfile
+from tessera.agent_profiles import AgentProfile, NodeAgent
 from tessera.dialects import HAMI_PRIORITY_KEY, ContainerResources
 from tessera.vocabulary import ConfigError, RequestError
 
@@ -42,6 +46,8 @@ CORE_POLICIES: Final = ("default", "force", "disable")
 #: Highest task priority accepted: HAMi-core's classes are 0 and 1; HAMi's monitor keeps a
 #: slot per priority up to the value (cmd/vGPUmonitor/feedback.go:91-96), so it is bounded.
 MAX_TASK_PRIORITY: Final = 100
+#: The profiles whose device plugin loads HAMi-core into the container (module docstring).
+HAMI_CORE_PROFILES: Final = frozenset({AgentProfile.HAMI, AgentProfile.VOLCANO_VGPU})
 
 
 @dataclass(frozen=True)
@@ -78,7 +84,7 @@ def _set_env(container: dict[str, Any], name: str, value: str) -> None:
     env[:] = kept
 
 
-def _task_priority(container: dict[str, Any], profile: AgentProfile) -> str | None:
+def _task_priority(container: dict[str, Any], agent: NodeAgent) -> str | None:
     """The container's ``nvidia.com/priority`` as HAMi-core's variable value, taken out of its
     resources (None: it asks none)."""
     resources = container.get("resources")
@@ -90,11 +96,11 @@ def _task_priority(container: dict[str, Any], profile: AgentProfile) -> str | No
                                requests if isinstance(requests, Mapping) else {})
     if not keyed.has(HAMI_PRIORITY_KEY):
         return None
-    if profile is not AgentProfile.HAMI:
+    if agent.profile not in HAMI_CORE_PROFILES:
         raise RequestError(
             f"container {keyed.name!r}: {HAMI_PRIORITY_KEY} is HAMi-core's task priority, read "
-            f"inside the container by HAMi's library, which agent profile {profile.value} does "
-            f"not run: remove it")
+            f"inside the container by HAMi-core, which {agent.name} (agent profile "
+            f"{agent.profile.value}) does not load: remove it")
     value = keyed.integer(HAMI_PRIORITY_KEY, low=0, high=MAX_TASK_PRIORITY,
                           valid="HAMi's task priority is 0 (high) or 1 (low)")
     for part in ("limits", "requests"):
@@ -106,13 +112,13 @@ def _task_priority(container: dict[str, Any], profile: AgentProfile) -> str | No
     return str(value)
 
 
-def apply_hami_extras(spec: dict[str, Any], settings: HamiAdmission,
-                      profile: AgentProfile) -> None:
+def apply_hami_extras(spec: dict[str, Any], settings: HamiAdmission, agent: NodeAgent) -> None:
     """Write on a GPU pod's ``spec`` (in place) what HAMi's webhook writes. Raises
     :class:`RequestError` for a task priority that is invalid or that no agent reads."""
+    profile = agent.profile
     for field_name in ("initContainers", "containers"):
         for container in spec.get(field_name) or []:
-            priority = _task_priority(container, profile)
+            priority = _task_priority(container, agent)
             if priority is not None:
                 _set_env(container, TASK_PRIORITY_ENV, priority)
             if profile is AgentProfile.HAMI and settings.gpu_core_policy != "default":

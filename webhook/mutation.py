@@ -233,7 +233,7 @@ def mutate_pod(pod: Mapping[str, Any], config: MutationConfig) -> Mutation:
     spec = new["spec"]
     _write_resources(spec, parsed, placed, config)
     if config.dialects.hami:
-        apply_hami_extras(spec, config.hami, config.dialects.agent_profile)
+        apply_hami_extras(spec, config.hami, config.dialects.agent)
     meta = _child(new, "metadata")
     _child(meta, "annotations")[vocabulary.request_annotation] = encode_request(placed)
     labels = _child(meta, "labels")

@@ -70,11 +70,21 @@ def test_an_invalid_task_priority_is_refused_naming_the_key(value: str, why: str
     assert why in str(refused.value)
 
 
-def test_a_task_priority_is_refused_under_an_agent_without_hami_core() -> None:
+@pytest.mark.parametrize("profile", ["elastic", "nano-gpu"])
+def test_a_task_priority_is_refused_under_an_agent_without_hami_core(profile: str) -> None:
     pod = make_pod({"nvidia.com/gpu": "1", "nvidia.com/gpumem-percentage": "25",
                     "nvidia.com/gpucores": "25", "nvidia.com/priority": "0"})
-    with pytest.raises(RequestError, match=r"HAMi-core.s task priority.*elastic.*remove it"):
-        mutate_pod(pod, _config("elastic"))
+    with pytest.raises(RequestError, match=rf"HAMi-core.s task priority.*{profile}.*remove it"):
+        mutate_pod(pod, _config(profile))
+
+
+def test_a_task_priority_is_written_under_volcano_vgpu_whose_plugin_loads_hami_core() -> None:
+    """volcano-vgpu-device-plugin v1.12.0 pkg/plugin/server.go:438-441 mounts libvgpu.so."""
+    limits = {"volcano.sh/vgpu-number": "1", "volcano.sh/vgpu-cores": "30",
+              "nvidia.com/priority": "1"}
+    main = mutate_pod(make_pod(limits), _config("volcano-vgpu")).pod["spec"]["containers"][0]
+    assert "nvidia.com/priority" not in main["resources"]["limits"]
+    assert _env(main) == {"CUDA_TASK_PRIORITY": "1"}
 
 
 @pytest.mark.parametrize("policy", ["force", "disable"])
