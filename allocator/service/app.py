@@ -89,6 +89,8 @@ class Runtime:
     #: Measured GPU figures from Prometheus (None: off, the default).
     measured: MeasuredSource | None = None
     sleep: Callable[[float], None] = time.sleep
+    #: Card-aware preemption (None: off): its worker runs the evictions.
+    preempt: Preempt | None = None
     stop: threading.Event = field(default_factory=threading.Event)
     threads: list[threading.Thread] = field(default_factory=list)
 
@@ -122,6 +124,9 @@ class Runtime:
         if self.allocator.requeue is not None:
             requeue = self.allocator.requeue
             targets.append(("requeue", lambda: requeue.run(self.stop)))
+        if self.preempt is not None:
+            preempt = self.preempt
+            targets.append(("preempt", lambda: preempt.worker.run(self.stop)))
         if self.elector is not None:
             elector = self.elector
             targets.append(("leader-election", lambda: elector.run(self.stop)))
@@ -201,8 +206,10 @@ def create_app(
     if settings.core.preemption:
         preempt = Preempt(state, api, Fanout([recorder]), clock,
                           state.vocabulary.preemption_annotation,
-                          state.vocabulary.gpu_pod_selector)
+                          state.vocabulary.gpu_pod_selector, request_of=reader.pod_request,
+                          ready=lambda: state.synced and runtime_box[0].is_leader())
         listeners.append(preempt)
+        state.on_pod_deleted = preempt.pod_gone
     hooks = Fanout(listeners)
     requeue = RequeueOnRelease(lambda request, node: filter_verb.fits_on(request, node),
                                ask_again)
@@ -220,12 +227,13 @@ def create_app(
             on_preempt.released(node)
 
         state.on_release = on_release
+        preempt.requeue = requeue  # the hold of freed cards asks the preemptor again
     measured = (MeasuredSource(settings.measured, state, clock=clock)
                 if settings.measured.enabled else None)
     if measured is not None:
         metrics.watch_measured(lambda: measured.fresh, lambda: dict(measured.queries))
     runtime = Runtime(settings, api, state, allocator, metrics, elector, recorder, refusals,
-                      measured, sleep)
+                      measured, sleep, preempt=preempt)
     runtime_box.append(runtime)
 
     app = Flask("allocator")
