@@ -209,7 +209,6 @@ def create_app(
                           state.vocabulary.gpu_pod_selector, request_of=reader.pod_request,
                           ready=lambda: state.synced and runtime_box[0].is_leader())
         listeners.append(preempt)
-        state.on_pod_deleted = preempt.pod_gone
     hooks = Fanout(listeners)
     requeue = RequeueOnRelease(lambda request, node: filter_verb.fits_on(request, node),
                                ask_again)
@@ -218,6 +217,7 @@ def create_app(
     allocator = Allocator(reader, filter_verb, Prioritize(reader, ranker),
                           Bind(reader, state, api, agent, hooks), ranker, agent, requeue)
     state.on_release = requeue.released
+    state.on_pod_deleted = requeue.forget
     if preempt is not None:
         # Each release tells the requeue and then preemption (the hold of freed cards).
         on_preempt = preempt
@@ -228,6 +228,12 @@ def create_app(
 
         state.on_release = on_release
         preempt.requeue = requeue  # the hold of freed cards asks the preemptor again
+
+        def on_pod_deleted(uid: str) -> None:
+            requeue.forget(uid)
+            on_preempt.pod_gone(uid)
+
+        state.on_pod_deleted = on_pod_deleted
     measured = (MeasuredSource(settings.measured, state, clock=clock)
                 if settings.measured.enabled else None)
     if measured is not None:

@@ -199,6 +199,13 @@ class RequeueOnRelease:
             self._asking[pod.uid] = pod
             self._lock.notify()
 
+    def forget(self, uid: str) -> None:
+        """The watch saw the pod deleted: no room is held for it, nor is it asked again."""
+        with self._lock:
+            self._refused.pop(uid, None)
+            self._holds.pop(uid, None)
+            self._asking.pop(uid, None)
+
     def taken_over(self, uid: str) -> None:
         """The pod's own filter runs: a hold made here for it is its filter's now."""
         if uid in self._holds:  # lock-free miss
