@@ -198,11 +198,13 @@ def create_app(
 
     # The verbs, each given only its handles (allocator/verbs/): the reads they share, the
     # ranking port, the node agent, the requeue, the decision hooks.
+    preempt: Preempt | None = None
+    # A leader answers once the preemptions in flight are restored (their holds placed).
     reader = PodReader(state, settings.core, clock=clock,
-                       is_leader=lambda: runtime_box[0].is_leader())
+                       is_leader=lambda: runtime_box[0].is_leader() and (
+                           preempt is None or preempt.caught_up()))
     ranker = fast_ranker(state, settings.core, NodeLookup(api.get_node, state))
     listeners: list[DecisionHooks] = [recorder, refusals]
-    preempt = None
     if settings.core.preemption:
         preempt = Preempt(state, api, Fanout([recorder]), clock,
                           state.vocabulary.preemption_annotation,

@@ -127,6 +127,7 @@ class Preempt(DecisionHooks):
         self.worker = Worker(self.tick)
         self._ended: list[InFlight] = []  # past their deadline, for the worker to report
         self._restored = False
+        self._restoring = threading.Lock()
         self._lock = threading.Lock()
 
     def __call__(self, pod: Mapping[str, Any], request: PodRequest,
@@ -272,13 +273,23 @@ class Preempt(DecisionHooks):
         if not self.ready():
             self._restored = False  # a leadership gained later restores again
             return
-        if self._restored:
-            return
-        try:
-            self.restore(now)
-            self._restored = True
-        except ApiError as exc:
-            logger.warning("preemptions in flight not restored (tried again): %s", exc)
+        self.caught_up(now)
+
+    def caught_up(self, now: float | None = None) -> bool:
+        """The preemptions in flight restored since this process became ready as leader;
+        restores them now if not (the verbs ask before they answer, so no pod is placed in
+        room a restored preemption holds). False while the API fails it."""
+        if self._restored:  # lock-free: the common case on the verbs' path
+            return True
+        with self._restoring:
+            if not self._restored:
+                try:
+                    self.restore(self.clock() if now is None else now)
+                    self._restored = True
+                except ApiError as exc:
+                    logger.warning("preemptions in flight not restored (tried again): %s",
+                                   exc)
+        return self._restored
 
     def restore(self, now: float) -> int:
         """Rebuild the preemptions in flight from the notes of pending pods (a restart, a new

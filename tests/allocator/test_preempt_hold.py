@@ -157,6 +157,14 @@ def test_a_restarted_allocator_holds_the_freed_card_for_the_preemptor() -> None:
     assert _filter(after, fake, "big") == ["n1"]
 
 
+def test_a_restarted_allocator_restores_before_its_first_answer() -> None:
+    fake, _rt, _gone = _preempted_for_big()
+    fake.add_pod(_pod("small", WHOLE, 1))
+    after = _app(fake)  # no tick of its worker yet
+    assert after.allocator.filter(fake.get_pod("default", "small"), ["n1"]).nodes == []
+    assert _held(after, "u-big")
+
+
 def test_a_restored_preemption_waits_for_victims_still_terminating() -> None:
     fake, _rt = _full_node()
     fake.add_pod(_pod("big", WHOLE, 100))
