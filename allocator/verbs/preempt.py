@@ -203,8 +203,13 @@ class Preempt(DecisionHooks):
             if self.in_flight.get(ref.uid) is not entry:
                 return  # bound, deleted or forgotten while queued: nobody is evicted
         self._nominate(ref, Note(entry.node, entry.cards, entry.until, entry.victims))
+        self._evict(entry, tuple(PodRef(v.namespace, v.name, v.uid) for v in chosen.victims))
+
+    def _evict(self, entry: InFlight, victims: tuple[PodRef, ...]) -> None:
+        """Evict ``victims`` in order (the worker's thread); a refusal stops the rest."""
+        ref = entry.pod
         evicted: list[PodRef] = []
-        for victim in chosen.victims:
+        for victim in victims:
             try:
                 self.api.create_eviction(victim.namespace, victim.name)
             except NotFound:
@@ -216,9 +221,9 @@ class Preempt(DecisionHooks):
             except ApiError as exc:
                 logger.warning("eviction of %s for %s failed: %s", victim.key, ref.key, exc)
                 break
-            evicted.append(PodRef(victim.namespace, victim.name, victim.uid))
+            evicted.append(victim)
         if evicted:
-            self.hooks.preempted(ref, tuple(evicted), chosen.node, chosen.cards)
+            self.hooks.preempted(ref, tuple(evicted), entry.node, entry.cards)
 
     def _nominate(self, ref: PodRef, note: Note) -> None:
         try:
@@ -313,6 +318,10 @@ class Preempt(DecisionHooks):
                 self._remember(entry)
             restored += 1
             logger.info("preemption for %s on %s restored", ref.key, note.node)
+            left = tuple(PodRef(r.namespace, r.name, r.uid)
+                         for r in map(self.state.record, note.victims) if r is not None)
+            if left:  # the last leader stopped before it evicted them all: go on
+                self.worker.submit(partial(self._evict, entry, left))
             self._hold_when_free(entry)
         return restored
 

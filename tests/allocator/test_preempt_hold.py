@@ -165,13 +165,15 @@ def test_a_restarted_allocator_restores_before_its_first_answer() -> None:
     assert _held(after, "u-big")
 
 
-def test_a_restored_preemption_waits_for_victims_still_terminating() -> None:
+def test_a_restored_preemption_evicts_the_victims_left_and_waits_for_them_to_go() -> None:
     fake, _rt = _full_node()
     fake.add_pod(_pod("big", WHOLE, 100))
+    # The last leader wrote the note and died before its evictions.
     note = Note("n1", (0,), NOW + 30, ("u-a", "u-b"))
     fake.patch_pod("default", "big", {"metadata": {"annotations": {NOTE: encode_note(note)}}})
     after = _app(fake)
     _preempt(after).worker.drain()
+    assert _evicted(fake) == ["a", "b"]
     (flight,) = _preempt(after).snapshot()
     assert flight.until == NOW + 30 and not _held(after, "u-big")
     _watch_sees_gone(after, ["a"])
