@@ -48,14 +48,19 @@ class Worker:
         return self._queue.qsize()
 
     def drain(self) -> None:
-        """Run the queued jobs on the calling thread, then tick (tests; a stopping process)."""
+        """Run the queued jobs on the calling thread, tick, then run what the tick queued
+        (tests)."""
+        self._run_queued()
+        self._safe_tick()
+        self._run_queued()
+
+    def _run_queued(self) -> None:
         while True:
             try:
                 job = self._queue.get_nowait()
             except queue.Empty:
-                break
+                return
             self._run(job)
-        self._safe_tick()
 
     def run(self, stop: threading.Event) -> None:
         """Take jobs as they come until ``stop`` is set; tick between them."""

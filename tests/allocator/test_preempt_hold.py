@@ -338,3 +338,23 @@ def test_an_eviction_that_fails_stops_the_preemption_and_the_deadline_ends_it(
     _preempt(rt).tick(NOW + DEADLINE_SECONDS + 1)
     assert _preempt(rt).snapshot() == ()
     assert NOTE not in fake.get_pod("default", "big")["metadata"]["annotations"]
+
+
+def test_the_worker_goes_on_after_a_failing_job_and_refuses_beyond_its_bound() -> None:
+    done: list[str] = []
+    worker = Worker(lambda: done.append("tick"), size=2)
+
+    def boom() -> None:
+        raise RuntimeError("a bug")
+
+    assert worker.submit(boom) and worker.submit(lambda: done.append("next"))
+    assert not worker.submit(lambda: done.append("third"))  # full: refused, not waited for
+    stop = threading.Event()
+    running = threading.Thread(target=worker.run, args=(stop,), daemon=True)
+    running.start()
+    deadline = time.monotonic() + 5
+    while "tick" not in done and time.monotonic() < deadline:
+        time.sleep(0.01)
+    stop.set()
+    running.join(timeout=5)
+    assert done[0] == "next" and not running.is_alive()
