@@ -31,7 +31,7 @@ import logging
 import threading
 from collections import OrderedDict
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from functools import partial
 from typing import Any, Final
 
@@ -49,8 +49,15 @@ from allocator.ranking.cards import NodeState
 from allocator.ranking.fit import Chooser, place_and_keep
 from allocator.verbs import preempt_offers
 from allocator.verbs.evictions import Worker
-from allocator.verbs.preempt_note import Note, decode_note, encode_note
-from allocator.verbs.preempt_ports import HeldRoom, Picture, PreemptApi
+from allocator.verbs.preempt_note import Note, decode_note
+from allocator.verbs.preempt_ports import HeldRoom, InFlight, Picture, PreemptApi
+from allocator.verbs.preempt_writes import (
+    PENDING,
+    clear_note,
+    pending_uids,
+    still_pending,
+    write_note,
+)
 from tessera.vocabulary import Allocation, PodRequest, RequestError
 
 logger = logging.getLogger(__name__)
@@ -63,26 +70,8 @@ DEADLINE_SECONDS: Final = 60.0
 RETRY_SECONDS: Final = 10.0
 #: Placing the held pod: a bind elsewhere on the node meanwhile means placing again.
 HOLD_PLACEMENTS: Final = 3
-#: The pods a restore reads: the pending ones (kube-scheduler's own unassigned-pod selector).
-PENDING: Final = "spec.nodeName="
-
-
-@dataclass(frozen=True, slots=True)
-class InFlight:
-    """A preemption under way (or, with no node, a pod no preemption helped, until the next
-    look)."""
-
-    pod: PodRef
-    request: PodRequest
-    #: The deadline, on the allocator's clock (the wall clock: the note carries it).
-    until: float
-    node: str = ""
-    cards: tuple[int, ...] = ()
-    victims: tuple[str, ...] = ()
-    #: Its cards were held once (its own filter releases the hold: never held again).
-    held: bool = False
-    #: The preemptor's ``spec.priority``.
-    priority: int = 0
+#: Seconds between checks that the preemptors in flight are still pending pods.
+CHECK_SECONDS: Final = 5.0
 
 
 def freed_first(cards: tuple[int, ...]) -> Chooser:
@@ -127,6 +116,7 @@ class Preempt(DecisionHooks):
         self.worker = Worker(self.tick)
         self._ended: list[InFlight] = []  # past their deadline, for the worker to report
         self._restored = False
+        self._checked_at = float("-inf")
         self._restoring = threading.Lock()
         self._lock = threading.Lock()
 
@@ -202,7 +192,8 @@ class Preempt(DecisionHooks):
         with self._lock:
             if self.in_flight.get(ref.uid) is not entry:
                 return  # bound, deleted or forgotten while queued: nobody is evicted
-        self._nominate(ref, Note(entry.node, entry.cards, entry.until, entry.victims))
+        write_note(self.api, self.annotation, ref,
+                   Note(entry.node, entry.cards, entry.until, entry.victims))
         self._evict(entry, tuple(PodRef(v.namespace, v.name, v.uid) for v in chosen.victims))
 
     def _evict(self, entry: InFlight, victims: tuple[PodRef, ...]) -> None:
@@ -225,16 +216,6 @@ class Preempt(DecisionHooks):
         if evicted:
             self.hooks.preempted(ref, tuple(evicted), entry.node, entry.cards)
 
-    def _nominate(self, ref: PodRef, note: Note) -> None:
-        try:
-            # The note first: it is what a restarted leader reads.
-            self.api.patch_pod(ref.namespace, ref.name, {"metadata": {
-                "uid": ref.uid, "annotations": {self.annotation: encode_note(note)}}})
-            self.api.patch_pod_status(ref.namespace, ref.name,
-                                      {"status": {"nominatedNodeName": note.node}})
-        except ApiError as exc:
-            logger.warning("nomination of %s on %s failed: %s", ref.key, note.node, exc)
-
     def tick(self, now: float | None = None) -> None:
         """The worker between jobs: a restore on becoming ready, and the end of each
         preemption past its deadline."""
@@ -243,8 +224,20 @@ class Preempt(DecisionHooks):
         with self._lock:
             self._take_expired(now)
             ended, self._ended = self._ended, []
+            check = now >= self._checked_at + CHECK_SECONDS and any(
+                f.node for f in self.in_flight.values())
         for entry in ended:
             self._expire(entry)
+        if check:
+            self._checked_at = now
+            try:
+                pending = pending_uids(self.api)
+            except ApiError as exc:
+                logger.info("preemptors in flight not checked: %s", exc)
+                return
+            for entry in self.snapshot():
+                if entry.pod.uid not in pending:
+                    self._gone(entry)
 
     def _expire(self, entry: InFlight) -> None:
         """No bind by the deadline: the hold freed (the room goes to the next pod), the
@@ -253,25 +246,7 @@ class Preempt(DecisionHooks):
         self.state.release_hold(ref.uid)
         logger.info("preemption for %s on %s expired", ref.key, entry.node)
         self.hooks.preemption_expired(ref, entry.node, entry.cards)
-        self._clear_note(ref, entry.node)
-
-    def _clear_note(self, ref: PodRef, node: str) -> None:
-        """Remove the note, and the nomination if it is still ours (kube-scheduler clears a
-        nomination itself on a failed attempt with no candidate: module doc of
-        :mod:`~allocator.verbs.preempt_note`)."""
-        try:
-            pod = self.api.get_pod(ref.namespace, ref.name)
-            if str((pod.get("metadata") or {}).get("uid") or "") != ref.uid:
-                return
-            if (pod.get("status") or {}).get("nominatedNodeName") == node:
-                self.api.patch_pod_status(ref.namespace, ref.name,
-                                          {"status": {"nominatedNodeName": None}})
-            self.api.patch_pod(ref.namespace, ref.name, {"metadata": {
-                "uid": ref.uid, "annotations": {self.annotation: None}}})
-        except NotFound:
-            pass
-        except ApiError as exc:
-            logger.warning("preemption note of %s not cleared: %s", ref.key, exc)
+        clear_note(self.api, self.annotation, ref, entry.node)
 
     # ------------------------------------------------------------------ restore
     def _restore_when_ready(self, now: float) -> None:
@@ -310,7 +285,7 @@ class Preempt(DecisionHooks):
             except RequestError:
                 request = None  # unreadable now: its note is cleared
             if note.until <= now or request is None or not ref.uid:
-                self._clear_note(ref, note.node)
+                clear_note(self.api, self.annotation, ref, note.node)
                 continue
             entry = InFlight(ref, request, min(note.until, now + self.deadline_seconds),
                              note.node, note.cards, note.victims, priority=priority_of(pod))
@@ -366,14 +341,35 @@ class Preempt(DecisionHooks):
                                 freed_first(entry.cards), ref.uid, keep, HOLD_PLACEMENTS)
         if not isinstance(placed, Allocation):
             return
+        held = replace(entry, held=True)
         with self._lock:
             current = self.in_flight.get(ref.uid)
             if current is entry:
-                self.in_flight[ref.uid] = replace(entry, held=True)
+                self.in_flight[ref.uid] = held
         if current is not entry:  # deleted or bound meanwhile: the hold is nobody's
             state.release_hold(ref.uid)
-        elif self.requeue is not None:
+            return
+        self.worker.submit(partial(self._check, held))  # the watch may not see a deletion
+        if self.requeue is not None:
             self.requeue.held_for(ref, entry.node, entry.priority)
+
+    def _check(self, entry: InFlight) -> None:
+        """(The worker.) End the preemption if its preemptor is no longer a pending pod."""
+        if still_pending(self.api, entry.pod) is False:
+            self._gone(entry)
+
+    def _gone(self, entry: InFlight) -> None:
+        """The preemptor is deleted (or bound elsewhere): forgotten here and by the requeue,
+        its hold freed (the room goes to the next refused pod)."""
+        uid = entry.pod.uid
+        with self._lock:
+            if self.in_flight.get(uid) is not entry:
+                return
+            del self.in_flight[uid]
+        logger.info("preemption for %s ended: the pod is gone", entry.pod.key)
+        if self.requeue is not None:
+            self.requeue.forget(uid)
+        self.state.release_hold(uid)
 
     def _node_now(self, node: str) -> tuple[NodeState, int] | None:
         view = self.state.view(node)

@@ -1,8 +1,9 @@
 """What preemption (:mod:`allocator.verbs.preempt`) uses of the API, the picture and the
-requeue: the narrow ports it is given."""
+requeue: the narrow ports it is given; and what it remembers of a preemption in flight."""
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any, Protocol
 
 from allocator.decisions import PodRef
@@ -10,7 +11,7 @@ from allocator.picture.nodes import NodeView
 from allocator.picture.records import PodRecord
 from allocator.ranking.cards import NodeState
 from allocator.verbs.preempt_offers import ListingApi
-from tessera.vocabulary import Allocation
+from tessera.vocabulary import Allocation, PodRequest
 
 
 class PreemptApi(ListingApi, Protocol):
@@ -48,3 +49,23 @@ class HeldRoom(Protocol):
     RequeueOnRelease`)."""
 
     def held_for(self, pod: PodRef, node: str, priority: int) -> None: ...
+
+    def forget(self, uid: str) -> None: ...
+
+
+@dataclass(frozen=True, slots=True)
+class InFlight:
+    """A preemption under way (or, with no node, a pod no preemption helped, until the next
+    look)."""
+
+    pod: PodRef
+    request: PodRequest
+    #: The deadline, on the allocator's clock (the wall clock: the note carries it).
+    until: float
+    node: str = ""
+    cards: tuple[int, ...] = ()
+    victims: tuple[str, ...] = ()
+    #: Its cards were held once (its own filter releases the hold: never held again).
+    held: bool = False
+    #: The preemptor's ``spec.priority``.
+    priority: int = 0

@@ -196,7 +196,8 @@ def test_many_refused_nodes_are_read_in_one_list_of_the_gpu_pods(
     assert rt.preempt is not None
     rt.preempt.worker.drain()  # the restore at the first tick lists the pending pods, once
     before = len(fake.calls)
-    _filter(rt, fake, "big", ["n1"])
-    assert len(_evicted(fake)) == 2
+    rt.allocator.filter(fake.get_pod("default", "big"), ["n1"])
     lists = [call for call, _ in fake.calls[before:] if call.startswith("list_pods")]
     assert lists == ["list_pods"]
+    rt.preempt.worker.drain()
+    assert len(_evicted(fake)) == 2

@@ -236,6 +236,29 @@ def test_a_deleted_preemptors_hold_goes_to_the_next_refused_pod() -> None:
     assert _filter(rt, fake, "next") == ["n1"]
 
 
+def test_a_hold_for_a_preemptor_deleted_unseen_by_the_watch_goes_to_the_next_pod() -> None:
+    # With node resources on, the picture watches bound pods only: a pending pod's deletion
+    # reaches it never. The hold is checked against the API as soon as it is placed.
+    fake, rt, evicted = _preempted_for_big()
+    fake.add_pod(_pod("next", WHOLE, 1))
+    assert _filter(rt, fake, "next") == []
+    fake.delete_pod("default", "big")
+    _watch_sees_gone(rt, evicted)
+    _preempt(rt).worker.drain()
+    assert rt.state.record("u-big") is None and _preempt(rt).snapshot() == ()
+    assert _filter(rt, fake, "next") == ["n1"]
+
+
+def test_a_preemptor_deleted_unseen_before_its_victims_go_is_forgotten_at_the_next_check(
+        ) -> None:
+    fake, rt, evicted = _preempted_for_big()
+    fake.delete_pod("default", "big")
+    _preempt(rt).tick(NOW + 5)
+    assert _preempt(rt).snapshot() == ()
+    _watch_sees_gone(rt, evicted)
+    assert rt.state.record("u-big") is None
+
+
 @pytest.mark.parametrize("victims_go", [True, False], ids=["held", "victims-stuck"])
 def test_the_deadline_frees_the_hold_with_an_event_and_clears_note_and_nomination(
         victims_go: bool) -> None:
