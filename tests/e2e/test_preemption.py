@@ -54,10 +54,15 @@ def test_the_pods_of_one_card_make_way_for_a_whole_card_of_higher_priority(
     # Exactly the two pods of the card it got: the minimal set, and nobody else.
     assert gone == {name for name, c in cards.items() if c == card}
     assert overcommitted(cluster, core_v1, namespace, node) == []
-    events = [e for e in list_objects(core_v1.list_namespaced_event, namespace)
-              if e.get("reason") == "Preempted"
-              and e.get("reportingComponent") == "tessera-allocator"]
-    assert {e["involvedObject"]["name"] for e in events} >= {*gone, "big"}
+
+    def preempted() -> set[str]:
+        return {e["involvedObject"]["name"]
+                for e in list_objects(core_v1.list_namespaced_event, namespace)
+                if e.get("reason") == "Preempted"
+                and e.get("reportingComponent") == "tessera-allocator"}
+
+    # Sent by the evicting worker and the recorder's thread: they may trail the bind.
+    wait_for("the Preempted events", lambda: preempted() >= {*gone, "big"}, timeout=20)
     note = get_object(core_v1.read_namespaced_pod, "big", namespace)["metadata"][
         "annotations"][cluster.vocabulary.preemption_annotation]
     assert f'"node":"{node}"' in note and f'"cards":[{card}]' in note
