@@ -269,6 +269,9 @@ class Preempt(DecisionHooks):
                 except ApiError as exc:
                     logger.warning("preemptions in flight not restored (tried again): %s",
                                    exc)
+                except Exception:  # a bug: never a verb's failure, nor a list per verb
+                    logger.exception("preemptions in flight not restored")
+                    self._restored = True
         return self._restored
 
     def restore(self, now: float) -> int:

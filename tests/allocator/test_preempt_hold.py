@@ -14,7 +14,7 @@ from builders import VOCAB, make_gpu_pod, make_node, request, share, whole
 from fake_kube import FakeKube
 
 from allocator.decisions import PodRef
-from allocator.errors import ApiError
+from allocator.errors import ApiError, NotReady
 from allocator.service.app import Runtime
 from allocator.verbs.config import AllocatorConfig
 from allocator.verbs.evictions import Worker
@@ -163,6 +163,16 @@ def test_a_restarted_allocator_restores_before_its_first_answer() -> None:
     after = _app(fake)  # no tick of its worker yet
     assert after.allocator.filter(fake.get_pod("default", "small"), ["n1"]).nodes == []
     assert _held(after, "u-big")
+
+
+def test_a_restore_the_api_fails_is_tried_again_at_the_next_verb() -> None:
+    fake, _rt, _gone = _preempted_for_big()
+    fake.add_pod(_pod("small", WHOLE, 1))
+    after = _app(fake)
+    fake.fail("list_pods_by_field", ApiError("service unavailable", 503))
+    with pytest.raises(NotReady):  # no answer on a picture without the preemption's hold
+        after.allocator.filter(fake.get_pod("default", "small"), ["n1"])
+    assert _filter(after, fake, "small") == [] and _held(after, "u-big")
 
 
 def test_a_restored_preemption_evicts_the_victims_left_and_waits_for_them_to_go() -> None:
