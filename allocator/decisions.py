@@ -59,6 +59,11 @@ class DecisionHooks:
                   cards: tuple[int, ...]) -> None:
         """``victims`` were evicted from ``node`` so that ``preemptor`` gets ``cards``."""
 
+    def preemption_expired(self, preemptor: PodRef, node: str, cards: tuple[int, ...]
+                           ) -> None:
+        """``preemptor`` was not bound by its preemption's deadline: its hold of ``cards`` of
+        ``node`` is freed."""
+
 
 NO_HOOKS = DecisionHooks()
 
@@ -92,6 +97,11 @@ class Fanout(DecisionHooks):
     def preempted(self, preemptor: PodRef, victims: tuple[PodRef, ...], node: str,
                   cards: tuple[int, ...]) -> None:
         self._each(lambda h: h.preempted(preemptor, victims, node, cards), "preempted")
+
+    def preemption_expired(self, preemptor: PodRef, node: str, cards: tuple[int, ...]
+                           ) -> None:
+        self._each(lambda h: h.preemption_expired(preemptor, node, cards),
+                   "preemption_expired")
 
 
 def reason_counts(reasons: Mapping[str, str]) -> list[tuple[str, int]]:

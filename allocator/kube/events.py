@@ -40,6 +40,8 @@ ALLOCATED, FAILED_ALLOCATION, NO_GPU_FIT = "Allocated", "FailedAllocation", "NoG
 BINDING, FILTERING = "Binding", "Filtering"
 #: kube-scheduler's own reason and action for a preemption (``Preempted``, ``Preempting``).
 PREEMPTED, PREEMPTING = "Preempted", "Preempting"
+#: A preemption whose preemptor was not bound by its deadline (its hold freed).
+PREEMPTION_EXPIRED = "PreemptionExpired"
 #: Field limits of events.k8s.io/v1 (kubernetes ``pkg/apis/core/validation/events.go``:
 #: ``NoteLengthLimit`` bytes of note; reportingInstance, action and reason 128 characters).
 NOTE_LIMIT = 1024
@@ -87,6 +89,12 @@ def preempting(preemptor: PodRef, victims: tuple[PodRef, ...], node: str,
     names = ", ".join(v.key for v in victims)
     return EventSpec(preemptor, NORMAL, PREEMPTED, PREEMPTING,
                      f"preempting {names} for {_cards(cards)} of node {node}")
+
+
+def preemption_expired(preemptor: PodRef, node: str, cards: tuple[int, ...]) -> EventSpec:
+    return EventSpec(preemptor, WARNING, PREEMPTION_EXPIRED, PREEMPTING,
+                     f"not bound to node {node} by the preemption's deadline: the hold of "
+                     f"{_cards(cards)} is freed, the pod may preempt again")
 
 
 def clip(text: str, limit_bytes: int) -> str:

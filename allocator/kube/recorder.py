@@ -73,6 +73,9 @@ class EventRecorder(DecisionHooks):
             self.record(events.preempted_victim(victim, preemptor, node, cards))
         self.record(events.preempting(preemptor, victims, node, cards))
 
+    def preemption_expired(self, preemptor: PodRef, node: str, cards: tuple[int, ...]) -> None:
+        self.record(events.preemption_expired(preemptor, node, cards))
+
     def record(self, spec: EventSpec) -> None:
         try:
             self._queue.put_nowait((spec, self._clock()))

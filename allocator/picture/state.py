@@ -14,7 +14,7 @@ count at once).
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
 from allocator.picture.holds import Hold
@@ -38,6 +38,10 @@ logger = logging.getLogger(__name__)
 
 class ClusterState(PictureTables):
     """The picture as list/watch events, our binds and filter's holds change it."""
+
+    #: Told the UID of each pod the watch saw deleted, after its record is gone (outside the
+    #: lock): a preemption for a pending pod ends (allocator/verbs/preempt.py).
+    on_pod_deleted: Callable[[str], None] | None = None
 
     # ------------------------------------------------------------------ nodes
     def apply_node(self, node: Mapping[str, Any]) -> None:
@@ -166,6 +170,8 @@ class ClusterState(PictureTables):
         uid = meta_str(pod, "uid")
         if uid:
             self._drop(uid)
+            if self.on_pod_deleted is not None:
+                self.on_pod_deleted(uid)
 
     def replace_pods(self, pods: Iterable[Mapping[str, Any]], since: int | None = None) -> None:
         """A fresh list: apply every pod; release pods that are gone.

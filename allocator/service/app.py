@@ -89,6 +89,8 @@ class Runtime:
     #: Measured GPU figures from Prometheus (None: off, the default).
     measured: MeasuredSource | None = None
     sleep: Callable[[float], None] = time.sleep
+    #: Card-aware preemption (None: off): its worker runs the evictions.
+    preempt: Preempt | None = None
     stop: threading.Event = field(default_factory=threading.Event)
     threads: list[threading.Thread] = field(default_factory=list)
 
@@ -122,6 +124,9 @@ class Runtime:
         if self.allocator.requeue is not None:
             requeue = self.allocator.requeue
             targets.append(("requeue", lambda: requeue.run(self.stop)))
+        if self.preempt is not None:
+            preempt = self.preempt
+            targets.append(("preempt", lambda: preempt.worker.run(self.stop)))
         if self.elector is not None:
             elector = self.elector
             targets.append(("leader-election", lambda: elector.run(self.stop)))
@@ -193,15 +198,18 @@ def create_app(
 
     # The verbs, each given only its handles (allocator/verbs/): the reads they share, the
     # ranking port, the node agent, the requeue, the decision hooks.
+    preempt: Preempt | None = None
+    # A leader answers once the preemptions in flight are restored (their holds placed).
     reader = PodReader(state, settings.core, clock=clock,
-                       is_leader=lambda: runtime_box[0].is_leader())
+                       is_leader=lambda: runtime_box[0].is_leader() and (
+                           preempt is None or preempt.caught_up()))
     ranker = fast_ranker(state, settings.core, NodeLookup(api.get_node, state))
     listeners: list[DecisionHooks] = [recorder, refusals]
-    preempt = None
     if settings.core.preemption:
         preempt = Preempt(state, api, Fanout([recorder]), clock,
                           state.vocabulary.preemption_annotation,
-                          state.vocabulary.gpu_pod_selector)
+                          state.vocabulary.gpu_pod_selector, request_of=reader.pod_request,
+                          ready=lambda: state.synced and runtime_box[0].is_leader())
         listeners.append(preempt)
     hooks = Fanout(listeners)
     requeue = RequeueOnRelease(lambda request, node: filter_verb.fits_on(request, node),
@@ -211,6 +219,7 @@ def create_app(
     allocator = Allocator(reader, filter_verb, Prioritize(reader, ranker),
                           Bind(reader, state, api, agent, hooks), ranker, agent, requeue)
     state.on_release = requeue.released
+    state.on_pod_deleted = requeue.forget
     if preempt is not None:
         # Each release tells the requeue and then preemption (the hold of freed cards).
         on_preempt = preempt
@@ -220,12 +229,19 @@ def create_app(
             on_preempt.released(node)
 
         state.on_release = on_release
+        preempt.requeue = requeue  # the hold of freed cards asks the preemptor again
+
+        def on_pod_deleted(uid: str) -> None:
+            requeue.forget(uid)
+            on_preempt.pod_gone(uid)
+
+        state.on_pod_deleted = on_pod_deleted
     measured = (MeasuredSource(settings.measured, state, clock=clock)
                 if settings.measured.enabled else None)
     if measured is not None:
         metrics.watch_measured(lambda: measured.fresh, lambda: dict(measured.queries))
     runtime = Runtime(settings, api, state, allocator, metrics, elector, recorder, refusals,
-                      measured, sleep)
+                      measured, sleep, preempt=preempt)
     runtime_box.append(runtime)
 
     app = Flask("allocator")

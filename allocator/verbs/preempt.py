@@ -1,66 +1,64 @@
 """Preempt: when filter refused a GPU pod on every node for want of card room, evict the
 fewest pods of lower priority that make room on one node, through the Eviction API.
 
-The decision is the pure core's (:func:`allocator.preemption.choose_preemption`); this verb
-gathers its inputs and acts on its answer:
+The pure core decides (:func:`allocator.preemption.choose_preemption`) over the offers
+:mod:`allocator.verbs.preempt_offers` reads; this verb acts on its answer:
 
-- **Offers**: each refused node's :class:`~allocator.ranking.cards.NodeState` from the picture
-  and the GPU pods bound there with their allocations (the picture's records), their
-  ``spec.priority`` and ``status.startTime`` (read from one list of the node's pods: the
-  picture keeps neither, and a preemption is rare enough to pay one list per refused node).
-  A pod only held or still being bound is never a victim (its cards stay taken).
-- **Budgets**: the policy/v1 PodDisruptionBudgets over the pods that may go
-  (:mod:`allocator.preemption.pdb`), listed once per look, so the core prefers the node that
-  violates fewest; the Eviction API enforces them as well: a 429 stops the preemption (the
-  victims already evicted stay evicted, no pod is ever deleted instead), and the pod is tried
-  again after the deadline.
 - **Once per preemptor**: a preemption in flight is remembered (bounded, oldest dropped) until
   its deadline; the preemptor refused again meanwhile evicts nobody more.
-- **The hold**: once the picture's watch has seen every victim go (:meth:`Preempt.released`,
-  told each release), the preemptor's cards are held in its name
-  (:meth:`ClusterState.hold <allocator.picture.state.ClusterState.hold>`) until its deadline,
-  preferring the cards its victims freed: every other pod's filter sees them taken. Its own
-  filter, when kube-scheduler retries it, releases the hold and places it afresh on them.
-- **Nomination**: the preemptor's ``status.nominatedNodeName`` is set (kube-scheduler counts a
-  nominated pod's CPU and memory on that node for pods of lower priority) and our annotation
-  names the node, the cards and the deadline; the Events ``Preempted`` go on each victim and
-  on the preemptor (:meth:`~allocator.decisions.DecisionHooks.preempted`).
+- **Off filter's thread**: filter decides and enqueues; the worker
+  (:mod:`allocator.verbs.evictions`) writes the note (:mod:`allocator.verbs.preempt_note`:
+  node, cards, wall-clock deadline, victims) and ``status.nominatedNodeName``, then evicts the
+  victims in order: a 429 stops the rest, no pod is ever deleted instead. A full queue: the
+  pod is looked at again at a later refusal.
+- **The hold**: once the picture's watch has seen every victim go (:meth:`Preempt.released`),
+  the preemptor's cards are held in its name until its deadline, the freed cards first, and
+  the requeue asks it again (:meth:`~allocator.verbs.requeue.RequeueOnRelease.held_for`: the
+  one hold of that room; a pod of higher priority filtered meanwhile takes it). Its own
+  filter places it afresh on them, and it binds.
+- **Restart, new leader**: the preemptions in flight are rebuilt from the notes of pending
+  pods (:meth:`Preempt.restore`) each time the allocator becomes ready as leader.
+- **The end**: the bind; the preemptor deleted (its hold freed, the room goes to the next
+  refused pod); or the deadline: the hold freed, the note and our nomination cleared, the
+  Event ``PreemptionExpired`` (victims stuck terminating, a budget's 429 included).
 
 Off unless :attr:`~allocator.verbs.config.AllocatorConfig.preemption` is set (docs/preemption.md).
 """
 
 from __future__ import annotations
 
-import json
 import logging
 import threading
 from collections import OrderedDict
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from functools import partial
-from typing import Any, Final, Protocol
+from typing import Any, Final
 
 from allocator.decisions import DecisionHooks, PodRef
 from allocator.errors import ApiError, NotFound, TooManyRequests
-from allocator.picture.nodes import NodeView
-from allocator.picture.records import PodRecord, Stage
 from allocator.preemption import (
-    Budget,
-    GpuPod,
-    NodeOffer,
     NoPreemption,
     Preemption,
-    PreemptionPolicy,
     Preemptor,
     choose_preemption,
     policy_of,
     priority_of,
-    started_at,
 )
-from allocator.preemption.pdb import LabelledPod, budgets_over
 from allocator.ranking.cards import NodeState
 from allocator.ranking.fit import Chooser, place_and_keep
-from tessera.vocabulary import Allocation, PodRequest
+from allocator.verbs import preempt_offers
+from allocator.verbs.evictions import Worker
+from allocator.verbs.preempt_note import Note, decode_note
+from allocator.verbs.preempt_ports import HeldRoom, InFlight, Picture, PreemptApi
+from allocator.verbs.preempt_writes import (
+    PENDING,
+    clear_note,
+    pending_uids,
+    still_pending,
+    write_note,
+)
+from tessera.vocabulary import Allocation, PodRequest, RequestError
 
 logger = logging.getLogger(__name__)
 
@@ -70,79 +68,10 @@ MAX_IN_FLIGHT: Final = 1024
 DEADLINE_SECONDS: Final = 60.0
 #: Seconds a pod no preemption helped is not looked at again (each look lists pods).
 RETRY_SECONDS: Final = 10.0
-#: Refused nodes with GPU pods up to which their pods are listed node by node (beyond, one
-#: list of every GPU pod costs less).
-PER_NODE_LISTS: Final = 8
 #: Placing the held pod: a bind elsewhere on the node meanwhile means placing again.
 HOLD_PLACEMENTS: Final = 3
-#: Bound pod stages whose pods may be evicted (a hold or a running bind is not a pod's yet).
-EVICTABLE: Final = frozenset({Stage.BOUND, Stage.CONFIRMED})
-
-
-class PreemptApi(Protocol):
-    """The part of :class:`~allocator.ports.KubeApi` preemption uses."""
-
-    def list_pods_by_field(self, field_selector: str,
-                           reduce: Callable[[dict[str, Any]], Any]) -> tuple[list[Any], str]: ...
-
-    def list_pod_disruption_budgets(self) -> list[dict[str, Any]]: ...
-
-    def list_pods(self, label_selector: str) -> tuple[list[dict[str, Any]], str]: ...
-
-    def create_eviction(self, namespace: str, name: str) -> None: ...
-
-    def patch_pod_status(self, namespace: str, name: str,
-                         patch: dict[str, Any]) -> dict[str, Any]: ...
-
-    def patch_pod(self, namespace: str, name: str, patch: dict[str, Any]) -> dict[str, Any]: ...
-
-
-class Picture(Protocol):
-    """The part of the picture (:class:`~allocator.picture.state.ClusterState`) preemption
-    reads and holds in."""
-
-    def node_states(self) -> tuple[list[tuple[str, NodeState]], dict[str, PodRecord]]: ...
-
-    def record(self, uid: str) -> PodRecord | None: ...
-
-    def view(self, node: str) -> NodeView | None: ...
-
-    def hold(self, uid: str, namespace: str, name: str, allocation: Allocation,
-             expected_version: int, requests: tuple[int, int] | None, *, until: float,
-             made_for: object) -> bool: ...
-
-
-@dataclass(frozen=True, slots=True)
-class InFlight:
-    """A preemption under way (or, with no node, a pod no preemption helped, until the next
-    look)."""
-
-    pod: PodRef
-    request: PodRequest
-    until: float
-    node: str = ""
-    cards: tuple[int, ...] = ()
-    victims: tuple[str, ...] = ()
-    #: Its cards were held once (its own filter releases the hold: never held again).
-    held: bool = False
-
-
-@dataclass(frozen=True, slots=True)
-class Listed:
-    """What preemption reads of a pod on a refused node."""
-
-    pod: LabelledPod
-    priority: int
-    started_at: float | None
-
-
-def _listed(pod: dict[str, Any]) -> Listed:
-    meta = pod.get("metadata") or {}
-    labels = meta.get("labels")
-    labels = {str(k): str(v) for k, v in labels.items()} if isinstance(labels, dict) else {}
-    return Listed(LabelledPod(str(meta.get("uid") or ""), str(meta.get("namespace") or ""),
-                              str(meta.get("name") or ""), labels),
-                  priority_of(pod), started_at(pod))
+#: Seconds between checks that the preemptors in flight are still pending pods.
+CHECK_SECONDS: Final = 5.0
 
 
 def freed_first(cards: tuple[int, ...]) -> Chooser:
@@ -159,13 +88,18 @@ class Preempt(DecisionHooks):
     """The preempting step of a refused filter (leader only: filter answers nothing else);
     as a decision hook, it forgets a preemption once its pod is bound.
 
-    Lock order: the picture's lock, then this one; this one is never held while calling the
-    picture or the API (:meth:`released` runs under the picture's lock)."""
+    ``clock`` is the wall clock (deadlines are written to the pod); ``request_of`` reads a
+    pod's GPU request (a restore reads pods); ``ready``: synced and the leader (a restore
+    runs each time it turns true). Lock order: the picture's lock, then the requeue's, then
+    this one; this one is never held while calling the picture or the API (:meth:`released`
+    runs under the picture's lock)."""
 
     def __init__(self, state: Picture, api: PreemptApi, hooks: DecisionHooks,
                  clock: Callable[[], float], annotation: str, gpu_pods: str,
                  deadline_seconds: float = DEADLINE_SECONDS,
-                 max_in_flight: int = MAX_IN_FLIGHT) -> None:
+                 max_in_flight: int = MAX_IN_FLIGHT, *,
+                 request_of: Callable[[Mapping[str, Any]], PodRequest | None] | None = None,
+                 ready: Callable[[], bool] = lambda: True) -> None:
         self.state = state
         self.api = api
         self.hooks = hooks
@@ -174,94 +108,99 @@ class Preempt(DecisionHooks):
         self.gpu_pods = gpu_pods  # the label selector of every GPU pod
         self.deadline_seconds = deadline_seconds
         self.max_in_flight = max_in_flight
+        self.request_of = request_of
+        self.ready = ready
         self.in_flight: OrderedDict[str, InFlight] = OrderedDict()
+        #: Told of a hold placed (the requeue asks the preemptor again); None: nobody.
+        self.requeue: HeldRoom | None = None
+        self.worker = Worker(self.tick)
+        self._ended: list[InFlight] = []  # past their deadline, for the worker to report
+        self._restored = False
+        self._checked_at = float("-inf")
+        self._restoring = threading.Lock()
         self._lock = threading.Lock()
 
     def __call__(self, pod: Mapping[str, Any], request: PodRequest,
                  names: Sequence[str]) -> Preemption | NoPreemption | None:
-        """Preempt for ``pod`` among the refused ``names``: the preemption acted on, why none
-        helps, or None when the pod was looked at lately (a preemption in flight, or none
-        helped). Never raises."""
+        """Preempt for ``pod`` among the refused ``names``: the preemption decided (its
+        evictions queued), why none helps, or None when the pod was looked at lately (a
+        preemption in flight, or none helped). Never raises."""
         ref = PodRef.of(pod)
         now = self.clock()
         if not ref.uid or not self._claim(InFlight(ref, request, now + RETRY_SECONDS), now):
             return None
         preemptor = Preemptor(ref.uid, request, priority_of(pod), policy_of(pod))
         try:
-            offers, listed = self._offers(preemptor, names)
-            decision = choose_preemption(preemptor, offers, self._budgets(listed))
+            offers, lower = preempt_offers.offers(self.api, self.gpu_pods, preemptor, names,
+                                                  self.state.node_states())
+            decision = choose_preemption(preemptor, offers,
+                                         preempt_offers.budgets(self.api, lower))
         except ApiError as exc:
             logger.warning("preemption for %s not tried: %s", ref.key, exc)
             return None
         if isinstance(decision, NoPreemption):
             logger.info("no preemption for %s: %s", ref.key, decision.reason)
             return decision
-        self._act(ref, request, decision, now)
+        self._act(InFlight(ref, request, now + self.deadline_seconds, decision.node,
+                           decision.cards, tuple(v.uid for v in decision.victims),
+                           priority=preemptor.priority), decision)
         return decision
 
-    def _claim(self, entry: InFlight, now: float) -> bool:
-        """Remember ``entry`` unless its pod was looked at lately (bounded, oldest first)."""
+    def snapshot(self) -> tuple[InFlight, ...]:
+        """The preemptions in flight (with a node), oldest first."""
         with self._lock:
-            for uid in [u for u, f in self.in_flight.items() if f.until <= now]:
-                del self.in_flight[uid]
+            return tuple(f for f in self.in_flight.values() if f.node)
+
+    def _claim(self, entry: InFlight, now: float) -> bool:
+        """Remember ``entry`` unless its pod was looked at lately (bounded, oldest first).
+        Preemptions past their deadline go to the worker to be ended (:meth:`tick`)."""
+        with self._lock:
+            self._take_expired(now)
             if entry.pod.uid in self.in_flight:
                 return False
             self._remember(entry)
             return True
+
+    def _take_expired(self, now: float) -> None:
+        """(Under this lock.)"""
+        for uid in [u for u, f in self.in_flight.items() if f.until <= now]:
+            ended = self.in_flight.pop(uid)
+            if ended.node:
+                self._ended.append(ended)
 
     def _remember(self, entry: InFlight) -> None:
         self.in_flight[entry.pod.uid] = entry
         while len(self.in_flight) > self.max_in_flight:
             self.in_flight.popitem(last=False)
 
-    def _budgets(self, listed: list[LabelledPod]) -> list[Budget]:
-        """The budgets over the pods that may go (none to read when no pod may)."""
-        if not listed:
-            return []
-        return budgets_over(self.api.list_pod_disruption_budgets(), listed)
-
-    def _offers(self, preemptor: Preemptor, names: Sequence[str]
-                ) -> tuple[list[NodeOffer], list[LabelledPod]]:
-        """Each refused node's offer, and the pods on them that may go."""
-        if preemptor.policy is PreemptionPolicy.NEVER:
-            return [], []  # the core says why; no list of pods for it
-        asked = set(names)
-        states, records = self.state.node_states()
-        by_node: dict[str, list[PodRecord]] = {}
-        for record in records.values():
-            if record.node in asked and record.stage in EVICTABLE:
-                by_node.setdefault(record.node, []).append(record)
-        read = self._read_pods(sorted(by_node))
-        offers = []
-        lower: list[LabelledPod] = []
-        for name, node_state in states:
-            if name not in asked:
-                continue
-            pods = tuple(GpuPod(r.uid, r.namespace, r.name, r.allocation,
-                                read[r.uid].priority, read[r.uid].started_at)
-                         for r in by_node.get(name, ()) if r.uid in read)
-            lower += [read[p.uid].pod for p in pods if p.priority < preemptor.priority]
-            offers.append(NodeOffer(node_state, pods))
-        return offers, lower
-
-    def _read_pods(self, nodes: list[str]) -> dict[str, Listed]:
-        """Priority, start time and labels of the pods on ``nodes``: one list per node for a
-        few nodes, else one list of every GPU pod (the picture's records all carry its label)."""
-        if len(nodes) <= PER_NODE_LISTS:
-            found: list[Listed] = []
-            for name in nodes:
-                found += self.api.list_pods_by_field(f"spec.nodeName={name}", _listed)[0]
-        else:
-            found = [_listed(pod) for pod in self.api.list_pods(self.gpu_pods)[0]]
-        return {item.pod.uid: item for item in found}
-
-    def _act(self, ref: PodRef, request: PodRequest, chosen: Preemption, now: float) -> None:
-        until = now + self.deadline_seconds
+    def _act(self, entry: InFlight, chosen: Preemption) -> None:
         with self._lock:
-            self._remember(InFlight(ref, request, until, chosen.node, chosen.cards,
-                                    tuple(v.uid for v in chosen.victims)))
+            self._remember(entry)
+        if not self.worker.submit(partial(self._carry_out, entry, chosen)):
+            logger.warning("preemption for %s not started: too many in the queue",
+                           entry.pod.key)
+            with self._lock:
+                if self.in_flight.get(entry.pod.uid) is entry:  # looked at again later
+                    self.in_flight[entry.pod.uid] = replace(
+                        entry, node="", cards=(), victims=(),
+                        until=self.clock() + RETRY_SECONDS)
+
+    # ------------------------------------------------------------------ the worker's side
+    def _carry_out(self, entry: InFlight, chosen: Preemption) -> None:
+        """Note, nominate, evict in order (the worker's thread)."""
+        ref = entry.pod
+        with self._lock:
+            if self.in_flight.get(ref.uid) is not entry:
+                return  # bound, deleted or forgotten while queued: nobody is evicted
+        write_note(self.api, self.annotation, ref,
+                   Note(entry.node, entry.cards, entry.until, entry.victims))
+        self._evict(entry, tuple(PodRef(v.namespace, v.name, v.uid) for v in chosen.victims))
+
+    def _evict(self, entry: InFlight, victims: tuple[PodRef, ...]) -> None:
+        """Evict ``victims`` in order (the worker's thread); a refusal stops the rest."""
+        ref = entry.pod
         evicted: list[PodRef] = []
-        for victim in chosen.victims:
+        for victim in victims:
             try:
                 self.api.create_eviction(victim.namespace, victim.name)
             except NotFound:
@@ -273,21 +212,103 @@ class Preempt(DecisionHooks):
             except ApiError as exc:
                 logger.warning("eviction of %s for %s failed: %s", victim.key, ref.key, exc)
                 break
-            evicted.append(PodRef(victim.namespace, victim.name, victim.uid))
+            evicted.append(victim)
         if evicted:
-            self.hooks.preempted(ref, tuple(evicted), chosen.node, chosen.cards)
-        self._nominate(ref, chosen, until)
+            self.hooks.preempted(ref, tuple(evicted), entry.node, entry.cards)
 
-    def _nominate(self, ref: PodRef, chosen: Preemption, until: float) -> None:
-        note = json.dumps({"node": chosen.node, "cards": list(chosen.cards),
-                           "until": round(until, 3)}, separators=(",", ":"))
-        try:
-            self.api.patch_pod_status(ref.namespace, ref.name,
-                                      {"status": {"nominatedNodeName": chosen.node}})
-            self.api.patch_pod(ref.namespace, ref.name,
-                               {"metadata": {"annotations": {self.annotation: note}}})
-        except ApiError as exc:
-            logger.warning("nomination of %s on %s failed: %s", ref.key, chosen.node, exc)
+    def tick(self, now: float | None = None) -> None:
+        """The worker between jobs: a restore on becoming ready, and the end of each
+        preemption past its deadline."""
+        now = self.clock() if now is None else now
+        self._restore_when_ready(now)
+        with self._lock:
+            self._take_expired(now)
+            ended, self._ended = self._ended, []
+            check = now >= self._checked_at + CHECK_SECONDS and any(
+                f.node for f in self.in_flight.values())
+        for entry in ended:
+            self._expire(entry)
+        if check:
+            self._checked_at = now
+            try:
+                pending = pending_uids(self.api)
+            except ApiError as exc:
+                logger.info("preemptors in flight not checked: %s", exc)
+                return
+            for entry in self.snapshot():
+                if entry.pod.uid not in pending:
+                    self._gone(entry)
+
+    def _expire(self, entry: InFlight) -> None:
+        """No bind by the deadline: the hold freed (the room goes to the next pod), the
+        Event, the note and our nomination cleared."""
+        ref = entry.pod
+        self.state.release_hold(ref.uid)
+        logger.info("preemption for %s on %s expired", ref.key, entry.node)
+        self.hooks.preemption_expired(ref, entry.node, entry.cards)
+        clear_note(self.api, self.annotation, ref, entry.node)
+
+    # ------------------------------------------------------------------ restore
+    def _restore_when_ready(self, now: float) -> None:
+        if not self.ready():
+            self._restored = False  # a leadership gained later restores again
+            return
+        self.caught_up(now)
+
+    def caught_up(self, now: float | None = None) -> bool:
+        """The preemptions in flight restored since this process became ready as leader;
+        restores them now if not (the verbs ask before they answer, so no pod is placed in
+        room a restored preemption holds). False while the API fails it."""
+        if self._restored:  # lock-free: the common case on the verbs' path
+            return True
+        with self._restoring:
+            if not self._restored:
+                try:
+                    self.restore(self.clock() if now is None else now)
+                    self._restored = True
+                except ApiError as exc:
+                    logger.warning("preemptions in flight not restored (tried again): %s",
+                                   exc)
+                except Exception:  # a bug: never a verb's failure, nor a list per verb
+                    logger.exception("preemptions in flight not restored")
+                    self._restored = True
+        return self._restored
+
+    def restore(self, now: float) -> int:
+        """Rebuild the preemptions in flight from the notes of pending pods (a restart, a new
+        leader): each remembered with its deadline (capped at now plus ours), its cards held
+        at once when every victim is gone. Notes past their deadline are cleared. How many
+        were restored."""
+        pods, _ = self.api.list_pods_by_field(PENDING, self._noted)
+        restored = 0
+        for pod, note in (found for found in pods if found is not None):
+            ref = PodRef.of(pod)
+            try:
+                request = self.request_of(pod) if self.request_of is not None else None
+            except RequestError:
+                request = None  # unreadable now: its note is cleared
+            if note.until <= now or request is None or not ref.uid:
+                clear_note(self.api, self.annotation, ref, note.node)
+                continue
+            entry = InFlight(ref, request, min(note.until, now + self.deadline_seconds),
+                             note.node, note.cards, note.victims, priority=priority_of(pod))
+            with self._lock:
+                self._remember(entry)
+            restored += 1
+            logger.info("preemption for %s on %s restored", ref.key, note.node)
+            left = tuple(PodRef(r.namespace, r.name, r.uid)
+                         for r in map(self.state.record, note.victims) if r is not None)
+            if left:  # the last leader stopped before it evicted them all: go on
+                self.worker.submit(partial(self._evict, entry, left))
+            self._hold_when_free(entry)
+        return restored
+
+    def _noted(self, pod: dict[str, Any]) -> tuple[dict[str, Any], Note] | None:
+        meta = pod.get("metadata") or {}
+        note = decode_note((meta.get("annotations") or {}).get(self.annotation))
+        if note is None or meta.get("deletionTimestamp"):
+            return None
+        return pod, note
 
     # ------------------------------------------------------------------ the hold
     def released(self, node: str) -> None:
@@ -300,12 +321,15 @@ class Preempt(DecisionHooks):
             waiting = [f for f in self.in_flight.values()
                        if f.node == node and f.until > now and not f.held]
         for entry in waiting:
-            if any(self.state.record(uid) is not None for uid in entry.victims):
-                continue  # a victim still terminating: its cards are not free yet
-            try:
-                self._hold(entry)
-            except Exception:  # the picture's watch must go on
-                logger.exception("hold for %s on %s failed", entry.pod.key, node)
+            self._hold_when_free(entry)
+
+    def _hold_when_free(self, entry: InFlight) -> None:
+        if any(self.state.record(uid) is not None for uid in entry.victims):
+            return  # a victim still terminating: its cards are not free yet
+        try:
+            self._hold(entry)
+        except Exception:  # the picture's watch must go on
+            logger.exception("hold for %s on %s failed", entry.pod.key, entry.node)
 
     def _hold(self, entry: InFlight) -> None:
         ref, state = entry.pod, self.state
@@ -318,16 +342,51 @@ class Preempt(DecisionHooks):
             return  # held by its own filter, or bound, already
         placed = place_and_keep(entry.request, partial(self._node_now, entry.node),
                                 freed_first(entry.cards), ref.uid, keep, HOLD_PLACEMENTS)
-        if isinstance(placed, Allocation):
-            with self._lock:
-                if self.in_flight.get(ref.uid) is entry:
-                    self.in_flight[ref.uid] = replace(entry, held=True)
+        if not isinstance(placed, Allocation):
+            return
+        held = replace(entry, held=True)
+        with self._lock:
+            current = self.in_flight.get(ref.uid)
+            if current is entry:
+                self.in_flight[ref.uid] = held
+        if current is not entry:  # deleted or bound meanwhile: the hold is nobody's
+            state.release_hold(ref.uid)
+            return
+        self.worker.submit(partial(self._check, held))  # the watch may not see a deletion
+        if self.requeue is not None:
+            self.requeue.held_for(ref, entry.node, entry.priority)
+
+    def _check(self, entry: InFlight) -> None:
+        """(The worker.) End the preemption if its preemptor is no longer a pending pod."""
+        if still_pending(self.api, entry.pod) is False:
+            self._gone(entry)
+
+    def _gone(self, entry: InFlight) -> None:
+        """The preemptor is deleted (or bound elsewhere): forgotten here and by the requeue,
+        its hold freed (the room goes to the next refused pod)."""
+        uid = entry.pod.uid
+        with self._lock:
+            if self.in_flight.get(uid) is not entry:
+                return
+            del self.in_flight[uid]
+        logger.info("preemption for %s ended: the pod is gone", entry.pod.key)
+        if self.requeue is not None:
+            self.requeue.forget(uid)
+        self.state.release_hold(uid)
 
     def _node_now(self, node: str) -> tuple[NodeState, int] | None:
         view = self.state.view(node)
         return None if view is None else (view.state, view.version)
 
+    # ------------------------------------------------------------------ the end
     def allocated(self, pod: PodRef, node: str, cards: tuple[int, ...], policy: str) -> None:
         """A pod was bound: a preemption for it is over."""
         with self._lock:
             self.in_flight.pop(pod.uid, None)
+
+    def pod_gone(self, uid: str) -> None:
+        """The watch saw the pod deleted: a preemption for it is over (its hold, if any, went
+        with its record; one not yet placed never will be)."""
+        if uid in self.in_flight:  # lock-free miss
+            with self._lock:
+                self.in_flight.pop(uid, None)

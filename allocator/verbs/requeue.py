@@ -184,6 +184,28 @@ class RequeueOnRelease:
                 del self._holds[uid]
         return found
 
+    def held_for(self, pod: PodRef, node: str, priority: int) -> None:
+        """Room on ``node`` was held for ``pod`` by its preemption (its victims gone): the
+        one hold of that room, as one made here (a pod of higher ``priority`` filtered
+        meanwhile takes it, :meth:`outranked`), and the pod asked again (kube-scheduler's
+        retry comes through here, not through a judging of the release that would find the
+        room taken by its own hold)."""
+        with self._lock:
+            self.held += 1
+            self._holds.pop(pod.uid, None)
+            self._holds[pod.uid] = (node, priority)
+            while len(self._holds) > self.limit:
+                self._holds.popitem(last=False)
+            self._asking[pod.uid] = pod
+            self._lock.notify()
+
+    def forget(self, uid: str) -> None:
+        """The watch saw the pod deleted: no room is held for it, nor is it asked again."""
+        with self._lock:
+            self._refused.pop(uid, None)
+            self._holds.pop(uid, None)
+            self._asking.pop(uid, None)
+
     def taken_over(self, uid: str) -> None:
         """The pod's own filter runs: a hold made here for it is its filter's now."""
         if uid in self._holds:  # lock-free miss

@@ -160,7 +160,7 @@ class FakeKube:
         with self.lock:
             pods = [copy.deepcopy(p) for p in self.pods.values()
                     if (bound_active(p) if field_selector == BOUND_ACTIVE
-                        else p["spec"].get("nodeName") == on_node)]
+                        else (p["spec"].get("nodeName") or "") == on_node)]
             rv = str(self.rv)
         return [reduce(p) for p in pods], rv
 

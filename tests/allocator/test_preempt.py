@@ -13,7 +13,7 @@ from fake_kube import FakeKube
 
 from allocator.errors import TooManyRequests
 from allocator.service.app import Runtime
-from allocator.verbs import preempt as preempt_module
+from allocator.verbs import preempt_offers
 from allocator.verbs.config import AllocatorConfig
 from allocator.verbs.preempt import DEADLINE_SECONDS
 
@@ -48,6 +48,16 @@ def _cards_of(rt: Runtime, names: list[str]) -> set[int]:
     return found
 
 
+def _filter(rt: Runtime, fake: FakeKube, name: str, nodes: list[str]) -> list[str]:
+    """Filter the pod, then run the preemption's queued work (the worker's thread in a
+    service)."""
+    out = rt.allocator.filter(fake.get_pod("default", name), nodes)
+    assert rt.preempt is None or rt.preempt.worker.pending() <= 1
+    if rt.preempt is not None:
+        rt.preempt.worker.drain()
+    return out.nodes
+
+
 def _evicted(fake: FakeKube) -> list[str]:
     return [name for call, name in fake.calls if call == "create_eviction"]
 
@@ -55,8 +65,8 @@ def _evicted(fake: FakeKube) -> list[str]:
 def test_the_pods_of_one_card_are_evicted_for_a_whole_card_and_the_pod_is_nominated() -> None:
     fake, _app, rt = _full_node()
     fake.add_pod(_pod("big", WHOLE, 100))
-    out = rt.allocator.filter(fake.get_pod("default", "big"), ["n1"])
-    assert out.nodes == []
+    out = _filter(rt, fake, "big", ["n1"])
+    assert out == []
     evicted = _evicted(fake)
     assert len(evicted) == 2  # one card's two pods: the minimal set
     assert len(_cards_of(rt, evicted)) == 1
@@ -68,12 +78,12 @@ def test_the_pods_of_one_card_are_evicted_for_a_whole_card_and_the_pod_is_nomina
     preempted = [e for e in fake.api_events.values() if e["reason"] == "Preempted"]
     assert sorted(e["regarding"]["name"] for e in preempted) == sorted([*evicted, "big"])
     # Refused again while the victims terminate: nobody more is evicted.
-    rt.allocator.filter(fake.get_pod("default", "big"), ["n1"])
+    _filter(rt, fake, "big", ["n1"])
     assert _evicted(fake) == evicted
     # The watch sees them gone: the pod fits on their card and binds there.
     for name in evicted:
         rt.state.remove_pod({"metadata": {"uid": f"u-{name}"}})
-    assert rt.allocator.filter(fake.get_pod("default", "big"), ["n1"]).nodes == ["n1"]
+    assert _filter(rt, fake, "big", ["n1"]) == ["n1"]
     rt.allocator.bind("default", "big", "u-big", "n1")
     record = rt.state.record("u-big")
     assert record is not None
@@ -83,7 +93,7 @@ def test_the_pods_of_one_card_are_evicted_for_a_whole_card_and_the_pod_is_nomina
 def test_the_freed_card_is_held_for_the_preemptor_against_lower_priority_pods() -> None:
     fake, _app, rt = _full_node()
     fake.add_pod(_pod("big", WHOLE, 100))
-    rt.allocator.filter(fake.get_pod("default", "big"), ["n1"])
+    _filter(rt, fake, "big", ["n1"])
     evicted = _evicted(fake)
     freed = _cards_of(rt, evicted)
     for name in evicted:
@@ -93,10 +103,10 @@ def test_the_freed_card_is_held_for_the_preemptor_against_lower_priority_pods() 
     assert {i for c in held.allocation.containers for i in c.card_indices} == freed
     # A pod of lower priority finds the card taken, and preempts nobody (equal priority).
     fake.add_pod(_pod("small", WHOLE, 1))
-    assert rt.allocator.filter(fake.get_pod("default", "small"), ["n1"]).nodes == []
+    assert _filter(rt, fake, "small", ["n1"]) == []
     assert _evicted(fake) == evicted
     # The preemptor's own filter takes the card (its hold released, placed afresh on it).
-    assert rt.allocator.filter(fake.get_pod("default", "big"), ["n1"]).nodes == ["n1"]
+    assert _filter(rt, fake, "big", ["n1"]) == ["n1"]
     rt.allocator.bind("default", "big", "u-big", "n1")
     bound = rt.state.record("u-big")
     assert bound is not None and bound.stage != "held"
@@ -106,7 +116,7 @@ def test_the_freed_card_is_held_for_the_preemptor_against_lower_priority_pods() 
 def test_a_hold_nobody_claims_ends_at_the_deadline() -> None:
     fake, _app, rt = _full_node()
     fake.add_pod(_pod("big", WHOLE, 100))
-    rt.allocator.filter(fake.get_pod("default", "big"), ["n1"])
+    _filter(rt, fake, "big", ["n1"])
     for name in _evicted(fake):
         rt.state.remove_pod({"metadata": {"uid": f"u-{name}"}})
     assert rt.state.record("u-big") is not None
@@ -117,7 +127,7 @@ def test_a_hold_nobody_claims_ends_at_the_deadline() -> None:
 def test_the_hold_ends_when_the_watch_sees_the_preemptor_deleted() -> None:
     fake, _app, rt = _full_node()
     fake.add_pod(_pod("big", WHOLE, 100))
-    rt.allocator.filter(fake.get_pod("default", "big"), ["n1"])
+    _filter(rt, fake, "big", ["n1"])
     for name in _evicted(fake):
         rt.state.remove_pod({"metadata": {"uid": f"u-{name}"}})
     assert rt.state.record("u-big") is not None
@@ -129,7 +139,7 @@ def test_the_hold_ends_when_the_watch_sees_the_preemptor_deleted() -> None:
 def test_preemption_policy_never_evicts_nobody() -> None:
     fake, _app, rt = _full_node()
     fake.add_pod(_pod("big", WHOLE, 100, preemptionPolicy="Never"))
-    assert rt.allocator.filter(fake.get_pod("default", "big"), ["n1"]).nodes == []
+    assert _filter(rt, fake, "big", ["n1"]) == []
     assert _evicted(fake) == []
     assert "nominatedNodeName" not in fake.get_pod("default", "big")["status"]
 
@@ -137,14 +147,14 @@ def test_preemption_policy_never_evicts_nobody() -> None:
 def test_with_preemption_off_nobody_is_evicted() -> None:
     fake, _app, rt = _full_node(preemption=False)
     fake.add_pod(_pod("big", WHOLE, 100))
-    assert rt.allocator.filter(fake.get_pod("default", "big"), ["n1"]).nodes == []
+    assert _filter(rt, fake, "big", ["n1"]) == []
     assert _evicted(fake) == []
 
 
 def test_pods_of_equal_priority_are_never_evicted() -> None:
     fake, _app, rt = _full_node()
     fake.add_pod(_pod("peer", WHOLE, 1))
-    rt.allocator.filter(fake.get_pod("default", "peer"), ["n1"])
+    _filter(rt, fake, "peer", ["n1"])
     assert _evicted(fake) == []
 
 
@@ -152,7 +162,7 @@ def test_a_budget_refusal_stops_the_preemption_and_deletes_nobody() -> None:
     fake, _app, rt = _full_node()
     fake.fail("create_eviction", TooManyRequests("Cannot evict pod: disruption budget", 429))
     fake.add_pod(_pod("big", WHOLE, 100))
-    rt.allocator.filter(fake.get_pod("default", "big"), ["n1"])
+    _filter(rt, fake, "big", ["n1"])
     assert len(_evicted(fake)) == 1  # the first was refused; the second never asked
     assert len(fake.pods) == 5  # every pod still there
     assert not any(call == "delete_pod" for call, _ in fake.calls)
@@ -173,18 +183,21 @@ def test_the_node_whose_pods_no_budget_protects_is_chosen() -> None:
                          "spec": {"selector": {"matchLabels": {"app": "guarded"}}},
                          "status": {"disruptionsAllowed": 0}})
     fake.add_pod(_pod("big", WHOLE, 100))
-    rt.allocator.filter(fake.get_pod("default", "big"), ["n1", "n2"])
+    _filter(rt, fake, "big", ["n1", "n2"])
     assert sorted(_evicted(fake)) == ["c", "d"]  # without the budget n1, given first, would be
     assert fake.get_pod("default", "big")["status"]["nominatedNodeName"] == "n2"
 
 
 def test_many_refused_nodes_are_read_in_one_list_of_the_gpu_pods(
         monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(preempt_module, "PER_NODE_LISTS", 0)
+    monkeypatch.setattr(preempt_offers, "PER_NODE_LISTS", 0)
     fake, _app, rt = _full_node()
     fake.add_pod(_pod("big", WHOLE, 100))
+    assert rt.preempt is not None
+    rt.preempt.worker.drain()  # the restore at the first tick lists the pending pods, once
     before = len(fake.calls)
     rt.allocator.filter(fake.get_pod("default", "big"), ["n1"])
-    assert len(_evicted(fake)) == 2
     lists = [call for call, _ in fake.calls[before:] if call.startswith("list_pods")]
     assert lists == ["list_pods"]
+    rt.preempt.worker.drain()
+    assert len(_evicted(fake)) == 2

@@ -1,0 +1,76 @@
+"""The preemption annotation on a preemptor (pure): what a restarted or new leader reads back.
+
+``<domain>/preemption`` is ``{"node":…,"cards":[…],"until":…,"victims":[…]}``: the node and
+cards its victims free, the deadline in Unix seconds (the allocator's clock is the wall clock,
+so another process compares it with its own), and the victims' UIDs (the hold waits until the
+picture has seen every one of them go). Written before the first eviction, so a leader that
+dies after evicting leaves the note behind; read back by
+:meth:`Preempt.restore <allocator.verbs.preempt.Preempt.restore>`.
+
+Why not ``status.nominatedNodeName`` alone: kube-scheduler clears it on the pod's next failed
+attempt whose own preemption finds no candidate (v1.34.4 ``pkg/scheduler/framework/preemption/
+preemption.go`` lines 276-278, ``NewPostFilterResultWithNominatedNode("")``, written by
+``pkg/scheduler/schedule_one.go`` lines 1159-1168), which is every attempt of a card-level
+preemption. The annotation is ours and stays.
+
+Anyone who may edit the pod may write the annotation: decoding is total (None for anything
+unreadable) and sizes are bounded; the reader caps the deadline (no hold lives forever).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import dataclass
+from typing import Final, TypeVar
+
+T = TypeVar("T")
+
+#: Longest annotation value read (a note of 64 victims and 64 cards is well under it).
+MAX_NOTE_BYTES: Final = 8192
+#: Victims and cards a note may name.
+MAX_ITEMS: Final = 64
+
+
+@dataclass(frozen=True, slots=True)
+class Note:
+    node: str
+    cards: tuple[int, ...]
+    #: Unix seconds.
+    until: float
+    #: UIDs; empty when the writer did not say (then the hold is placed when the pod fits).
+    victims: tuple[str, ...] = ()
+
+
+def encode_note(note: Note) -> str:
+    return json.dumps({"node": note.node, "cards": list(note.cards),
+                       "until": round(note.until, 3), "victims": list(note.victims)},
+                      separators=(",", ":"))
+
+
+def _items(value: object, kind: type[T]) -> tuple[T, ...] | None:
+    if not isinstance(value, list) or len(value) > MAX_ITEMS:
+        return None
+    if not all(isinstance(v, kind) and not isinstance(v, bool) for v in value):
+        return None
+    return tuple(value)
+
+
+def decode_note(text: object) -> Note | None:
+    """The note, or None when ``text`` is not one (never raises)."""
+    if not isinstance(text, str) or len(text) > MAX_NOTE_BYTES:
+        return None
+    try:
+        doc = json.loads(text)
+    except ValueError:
+        return None
+    if not isinstance(doc, dict):
+        return None
+    node, until = doc.get("node"), doc.get("until")
+    cards = _items(doc.get("cards"), int)
+    victims = _items(doc.get("victims", []), str)
+    if (not isinstance(node, str) or not node or len(node) > 253 or cards is None
+            or victims is None or isinstance(until, bool)
+            or not isinstance(until, int | float) or not math.isfinite(until)):
+        return None
+    return Note(node, cards, float(until), victims)

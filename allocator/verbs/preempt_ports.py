@@ -1,0 +1,71 @@
+"""What preemption (:mod:`allocator.verbs.preempt`) uses of the API, the picture and the
+requeue: the narrow ports it is given; and what it remembers of a preemption in flight."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+from allocator.decisions import PodRef
+from allocator.picture.nodes import NodeView
+from allocator.picture.records import PodRecord
+from allocator.ranking.cards import NodeState
+from allocator.verbs.preempt_offers import ListingApi
+from tessera.vocabulary import Allocation, PodRequest
+
+
+class PreemptApi(ListingApi, Protocol):
+    """The part of :class:`~allocator.ports.KubeApi` preemption uses."""
+
+    def create_eviction(self, namespace: str, name: str) -> None: ...
+
+    def get_pod(self, namespace: str, name: str) -> dict[str, Any]: ...
+
+    def patch_pod_status(self, namespace: str, name: str,
+                         patch: dict[str, Any]) -> dict[str, Any]: ...
+
+    def patch_pod(self, namespace: str, name: str, patch: dict[str, Any]) -> dict[str, Any]: ...
+
+
+class Picture(Protocol):
+    """The part of the picture (:class:`~allocator.picture.state.ClusterState`) preemption
+    reads and holds in."""
+
+    def node_states(self) -> tuple[list[tuple[str, NodeState]], dict[str, PodRecord]]: ...
+
+    def record(self, uid: str) -> PodRecord | None: ...
+
+    def view(self, node: str) -> NodeView | None: ...
+
+    def hold(self, uid: str, namespace: str, name: str, allocation: Allocation,
+             expected_version: int, requests: tuple[int, int] | None, *, until: float,
+             made_for: object) -> bool: ...
+
+    def release_hold(self, uid: str, *, tell: bool = True) -> str | None: ...
+
+
+class HeldRoom(Protocol):
+    """The requeue's side of a preemption's hold (:class:`~allocator.verbs.requeue.
+    RequeueOnRelease`)."""
+
+    def held_for(self, pod: PodRef, node: str, priority: int) -> None: ...
+
+    def forget(self, uid: str) -> None: ...
+
+
+@dataclass(frozen=True, slots=True)
+class InFlight:
+    """A preemption under way (or, with no node, a pod no preemption helped, until the next
+    look)."""
+
+    pod: PodRef
+    request: PodRequest
+    #: The deadline, on the allocator's clock (the wall clock: the note carries it).
+    until: float
+    node: str = ""
+    cards: tuple[int, ...] = ()
+    victims: tuple[str, ...] = ()
+    #: Its cards were held once (its own filter releases the hold: never held again).
+    held: bool = False
+    #: The preemptor's ``spec.priority``.
+    priority: int = 0

@@ -1,0 +1,82 @@
+"""What a preemption writes to and reads back from its preemptor, on the worker's thread
+(:mod:`allocator.verbs.preempt`): the note and the nomination, their clearing, and whether
+the preemptor is still a pending pod.
+
+Why the preemptor is read back: with node resources on (the default), the picture watches
+bound pods only (:func:`allocator.picture.watch.reflectors`), so it never sees a pending
+preemptor deleted. A hold placed for one is checked at once, and every preemption in flight
+at most every :data:`~allocator.verbs.preempt.CHECK_SECONDS` with one list of pending pods.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+from allocator.decisions import PodRef
+from allocator.errors import ApiError, NotFound
+from allocator.verbs.preempt_note import Note, encode_note
+from allocator.verbs.preempt_ports import PreemptApi
+
+logger = logging.getLogger(__name__)
+
+#: The pods a restore and a check read: the pending ones (kube-scheduler's own
+#: unassigned-pod selector).
+PENDING = "spec.nodeName="
+
+
+def write_note(api: PreemptApi, annotation: str, ref: PodRef, note: Note) -> None:
+    """The note first (what a restarted leader reads), then the nomination."""
+    try:
+        api.patch_pod(ref.namespace, ref.name, {"metadata": {
+            "uid": ref.uid, "annotations": {annotation: encode_note(note)}}})
+        api.patch_pod_status(ref.namespace, ref.name,
+                             {"status": {"nominatedNodeName": note.node}})
+    except ApiError as exc:
+        logger.warning("nomination of %s on %s failed: %s", ref.key, note.node, exc)
+
+
+def clear_note(api: PreemptApi, annotation: str, ref: PodRef, node: str) -> None:
+    """Remove the note, and the nomination if it is still ours (kube-scheduler clears a
+    nomination itself on a failed attempt with no candidate: module doc of
+    :mod:`~allocator.verbs.preempt_note`)."""
+    try:
+        pod = api.get_pod(ref.namespace, ref.name)
+        if str((pod.get("metadata") or {}).get("uid") or "") != ref.uid:
+            return
+        if (pod.get("status") or {}).get("nominatedNodeName") == node:
+            api.patch_pod_status(ref.namespace, ref.name,
+                                 {"status": {"nominatedNodeName": None}})
+        api.patch_pod(ref.namespace, ref.name, {"metadata": {
+            "uid": ref.uid, "annotations": {annotation: None}}})
+    except NotFound:
+        pass
+    except ApiError as exc:
+        logger.warning("preemption note of %s not cleared: %s", ref.key, exc)
+
+
+def _is_pending(pod: dict[str, Any]) -> bool:
+    meta = pod.get("metadata") or {}
+    return not (pod.get("spec") or {}).get("nodeName") and not meta.get("deletionTimestamp")
+
+
+def still_pending(api: PreemptApi, ref: PodRef) -> bool | None:
+    """Whether the preemptor is still a pending pod (not deleted, not replaced under its
+    name, not being deleted); None when the API could not say."""
+    try:
+        pod = api.get_pod(ref.namespace, ref.name)
+    except NotFound:
+        return False
+    except ApiError as exc:
+        logger.info("preemptor %s not checked: %s", ref.key, exc)
+        return None
+    return str((pod.get("metadata") or {}).get("uid") or "") == ref.uid and _is_pending(pod)
+
+
+def _pending_uid(pod: dict[str, Any]) -> str | None:
+    return str((pod.get("metadata") or {}).get("uid") or "") if _is_pending(pod) else None
+
+
+def pending_uids(api: PreemptApi) -> set[str]:
+    """The UIDs of every pending pod (one list). Raises :class:`ApiError`."""
+    return {uid for uid in api.list_pods_by_field(PENDING, _pending_uid)[0] if uid}
