@@ -33,8 +33,9 @@ import gc
 import logging
 import threading
 import time
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping, Sized
 from dataclasses import dataclass, field
+from functools import partial
 from http import HTTPStatus
 from typing import Any
 
@@ -51,7 +52,7 @@ from allocator.picture.nodelookup import NodeLookup
 from allocator.picture.state import ClusterState
 from allocator.picture.watch import initial_sync, reflectors
 from allocator.ports import KubeApi
-from allocator.service import extender, page
+from allocator.service import extender, page, preemptions
 from allocator.service.config import Settings
 from allocator.service.measured_source import MeasuredSource
 from allocator.service.metrics import Metrics
@@ -88,6 +89,8 @@ class Runtime:
     refusals: RecentRefusals
     #: Measured GPU figures from Prometheus (None: off, the default).
     measured: MeasuredSource | None = None
+    #: Preemption (None: off): its preemptions under way go to /status and the page.
+    preempt: Preempt | None = None
     sleep: Callable[[float], None] = time.sleep
     stop: threading.Event = field(default_factory=threading.Event)
     threads: list[threading.Thread] = field(default_factory=list)
@@ -199,10 +202,11 @@ def create_app(
     listeners: list[DecisionHooks] = [recorder, refusals]
     preempt = None
     if settings.core.preemption:
-        preempt = Preempt(state, api, Fanout([recorder]), clock,
+        preempt = Preempt(state, api, Fanout([recorder, metrics.preemption]), clock,
                           state.vocabulary.preemption_annotation,
                           state.vocabulary.gpu_pod_selector)
         listeners.append(preempt)
+        metrics.preemption.in_flight.set_function(partial(_count, preempt.snapshot))
     hooks = Fanout(listeners)
     requeue = RequeueOnRelease(lambda request, node: filter_verb.fits_on(request, node),
                                ask_again)
@@ -225,7 +229,7 @@ def create_app(
     if measured is not None:
         metrics.watch_measured(lambda: measured.fresh, lambda: dict(measured.queries))
     runtime = Runtime(settings, api, state, allocator, metrics, elector, recorder, refusals,
-                      measured, sleep)
+                      measured, preempt, sleep)
     runtime_box.append(runtime)
 
     app = Flask("allocator")
@@ -238,6 +242,10 @@ def create_app(
     if start:
         runtime.start()
     return app
+
+
+def _count(items: Callable[[], Sized]) -> float:
+    return float(len(items()))
 
 
 #: What a verb makes of a request body: the reply's JSON.
@@ -342,6 +350,9 @@ def _routes(app: Flask, rt: Runtime) -> None:
         doc["defaultPolicy"] = rt.settings.core.default_policy
         doc["agentProfile"] = rt.settings.core.dialects.agent_profile.value
         doc["measured"] = rt.measured.status() if rt.measured is not None else None
+        doc["preemptions"] = (preemptions.documents(rt.preempt.snapshot(), rt.state.record,
+                                                    rt.allocator.clock())
+                              if rt.preempt is not None else [])
         return doc
 
     @app.get("/status")

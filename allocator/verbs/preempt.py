@@ -40,7 +40,7 @@ from dataclasses import dataclass, replace
 from functools import partial
 from typing import Any, Final, Protocol
 
-from allocator.decisions import DecisionHooks, PodRef
+from allocator.decisions import DecisionHooks, PodRef, PreemptionEnd
 from allocator.errors import ApiError, NotFound, TooManyRequests
 from allocator.picture.nodes import NodeView
 from allocator.picture.records import PodRecord, Stage
@@ -125,6 +125,8 @@ class InFlight:
     victims: tuple[str, ...] = ()
     #: Its cards were held once (its own filter releases the hold: never held again).
     held: bool = False
+    #: The victims by name (``victims`` has their UIDs): what /status and the page show.
+    victim_refs: tuple[PodRef, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)
@@ -202,17 +204,36 @@ class Preempt(DecisionHooks):
     def _claim(self, entry: InFlight, now: float) -> bool:
         """Remember ``entry`` unless its pod was looked at lately (bounded, oldest first)."""
         with self._lock:
-            for uid in [u for u, f in self.in_flight.items() if f.until <= now]:
-                del self.in_flight[uid]
-            if entry.pod.uid in self.in_flight:
-                return False
-            self._remember(entry)
-            return True
+            expired = [f for f in self.in_flight.values() if f.until <= now]
+            for old in expired:
+                del self.in_flight[old.pod.uid]
+            claimed = entry.pod.uid not in self.in_flight
+            dropped = self._remember(entry) if claimed else []
+        self._ended(expired, PreemptionEnd.DEADLINE)
+        self._ended(dropped, PreemptionEnd.FORGOTTEN)
+        return claimed
 
-    def _remember(self, entry: InFlight) -> None:
+    def _remember(self, entry: InFlight) -> list[InFlight]:
+        """(Under the lock.) Remember ``entry``; the oldest entries dropped to make room."""
         self.in_flight[entry.pod.uid] = entry
+        dropped = []
         while len(self.in_flight) > self.max_in_flight:
-            self.in_flight.popitem(last=False)
+            dropped.append(self.in_flight.popitem(last=False)[1])
+        return dropped
+
+    def _ended(self, entries: Sequence[InFlight], outcome: PreemptionEnd) -> None:
+        """Tell the hooks of the preemptions among ``entries`` that ended (an entry without a
+        node is a pod no preemption helped: nothing began)."""
+        for entry in entries:
+            if entry.node:
+                self.hooks.preemption_ended(entry.pod, entry.node, outcome)
+
+    def snapshot(self) -> list[InFlight]:
+        """The preemptions under way (a node chosen, the deadline not passed), oldest first:
+        a copy, for /status, the page and /metrics."""
+        now = self.clock()
+        with self._lock:
+            return [f for f in self.in_flight.values() if f.node and f.until > now]
 
     def _budgets(self, listed: list[LabelledPod]) -> list[Budget]:
         """The budgets over the pods that may go (none to read when no pod may)."""
@@ -257,9 +278,13 @@ class Preempt(DecisionHooks):
 
     def _act(self, ref: PodRef, request: PodRequest, chosen: Preemption, now: float) -> None:
         until = now + self.deadline_seconds
+        chosen_refs = tuple(PodRef(v.namespace, v.name, v.uid) for v in chosen.victims)
         with self._lock:
-            self._remember(InFlight(ref, request, until, chosen.node, chosen.cards,
-                                    tuple(v.uid for v in chosen.victims)))
+            dropped = self._remember(InFlight(ref, request, until, chosen.node, chosen.cards,
+                                              tuple(v.uid for v in chosen.victims),
+                                              victim_refs=chosen_refs))
+        self._ended(dropped, PreemptionEnd.FORGOTTEN)
+        self.hooks.preemption_started(ref, chosen_refs, chosen.node, chosen.cards)
         evicted: list[PodRef] = []
         for victim in chosen.victims:
             try:
@@ -330,4 +355,7 @@ class Preempt(DecisionHooks):
     def allocated(self, pod: PodRef, node: str, cards: tuple[int, ...], policy: str) -> None:
         """A pod was bound: a preemption for it is over."""
         with self._lock:
-            self.in_flight.pop(pod.uid, None)
+            entry = self.in_flight.pop(pod.uid, None)
+        if entry is not None:
+            self._ended([entry], PreemptionEnd.BOUND if entry.node == node
+                        else PreemptionEnd.BOUND_ELSEWHERE)
