@@ -18,6 +18,7 @@ from collections.abc import Callable, Sequence
 from typing import Any, Final
 
 from allocator.decisions import PodRef
+from allocator.picture.records import PodRecord
 from allocator.verbs.preempt import InFlight
 
 HELD: Final = "held"
@@ -35,14 +36,26 @@ def state_of(entry: InFlight, victims_left: int) -> str:
     return WAITING if victims_left else VICTIMS_GONE
 
 
-def documents(entries: Sequence[InFlight], record: Callable[[str], object | None],
+def _victims(entry: InFlight, record: Callable[[str], PodRecord | None]
+             ) -> list[dict[str, Any]]:
+    """Each victim, named by the entry or else by the picture while it is there."""
+    named = {ref.uid: ref for ref in entry.victim_refs}
+    out = []
+    for uid in entry.victims:
+        held = record(uid)
+        ref = named.get(uid) or (PodRef(held.namespace, held.name, uid) if held is not None
+                                 else PodRef("", "", uid))
+        out.append({**_pod(ref), "gone": held is None})
+    return out
+
+
+def documents(entries: Sequence[InFlight], record: Callable[[str], PodRecord | None],
               now: float) -> list[dict[str, Any]]:
     """``/status`` ``preemptions``: ``record(uid)`` is the picture's record of a pod (None
     once the watch has seen it go)."""
     out = []
     for entry in entries:
-        refs = entry.victim_refs or tuple(PodRef("", "", uid) for uid in entry.victims)
-        victims = [{**_pod(ref), "gone": record(ref.uid) is None} for ref in refs]
+        victims = _victims(entry, record)
         left = sum(1 for v in victims if not v["gone"])
         out.append({
             **_pod(entry.pod),

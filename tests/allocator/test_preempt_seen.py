@@ -4,6 +4,7 @@ preemptions under way."""
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import Any
 
 from alloc_harness import NOW, make_app
@@ -11,11 +12,13 @@ from builders import make_gpu_pod, make_node, request, share, whole
 from fake_kube import FakeKube
 
 from allocator.decisions import PodRef, PreemptionEnd
+from allocator.picture.records import PodRecord, Stage
 from allocator.service.app import Runtime
 from allocator.service.page import preemption_views, render
 from allocator.service.preemptions import HELD, VICTIMS_GONE, WAITING, documents, state_of
 from allocator.verbs.config import AllocatorConfig
 from allocator.verbs.preempt import DEADLINE_SECONDS, InFlight
+from tessera.vocabulary import Allocation
 
 HALF = request(share(core=50, mem=8000))
 WHOLE = request(whole())
@@ -136,10 +139,21 @@ def test_the_state_says_held_waiting_or_victims_gone() -> None:
     assert state_of(_entry(), 0) == VICTIMS_GONE
 
 
+def _record(uid: str, name: str) -> PodRecord:
+    return PodRecord(uid, "ns", name, "n1", Allocation("n1", ()), Stage.BOUND)
+
+
 def test_each_victim_is_marked_gone_once_the_picture_no_longer_counts_it() -> None:
-    [doc] = documents([_entry()], {"u-a": object()}.get, NOW)
+    [doc] = documents([_entry()], {"u-a": _record("u-a", "a")}.get, NOW)
     assert [(v["name"], v["gone"]) for v in doc["victims"]] == [("a", False), ("b", True)]
     assert doc["secondsLeft"] == 30 and doc["state"] == WAITING
+
+
+def test_a_victim_the_entry_does_not_name_is_named_by_the_picture_while_there() -> None:
+    entry = replace(_entry(), victim_refs=())  # e.g. restored from the pod's note: UIDs only
+    [doc] = documents([entry], {"u-a": _record("u-a", "a")}.get, NOW)
+    assert [(v["namespace"], v["name"], v["uid"]) for v in doc["victims"]] == [
+        ("ns", "a", "u-a"), ("", "", "u-b")]
 
 
 def test_the_page_lists_preemptions_in_flight_with_hostile_names_as_text() -> None:
