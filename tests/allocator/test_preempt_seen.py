@@ -130,7 +130,7 @@ def test_with_preemption_off_the_series_are_there_at_zero_and_status_lists_none(
 
 def _entry(held: bool = False) -> InFlight:
     return InFlight(PodRef("ns", "big", "u-big"), WHOLE, NOW + 30, "n1", (1,), ("u-a", "u-b"),
-                    held, (PodRef("ns", "a", "u-a"), PodRef("ns", "b", "u-b")))
+                    held=held, victim_refs=(PodRef("ns", "a", "u-a"), PodRef("ns", "b", "u-b")))
 
 
 def test_the_state_says_held_waiting_or_victims_gone() -> None:
