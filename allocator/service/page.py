@@ -30,6 +30,8 @@ META_POLICY: Final = ("default-src 'none'; style-src 'unsafe-inline'; base-uri '
                       "form-action 'none'")
 #: Nodes drawn (a 5,000-node cluster would make a page of many megabytes); /status has all.
 MAX_NODES: Final = 300
+#: Preemptions listed (at most 1,024 can be under way); /status has all.
+MAX_PREEMPTIONS: Final = 100
 REFRESH_SECONDS: Final = 10
 
 
@@ -168,7 +170,7 @@ def _victim(victim: Mapping[str, Any]) -> str:
 
 def preemption_views(preemptions: Sequence[Any]) -> list[PreemptionView]:
     out = []
-    for p in preemptions:
+    for p in preemptions[:MAX_PREEMPTIONS]:
         if not isinstance(p, Mapping):
             continue
         cards = [str(_int(c)) for c in p.get("cards") or []]
@@ -191,6 +193,7 @@ def render(status: Mapping[str, Any], refusals: Sequence[Refusal], now: float) -
     nodes = status.get("nodes") or []
     views = node_views(nodes)
     count = _int(status.get("nodeCount", len(nodes)))
+    under_way = status.get("preemptions") or []
     return _TEMPLATE.render(
         status=status,
         nodes=views,
@@ -198,7 +201,8 @@ def render(status: Mapping[str, Any], refusals: Sequence[Refusal], now: float) -
         hidden=max(0, count - len(views)),
         cards=sum(len(n.cards) for n in views),
         refusals=refusal_views(refusals, now),
-        preemptions=preemption_views(status.get("preemptions") or []),
+        preemptions=preemption_views(under_way),
+        preemptions_hidden=max(0, len(under_way) - MAX_PREEMPTIONS),
         as_of=datetime.fromtimestamp(now, UTC).strftime("%Y-%m-%d %H:%M:%S UTC"),
         refresh=REFRESH_SECONDS,
         policy=META_POLICY,

@@ -170,3 +170,12 @@ def test_the_page_lists_preemptions_in_flight_with_hostile_names_as_text() -> No
                    "defaultPolicy": "binpack", "pods": 0}, [], NOW)
     assert "ns/&lt;script&gt;x&lt;/script&gt;" in html and hostile not in html
     assert "waiting for victims to go" in html
+
+
+def test_the_page_lists_at_most_a_hundred_preemptions_and_says_how_many_more() -> None:
+    one = {"namespace": "ns", "name": "p", "node": "n1", "cards": [0], "victims": [],
+           "secondsLeft": 5, "state": "held"}
+    html = render({"nodes": [], "preemptions": [one] * 130, "identity": "x", "leader": True,
+                   "synced": True, "defaultPolicy": "binpack", "pods": 0}, [], NOW)
+    assert html.count('data-preemptor="ns/p"') == 100
+    assert "and 30 more: see /status" in html
