@@ -15,6 +15,7 @@ import logging
 from collections import Counter
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
+from enum import StrEnum
 
 logger = logging.getLogger(__name__)
 
@@ -37,6 +38,23 @@ class PodRef:
     @property
     def key(self) -> str:
         return f"{self.namespace}/{self.name}"
+
+
+class PreemptionEnd(StrEnum):
+    """How a preemption under way ended (the ``outcome`` of ``/metrics``'
+    ``tessera_allocator_preemptions_ended_total``): only ``bound`` led to the bind it was made
+    for."""
+
+    #: The preemptor was bound on the node its victims were evicted from.
+    BOUND = "bound"
+    #: The preemptor was bound, but on another node: the evictions were not needed after all.
+    BOUND_ELSEWHERE = "bound_elsewhere"
+    #: The deadline passed before the preemptor was bound.
+    DEADLINE = "deadline"
+    #: The preemptor was deleted before it was bound.
+    DELETED = "deleted"
+    #: Dropped from the bounded table of preemptions under way (more than its size at once).
+    FORGOTTEN = "forgotten"
 
 
 class DecisionHooks:
@@ -63,6 +81,14 @@ class DecisionHooks:
                            ) -> None:
         """``preemptor`` was not bound by its preemption's deadline: its hold of ``cards`` of
         ``node`` is freed."""
+
+    def preemption_started(self, preemptor: PodRef, victims: tuple[PodRef, ...], node: str,
+                           cards: tuple[int, ...]) -> None:
+        """A preemption for ``preemptor`` was decided: ``victims`` chosen on ``node`` so that
+        it gets ``cards``; their evictions come next (:meth:`preempted` says who went)."""
+
+    def preemption_ended(self, preemptor: PodRef, node: str, outcome: PreemptionEnd) -> None:
+        """The preemption on ``node`` for ``preemptor`` is over, as ``outcome`` says."""
 
 
 NO_HOOKS = DecisionHooks()
@@ -102,6 +128,14 @@ class Fanout(DecisionHooks):
                            ) -> None:
         self._each(lambda h: h.preemption_expired(preemptor, node, cards),
                    "preemption_expired")
+
+    def preemption_started(self, preemptor: PodRef, victims: tuple[PodRef, ...], node: str,
+                           cards: tuple[int, ...]) -> None:
+        self._each(lambda h: h.preemption_started(preemptor, victims, node, cards),
+                   "preemption_started")
+
+    def preemption_ended(self, preemptor: PodRef, node: str, outcome: PreemptionEnd) -> None:
+        self._each(lambda h: h.preemption_ended(preemptor, node, outcome), "preemption_ended")
 
 
 def reason_counts(reasons: Mapping[str, str]) -> list[tuple[str, int]]:

@@ -14,6 +14,7 @@ import dataclasses
 import json
 import os
 import sys
+import time
 from collections.abc import Callable, Sequence
 from typing import Any, TextIO
 
@@ -200,9 +201,25 @@ def cmd_why(args: argparse.Namespace, api: Reader, out: TextIO) -> int:
     if pod is None:
         raise UsageError(f"pod {namespace}/{name} asks for no GPU and holds no card")
     pod = picture.pod_by_uid(pod.uid) or pod
-    explanation = why.explain(picture, pod, _policy(args.default_policy), args.seed)
+    pdbs = (_optional(args, "PodDisruptionBudgets", api.list_pod_disruption_budgets)
+            if pod.pending and pod.request is not None else [])
+    events = (_optional(args, "the pod's Events",
+                        lambda: api.list_pod_events(pod.namespace, pod.uid))
+              if pod.preemption_note else [])
+    explanation = why.explain(picture, pod, _policy(args.default_policy), args.seed,
+                              pdbs=pdbs, events=events, now=time.time())
     _emit(out, args.output, explanation, lambda: why.render(explanation))
     return 0
+
+
+def _optional(args: argparse.Namespace, what: str,
+              read: Callable[[], list[dict[str, Any]]]) -> list[dict[str, Any]]:
+    """A read ``why`` can do without (RBAC may refuse it): a line on stderr, then nothing."""
+    try:
+        return [item for item in read() if isinstance(item, dict)]
+    except ApiError as exc:
+        args.warn(f"{PROG}: {what} not read ({exc}); preemption judged without them\n")
+        return []
 
 
 def cmd_what_if(args: argparse.Namespace, api: Reader, out: TextIO) -> int:

@@ -34,6 +34,7 @@ from allocator.picture.measured import (
     booked_before,
     overlay,
 )
+from allocator.preemption import PreemptionPolicy, policy_of, priority_of, started_at
 from allocator.ranking.cards import Card, NodeState, build_node_state
 from tessera.dialects import DialectConfig, read_pod_request
 from tessera.vocabulary import (
@@ -79,6 +80,14 @@ class GpuPod:
     owner: str = ""
     #: kube-scheduler's last word when it found no node (the PodScheduled condition).
     scheduler_message: str = ""
+    #: What preemption reads (allocator/preemption/pod_fields.py): spec.priority,
+    #: spec.preemptionPolicy, status.startTime (Unix seconds), and the labels budgets select.
+    priority: int = 0
+    preemption_policy: PreemptionPolicy = PreemptionPolicy.PREEMPT_LOWER_PRIORITY
+    started_at: float | None = None
+    labels: Mapping[str, str] = field(default_factory=dict)
+    #: Our ``<domain>/preemption`` annotation: a preemption the allocator made for it ("").
+    preemption_note: str = ""
 
     @property
     def key(self) -> str:
@@ -199,6 +208,9 @@ def read_pod(pod: Mapping[str, Any], config: DialectConfig) -> GpuPod | None:
         allocation_problem=allocation_problem,
         node_selector=_str_map(spec.get("nodeSelector")), owner=_owner(meta),
         scheduler_message=_scheduler_message(pod),
+        priority=priority_of(pod), preemption_policy=policy_of(pod),
+        started_at=started_at(pod), labels=_str_map(meta.get("labels")),
+        preemption_note=annotations.get(config.vocabulary.preemption_annotation, ""),
     )
 
 

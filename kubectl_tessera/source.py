@@ -2,9 +2,11 @@
 
 Nodes and the GPU pods are read directly (the label the allocator's own pod watch selects by),
 so the plugin needs no access to the allocator's Service, only ``list`` on nodes and pods and
-``get`` on the pod a ``why`` names. The transport is the allocator's adapter
-(:class:`allocator.kube.client.KubeClient`), so ``kubernetes`` is still imported in one place and
-every API failure arrives as an :class:`allocator.errors.ApiError`.
+``get`` on the pod a ``why`` names; for preemption's word, ``why`` also lists the
+PodDisruptionBudgets and the pod's Events (each optional: refused, it says so and goes on).
+The transport is the allocator's adapter (:class:`allocator.kube.client.KubeClient`), so
+``kubernetes`` is still imported in one place and every API failure arrives as an
+:class:`allocator.errors.ApiError`.
 """
 
 from __future__ import annotations
@@ -24,6 +26,10 @@ class Reader(Protocol):
     def list_pods(self, label_selector: str) -> tuple[list[Obj], str]: ...
 
     def get_pod(self, namespace: str, name: str) -> Obj: ...
+
+    def list_pod_disruption_budgets(self) -> list[Obj]: ...
+
+    def list_pod_events(self, namespace: str, uid: str) -> list[Obj]: ...
 
 
 @dataclass(frozen=True)

@@ -13,18 +13,30 @@ an explanation, not a replay of its bind: the cluster may have changed since.
 
 Scores use the context the extender gives policies (the pod's identity and the seed, no
 workload mix), so they are the extender's.
+
+Preemption (:mod:`kubectl_tessera.preempting`): a Pending pod that fits nowhere is told whom
+the allocator would evict for it and why those, or why no preemption helps; a pod the
+allocator preempted for is told where, for which cards, and whom.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 from allocator.ranking.cards import NodeState
 from allocator.ranking.fit import unfit_reason
 from allocator.ranking.policies import PolicyContext, get_policy, scaled
 from kubectl_tessera.picture import GpuNode, GpuPod, Picture, selector_excludes
 from kubectl_tessera.placing import raw_scores
+from kubectl_tessera.preempting import (
+    PreemptionWord,
+    deadline_passed,
+    made_preemption,
+    would_preempt,
+)
+from kubectl_tessera.preempting import render as render_preemption
 from tessera.vocabulary import PodRequest
 
 
@@ -67,6 +79,10 @@ class Explanation:
     verdicts: tuple[Verdict, ...]
     scheduler_message: str
     summary: str
+    #: A Pending pod that fits nowhere: whom the allocator would evict, or why nobody.
+    preemption: PreemptionWord | None = None
+    #: The preemption the allocator made for the pod (its annotation and Events).
+    preemption_made: PreemptionWord | None = None
 
 
 def describe_request(request: PodRequest) -> str:
@@ -176,15 +192,35 @@ def _pending_summary(found: Sequence[Verdict]) -> str:
     return "no GPU node is open to it"
 
 
-def explain(picture: Picture, pod: GpuPod, default_policy: str, seed: int = 0) -> Explanation:
-    """Why the pod is where it is (or nowhere). ``default_policy``: the allocator's."""
+def _would(picture: Picture, pod: GpuPod, found: Sequence[Verdict],
+           states: Sequence[NodeState], pdbs: Sequence[Mapping[str, Any]]
+           ) -> PreemptionWord | None:
+    """Preemption's word on a Pending pod that fits on no node (None for any other)."""
+    if (pod.request is None or not pod.pending or pod.allocation is not None
+            or any(v.outcome == "fits" for v in found)):
+        return None
+    rooms = [(v.node, s) for v, s in zip(found, states, strict=True) if v.outcome == "no-room"]
+    return would_preempt(picture, pod, rooms, pdbs)
+
+
+def explain(picture: Picture, pod: GpuPod, default_policy: str, seed: int = 0, *,
+            pdbs: Sequence[Mapping[str, Any]] = (), events: Sequence[Mapping[str, Any]] = (),
+            now: float | None = None) -> Explanation:
+    """Why the pod is where it is (or nowhere). ``default_policy``: the allocator's;
+    ``pdbs`` (policy/v1 budgets) and ``events`` (the pod's) for preemption's word; ``now``
+    judges a preemption's deadline."""
     nodes = list(picture.nodes)
     policy = (pod.request.policy if pod.request and pod.request.policy else default_policy)
     get_policy(policy)  # an unknown name is the caller's error, reported as such
     found: tuple[Verdict, ...] = ()
+    states: list[NodeState] = []
     if pod.request is not None:
         states = [n.state_without([pod.uid]) for n in nodes]
         found = verdicts(pod, pod.request, nodes, states, policy, seed)
+    made = made_preemption(pod, events, now)
+    # The allocator makes no second preemption for a pod until the first one's deadline.
+    would = (_would(picture, pod, found, states, pdbs)
+             if made is None or deadline_passed(made, now) else None)
     if pod.request is None:
         summary = (f"its GPU request cannot be read: {pod.request_problem}"
                    if pod.request_problem else "it asks for no GPU")
@@ -197,6 +233,7 @@ def explain(picture: Picture, pod: GpuPod, default_policy: str, seed: int = 0) -
         request=describe_request(pod.request) if pod.request else "",
         request_problem=pod.request_problem, node=pod.node, cards=_shares(pod),
         verdicts=found, scheduler_message=pod.scheduler_message, summary=summary,
+        preemption=would, preemption_made=made,
     )
 
 
@@ -212,6 +249,9 @@ def render(e: Explanation) -> str:
             cards = ",".join(f"#{i}" for i in c.cards)
             lines.append(f"    {'init ' if c.init else ''}{c.container}: card {cards} ({c.share})")
     lines.append(f"  => {e.summary}")
+    for word in (e.preemption_made, e.preemption):
+        if word is not None:
+            lines += render_preemption(word)
     if e.scheduler_message:
         lines.append(f"  kube-scheduler: {e.scheduler_message}")
     if e.verdicts:

@@ -305,6 +305,12 @@ class KubeClient:
     def list_pod_disruption_budgets(self) -> list[Obj]:
         return self._list("/apis/policy/v1/poddisruptionbudgets", [])[0]
 
+    def list_pod_events(self, namespace: str, uid: str) -> list[Obj]:
+        # core/v1 shows the events.k8s.io Events too; involvedObject.uid is a field the API
+        # server selects by (kubectl tessera why reads the Preempted ones).
+        return self._list(f"/api/v1/namespaces/{quote(namespace, safe='')}/events",
+                          [("fieldSelector", f"involvedObject.uid={uid}")])[0]
+
     def create_eviction(self, namespace: str, name: str) -> None:
         # policy/v1 Eviction: the API server checks the PodDisruptionBudgets (429 when one
         # forbids it) and deletes the pod gracefully.

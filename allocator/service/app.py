@@ -7,7 +7,8 @@ Routes (verbs under the URL prefix, ``/scheduler`` by default):
 - ``POST <prefix>/prioritize-cpu-only`` — the prioritize verb of an optional second extender
   entry without managed resources: scores pods that ask for no GPU (0 for GPU pods);
 - ``GET /healthz`` (the process answers), ``/readyz`` (synced and leader), ``/status`` (every
-  node, card and holder, and the pods recently refused, JSON), ``/metrics`` (Prometheus);
+  node, card and holder, the pods recently refused and the preemptions in flight, JSON),
+  ``/metrics`` (Prometheus);
 - ``GET /`` the same picture as a read-only HTML page (:mod:`allocator.service.page`).
 
 Two error channels, as kube-scheduler reads them (``pkg/scheduler/framework/extender.go``,
@@ -51,7 +52,7 @@ from allocator.picture.nodelookup import NodeLookup
 from allocator.picture.state import ClusterState
 from allocator.picture.watch import initial_sync, reflectors
 from allocator.ports import KubeApi
-from allocator.service import extender, page
+from allocator.service import extender, page, preemption_wiring
 from allocator.service.config import Settings
 from allocator.service.measured_source import MeasuredSource
 from allocator.service.metrics import Metrics
@@ -89,7 +90,8 @@ class Runtime:
     #: Measured GPU figures from Prometheus (None: off, the default).
     measured: MeasuredSource | None = None
     sleep: Callable[[float], None] = time.sleep
-    #: Card-aware preemption (None: off): its worker runs the evictions.
+    #: Card-aware preemption (None: off): its worker runs the evictions; its preemptions in
+    #: flight go to /status and the page.
     preempt: Preempt | None = None
     stop: threading.Event = field(default_factory=threading.Event)
     threads: list[threading.Thread] = field(default_factory=list)
@@ -205,11 +207,10 @@ def create_app(
                            preempt is None or preempt.caught_up()))
     ranker = fast_ranker(state, settings.core, NodeLookup(api.get_node, state))
     listeners: list[DecisionHooks] = [recorder, refusals]
-    if settings.core.preemption:
-        preempt = Preempt(state, api, Fanout([recorder]), clock,
-                          state.vocabulary.preemption_annotation,
-                          state.vocabulary.gpu_pod_selector, request_of=reader.pod_request,
-                          ready=lambda: state.synced and runtime_box[0].is_leader())
+    if settings.core.preemption:  # allocator/service/preemption_wiring.py
+        preempt = preemption_wiring.build_preempt(
+            state, api, clock, [recorder], metrics.preemption, request_of=reader.pod_request,
+            ready=lambda: state.synced and runtime_box[0].is_leader())
         listeners.append(preempt)
     hooks = Fanout(listeners)
     requeue = RequeueOnRelease(lambda request, node: filter_verb.fits_on(request, node),
@@ -221,21 +222,7 @@ def create_app(
     state.on_release = requeue.released
     state.on_pod_deleted = requeue.forget
     if preempt is not None:
-        # Each release tells the requeue and then preemption (the hold of freed cards).
-        on_preempt = preempt
-
-        def on_release(node: str) -> None:
-            requeue.released(node)
-            on_preempt.released(node)
-
-        state.on_release = on_release
-        preempt.requeue = requeue  # the hold of freed cards asks the preemptor again
-
-        def on_pod_deleted(uid: str) -> None:
-            requeue.forget(uid)
-            on_preempt.pod_gone(uid)
-
-        state.on_pod_deleted = on_pod_deleted
+        preemption_wiring.connect(preempt, state, requeue)
     measured = (MeasuredSource(settings.measured, state, clock=clock)
                 if settings.measured.enabled else None)
     if measured is not None:
@@ -358,6 +345,8 @@ def _routes(app: Flask, rt: Runtime) -> None:
         doc["defaultPolicy"] = rt.settings.core.default_policy
         doc["agentProfile"] = rt.settings.core.dialects.agent_profile.value
         doc["measured"] = rt.measured.status() if rt.measured is not None else None
+        doc["preemptions"] = preemption_wiring.status(rt.preempt, rt.state,
+                                                      rt.allocator.clock())
         return doc
 
     @app.get("/status")

@@ -17,6 +17,7 @@ from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, gene
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from prometheus_client.registry import Collector
 
+from allocator.decisions import DecisionHooks, PodRef, PreemptionEnd
 from allocator.picture.state import ClusterState
 from allocator.service.node_series import NodeSeries
 
@@ -56,6 +57,40 @@ class _QueryCollector(Collector):
         yield family
 
 
+class PreemptionCounts(DecisionHooks):
+    """Counts preemption through the decision hooks (allocator/verbs/preempt.py tells them)."""
+
+    def __init__(self, registry: CollectorRegistry) -> None:
+        self.started = Counter(
+            "tessera_allocator_preemptions", "Preemptions decided: victims chosen on a node "
+            "for a GPU pod that fits nowhere, their evictions begun", registry=registry)
+        self.victims = Counter(
+            "tessera_allocator_preemption_victims", "Pods evicted by preemption (a victim "
+            "already gone counts)", registry=registry)
+        self.ended = Counter(
+            "tessera_allocator_preemptions_ended", "Preemptions over, by outcome: only "
+            "'bound' led to the preemptor's bind on the node its victims left",
+            ["outcome"], registry=registry)
+        for outcome in PreemptionEnd:  # every outcome a series from the start, at 0
+            self.ended.labels(outcome.value)
+        #: Set by the app to count the preemptions under way at scrape time (0 when off).
+        self.in_flight = Gauge(
+            "tessera_allocator_preemptions_in_flight", "Preemptions under way: victims "
+            "chosen, the preemptor neither bound nor past its deadline (see /status "
+            "preemptions)", registry=registry)
+
+    def preemption_started(self, preemptor: PodRef, victims: tuple[PodRef, ...], node: str,
+                           cards: tuple[int, ...]) -> None:
+        self.started.inc()
+
+    def preempted(self, preemptor: PodRef, victims: tuple[PodRef, ...], node: str,
+                  cards: tuple[int, ...]) -> None:
+        self.victims.inc(len(victims))
+
+    def preemption_ended(self, preemptor: PodRef, node: str, outcome: PreemptionEnd) -> None:
+        self.ended.labels(outcome.value).inc()
+
+
 class Metrics:
     def __init__(self, state: ClusterState,
                  is_leader: Callable[[], bool] = lambda: True) -> None:
@@ -79,6 +114,8 @@ class Metrics:
             "(the page's pending list)", registry=self.registry,
         )
         self.registry.register(_ProblemCollector(state))
+        #: A decision hook of preemption (allocator/service/app.py hands it to Preempt).
+        self.preemption = PreemptionCounts(self.registry)
         #: Per node, card and pod: written apart from the registry
         #: (allocator/service/node_series.py).
         self.series = NodeSeries(state, is_leader)

@@ -30,6 +30,8 @@ META_POLICY: Final = ("default-src 'none'; style-src 'unsafe-inline'; base-uri '
                       "form-action 'none'")
 #: Nodes drawn (a 5,000-node cluster would make a page of many megabytes); /status has all.
 MAX_NODES: Final = 300
+#: Preemptions listed (at most 1,024 can be under way); /status has all.
+MAX_PREEMPTIONS: Final = 100
 REFRESH_SECONDS: Final = 10
 
 
@@ -73,6 +75,29 @@ class RefusalView:
     last_ago: str
     first_ago: str
     reasons: tuple[tuple[str, int], ...]
+
+
+@dataclass(frozen=True)
+class PreemptionView:
+    """A preemption under way (``/status`` ``preemptions``, allocator/service/preemptions.py)."""
+
+    pod: str
+    node: str
+    cards: str
+    #: Each victim's name, with "(gone)" once the watch has seen it go.
+    victims: tuple[str, ...]
+    #: "in 42 s", or "passed".
+    deadline: str
+    #: "held", "waiting-for-victims" or "victims-gone".
+    state: str
+
+    @property
+    def state_words(self) -> str:
+        return _STATE_WORDS.get(self.state, self.state)
+
+
+_STATE_WORDS = {"held": "cards held for it", "waiting-for-victims": "waiting for victims to go",
+                "victims-gone": "victims gone, cards not held"}
 
 
 def _percent(used: float, total: float) -> int:
@@ -136,6 +161,28 @@ def node_views(nodes: Sequence[Mapping[str, Any]]) -> list[NodeView]:
     return out
 
 
+def _victim(victim: Mapping[str, Any]) -> str:
+    name = f"{_text(victim.get('namespace'))}/{_text(victim.get('name'))}"
+    if name == "/":
+        name = f"pod {_text(victim.get('uid'))}"
+    return f"{name} (gone)" if victim.get("gone") is True else name
+
+
+def preemption_views(preemptions: Sequence[Any]) -> list[PreemptionView]:
+    out = []
+    for p in preemptions[:MAX_PREEMPTIONS]:
+        if not isinstance(p, Mapping):
+            continue
+        cards = [str(_int(c)) for c in p.get("cards") or []]
+        left = _int(p.get("secondsLeft"))
+        out.append(PreemptionView(
+            f"{_text(p.get('namespace'))}/{_text(p.get('name'))}", _text(p.get("node")),
+            f"card{'s' if len(cards) > 1 else ''} " + ", ".join(f"#{c}" for c in cards),
+            tuple(_victim(v) for v in p.get("victims") or [] if isinstance(v, Mapping)),
+            f"in {left} s" if left else "passed", _text(p.get("state"))))
+    return out
+
+
 def refusal_views(refusals: Sequence[Refusal], now: float) -> list[RefusalView]:
     return [RefusalView(r.pod.key, r.attempts, r.nodes, _ago(now - r.last), _ago(now - r.first),
                         r.reasons) for r in refusals]
@@ -146,6 +193,7 @@ def render(status: Mapping[str, Any], refusals: Sequence[Refusal], now: float) -
     nodes = status.get("nodes") or []
     views = node_views(nodes)
     count = _int(status.get("nodeCount", len(nodes)))
+    under_way = status.get("preemptions") or []
     return _TEMPLATE.render(
         status=status,
         nodes=views,
@@ -153,6 +201,8 @@ def render(status: Mapping[str, Any], refusals: Sequence[Refusal], now: float) -
         hidden=max(0, count - len(views)),
         cards=sum(len(n.cards) for n in views),
         refusals=refusal_views(refusals, now),
+        preemptions=preemption_views(under_way),
+        preemptions_hidden=max(0, len(under_way) - MAX_PREEMPTIONS),
         as_of=datetime.fromtimestamp(now, UTC).strftime("%Y-%m-%d %H:%M:%S UTC"),
         refresh=REFRESH_SECONDS,
         policy=META_POLICY,

@@ -18,9 +18,10 @@ The pure core decides (:func:`allocator.preemption.choose_preemption`) over the 
   filter places it afresh on them, and it binds.
 - **Restart, new leader**: the preemptions in flight are rebuilt from the notes of pending
   pods (:meth:`Preempt.restore`) each time the allocator becomes ready as leader.
-- **The end**: the bind; the preemptor deleted (its hold freed, the room goes to the next
-  refused pod); or the deadline: the hold freed, the note and our nomination cleared, the
-  Event ``PreemptionExpired`` (victims stuck terminating, a budget's 429 included).
+- **The end** (:mod:`allocator.verbs.preempt_ends`, each told as an outcome): the bind; the
+  preemptor deleted (its hold freed, the room goes to the next refused pod); or the deadline:
+  the hold freed, the note and our nomination cleared, the Event ``PreemptionExpired``
+  (victims stuck terminating, a budget's 429 included).
 
 Off unless :attr:`~allocator.verbs.config.AllocatorConfig.preemption` is set (docs/preemption.md).
 """
@@ -35,7 +36,7 @@ from dataclasses import replace
 from functools import partial
 from typing import Any, Final
 
-from allocator.decisions import DecisionHooks, PodRef
+from allocator.decisions import DecisionHooks, PodRef, PreemptionEnd
 from allocator.errors import ApiError, NotFound, TooManyRequests
 from allocator.preemption import (
     NoPreemption,
@@ -49,6 +50,7 @@ from allocator.ranking.cards import NodeState
 from allocator.ranking.fit import Chooser, place_and_keep
 from allocator.verbs import preempt_offers
 from allocator.verbs.evictions import Worker
+from allocator.verbs.preempt_ends import bound_outcome, expire, tell_ended
 from allocator.verbs.preempt_note import Note, decode_note
 from allocator.verbs.preempt_ports import HeldRoom, InFlight, Picture, PreemptApi
 from allocator.verbs.preempt_writes import (
@@ -143,7 +145,9 @@ class Preempt(DecisionHooks):
             return decision
         self._act(InFlight(ref, request, now + self.deadline_seconds, decision.node,
                            decision.cards, tuple(v.uid for v in decision.victims),
-                           priority=preemptor.priority), decision)
+                           priority=preemptor.priority,
+                           victim_refs=tuple(PodRef(v.namespace, v.name, v.uid)
+                                             for v in decision.victims)))
         return decision
 
     def snapshot(self) -> tuple[InFlight, ...]:
@@ -156,10 +160,10 @@ class Preempt(DecisionHooks):
         Preemptions past their deadline go to the worker to be ended (:meth:`tick`)."""
         with self._lock:
             self._take_expired(now)
-            if entry.pod.uid in self.in_flight:
-                return False
-            self._remember(entry)
-            return True
+            claimed = entry.pod.uid not in self.in_flight
+            dropped = self._remember(entry) if claimed else []
+        tell_ended(self.hooks, dropped, PreemptionEnd.FORGOTTEN)
+        return claimed
 
     def _take_expired(self, now: float) -> None:
         """(Under this lock.)"""
@@ -168,25 +172,32 @@ class Preempt(DecisionHooks):
             if ended.node:
                 self._ended.append(ended)
 
-    def _remember(self, entry: InFlight) -> None:
+    def _remember(self, entry: InFlight) -> list[InFlight]:
+        """(Under this lock.) Remember ``entry``; the oldest dropped to make room, returned
+        to be told (:data:`~allocator.decisions.PreemptionEnd.FORGOTTEN`) outside the lock."""
         self.in_flight[entry.pod.uid] = entry
+        dropped = []
         while len(self.in_flight) > self.max_in_flight:
-            self.in_flight.popitem(last=False)
+            dropped.append(self.in_flight.popitem(last=False)[1])
+        return dropped
 
-    def _act(self, entry: InFlight, chosen: Preemption) -> None:
+    def _act(self, entry: InFlight) -> None:
         with self._lock:
-            self._remember(entry)
-        if not self.worker.submit(partial(self._carry_out, entry, chosen)):
-            logger.warning("preemption for %s not started: too many in the queue",
-                           entry.pod.key)
-            with self._lock:
-                if self.in_flight.get(entry.pod.uid) is entry:  # looked at again later
-                    self.in_flight[entry.pod.uid] = replace(
-                        entry, node="", cards=(), victims=(),
-                        until=self.clock() + RETRY_SECONDS)
+            dropped = self._remember(entry)
+        tell_ended(self.hooks, dropped, PreemptionEnd.FORGOTTEN)
+        if self.worker.submit(partial(self._carry_out, entry)):
+            self.hooks.preemption_started(entry.pod, entry.victim_refs, entry.node,
+                                          entry.cards)
+            return
+        logger.warning("preemption for %s not started: too many in the queue", entry.pod.key)
+        with self._lock:
+            if self.in_flight.get(entry.pod.uid) is entry:  # looked at again later
+                self.in_flight[entry.pod.uid] = replace(
+                    entry, node="", cards=(), victims=(), victim_refs=(),
+                    until=self.clock() + RETRY_SECONDS)
 
     # ------------------------------------------------------------------ the worker's side
-    def _carry_out(self, entry: InFlight, chosen: Preemption) -> None:
+    def _carry_out(self, entry: InFlight) -> None:
         """Note, nominate, evict in order (the worker's thread)."""
         ref = entry.pod
         with self._lock:
@@ -194,7 +205,7 @@ class Preempt(DecisionHooks):
                 return  # bound, deleted or forgotten while queued: nobody is evicted
         write_note(self.api, self.annotation, ref,
                    Note(entry.node, entry.cards, entry.until, entry.victims))
-        self._evict(entry, tuple(PodRef(v.namespace, v.name, v.uid) for v in chosen.victims))
+        self._evict(entry, entry.victim_refs)
 
     def _evict(self, entry: InFlight, victims: tuple[PodRef, ...]) -> None:
         """Evict ``victims`` in order (the worker's thread); a refusal stops the rest."""
@@ -227,7 +238,7 @@ class Preempt(DecisionHooks):
             check = now >= self._checked_at + CHECK_SECONDS and any(
                 f.node for f in self.in_flight.values())
         for entry in ended:
-            self._expire(entry)
+            expire(entry, self.state, self.api, self.hooks, self.annotation)
         if check:
             self._checked_at = now
             try:
@@ -238,15 +249,6 @@ class Preempt(DecisionHooks):
             for entry in self.snapshot():
                 if entry.pod.uid not in pending:
                     self._gone(entry)
-
-    def _expire(self, entry: InFlight) -> None:
-        """No bind by the deadline: the hold freed (the room goes to the next pod), the
-        Event, the note and our nomination cleared."""
-        ref = entry.pod
-        self.state.release_hold(ref.uid)
-        logger.info("preemption for %s on %s expired", ref.key, entry.node)
-        self.hooks.preemption_expired(ref, entry.node, entry.cards)
-        clear_note(self.api, self.annotation, ref, entry.node)
 
     # ------------------------------------------------------------------ restore
     def _restore_when_ready(self, now: float) -> None:
@@ -293,7 +295,8 @@ class Preempt(DecisionHooks):
             entry = InFlight(ref, request, min(note.until, now + self.deadline_seconds),
                              note.node, note.cards, note.victims, priority=priority_of(pod))
             with self._lock:
-                self._remember(entry)
+                dropped = self._remember(entry)
+            tell_ended(self.hooks, dropped, PreemptionEnd.FORGOTTEN)
             restored += 1
             logger.info("preemption for %s on %s restored", ref.key, note.node)
             left = tuple(PodRef(r.namespace, r.name, r.uid)
@@ -370,6 +373,7 @@ class Preempt(DecisionHooks):
                 return
             del self.in_flight[uid]
         logger.info("preemption for %s ended: the pod is gone", entry.pod.key)
+        tell_ended(self.hooks, (entry,), PreemptionEnd.DELETED)
         if self.requeue is not None:
             self.requeue.forget(uid)
         self.state.release_hold(uid)
@@ -382,11 +386,15 @@ class Preempt(DecisionHooks):
     def allocated(self, pod: PodRef, node: str, cards: tuple[int, ...], policy: str) -> None:
         """A pod was bound: a preemption for it is over."""
         with self._lock:
-            self.in_flight.pop(pod.uid, None)
+            entry = self.in_flight.pop(pod.uid, None)
+        if entry is not None:
+            tell_ended(self.hooks, (entry,), bound_outcome(entry, node))
 
     def pod_gone(self, uid: str) -> None:
         """The watch saw the pod deleted: a preemption for it is over (its hold, if any, went
         with its record; one not yet placed never will be)."""
         if uid in self.in_flight:  # lock-free miss
             with self._lock:
-                self.in_flight.pop(uid, None)
+                entry = self.in_flight.pop(uid, None)
+            if entry is not None:
+                tell_ended(self.hooks, (entry,), PreemptionEnd.DELETED)

@@ -69,3 +69,6 @@ class InFlight:
     held: bool = False
     #: The preemptor's ``spec.priority``.
     priority: int = 0
+    #: The victims by name (``victims`` has their UIDs): what /status and the page show; empty
+    #: for a preemption restored from its note (the note carries UIDs only).
+    victim_refs: tuple[PodRef, ...] = ()

@@ -1,6 +1,7 @@
 """The allocator's page in headless Chromium, served by the allocator app over HTTP on
 loopback: hostile names from the cluster show as text and run nothing, the page fetches
-nothing, and its bars are drawn. (The demo's cards on the real control plane: tests/e2e.)"""
+nothing, its bars are drawn, and a preemption under way is listed with its victims. (The
+demo's cards on the real control plane: tests/e2e.)"""
 
 from __future__ import annotations
 
@@ -10,12 +11,13 @@ from contextlib import contextmanager
 from typing import Any
 
 from alloc_harness import make_app
-from builders import make_gpu_pod, make_node, request, share
+from builders import make_gpu_pod, make_node, request, share, whole
 from fake_kube import FakeKube
 from flask import Flask
 from selenium.webdriver.common.by import By
 from werkzeug.serving import make_server
 
+from allocator.verbs.config import AllocatorConfig
 from devcluster.browser import colour_pixels, full_page_png, headless_chromium
 
 NODE = "<script>window.pwned = 'node'</script>"
@@ -84,3 +86,39 @@ def test_hostile_names_are_text_and_no_script_runs_and_nothing_is_fetched(
     # The holder's 60 % compute and half the memory of card 0 of gpu-x are drawn.
     assert colour_pixels(png, CORE_BLUE) > 500
     assert colour_pixels(png, MEMORY_PURPLE) > 500
+
+
+PREEMPTOR = "<img src=x onerror=\"window.pwned = 'preemptor'\">"
+
+
+def test_a_preemption_in_flight_is_listed_with_its_victims_and_state() -> None:
+    fake = FakeKube()
+    fake.add_node(make_node("gpu-p", count=2, memory_mib=16000))
+    app, rt = make_app(fake, core=AllocatorConfig(preemption=True))
+    for name in ("a", "b", "c", "d"):  # two priority-1 halves on each card
+        pod = make_gpu_pod(name, request(share(core=50, mem=4000)), uid=f"u-{name}")
+        pod["spec"]["priority"] = 1
+        fake.add_pod(pod)
+        rt.allocator.bind("default", name, f"u-{name}", "gpu-p")
+        rt.state.apply_pod(fake.get_pod("default", name))
+    big = make_gpu_pod(PREEMPTOR, request(whole()), uid="u-big")
+    big["spec"]["priority"] = 100
+    fake.add_pod(big)
+    rt.allocator.filter(fake.get_pod("default", PREEMPTOR), ["gpu-p"])
+    assert rt.preempt is not None
+    rt.preempt.worker.drain()  # the evictions (the worker's thread in a service)
+    evicted = sorted(name for call, name in fake.calls if call == "create_eviction")
+    assert len(evicted) == 2
+    rt.state.remove_pod({"metadata": {"uid": f"u-{evicted[0]}"}})  # one victim gone so far
+
+    with served(app) as url, headless_chromium() as driver:
+        driver.get(url + "/")
+        assert driver.execute_script("return window.pwned === undefined")
+        rows = driver.find_elements(By.CSS_SELECTOR, "#preemptions tbody tr")
+        assert len(rows) == 1
+        cells = [td.text for td in rows[0].find_elements(By.TAG_NAME, "td")]
+        assert cells[0] == f"default/{PREEMPTOR}"
+        assert cells[1].startswith("gpu-p, card #")
+        victims = [li.text for li in rows[0].find_elements(By.CSS_SELECTOR, "td li")]
+        assert sorted(victims) == [f"default/{evicted[0]} (gone)", f"default/{evicted[1]}"]
+        assert cells[3].startswith("in ") and cells[4] == "waiting for victims to go"

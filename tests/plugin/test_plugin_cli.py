@@ -38,6 +38,12 @@ class FakeApi:
                 return p
         raise NotFound(f"GET pod {namespace}/{name}: HTTP 404", 404)
 
+    def list_pod_disruption_budgets(self) -> list[Obj]:
+        return []
+
+    def list_pod_events(self, namespace: str, uid: str) -> list[Obj]:
+        return []
+
 
 def run(argv: list[str], api: FakeApi | None = None) -> tuple[int, str, str]:
     out, err = io.StringIO(), io.StringIO()

@@ -1,0 +1,88 @@
+"""What operators see of a real preemption (issue 47 item 5), on the real control plane with
+preemption on: the allocator's /metrics counts the preemption, its victims and its end in the
+preemptor's bind; ``kubectl tessera why`` (the real kubectl running the plugin) names the
+preemption made, its node, cards and victims (the annotation and the Preempted Events), and
+tells a pod whose policy is Never why it evicts nobody."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+from conftest import ALL_DIALECTS, NodePool
+from dev_clusters import running
+from preempting import (
+    HIGH,
+    HIGH_NEVER,
+    SMALL,
+    WHOLE_CARD,
+    bound_node,
+    card_of,
+    fill_node,
+    live,
+    pod,
+)
+from test_hostile_cluster import allocator_get
+from test_kubectl_plugin import tessera
+
+from devcluster.binaries import Binaries
+from devcluster.cluster import DevCluster, Options
+from devcluster.workloads import get_object, unschedulable_message, wait_for
+
+pytestmark = pytest.mark.e2e
+
+
+@pytest.fixture(scope="module")
+def cluster(binaries: Binaries, request: pytest.FixtureRequest) -> Iterator[DevCluster]:
+    """This module's cluster: its allocator preempts."""
+    dev = DevCluster(binaries, None, Options(preemption=True, webhook_args=(ALL_DIALECTS,),
+                                             allocator_args=(ALL_DIALECTS,)))
+    with running(dev, request, "dev cluster"):
+        yield dev
+
+
+def sample(text: str, name: str) -> float:
+    """One sample's value in the Prometheus text format (``name`` with its labels)."""
+    found = re.search(rf"^{re.escape(name)} (\S+)$", text, re.MULTILINE)
+    assert found, f"{name} not in /metrics"
+    return float(found.group(1))
+
+
+def test_a_real_preemption_is_counted_and_named_by_why(
+    cluster: DevCluster, core_v1: Any, namespace: str, pool: NodePool
+) -> None:
+    node, selector, cards = fill_node(cluster, core_v1, namespace, pool)
+    core_v1.create_namespaced_pod(namespace, pod("big", selector, WHOLE_CARD, HIGH))
+    assert wait_for("big bound", lambda: bound_node(core_v1, namespace, "big"),
+                    timeout=90) == node
+    card = card_of(cluster, core_v1, namespace, "big")
+    gone = set(SMALL) - live(core_v1, namespace)
+    assert gone == {name for name, c in cards.items() if c == card}
+
+    metrics = allocator_get(cluster, "/metrics")
+    assert sample(metrics, "tessera_allocator_preemptions_total") == 1
+    assert sample(metrics, "tessera_allocator_preemption_victims_total") == len(gone)
+    assert sample(metrics, 'tessera_allocator_preemptions_ended_total{outcome="bound"}') == 1
+    assert sample(metrics, 'tessera_allocator_preemptions_ended_total{outcome="deadline"}') == 0
+    assert sample(metrics, "tessera_allocator_preemptions_in_flight") == 0
+
+    def made() -> dict[str, Any] | None:
+        # The Events are written by the allocator's recorder thread: wait for them.
+        word: dict[str, Any] | None = tessera(cluster, "why", f"{namespace}/big")[
+            "preemption_made"]
+        return word if word and word["victims"] else None
+
+    word = wait_for("why names the preemption", made, timeout=30)
+    assert word["kind"] == "made" and word["node"] == node and word["cards"] == [card]
+    assert {v["pod"] for v in word["victims"]} == {f"{namespace}/{n}" for n in gone}
+    assert word["reason"].endswith("it was bound there")
+
+    # A pod of priority 100 that may not preempt: the plugin says why nobody goes.
+    core_v1.create_namespaced_pod(namespace, pod("patient", selector, WHOLE_CARD, HIGH_NEVER))
+    wait_for("patient found unschedulable", lambda: unschedulable_message(
+        get_object(core_v1.read_namespaced_pod, "patient", namespace)), timeout=60)
+    word = tessera(cluster, "why", f"{namespace}/patient")["preemption"]
+    assert word["kind"] == "none" and "preemptionPolicy is Never" in word["reason"]
+    assert set(SMALL) - live(core_v1, namespace) == gone  # nobody more evicted
