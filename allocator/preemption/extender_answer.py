@@ -32,7 +32,13 @@ from allocator.preemption.extender_wire import (
     encode_result,
     merged_victims,
 )
-from allocator.preemption.model import Budget, NodeOffer, PreemptionPolicy, Preemptor
+from allocator.preemption.model import (
+    Budget,
+    NodeOffer,
+    NodeVictims,
+    PreemptionPolicy,
+    Preemptor,
+)
 from allocator.preemption.victims import FITS_ALREADY
 from allocator.ranking.fit import Chooser
 
@@ -42,10 +48,13 @@ UNKNOWN_NODE = "not a node with GPU cards known to the allocator"
 
 @dataclass(frozen=True)
 class ExtenderAnswer:
-    """The result to send, and why each proposed node left out was (for logs and Events)."""
+    """The result to send, why each proposed node left out was (for logs and Events), and
+    the card-level choices answered (the rest of the result: nodes kube-scheduler proposed
+    where the pod fits the cards already, answered as it proposed)."""
 
     result: ExtenderPreemptionResult
     left_out: Mapping[str, str]
+    candidates: tuple[NodeVictims, ...] = ()
 
 
 def answer_preemption(preemptor: Preemptor, proposed: Mapping[str, ProposedVictims],
@@ -73,4 +82,4 @@ def answer_preemption(preemptor: Preemptor, proposed: Mapping[str, ProposedVicti
             answers.append((name, proposed[name].uids, proposed[name].pdb_violations))
         else:
             left_out[name] = reason
-    return ExtenderAnswer(encode_result(answers), left_out)
+    return ExtenderAnswer(encode_result(answers), left_out, tuple(found))

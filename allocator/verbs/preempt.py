@@ -289,6 +289,36 @@ class Preempt(DecisionHooks):
         except ApiError as exc:
             logger.warning("nomination of %s on %s failed: %s", ref.key, chosen.node, exc)
 
+    # ------------------------------------------------------------------ the preemptVerb
+    def offers(self, preemptor: Preemptor, names: Sequence[str]
+               ) -> tuple[list[NodeOffer], list[Budget]]:
+        """The named nodes' offers and the budgets over their pods that may go, as this path
+        gives them to the core: the ``preemptVerb``'s inputs
+        (:mod:`allocator.verbs.preempt_verb`). Raises :class:`ApiError`."""
+        offers, listed = self._offers(preemptor, names)
+        return offers, self._budgets(listed)
+
+    def acting_for(self, uid: str) -> bool:
+        """Whether a preemption that chose victims is in flight for the pod (before its
+        deadline): the ``preemptVerb`` then answers no candidates."""
+        now = self.clock()
+        with self._lock:
+            entry = self.in_flight.get(uid)
+            return entry is not None and bool(entry.victims) and entry.until > now
+
+    def remember_answer(self, entry: InFlight) -> bool:
+        """Remember the victims the ``preemptVerb`` answered for a pod (kube-scheduler evicts
+        them), so that this path evicts nobody for it until the deadline; False, remembering
+        nothing, when this path chose victims for it meanwhile. The two paths never both
+        evict for one pod."""
+        now = self.clock()
+        with self._lock:
+            known = self.in_flight.get(entry.pod.uid)
+            if known is not None and known.victims and known.until > now:
+                return False
+            self._remember(entry)
+            return True
+
     # ------------------------------------------------------------------ the hold
     def released(self, node: str) -> None:
         """Room was released on ``node`` (the picture tells it, under its lock): hold the
