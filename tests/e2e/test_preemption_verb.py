@@ -3,9 +3,11 @@ allocator/verbs/preempt_verb.py) on the real control plane, preemption on as shi
 
 The node is short of CPU in sum, so kube-scheduler's in-tree filters refuse the pod (the
 extender's filter is not even asked) and its own dry run finds candidates: by priority, then
-age, it would delete only the youngest small pod, which frees CPU but no whole card. It asks
-the allocator's ``preemptVerb``, which answers the two pods of one card instead; kube-scheduler
-deletes those, and the pod binds to that card.
+age, it would delete only the youngest small pod, which frees CPU but no whole card (the pod
+would then be refused by the cards, and filter's path evict the other pod of that card: two
+preemptions). It asks the allocator's ``preemptVerb``, which keeps that pod and adds the other
+pod of its card; kube-scheduler deletes both at once, filter's path evicts nobody, and the pod
+binds to that card.
 """
 
 from __future__ import annotations
@@ -34,7 +36,7 @@ from preempting import (
 
 from devcluster.cluster import DevCluster
 from devcluster.nodes import uniform
-from devcluster.workloads import wait_for
+from devcluster.workloads import list_objects, wait_for
 
 pytestmark = pytest.mark.e2e
 
@@ -77,5 +79,13 @@ def test_kube_schedulers_own_preemption_evicts_the_pods_of_one_card_not_its_youn
     assert gone == {name for name, c in cards.items() if c == card}
     assert len(gone) == 2
     assert overcommitted(cluster, core_v1, namespace, node) == []
-    # kube-scheduler asked the verb, which answered card-level victims.
+    # kube-scheduler asked the verb, which answered card-level victims; kube-scheduler
+    # preempted both, and filter's path nobody.
     assert allocator_status(cluster)["preemptVerb"]["cardLevel"] > before
+    preempted = [e for e in list_objects(core_v1.list_namespaced_event, namespace)
+                 if e.get("reason") == "Preempted"]
+    by_allocator = {e["involvedObject"]["name"] for e in preempted
+                    if e.get("reportingComponent") == "tessera-allocator"}
+    by_scheduler = {e["involvedObject"]["name"] for e in preempted
+                    if e.get("reportingComponent") != "tessera-allocator"}
+    assert by_allocator == set() and by_scheduler == gone
