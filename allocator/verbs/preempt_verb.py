@@ -16,8 +16,9 @@ covers the pods it finds no candidate for. The answer (decision 0019-pwire):
 - **A preemption in flight** for the pod (filter's path chose victims, before its
   deadline): no candidates, the empty map. The two paths never both evict for one pod.
 - **Otherwise** the pure answer (:func:`~allocator.preemption.answer_preemption`) over the
-  proposed nodes' offers, built as filter's path builds them: card-level victims in place
-  of kube-scheduler's GPU victims. When every node answered is a card-level choice, only
+  proposed nodes' offers, built as filter's path builds them: kube-scheduler's victims
+  kept, and card-level ones added where the cards still need room. When every node answered
+  has such additions, only
   the one kube-scheduler's own order would pick is answered (its last tie is random; one
   node makes its choice ours), and remembered in flight with its cards, so filter's path
   evicts nobody more for the pod and the freed cards are held for it once its victims are
@@ -59,6 +60,8 @@ logger = logging.getLogger(__name__)
 
 #: The counter each answer adds to (:class:`VerbCounts`).
 Kind = Literal["card_level", "unchanged", "none"]
+
+
 def no_candidates() -> ExtenderPreemptionResult:
     """The empty map: no preemption this attempt."""
     return {"NodeNameToMetaVictims": {}}
