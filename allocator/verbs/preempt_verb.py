@@ -18,12 +18,12 @@ covers the pods it finds no candidate for. The answer (decision 0019-pwire):
 - **Otherwise** the pure answer (:func:`~allocator.preemption.answer_preemption`) over the
   proposed nodes' offers, built as filter's path builds them: kube-scheduler's victims
   kept, and card-level ones added where the cards still need room. When every node answered
-  has such additions, only
-  the one kube-scheduler's own order would pick is answered (its last tie is random; one
-  node makes its choice ours), and remembered in flight with its cards, so filter's path
+  has such additions, only the one kube-scheduler's own order would pick is answered (its
+  last tie is random; one node makes its choice ours), and remembered in flight with its
+  cards, so filter's path
   evicts nobody more for the pod and the freed cards are held for it once its victims are
   gone (:meth:`Preempt.released <allocator.verbs.preempt.Preempt.released>`). When some
-  answered node is kube-scheduler's own (the pod fits the cards there already), the
+  answered node is kube-scheduler's own proposal (its victims free the cards already), the
   answer is left whole and remembered without a node (no hold).
 - An unreadable GPU request, a pod without a UID, or an API error reading the nodes' pods:
   the empty map (no preemption this attempt).
