@@ -158,7 +158,9 @@ class ContainerServices:
     def render(self) -> list[Doc]:
         result = subprocess.run(
             [str(self.control_plane.binaries.helm), "template", "tessera", str(repo_root() / CHART),
-             f"--namespace={NAMESPACE}", *image_values(self.image)],
+             f"--namespace={NAMESPACE}", *image_values(self.image),
+             # As Options says, as the subprocess services do (docs/preemption.md).
+             *(() if self.options.preemption else ("--set=allocator.preemption=false",))],
             capture_output=True, text=True, check=False, timeout=120)
         if result.returncode != 0:
             raise DevClusterError(f"helm template failed: {result.stderr}")

@@ -40,9 +40,10 @@ class Options:
     hami_preferred_allocation: bool = False
     #: Extra flags for ``tessera allocator`` (e.g. a placement policy).
     allocator_args: tuple[str, ...] = ()
-    #: Run the allocator with ``--preemption=true`` and grant what it needs for it (the
-    #: Eviction API, pods/status), as manifests/components/preemption does (docs/preemption.md).
-    preemption: bool = False
+    #: Card-aware preemption, on as shipped (docs/preemption.md); False runs the allocator
+    #: with ``--preemption=false`` and without the permissions it needs, as
+    #: manifests/components/no-preemption does.
+    preemption: bool = True
     #: Extra flags for ``tessera webhook``.
     webhook_args: tuple[str, ...] = ()
     #: The allocator's RBAC documents (default: manifests/base/allocator-rbac.yaml).

@@ -24,6 +24,10 @@ SCHEDULER_CONFIG = Path("manifests/scheduler/kube-scheduler-config.yaml")
 #: The verb of the shipped entry that scores CPU-only pods; docs/deploy.md turns it off by
 #: deleting that entry, and so does :func:`without_cpu_only_scoring`.
 CPU_ONLY_SCORING_VERB = "prioritize-cpu-only"
+#: The GPU entry's ``preemptVerb``: named in every shipped configuration whatever the
+#: allocator's preemption setting (off, it answers kube-scheduler's proposal unchanged), so
+#: the dev cluster runs it as shipped in both (docs/decisions/0021-preempt-verb.md).
+PREEMPT_VERB = "preempt"
 #: kube-scheduler's client towards the API server in the dev cluster. ``clientConnection`` is
 #: the host's own block (the shipped file says "keep whatever your kube-scheduler uses today"):
 #: the dev cluster puts its kubeconfig there and raises upstream's qps 50 / burst 100, so that

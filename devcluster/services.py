@@ -43,9 +43,9 @@ logger = logging.getLogger(__name__)
 START_TIMEOUT = 60.0
 #: Long enough for any demo session; the token is minted again on every allocator start.
 TOKEN_SECONDS = 48 * 3600
-#: What preemption adds to the allocator's ClusterRole (manifests/components/preemption):
-#: the Eviction API on its victims, ``status.nominatedNodeName`` on the preemptor, the
-#: PodDisruptionBudgets it weighs.
+#: What preemption needs in the allocator's ClusterRole (manifests/base/allocator-rbac.yaml;
+#: manifests/components/no-preemption removes them): the Eviction API on its victims,
+#: ``status.nominatedNodeName`` on the preemptor, the PodDisruptionBudgets it weighs.
 PREEMPTION_RULES: list[dict[str, Any]] = [
     {"apiGroups": [""], "resources": ["pods/eviction"], "verbs": ["create"]},
     {"apiGroups": [""], "resources": ["pods/status"], "verbs": ["patch"]},
@@ -254,11 +254,11 @@ class Services:
                 if doc.get("kind") == "ClusterRole":
                     doc["rules"].append({"apiGroups": [""], "resources": ["nodes"],
                                          "verbs": ["patch"]})
-        if self.options.preemption:
-            # As manifests/components/preemption grants (docs/preemption.md).
+        if not self.options.preemption:
+            # As manifests/components/no-preemption removes them (docs/preemption.md).
             for doc in rbac:
                 if doc.get("kind") == "ClusterRole":
-                    doc["rules"].extend(PREEMPTION_RULES)
+                    doc["rules"] = [r for r in doc["rules"] if r not in PREEMPTION_RULES]
         namespace, account = service_account_subject(rbac)
         self.allocator_namespace = namespace
         core: Any = client.CoreV1Api(api)
@@ -311,7 +311,7 @@ class Services:
             f"--lease-namespace={self.allocator_namespace}",
             "--identity=devcluster-allocator",
             *self.options.profile_args,
-            *(("--preemption=true",) if self.options.preemption else ()),
+            *(() if self.options.preemption else ("--preemption=false",)),
             *self.options.allocator_args,
         ]
         self._allocator_env = _env({})

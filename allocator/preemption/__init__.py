@@ -44,6 +44,7 @@ from allocator.preemption.choose import (
     POLICY_NEVER,
     candidates_on,
     choose_preemption,
+    freed_first,
     order_key,
     pick_one_node,
 )
@@ -83,6 +84,7 @@ __all__ = [
     "answer_preemption",
     "candidates_on",
     "choose_preemption",
+    "freed_first",
     "importance",
     "order_key",
     "pick_one_node",

@@ -35,6 +35,7 @@ from allocator.preemption.model import (
     Preemptor,
 )
 from allocator.preemption.victims import FITS_ALREADY, select_victims
+from allocator.ranking.cards import NodeState
 from allocator.ranking.fit import Chooser
 
 #: kube-scheduler's words for a pod that may not preempt (kubernetes v1.34.4
@@ -102,6 +103,17 @@ def choose_preemption(preemptor: Preemptor, nodes: Sequence[NodeOffer],
     if best is not None:
         return best
     return NoPreemption(_summary(why), why)
+
+
+def freed_first(cards: tuple[int, ...]) -> Chooser:
+    """A chooser that places a preemptor on the ``cards`` its victims freed (any other card
+    scores 0)."""
+    wanted = frozenset(cards)
+
+    def score(_before: NodeState, after: NodeState) -> float:
+        return float(sum(c.core_used for c in after.cards if c.card.index in wanted))
+
+    return score
 
 
 def _summary(why: dict[str, str]) -> str:

@@ -128,13 +128,3 @@ def encode_result(answers: Iterable[tuple[str, Sequence[str], int]]
         node: {"Pods": [{"UID": uid} for uid in uids], "NumPDBViolations": violations}
         for node, uids, violations in answers if uids
     }}
-
-
-def merged_victims(proposed: ProposedVictims, ours: Sequence[str],
-                   gpu_pods: Iterable[str]) -> tuple[str, ...]:
-    """The victims to answer on one node: ours (the card-level choice) in place of
-    kube-scheduler's GPU pods, and kube-scheduler's victims that hold no card kept as it chose
-    them (it evicts those for room the cards do not measure: CPU, memory, pod count)."""
-    gpu = set(gpu_pods)
-    kept = [uid for uid in proposed.uids if uid not in gpu]
-    return (*ours, *(uid for uid in kept if uid not in ours))

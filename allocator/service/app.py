@@ -3,7 +3,8 @@ serves it with granian, tessera/serving/granian/server.py).
 
 Routes (verbs under the URL prefix, ``/scheduler`` by default):
 
-- ``POST <prefix>/filter``, ``<prefix>/prioritize``, ``<prefix>/bind`` — the extender verbs;
+- ``POST <prefix>/filter``, ``<prefix>/prioritize``, ``<prefix>/bind``, ``<prefix>/preempt``
+  — the extender verbs (preempt: :mod:`allocator.verbs.preempt_verb`);
 - ``POST <prefix>/prioritize-cpu-only`` — the prioritize verb of an optional second extender
   entry without managed resources: scores pods that ask for no GPU (0 for GPU pods);
 - ``GET /healthz`` (the process answers), ``/readyz`` (synced and leader), ``/status`` (every
@@ -61,6 +62,7 @@ from allocator.verbs.bind import Bind
 from allocator.verbs.core import Allocator, fast_ranker
 from allocator.verbs.filter import Filter
 from allocator.verbs.preempt import Preempt
+from allocator.verbs.preempt_verb import PreemptVerb
 from allocator.verbs.prioritize import Prioritize
 from allocator.verbs.reader import PodReader
 from allocator.verbs.requeue import RequeueOnRelease, requeue_patch
@@ -218,7 +220,8 @@ def create_app(
     filter_verb = Filter(reader, state, ranker, agent, requeue, hooks, preempt)
     requeue.hold = filter_verb.hold_for  # room a release leaves, held by priority
     allocator = Allocator(reader, filter_verb, Prioritize(reader, ranker),
-                          Bind(reader, state, api, agent, hooks), ranker, agent, requeue)
+                          Bind(reader, state, api, agent, hooks), ranker, agent, requeue,
+                          PreemptVerb(reader, preempt))
     state.on_release = requeue.released
     state.on_pod_deleted = requeue.forget
     if preempt is not None:
@@ -317,9 +320,12 @@ def _verbs(rt: Runtime, prefix: str) -> dict[str, Verb]:
         rt.metrics.binds.labels(outcome).inc()
         return dump_json(reply)
 
+    def preempt_verb(body: bytes) -> bytes:
+        return dump_json(extender.preempt_reply(rt.allocator, body))
+
     return {f"{prefix}/filter": filter_verb, f"{prefix}/prioritize": prioritize_verb,
             f"{prefix}/prioritize-cpu-only": prioritize_cpu_only_verb,
-            f"{prefix}/bind": bind_verb}
+            f"{prefix}/bind": bind_verb, f"{prefix}/preempt": preempt_verb}
 
 
 def _routes(app: Flask, rt: Runtime) -> None:
@@ -347,6 +353,8 @@ def _routes(app: Flask, rt: Runtime) -> None:
         doc["measured"] = rt.measured.status() if rt.measured is not None else None
         doc["preemptions"] = preemption_wiring.status(rt.preempt, rt.state,
                                                       rt.allocator.clock())
+        if rt.allocator.preempting is not None:  # what the preemptVerb answered
+            doc["preemptVerb"] = rt.allocator.preempting.counts()
         return doc
 
     @app.get("/status")

@@ -48,9 +48,10 @@ ENV_VARS: Final = {
     "TESSERA_FILTER_BEST": "'true' (default): filter answers a GPU pod with the nodes the "
     "policy scores best only (the scheduler config then needs no prioritizeVerb); 'false': "
     "with every node it fits on, for prioritize to rank",
-    "TESSERA_PREEMPTION": "'true' to evict GPU pods of lower priority, through the Eviction "
-    "API, for a GPU pod refused on every node for want of card room (default 'false'; on by "
-    "default once the whole of issue 47 lands: docs/preemption.md)",
+    "TESSERA_PREEMPTION": "'true' (default) to evict GPU pods of lower priority, through the "
+    "Eviction API, for a GPU pod refused on every node for want of card room, and to answer "
+    "kube-scheduler's preemptVerb with card-level victims; 'false': nobody is evicted, the "
+    "preemptVerb answers kube-scheduler's own proposal (docs/preemption.md)",
     "TESSERA_ALLOCATOR_URL_PREFIX": "URL prefix of the extender verbs (default /scheduler)",
     "TESSERA_ALLOCATOR_MAX_BODY_BYTES": "largest request body accepted "
     f"(default {DEFAULT_MAX_BODY_BYTES})",
@@ -110,7 +111,7 @@ class Settings:
                 seed=read.integer("TESSERA_SEED", 0, 0, 2**63 - 1),
                 node_resources=read.flag("TESSERA_NODE_RESOURCES", True),
                 filter_best=read.flag("TESSERA_FILTER_BEST", True),
-                preemption=read.flag("TESSERA_PREEMPTION", False),
+                preemption=read.flag("TESSERA_PREEMPTION", True),
             ),
             url_prefix=prefix,
             serving=serving,

@@ -19,14 +19,17 @@ from __future__ import annotations
 import logging
 from collections.abc import Mapping
 from dataclasses import dataclass
+from http import HTTPStatus
 from itertools import chain, compress
 from json.encoder import encode_basestring_ascii as _quote
 from typing import Any, TypedDict
 
 from allocator.errors import NotReady, describe_error, event_safe
+from allocator.preemption import extender_wire
 from allocator.ranking.policies import MAX_SCORE
 from allocator.verbs.bind import BindOutcome
 from allocator.verbs.core import Allocator
+from allocator.verbs.preempt_verb import no_candidates, unchanged
 from tessera.logs import pod_context, pod_ids_context
 from tessera.vocabulary import TesseraError
 from tessera.wire import WireError, check_object_meta, load_json
@@ -241,3 +244,24 @@ def bind_reply(allocator: Allocator, body: bytes) -> tuple[ExtenderBindingResult
             logger.exception("bind failed", extra=ctx)
         return {"Error": describe_error(exc)}, "error"
     return {"Error": ""}, done.outcome
+
+
+def preempt_reply(allocator: Allocator, body: bytes) -> extender_wire.ExtenderPreemptionResult:
+    """The ``preemptVerb``'s reply (:mod:`allocator.verbs.preempt_verb`). Its result type has
+    no error field, and kube-scheduler reads any status but 200 as the extender's error:
+    it then preempts for nobody this attempt and retries the pod (kubernetes v1.34.4
+    ``pkg/scheduler/extender.go:165-167`` and ``:420-422``;
+    ``pkg/scheduler/framework/preemption/preemption.go:354-362``). So a malformed body is
+    a :class:`WireError` (400) and a replica that cannot decide one of 503; a bug is logged
+    and answered with no candidates (never a 500, never an eviction nobody chose)."""
+    args = extender_wire.decode_args(body)
+    verb = allocator.preempting
+    if verb is None:
+        return unchanged(args.nodes)
+    try:
+        return verb(args)
+    except NotReady as exc:
+        raise WireError(event_safe(str(exc)), HTTPStatus.SERVICE_UNAVAILABLE) from exc
+    except Exception:
+        logger.exception("preemptVerb failed", extra=pod_context(args.pod))
+        return no_candidates()

@@ -30,8 +30,9 @@ class AllocatorConfig:
     #: Seconds filter's single answer stays held for the pod's bind (0: never held).
     hold_seconds: float = HOLD_SECONDS
     #: Evict pods of lower priority for a GPU pod refused everywhere for want of card room
-    #: (allocator/verbs/preempt.py; off until the whole of issue 47 lands).
-    preemption: bool = False
+    #: (allocator/verbs/preempt.py), and answer kube-scheduler's ``preemptVerb`` with
+    #: card-level victims (allocator/verbs/preempt_verb.py). On, as kube-scheduler preempts.
+    preemption: bool = True
 
     @property
     def vocabulary(self) -> Vocabulary:

@@ -31,6 +31,7 @@ from allocator.ranking.port import Ranker
 from allocator.verbs.bind import Bind
 from allocator.verbs.config import HOLD_SECONDS, AllocatorConfig
 from allocator.verbs.filter import Filter
+from allocator.verbs.preempt_verb import PreemptVerb
 from allocator.verbs.prioritize import Prioritize
 from allocator.verbs.reader import PodReader
 from allocator.verbs.requeue import RequeueOnRelease
@@ -54,6 +55,8 @@ class Allocator:
     agent: NodeAgent
     #: Pods left with no node for lack of room, asked again on a release (None: off).
     requeue: RequeueOnRelease | None = None
+    #: The ``preemptVerb`` (None: kube-scheduler's proposal answered unchanged).
+    preempting: PreemptVerb | None = None
 
     @property
     def state(self) -> ClusterState:

@@ -4,8 +4,7 @@ fewest pods of lower priority that make room on one node, through the Eviction A
 The pure core decides (:func:`allocator.preemption.choose_preemption`) over the offers
 :mod:`allocator.verbs.preempt_offers` reads; this verb acts on its answer:
 
-- **Once per preemptor**: a preemption in flight is remembered (bounded, oldest dropped) until
-  its deadline; the preemptor refused again meanwhile evicts nobody more.
+- **Once per preemptor**: remembered (bounded, oldest dropped) until its deadline.
 - **Off filter's thread**: filter decides and enqueues; the worker
   (:mod:`allocator.verbs.evictions`) writes the note (:mod:`allocator.verbs.preempt_note`:
   node, cards, wall-clock deadline, victims) and ``status.nominatedNodeName``, then evicts the
@@ -16,14 +15,15 @@ The pure core decides (:func:`allocator.preemption.choose_preemption`) over the 
   the requeue asks it again (:meth:`~allocator.verbs.requeue.RequeueOnRelease.held_for`: the
   one hold of that room; a pod of higher priority filtered meanwhile takes it). Its own
   filter places it afresh on them, and it binds.
-- **Restart, new leader**: the preemptions in flight are rebuilt from the notes of pending
-  pods (:meth:`Preempt.restore`) each time the allocator becomes ready as leader.
+- **Restart, new leader**: rebuilt from the notes of pending pods (:meth:`Preempt.restore`).
 - **The end** (:mod:`allocator.verbs.preempt_ends`, each told as an outcome): the bind; the
   preemptor deleted (its hold freed, the room goes to the next refused pod); or the deadline:
   the hold freed, the note and our nomination cleared, the Event ``PreemptionExpired``
   (victims stuck terminating, a budget's 429 included).
+- **The preemptVerb** (:mod:`allocator.verbs.preempt_verb`): its answer is remembered here
+  (:meth:`Preempt.remember_answer`), so the two paths never both evict for one pod.
 
-Off unless :attr:`~allocator.verbs.config.AllocatorConfig.preemption` is set (docs/preemption.md).
+On unless :attr:`~allocator.verbs.config.AllocatorConfig.preemption` is unset (docs/preemption.md).
 """
 
 from __future__ import annotations
@@ -37,17 +37,18 @@ from functools import partial
 from typing import Any, Final
 
 from allocator.decisions import DecisionHooks, PodRef, PreemptionEnd
-from allocator.errors import ApiError, NotFound, TooManyRequests
+from allocator.errors import ApiError
 from allocator.preemption import (
     NoPreemption,
     Preemption,
     Preemptor,
     choose_preemption,
+    freed_first,
     policy_of,
     priority_of,
 )
 from allocator.ranking.cards import NodeState
-from allocator.ranking.fit import Chooser, place_and_keep
+from allocator.ranking.fit import place_and_keep
 from allocator.verbs import preempt_offers
 from allocator.verbs.evictions import Worker
 from allocator.verbs.preempt_ends import bound_outcome, expire, tell_ended
@@ -56,6 +57,7 @@ from allocator.verbs.preempt_ports import HeldRoom, InFlight, Picture, PreemptAp
 from allocator.verbs.preempt_writes import (
     PENDING,
     clear_note,
+    evict,
     pending_uids,
     still_pending,
     write_note,
@@ -74,16 +76,6 @@ RETRY_SECONDS: Final = 10.0
 HOLD_PLACEMENTS: Final = 3
 #: Seconds between checks that the preemptors in flight are still pending pods.
 CHECK_SECONDS: Final = 5.0
-
-
-def freed_first(cards: tuple[int, ...]) -> Chooser:
-    """A chooser that places on the ``cards`` the victims freed (any other card scores 0)."""
-    wanted = frozenset(cards)
-
-    def score(_before: NodeState, after: NodeState) -> float:
-        return float(sum(c.core_used for c in after.cards if c.card.index in wanted))
-
-    return score
 
 
 class Preempt(DecisionHooks):
@@ -208,24 +200,7 @@ class Preempt(DecisionHooks):
         self._evict(entry, entry.victim_refs)
 
     def _evict(self, entry: InFlight, victims: tuple[PodRef, ...]) -> None:
-        """Evict ``victims`` in order (the worker's thread); a refusal stops the rest."""
-        ref = entry.pod
-        evicted: list[PodRef] = []
-        for victim in victims:
-            try:
-                self.api.create_eviction(victim.namespace, victim.name)
-            except NotFound:
-                pass  # gone already: its cards are free
-            except TooManyRequests as exc:
-                # A PodDisruptionBudget forbids it now: stop; never delete instead.
-                logger.info("preemption for %s stopped: %s", ref.key, exc)
-                break
-            except ApiError as exc:
-                logger.warning("eviction of %s for %s failed: %s", victim.key, ref.key, exc)
-                break
-            evicted.append(victim)
-        if evicted:
-            self.hooks.preempted(ref, tuple(evicted), entry.node, entry.cards)
+        evict(self.api, self.hooks, entry, victims)
 
     def tick(self, now: float | None = None) -> None:
         """The worker between jobs: a restore on becoming ready, and the end of each
@@ -312,6 +287,30 @@ class Preempt(DecisionHooks):
         if note is None or meta.get("deletionTimestamp"):
             return None
         return pod, note
+
+    # ------------------------------------------------------------------ the preemptVerb
+    def acting_for(self, uid: str) -> bool:
+        """Whether this path chose victims for the pod, before their deadline (the
+        ``preemptVerb`` then answers no candidates)."""
+        with self._lock:
+            return self._acting_for(uid)
+
+    def _acting_for(self, uid: str) -> bool:
+        entry = self.in_flight.get(uid)
+        return entry is not None and bool(entry.victims) and entry.until > self.clock()
+
+    def remember_answer(self, entry: InFlight) -> bool:
+        """Remember what the ``preemptVerb`` answered (kube-scheduler evicts those victims):
+        this path evicts nobody for the pod until the deadline. False, remembering nothing,
+        when this path chose victims for it meanwhile."""
+        with self._lock:
+            if self._acting_for(entry.pod.uid):
+                return False
+            dropped = self._remember(entry)
+        tell_ended(self.hooks, dropped, PreemptionEnd.FORGOTTEN)
+        if entry.node:
+            self.hooks.preemption_started(entry.pod, entry.victim_refs, entry.node, entry.cards)
+        return True
 
     # ------------------------------------------------------------------ the hold
     def released(self, node: str) -> None:

@@ -1,6 +1,6 @@
-"""What a preemption writes to and reads back from its preemptor, on the worker's thread
-(:mod:`allocator.verbs.preempt`): the note and the nomination, their clearing, and whether
-the preemptor is still a pending pod.
+"""What a preemption writes, on the worker's thread (:mod:`allocator.verbs.preempt`): the
+note and the nomination, the evictions, the note's clearing; and whether the preemptor is
+still a pending pod.
 
 Why the preemptor is read back: with node resources on (the default), the picture watches
 bound pods only (:func:`allocator.picture.watch.reflectors`), so it never sees a pending
@@ -13,10 +13,10 @@ from __future__ import annotations
 import logging
 from typing import Any
 
-from allocator.decisions import PodRef
-from allocator.errors import ApiError, NotFound
+from allocator.decisions import DecisionHooks, PodRef
+from allocator.errors import ApiError, NotFound, TooManyRequests
 from allocator.verbs.preempt_note import Note, encode_note
-from allocator.verbs.preempt_ports import PreemptApi
+from allocator.verbs.preempt_ports import InFlight, PreemptApi
 
 logger = logging.getLogger(__name__)
 
@@ -34,6 +34,29 @@ def write_note(api: PreemptApi, annotation: str, ref: PodRef, note: Note) -> Non
                              {"status": {"nominatedNodeName": note.node}})
     except ApiError as exc:
         logger.warning("nomination of %s on %s failed: %s", ref.key, note.node, exc)
+
+
+def evict(api: PreemptApi, hooks: DecisionHooks, entry: InFlight,
+          victims: tuple[PodRef, ...]) -> None:
+    """Evict ``victims`` in order through the Eviction API; a refusal stops the rest (a 429:
+    a PodDisruptionBudget forbids it now; never a delete instead). A victim already gone
+    counts as evicted."""
+    ref = entry.pod
+    evicted: list[PodRef] = []
+    for victim in victims:
+        try:
+            api.create_eviction(victim.namespace, victim.name)
+        except NotFound:
+            pass  # gone already: its cards are free
+        except TooManyRequests as exc:
+            logger.info("preemption for %s stopped: %s", ref.key, exc)
+            break
+        except ApiError as exc:
+            logger.warning("eviction of %s for %s failed: %s", victim.key, ref.key, exc)
+            break
+        evicted.append(victim)
+    if evicted:
+        hooks.preempted(ref, tuple(evicted), entry.node, entry.cards)
 
 
 def clear_note(api: PreemptApi, annotation: str, ref: PodRef, node: str) -> None:

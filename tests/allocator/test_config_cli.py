@@ -20,7 +20,7 @@ def test_defaults_are_valid_and_single_process() -> None:
     assert settings.core.default_policy == "fgd-cpu"
     assert settings.core.dialects.agent_profile == AgentProfile.ELASTIC
     assert settings.leader_election is True
-    assert settings.core.preemption is False  # off until the whole of issue 47 lands
+    assert settings.core.preemption is True  # as kube-scheduler preempts by default
     options = server_options(settings.serving, threads=settings.serving.threads)
     assert options["workers"] == 1 and options["interface"] == "wsgi"
     assert options["ssl_cert"] is None and not options["ssl_client_verify"]
@@ -69,11 +69,12 @@ def test_flags_override_environment_and_tls_enables_mutual_auth(
     assert options["ssl_ca"] == tmp_path / "ca.crt" and options["ssl_client_verify"]
 
 
-def test_preemption_is_turned_on_by_the_variable_or_the_flag() -> None:
-    assert Settings.from_env({"TESSERA_PREEMPTION": "true"}).core.preemption is True
-    argv = ["allocator", "--preemption", "true", "--allow-unauthenticated"]
+def test_preemption_is_on_by_default_and_turned_off_by_the_variable_or_the_flag() -> None:
+    assert Settings.from_env({}).core.preemption is True
+    assert Settings.from_env({"TESSERA_PREEMPTION": "false"}).core.preemption is False
+    argv = ["allocator", "--preemption", "false", "--allow-unauthenticated"]
     args = build_parser(argv).parse_args(argv)
-    assert cli.settings_from_args(args, {"TESSERA_PREEMPTION": "false"}).core.preemption is True
+    assert cli.settings_from_args(args, {"TESSERA_PREEMPTION": "true"}).core.preemption is False
     with pytest.raises(ConfigError, match="TESSERA_PREEMPTION"):
         Settings.from_env({"TESSERA_PREEMPTION": "sometimes"})
 

@@ -21,7 +21,6 @@ from allocator.preemption.extender_wire import (
     ProposedVictims,
     decode_args,
     encode_result,
-    merged_victims,
 )
 from allocator.ranking.cards import Card, CardState, NodeState, apply_placement
 from tessera.vocabulary import Allocation, ContainerAllocation, ContainerRequest, PodRequest
@@ -119,12 +118,6 @@ def test_result_and_args_round_trip() -> None:
     assert [(n, v.uids, v.pdb_violations) for n, v in back.nodes.items()] == answers
 
 
-def test_our_card_victims_replace_kube_schedulers_gpu_victims_and_keep_the_others() -> None:
-    proposed = ProposedVictims(("gpu-1", "cpu-hog", "gpu-2"))
-    merged = merged_victims(proposed, ["gpu-3"], gpu_pods=["gpu-1", "gpu-2", "gpu-3"])
-    assert merged == ("gpu-3", "cpu-hog")
-
-
 # ----------------------------------------------------------------------------- the answer
 
 def _offer(name: str, *pods: GpuPod) -> NodeOffer:
@@ -142,21 +135,44 @@ def _gpu(uid: str, card: int, core: int, priority: int) -> GpuPod:
 BIG = Preemptor("u-big", PodRequest((ContainerRequest("main", core_percent=50),)), 9)
 
 
-def test_the_answer_puts_card_victims_in_place_of_kube_schedulers_and_keeps_the_rest() -> None:
-    # kube-scheduler saw 80% free in sum and proposed both shares and a CPU-only pod; on the
-    # cards one share is enough.
+def test_kube_schedulers_victims_are_kept_and_card_victims_added_where_the_cards_need_them(
+        ) -> None:
+    # kube-scheduler, short of CPU, proposed a CPU-only pod; the cards still have no 50% free
+    # (60% on each): the share of lower priority goes too, "b" (more important) stays.
     offer = _offer("n1", _gpu("a", 0, 60, 1), _gpu("b", 1, 60, 2))
-    proposed = {"n1": ProposedVictims(("a", "b", "cpu-hog"), 0)}
+    proposed = {"n1": ProposedVictims(("cpu-hog",), 1)}
     answer = answer_preemption(BIG, proposed, [offer])
     assert answer.result == {"NodeNameToMetaVictims": {"n1": {
-        "Pods": [{"UID": "a"}, {"UID": "cpu-hog"}], "NumPDBViolations": 0}}}
+        "Pods": [{"UID": "cpu-hog"}, {"UID": "a"}], "NumPDBViolations": 1}}}
     assert answer.left_out == {}
+    (chosen,) = answer.candidates
+    assert [v.uid for v in chosen.victims] == ["a"] and chosen.cards == (0,)
+
+
+def test_a_gpu_victim_of_kube_schedulers_frees_its_card_share_before_any_is_added() -> None:
+    # Its victim "b" (chosen for CPU) frees card 1: the pod fits, nothing is added.
+    offer = _offer("n1", _gpu("a", 0, 60, 1), _gpu("b", 1, 60, 2))
+    answer = answer_preemption(BIG, {"n1": ProposedVictims(("b",))}, [offer])
+    assert answer.result == {"NodeNameToMetaVictims": {"n1": {
+        "Pods": [{"UID": "b"}], "NumPDBViolations": 0}}}
+    assert answer.candidates == ()
+
+
+def test_the_added_victims_are_listed_with_kube_schedulers_gpu_victims_most_important_first(
+        ) -> None:
+    whole = Preemptor("u-big", PodRequest((ContainerRequest("main", cards=1),)), 9)
+    offer = _offer("n1", _gpu("a", 0, 50, 1), _gpu("c", 0, 50, 3), _gpu("b", 1, 60, 2))
+    answer = answer_preemption(whole, {"n1": ProposedVictims(("a",))}, [offer])
+    # "a" gone leaves "c" on card 0, "b" on card 1: "b" (lower) goes, "c" returns.
+    assert answer.result["NodeNameToMetaVictims"]["n1"]["Pods"] == [{"UID": "a"}, {"UID": "b"}]
+    (chosen,) = answer.candidates
+    assert [v.uid for v in chosen.victims] == ["b", "a"] and chosen.highest_priority == 2
 
 
 def test_the_answer_leaves_out_nodes_where_the_cards_cannot_make_room() -> None:
     high = _offer("n1", _gpu("h0", 0, 60, 9), _gpu("h1", 1, 60, 9))
     fits = _offer("n2")
-    proposed = {"n1": ProposedVictims(("h0",)), "n2": ProposedVictims(("cpu-hog",)),
+    proposed = {"n1": ProposedVictims(("cpu-x",)), "n2": ProposedVictims(("cpu-hog",)),
                 "n3": ProposedVictims(("x",))}
     answer = answer_preemption(BIG, proposed, [high, fits])
     assert answer.result == {"NodeNameToMetaVictims": {

@@ -15,6 +15,7 @@ from fake_kube import FakeKube
 from allocator.decisions import PodRef
 from allocator.picture.records import Stage
 from allocator.service.app import Runtime
+from allocator.verbs.config import AllocatorConfig
 from allocator.verbs.priority import pod_priority
 from allocator.verbs.requeue import Refused, RequeueOnRelease
 
@@ -35,7 +36,9 @@ def _full_node() -> tuple[FakeKube, Any, Runtime]:
     fake = FakeKube()
     fake.add_node(make_node("n1", count=1))
     fake.add_pod(make_gpu_pod("holder", WHOLE, uid="u-holder"))
-    app, rt = make_app(fake)
+    # Preemption off: with it (on by default) the pods of higher priority here would evict
+    # the holder (tests/allocator/test_preempt.py); this file tests room that appears.
+    app, rt = make_app(fake, core=AllocatorConfig(preemption=False))
     rt.allocator.bind("default", "holder", "u-holder", "n1")
     return fake, app, rt
 

@@ -15,6 +15,7 @@ from fake_kube import FakeKube
 from allocator.decisions import PodRef
 from allocator.errors import ApiError
 from allocator.service.app import Runtime
+from allocator.verbs.config import AllocatorConfig
 from allocator.verbs.requeue import RequeueOnRelease, pod_priority, requeue_patch
 from tessera.vocabulary import PodRequest
 
@@ -157,7 +158,10 @@ def _one_card_taken() -> tuple[FakeKube, Any, Runtime]:
     fake = FakeKube()
     fake.add_node(make_node("n1", count=1))
     fake.add_pod(make_gpu_pod("a", WHOLE, uid="u-a"))
-    app, rt = make_app(fake)  # the app wires the requeue in, as in production
+    # The app wires the requeue in, as in production. Preemption off: its look at a refused
+    # pod lists the node's pods (tests/allocator/test_preempt.py), which this file does not
+    # test; with it, "b" (priority equal to "a") would evict nobody.
+    app, rt = make_app(fake, core=AllocatorConfig(preemption=False))
     rt.allocator.bind("default", "a", "u-a", "n1")
     fake.add_pod(make_gpu_pod("b", WHOLE, uid="u-b"))
     return fake, app, rt

@@ -113,10 +113,10 @@ VARIANTS: list[tuple[str, tuple[str, ...], Callable[[Path], Path]]] = [
       for p in ("nano-gpu", "hami")),
     ("self-signed+agent-hami-v2.8", ("agentProfile=hami", "hamiAgent=hami-v2.8"),
      composed("self-signed", "agent-hami", "agent-hami-v2.8")),
-    ("self-signed+preemption", ("allocator.preemption=true",),
-     composed("self-signed", "preemption")),
-    ("self-signed+agent-hami+preemption", ("agentProfile=hami", "allocator.preemption=true"),
-     composed("self-signed", "agent-hami", "preemption")),
+    ("self-signed+no-preemption", ("allocator.preemption=false",),
+     composed("self-signed", "no-preemption")),
+    ("self-signed+agent-hami+no-preemption", ("agentProfile=hami", "allocator.preemption=false"),
+     composed("self-signed", "agent-hami", "no-preemption")),
 ]
 IDS = [v[0] for v in VARIANTS]
 
@@ -234,6 +234,22 @@ def test_hamis_webhook_settings_reach_the_webhook_and_read_back_as_its_config(
     assert config.mutation.hami == HamiAdmission("force", "nvidia")
     defaults = container(one(helm_template(helm), "Deployment", "tessera-webhook"))["env"]
     assert not [e for e in defaults if e["name"].startswith("TESSERA_HAMI_")]
+
+
+def test_preemption_is_on_by_default_with_its_permissions_and_false_takes_both_away(
+        helm: Path) -> None:
+    wanted = {"pods/eviction", "pods/status", "poddisruptionbudgets"}
+    for values, on in (((), True), (("allocator.preemption=false",), False)):
+        docs = helm_template(helm, "secondScheduler.enabled=true", *values)
+        rules = one(docs, "ClusterRole", "tessera-allocator")["rules"]
+        granted = {r for rule in rules for r in rule["resources"]}
+        assert (wanted <= granted) is on and (wanted & granted == set()) is not on
+        args = container(one(docs, "Deployment", "tessera-allocator"))["args"]
+        assert ("--preemption=false" in args) is not on
+        # The scheduler names the verb either way (off, the proposal comes back unchanged).
+        config = yaml.safe_load(one(docs, "ConfigMap", "tessera-scheduler-config")["data"][
+            "kube-scheduler-config.yaml"])
+        assert config["profiles"] and config["extenders"][0]["preemptVerb"] == "preempt"
 
 
 def test_a_changed_scheduler_configuration_rolls_the_scheduler(helm: Path) -> None:

@@ -26,6 +26,7 @@ from deploy_helpers import (
     pod_spec,
 )
 
+from devcluster.scheduler_config import PREEMPT_VERB
 from tessera.dialects import DialectConfig
 from webhook.registration import match_conditions
 
@@ -258,6 +259,7 @@ def test_both_shipped_scheduler_configurations_place_gpu_pods_through_the_same_e
         assert config["percentageOfNodesToScore"] == 100
         entry = config["extenders"][0]
         assert (entry["filterVerb"], entry["bindVerb"]) == ("filter", "bind")
+        assert entry["preemptVerb"] == PREEMPT_VERB  # on or off: docs/preemption.md
         # Filter answers with the best nodes only (the allocator's --filter-best default):
         # nothing left to score, so no prioritize and no weight.
         assert not {"prioritizeVerb", "weight"} & set(entry)

@@ -53,6 +53,11 @@ def test_each_component_talks_to_the_api_server_as_itself(
         (["list", "events.events.k8s.io", "-n", "default"], False),
         (["delete", "events.events.k8s.io", "-n", "default"], False),
         (["create", "events", "-n", "default"], False),
+        # Preemption, on by default (docs/preemption.md): evict, nominate, weigh budgets.
+        (["create", "pods", "--subresource=eviction", "-n", "default"], True),
+        (["patch", "pods", "--subresource=status", "-n", "default"], True),
+        (["list", "poddisruptionbudgets.policy", "--all-namespaces"], True),
+        (["delete", "poddisruptionbudgets.policy", "-n", "default"], False),
     ],
 )
 def test_the_allocator_can_do_what_its_shipped_rbac_grants_and_nothing_else(

@@ -1,0 +1,91 @@
+"""kube-scheduler's own preemption made card-aware (the extender's ``preemptVerb``,
+allocator/verbs/preempt_verb.py) on the real control plane, preemption on as shipped.
+
+The node is short of CPU in sum, so kube-scheduler's in-tree filters refuse the pod (the
+extender's filter is not even asked) and its own dry run finds candidates: by priority, then
+age, it would delete only the youngest small pod, which frees CPU but no whole card (the pod
+would then be refused by the cards, and filter's path evict the other pod of that card: two
+preemptions). It asks the allocator's ``preemptVerb``, which keeps that pod and adds the other
+pod of its card; kube-scheduler deletes both at once, filter's path evicts nobody, and the pod
+binds to that card.
+"""
+
+from __future__ import annotations
+
+import json
+import ssl
+import time
+import urllib.request
+from typing import Any
+
+import pytest
+from conftest import NodePool
+from preempting import (
+    HALF_CARD,
+    HIGH,
+    LOW,
+    SMALL,
+    WHOLE_CARD,
+    bound_node,
+    card_of,
+    live,
+    overcommitted,
+    pod,
+    priority_classes,
+)
+
+from devcluster.cluster import DevCluster
+from devcluster.nodes import uniform
+from devcluster.workloads import list_objects, wait_for
+
+pytestmark = pytest.mark.e2e
+
+#: Each pod asks one CPU; the node has one per small pod, so the preemptor's CPU is short in
+#: sum (kube-scheduler's NodeResourcesFit counts it; the card resources it ignores).
+CPU = {"cpu": "1"}
+
+
+def allocator_status(cluster: DevCluster) -> dict[str, Any]:
+    """The allocator's ``/status``, over its mutual TLS, as the admin."""
+    cp = cluster.control_plane
+    context = ssl.create_default_context(cafile=str(cp.ca_file))
+    context.load_cert_chain(str(cp.pki_dir / "admin.crt"), str(cp.pki_dir / "admin.key"))
+    url = f"https://127.0.0.1:{cluster.services.allocator_port}/status"
+    with urllib.request.urlopen(url, timeout=10, context=context) as response:
+        doc: dict[str, Any] = json.loads(response.read())
+        return doc
+
+
+def test_kube_schedulers_own_preemption_evicts_the_pods_of_one_card_not_its_youngest_pod(
+    cluster: DevCluster, core_v1: Any, namespace: str, pool: NodePool
+) -> None:
+    priority_classes(cluster)
+    node = f"{namespace}-t4"
+    selector = pool([uniform(node, 2, "Tesla-T4", 15360, cpu=str(len(SMALL)))])
+    for name in SMALL:
+        # A second apart: their start times (seconds) order them, "d" the youngest.
+        core_v1.create_namespaced_pod(namespace, pod(name, selector, {**HALF_CARD, **CPU}, LOW))
+        wait_for(f"{name} bound", lambda n=name: bound_node(core_v1, namespace, n), timeout=60)
+        time.sleep(1.1)
+    cards = {name: card_of(cluster, core_v1, namespace, name) for name in SMALL}
+    before = allocator_status(cluster)["preemptVerb"]["cardLevel"]
+
+    core_v1.create_namespaced_pod(namespace, pod("big", selector, {**WHOLE_CARD, **CPU}, HIGH))
+    assert wait_for("big bound", lambda: bound_node(core_v1, namespace, "big"),
+                    timeout=90) == node
+    card = card_of(cluster, core_v1, namespace, "big")
+    gone = set(SMALL) - live(core_v1, namespace)
+    # Exactly the two pods of the card it got; kube-scheduler alone would delete "d" only.
+    assert gone == {name for name, c in cards.items() if c == card}
+    assert len(gone) == 2
+    assert overcommitted(cluster, core_v1, namespace, node) == []
+    # kube-scheduler asked the verb, which answered card-level victims; kube-scheduler
+    # preempted both, and filter's path nobody.
+    assert allocator_status(cluster)["preemptVerb"]["cardLevel"] > before
+    preempted = [e for e in list_objects(core_v1.list_namespaced_event, namespace)
+                 if e.get("reason") == "Preempted"]
+    by_allocator = {e["involvedObject"]["name"] for e in preempted
+                    if e.get("reportingComponent") == "tessera-allocator"}
+    by_scheduler = {e["involvedObject"]["name"] for e in preempted
+                    if e.get("reportingComponent") != "tessera-allocator"}
+    assert by_allocator == set() and by_scheduler == gone
