@@ -2,7 +2,7 @@
 
 Generated clusters (hypothesis, derandomized: the same examples on every run) of 1-3 nodes;
 for each, every subset of every node's lower-priority pods is tried
-(tests/allocator/preemption_oracle.py). The properties:
+(tests/preemption_oracle.py). The properties:
 
 - a preemption is chosen exactly when the oracle finds one (and the pod fits nowhere as it is,
   and its policy is not Never);
