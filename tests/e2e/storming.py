@@ -359,3 +359,27 @@ class Record:
         return cls(doc["namespace"], doc["nodes"], doc["deleted"],
                    [Seen(at, kind, pod) for at, kind, pod in doc["stream"]], doc["events"],
                    doc["elapsed_s"])
+
+
+def thefts(history: History, stream: Sequence[Seen], found: Sequence[Preemption],
+           vocabulary: Vocabulary) -> list[str]:
+    """Pods of lower priority than a preemptor bound on its cards after its victims were gone
+    and before it was bound (or its deadline passed): the room it evicted for, taken."""
+    out = []
+    for p in found:
+        gone = [history.left.get(v) for v in p.victims]
+        if not p.victims or not p.cards or any(g is None for g in gone):
+            continue
+        start = max(g[0] for g in gone if g is not None)
+        end = min(history.bound.get(p.preemptor, (float("inf"), "", 0))[0], start + DEADLINE_S,
+                  history.left.get(p.preemptor, (float("inf"), 0))[0])
+        floor = priority_of(history.last[p.preemptor])
+        for name, (at, node, step) in history.bound.items():
+            if node != p.node or not start < at < end or priority_of(history.last[name]) >= floor:
+                continue
+            text = (stream[step].pod["metadata"].get("annotations") or {}).get(
+                vocabulary.allocation_annotation)
+            cards = decode_allocation(text).card_indices() if text else ()
+            if set(cards) & set(p.cards):
+                out.append(f"{name} on {p.preemptor}'s card(s) {p.cards} of {node}")
+    return out

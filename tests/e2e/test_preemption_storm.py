@@ -46,6 +46,7 @@ from storming import (
     quiet_before,
     replay,
     started,
+    thefts,
 )
 
 from devcluster.binaries import Binaries
@@ -142,18 +143,16 @@ def _storm(cluster: DevCluster, core_v1: Any, namespace: str, selector: dict[str
     return deleted
 
 
-def _settled(core_v1: Any, namespace: str, stream: PodStream) -> bool:
-    """Quiet for 8 s, and no preemption under way (its preemptor unbound and not deleted,
-    nominated less than a deadline ago)."""
+def _settled(stream: PodStream, vocabulary: Vocabulary) -> bool:
+    """Quiet for 8 s, and no preemption under way: every preemptor the stream shows nominated
+    less than a deadline ago is bound or gone."""
     if time.monotonic() - stream.last_at() < 8:
         return False
-    events = list_objects(core_v1.list_namespaced_event, namespace)
-    last = {s.name: s for s in stream.events}
-    nominated = {s.name: s.at for s in stream.events
-                 if (s.pod.get("status") or {}).get("nominatedNodeName")}
-    return not [p.preemptor for p in preemptions(events, namespace)
-                if last[p.preemptor].kind != "DELETED" and not node_of(last[p.preemptor].pod)
-                and time.monotonic() - nominated.get(p.preemptor, 0.0) < DEADLINE_S]
+    events = list(stream.events)
+    last = {s.name: s for s in events}
+    waiting = {p.preemptor for p in preemptions(events, (), vocabulary)
+               if time.monotonic() - events[p.step].at < DEADLINE_S}
+    return all(last[n].kind == "DELETED" or node_of(last[n].pod) for n in waiting)
 
 
 def test_a_storm_of_300_pods_with_churn_and_a_restart_preempts_only_lower_and_minimal_victims(
@@ -165,7 +164,7 @@ def test_a_storm_of_300_pods_with_churn_and_a_restart_preempts_only_lower_and_mi
     began = time.monotonic()
     try:
         deleted = _storm(cluster, core_v1, namespace, selector, stream)
-        wait_for("the storm settled", lambda: _settled(core_v1, namespace, stream),
+        wait_for("the storm settled", lambda: _settled(stream, cluster.vocabulary),
                  timeout=150, interval=2)
         elapsed = time.monotonic() - began
         events = list_objects(core_v1.list_namespaced_event, namespace)
@@ -203,11 +202,14 @@ def judge(record: Record, vocabulary: Vocabulary) -> None:
     assert lower == [], f"victims of equal or higher priority: {lower}"
 
     wasted, by_churn = _outcomes(history, found, deleted)
+    taken = thefts(history, record.stream, found, vocabulary)
     checked, unsure, problems = _against_the_oracle(history, record.stream, found, names,
                                                     vocabulary)
     print(f"preemption storm: {PODS} pods ({len(deleted)} deleted by the test), "
           f"{len(history.bound)} bound, {len(found)} preemptions evicting {len(victims)} pods, "
-          f"{len(wasted)} wasted {wasted}, {len(by_churn)} preemptors deleted by the test; "
+          f"{len(wasted)} wasted {wasted}, {len(by_churn)} preemptors deleted by the test, "
+          f"{len(taken)} binds of lower priority on freed cards before the preemptor's "
+          f"{taken}; "
           f"victims checked against the oracle: {checked['node']} on their node, "
           f"{checked['choice']} with the node chosen of {NODES}, {unsure} snapshots not sure; "
           f"{record.elapsed_s:.0f} s with an allocator restart (shared machine)")
