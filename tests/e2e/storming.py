@@ -6,14 +6,8 @@ cards (what the API shows: a pod holds its cards from its bind until it is gone,
 included, as the allocator counts them) and when each pod was bound and evicted. The
 preemptions are the allocator's ``Preempted`` Events on the preemptors (:func:`preemptions`).
 
-Each preemption's victims are checked against the exhaustive oracle of
-tests/preemption_oracle.py on the nodes as the stream shows them just before its
-first victim was evicted. The allocator decided on its own picture a moment earlier, so a
-snapshot is used only when it is the allocator's picture for sure (:func:`quiet_before`):
-nothing happened on the node(s) in question within :data:`QUIET_S` of that moment (a bind, an
-eviction or a deletion its watch may not have seen, or a filter's hold before a bind), and no
-other preemption's hold may lie there (its victims gone, its preemptor not bound yet). The
-others are counted, not checked.
+Each preemption's victims are checked against the exhaustive oracle by
+tests/e2e/storm_oracle.py.
 """
 
 from __future__ import annotations
@@ -22,21 +16,14 @@ import json
 import re
 import threading
 import time
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from preemption_oracle import oracle_choice, reprieved_victims
-
-from allocator.preemption import GpuPod, NodeOffer, Preemptor, policy_of, priority_of, started_at
-from allocator.ranking.cards import Card, CardState, NodeState, apply_placement
-from tessera.dialects.config import DialectConfig
-from tessera.dialects.pod import read_pod_request
+from allocator.preemption import priority_of
 from tessera.vocabulary import Vocabulary, decode_allocation
 
-#: Seconds around a snapshot in which nothing may happen on its nodes for it to be checked.
-QUIET_S = 0.5
 #: The allocator's hold of a preemption lasts at most this (allocator/verbs/preempt.py).
 DEADLINE_S = 60.0
 _PREEMPTING = re.compile(r"^preempting (?P<victims>.+) for cards? [\d,]+ of node \S+$")
@@ -76,7 +63,7 @@ class PodStream:
             reply = self.core.list_namespaced_pod(
                 self.namespace, watch=True, resource_version=self.rv, timeout_seconds=30,
                 allow_watch_bookmarks=True, _preload_content=False)
-            for line in iter_resp_lines(reply):
+            for line in iter_resp_lines(reply):  # type: ignore[no-untyped-call]
                 event = json.loads(line)
                 obj = event.get("object") or {}
                 self.rv = (obj.get("metadata") or {}).get("resourceVersion", self.rv)
@@ -257,82 +244,6 @@ def started(history: History, p: Preemption) -> tuple[float, int]:
     evicted nobody)."""
     return min([history.left[v] for v in p.victims if v in history.left]
                + [(history.at[p.step], p.step)])
-
-
-def offer(history: History, events: Sequence[Seen], step: int, node: str, cards: int,
-          model: str, memory_mib: int, vocabulary: Vocabulary) -> NodeOffer:
-    """``node`` as the stream shows it before ``step``: its cards and every GPU pod bound there
-    and not gone (terminating ones too: the allocator counts them until they are gone)."""
-    live: dict[str, dict[str, Any]] = {}
-    for seen in events[:step]:
-        if seen.kind == "DELETED":
-            live.pop(seen.name, None)
-        else:
-            live[seen.name] = seen.pod
-    state = NodeState(node, tuple(CardState(Card(i, model, memory_mib)) for i in range(cards)))
-    pods = []
-    for name, pod in live.items():
-        text = (pod["metadata"].get("annotations") or {}).get(vocabulary.allocation_annotation)
-        if node_of(pod) != node or text is None:
-            continue
-        uid = str(pod["metadata"]["uid"])
-        allocation = decode_allocation(text)
-        state = apply_placement(state, allocation.containers, uid)
-        pods.append(GpuPod(uid, "", name, allocation, priority_of(pod), started_at(pod)))
-    return NodeOffer(state, tuple(pods))
-
-
-def preemptor_of(pod: Mapping[str, Any], vocabulary: Vocabulary) -> Preemptor:
-    request = read_pod_request(pod, DialectConfig(vocabulary))
-    assert request is not None, pod["metadata"]["name"]
-    return Preemptor(str(pod["metadata"]["uid"]), request, priority_of(pod), policy_of(pod))
-
-
-def quiet_before(events: Sequence[Seen], history: History, all_preemptions: Sequence[
-        Preemption], p: Preemption, nodes: set[str]) -> bool:
-    """Whether the stream before ``p``'s first eviction is surely what the allocator saw on
-    ``nodes`` (the module's docstring says when)."""
-    at, _ = started(history, p)
-    for seen in events:
-        if not at - QUIET_S <= seen.at <= at + QUIET_S or seen.name in {*p.victims, p.preemptor}:
-            continue
-        if seen.at < at and (node_of(seen.pod) in nodes
-                             or node_of(history.last[seen.name]) in nodes):
-            return False  # a change the allocator's watch may not have seen yet
-        bind = history.bound.get(seen.name)
-        if seen.at >= at and bind is not None and bind[0] == seen.at and bind[1] in nodes:
-            return False  # a bind: its filter's hold may have been there already
-    for other in all_preemptions:
-        if other is p or other.node not in nodes:
-            continue
-        gone = [history.left.get(v) for v in other.victims]
-        if any(g is None for g in gone):
-            continue
-        began = started(history, other)[0]
-        bound = history.bound.get(other.preemptor, (float("inf"), "", 0))[0]
-        # Its hold may lie there: its victims left, its preemptor not bound, its deadline on.
-        if began <= at < began + DEADLINE_S and bound > at - QUIET_S:
-            return False
-    return True
-
-
-def iter_victim_problems(history: History, p: Preemption,
-                         offers: Mapping[str, NodeOffer], vocabulary: Vocabulary
-                         ) -> Iterator[str]:
-    """How ``p``'s victims differ from the oracle's on the snapshot: the node's own victims by
-    enumeration (kube-scheduler's reprieve walk) and, over ``offers``, the node chosen."""
-    preemptor = preemptor_of(history.last[p.preemptor], vocabulary)
-    offer_there = offers[p.node]
-    found = reprieved_victims(preemptor, offer_there)
-    got = set(p.victims)
-    if found is None or {v.name for v in found[0]} != got:
-        yield (f"{p.preemptor} on {p.node}: evicted {sorted(got)}, the oracle's walk "
-               f"{None if found is None else sorted(v.name for v in found[0])}")
-    if len(offers) > 1:
-        choice = oracle_choice(preemptor, list(offers.values()))
-        if choice is None or (choice[0], {v.name for v in choice[1]}) != (p.node, got):
-            yield (f"{p.preemptor}: chose {p.node} {sorted(got)}, the oracle "
-                   f"{None if choice is None else (choice[0], sorted(v.name for v in choice[1]))}")
 
 
 @dataclass(frozen=True)
