@@ -18,8 +18,10 @@ Checked at the end, from a watch of every pod version (tests/e2e/storming.py) an
   lower priority on a preemption's cards while its preemptor waited are counted and printed;
 - the victims are those the exhaustive oracle (tests/preemption_oracle.py) gives on the node as
   the stream shows it just before the first eviction, and the node is the one it picks among
-  the three, for every preemption whose snapshot is surely the allocator's view (storming.py
-  says when; the others are counted and printed; at least 3 must be checked).
+  the three, for every preemption whose snapshot is surely the allocator's view
+  (storm_oracle.py says when; the others are counted and printed). After the storm,
+  :data:`CALM_PREEMPTORS` preemptors of priority 30 come one at a time on a quiet cluster, so
+  that at least 3 are checked and at least one node choice.
 """
 
 from __future__ import annotations
@@ -33,7 +35,7 @@ from typing import Any
 import pytest
 from conftest import ALL_DIALECTS
 from dev_clusters import running
-from storm_oracle import asked_again, iter_victim_problems, offer, quiet_before
+from storm_oracle import HOLD_S, asked_again, iter_victim_problems, offer, quiet_before
 from storming import (
     DEADLINE_S,
     History,
@@ -42,6 +44,7 @@ from storming import (
     Record,
     Seen,
     evicted,
+    leaving,
     node_of,
     preempting_events,
     preemptions,
@@ -65,7 +68,12 @@ NODES, CARDS, MODEL, MEMORY_MIB = 3, 2, "Tesla-T4", 15360
 GENIUS_LEVELS = 3
 #: (class, value, may preempt): the classes the storm's pods name besides Genius's.
 CLASSES = (("storm-p1", 1, True), ("storm-p2", 2, True), ("storm-p10", 10, True),
-           ("storm-p20", 20, True), ("storm-p20-never", 20, False))
+           ("storm-p20", 20, True), ("storm-p20-never", 20, False), ("storm-p30", 30, True))
+#: After the storm, preemptors of priority 30 one at a time, each once nothing has happened
+#: for longer than any hold the API does not show lasts: snapshots the oracle check is sure
+#: of, whatever the churn left unsure.
+CALM_PREEMPTORS = 3
+CALM_QUIET_S = HOLD_S + 1.0
 #: Wasted preemptions allowed: those the restart can cost (the hold lives in memory until the
 #: hold that survives a restart lands) and those lost to lower-priority binds on the freed
 #: cards while the victims leave one by one (docs/preemption.md, "Not done yet").
@@ -146,6 +154,38 @@ def _storm(cluster: DevCluster, core_v1: Any, namespace: str, selector: dict[str
     return deleted
 
 
+def _calm(core_v1: Any, namespace: str, selector: dict[str, str], stream: PodStream,
+          vocabulary: Vocabulary) -> None:
+    """:data:`CALM_PREEMPTORS` whole-card pods of priority 30, each created once no pod was
+    bound, left or asked again for :data:`CALM_QUIET_S` (or after a minute: then it is one
+    more preemption), and bound before the next."""
+    for i in range(CALM_PREEMPTORS):
+        deadline = time.monotonic() + 60
+        while (time.monotonic() - _last_change(stream, vocabulary) < CALM_QUIET_S
+               and time.monotonic() < deadline):
+            time.sleep(0.5)
+        doc = make_pod(f"calm{i}", [container(limits={"elasticgpu.io/gpu-core": "100"})],
+                       node_selector=selector)
+        doc["spec"]["priorityClassName"] = "storm-p30"
+        core_v1.create_namespaced_pod(namespace, doc)
+        wait_for(f"calm{i} bound", lambda n=f"calm{i}": any(
+            s.name == n and node_of(s.pod) for s in stream.events), timeout=60, interval=0.5)
+
+
+def _last_change(stream: PodStream, vocabulary: Vocabulary) -> float:
+    """When a pod was last bound, began to leave or was asked again by the requeue."""
+    events = list(stream.events)
+    asked = asked_again(events, vocabulary)
+    last = max((at for at, _ in asked), default=0.0)
+    seen_bound: set[str] = set()
+    for seen in events:
+        if leaving(seen) or (node_of(seen.pod) and seen.name not in seen_bound):
+            last = max(last, seen.at)
+        if node_of(seen.pod):
+            seen_bound.add(seen.name)
+    return last
+
+
 def _settled(stream: PodStream, vocabulary: Vocabulary) -> bool:
     """Quiet for 8 s, and no preemption under way: every preemptor the stream shows nominated
     less than a deadline ago is bound or gone."""
@@ -169,6 +209,7 @@ def test_a_storm_of_300_pods_with_churn_and_a_restart_preempts_only_lower_and_mi
         deleted = _storm(cluster, core_v1, namespace, selector, stream)
         wait_for("the storm settled", lambda: _settled(stream, cluster.vocabulary),
                  timeout=150, interval=2)
+        _calm(core_v1, namespace, selector, stream, cluster.vocabulary)
         elapsed = time.monotonic() - began
         events = list_objects(core_v1.list_namespaced_event, namespace)
     finally:
@@ -207,7 +248,8 @@ def judge(record: Record, vocabulary: Vocabulary) -> None:
     wasted, by_churn = _outcomes(history, found, deleted)
     taken = thefts(history, record.stream, found, vocabulary)
     checked, problems = _against_the_oracle(history, record.stream, found, names, vocabulary)
-    print(f"preemption storm: {PODS} pods ({len(deleted)} deleted by the test), "
+    print(f"preemption storm: {PODS} + {CALM_PREEMPTORS} pods ({len(deleted)} deleted by the "
+          f"test), "
           f"{len(history.bound)} bound, {len(found)} preemptions evicting {len(victims)} pods, "
           f"{len(wasted)} wasted {wasted}, {len(by_churn)} preemptors deleted by the test, "
           f"{len(taken)} binds of lower priority on freed cards before the preemptor's "
@@ -220,6 +262,7 @@ def judge(record: Record, vocabulary: Vocabulary) -> None:
     assert problems == [], problems
     assert len(found) >= 10, "too few preemptions to call it a storm"
     assert checked["node"] >= 3, "too few snapshots checked against the oracle"
+    assert checked["choice"] >= 1, "no calm preemptor's node choice checked"
     assert len(wasted) <= WASTE_ALLOWED, wasted
 
 
