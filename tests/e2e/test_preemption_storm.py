@@ -228,22 +228,8 @@ def judge(record: Record, vocabulary: Vocabulary) -> None:
     history = replay(record.stream, dict.fromkeys(names, CARDS), vocabulary, MEMORY_MIB)
     found = preemptions(record.stream, record.events, vocabulary)
     victims = {v for p in found for v in p.victims}
-
     assert history.overcommitted == [], history.overcommitted[:5]
-    left = set(history.left) - deleted
-    assert left <= set(evicted(record.stream)), "left, neither deleted by the test nor evicted"
-    assert left <= victims, f"evicted for no preemption: {sorted(left - victims)}"
-    unevicted = victims - set(evicted(record.stream))
-    assert unevicted <= deleted, f"named victims never evicted: {sorted(unevicted - deleted)}"
-    for preemptor, named in preempting_events(record.events):
-        assert any(p.preemptor == preemptor and set(p.victims) == named for p in found), (
-            preemptor, named)
-    assert not [e for e in record.events if e.get("reason") == "Preempted"
-                and e.get("reportingComponent") != "tessera-allocator"], "kube-scheduler preempted"
-    priority = {n: int(p["spec"].get("priority") or 0) for n, p in history.last.items()}
-    lower = [(p.preemptor, v) for p in found for v in p.victims
-             if priority[v] >= priority[p.preemptor]]
-    assert lower == [], f"victims of equal or higher priority: {lower}"
+    _check_evictions(record, history, found)
 
     wasted, by_churn = _outcomes(history, found, deleted)
     taken = thefts(history, record.stream, found, vocabulary)
@@ -264,6 +250,26 @@ def judge(record: Record, vocabulary: Vocabulary) -> None:
     assert checked["node"] >= 3, "too few snapshots checked against the oracle"
     assert checked["choice"] >= 1, "no calm preemptor's node choice checked"
     assert len(wasted) <= WASTE_ALLOWED, wasted
+
+
+def _check_evictions(record: Record, history: History, found: list[Preemption]) -> None:
+    """Every pod that left unasked was evicted for a preemption of higher priority, as the
+    Events (those written) say, and kube-scheduler evicted nobody."""
+    deleted, victims = set(record.deleted), {v for p in found for v in p.victims}
+    left = set(history.left) - deleted
+    assert left <= set(evicted(record.stream)), "left, neither deleted by the test nor evicted"
+    assert left <= victims, f"evicted for no preemption: {sorted(left - victims)}"
+    unevicted = victims - set(evicted(record.stream))
+    assert unevicted <= deleted, f"named victims never evicted: {sorted(unevicted - deleted)}"
+    for preemptor, named in preempting_events(record.events):
+        assert any(p.preemptor == preemptor and set(p.victims) == named for p in found), (
+            preemptor, named)
+    assert not [e for e in record.events if e.get("reason") == "Preempted"
+                and e.get("reportingComponent") != "tessera-allocator"], "kube-scheduler preempted"
+    priority = {n: int(p["spec"].get("priority") or 0) for n, p in history.last.items()}
+    lower = [(p.preemptor, v) for p in found for v in p.victims
+             if priority[v] >= priority[p.preemptor]]
+    assert lower == [], f"victims of equal or higher priority: {lower}"
 
 
 def _outcomes(history: History, found: list[Preemption], deleted: set[str]
