@@ -319,6 +319,11 @@ class Services:
                                 "kubeconfig": kubeconfig}
         self._run_allocator()
 
+    @property
+    def allocator_argv(self) -> tuple[str, ...]:
+        """The allocator's command line as last started (a benchmark restarts it changed)."""
+        return tuple(self._allocator_argv)
+
     def replace_allocator(self, argv: list[str]) -> None:
         """Serve the allocator's port with another program (a benchmark's stand-in), started
         like the allocator; it can use :attr:`allocator_files` (TLS files and identity)."""

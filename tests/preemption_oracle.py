@@ -22,6 +22,7 @@ from allocator.preemption.budgets import split_by_budget
 from allocator.preemption.victims import potential_victims
 from allocator.ranking.cards import Card, CardState, NodeState, apply_placement
 from allocator.ranking.fit import Placement, fits, place
+from allocator.ranking.search import eligible
 from tessera.vocabulary import Allocation, ContainerRequest, PodRequest
 
 MODELS = ("A100", "T4")
@@ -93,10 +94,10 @@ def _first(before: NodeState, after: NodeState) -> float:
 
 
 @st.composite
-def node_offers(draw: st.DrawFn, name: str, max_cards: int = 4, max_pods: int = 8
-                ) -> NodeOffer:
+def node_offers(draw: st.DrawFn, name: str, max_cards: int = 4, max_pods: int = 8,
+                min_cards: int = 1) -> NodeOffer:
     cards = []
-    for i in range(draw(st.integers(1, max_cards))):
+    for i in range(draw(st.integers(min_cards, max_cards))):
         card = Card(i, draw(st.sampled_from(MODELS)), draw(st.sampled_from((8192, 16384))),
                     max_shares=draw(st.sampled_from((None, None, None, 2, 3))))
         cards.append(CardState(card, foreign_memory_mib=draw(st.sampled_from((0, 0, 0, 2048)))))
@@ -142,3 +143,79 @@ def budgets_for(draw: st.DrawFn, nodes: Sequence[NodeOffer]) -> list[Budget]:
 
 def never_preempts(preemptor: Preemptor) -> Preemptor:
     return replace(preemptor, policy=PreemptionPolicy.NEVER)
+
+
+# ------------------------------------------------- kube-scheduler's choice, by enumeration
+
+
+def walk_order(preemptor: Preemptor, node: NodeOffer, budgets: Sequence[Budget]
+               ) -> tuple[list[GpuPod], set[str]]:
+    """The pods kube-scheduler's reprieve walk may put back, in its order (budget-violating
+    ones first, each group most important first, ties in the node's order), and the UIDs of
+    the violating ones; worked out here without the core's helpers."""
+    usable = {c.card.index for c in node.state.cards if eligible(preemptor.request, c.card)}
+    pods = sorted((p for p in node.pods if p.priority < preemptor.priority
+                   and usable & {i for c in p.containers for i in c.card_indices}),
+                  key=lambda p: (-p.priority, p.start))
+    allowed = {b.name: b.disruptions_allowed for b in budgets}
+    violating: set[str] = set()
+    for pod in pods:
+        for budget in budgets:
+            if pod.uid in budget.pods:
+                allowed[budget.name] -= 1
+                if allowed[budget.name] < 0:
+                    violating.add(pod.uid)
+    return ([p for p in pods if p.uid in violating]
+            + [p for p in pods if p.uid not in violating]), violating
+
+
+def reprieved_victims(preemptor: Preemptor, node: NodeOffer, budgets: Sequence[Budget] = ()
+                      ) -> tuple[tuple[GpuPod, ...], int] | None:
+    """kube-scheduler's victims on one node found by trying every subset: of all the sets of
+    pods that may stay while the preemptor fits, the one its walk keeps is the greatest in
+    the walk's order read as a binary number (the first pod kept whenever any such set keeps
+    it, then the second, ...). None when no set makes room. With the number of the victims
+    a budget forbids evicting."""
+    order, violating = walk_order(preemptor, node, budgets)
+    best: tuple[int, ...] | None = None
+    for mask in range(1 << len(order)):
+        kept = tuple(1 if mask >> (len(order) - 1 - i) & 1 else 0 for i in range(len(order)))
+        gone = [p for p, k in zip(order, kept, strict=True) if not k]
+        if (best is None or kept > best) and fits_without(preemptor, node, gone):
+            best = kept
+    if best is None:
+        return None
+    victims = tuple(p for p, k in zip(order, best, strict=True) if not k)
+    return victims, sum(1 for v in victims if v.uid in violating)
+
+
+def oracle_key(victims: Sequence[GpuPod], violations: int) -> tuple[int, int, int, int, float]:
+    """kube-scheduler's five criteria of pickOneNodeForPreemption, smaller better (kubernetes
+    v1.34.4 pkg/scheduler/framework/preemption/preemption.go:592-678)."""
+    top = max(v.priority for v in victims)
+    return (violations, top, sum(v.priority + 2**31 for v in victims), len(victims),
+            -min(v.start for v in victims if v.priority == top))
+
+
+def oracle_choice(preemptor: Preemptor, nodes: Sequence[NodeOffer],
+                  budgets: Sequence[Budget] = ()) -> tuple[str, tuple[GpuPod, ...]] | None:
+    """The node and victims kube-scheduler's rules give, every node's victims found by
+    enumeration; None when no preemption is due (the pod fits somewhere as it is, may not
+    preempt, or no node has room to make)."""
+    if preemptor.policy is PreemptionPolicy.NEVER or any(
+            fits(preemptor.request, n.state) for n in nodes):
+        return None
+    best: tuple[tuple[int, int, int, int, float], str, tuple[GpuPod, ...]] | None = None
+    for node in nodes:
+        if (found := reprieved_victims(preemptor, node, budgets)) is None or not found[0]:
+            continue
+        key = oracle_key(*found)
+        if best is None or key < best[0]:  # the first node among equals
+            best = (key, node.name, found[0])
+    return None if best is None else (best[1], best[2])
+
+
+def fewest_victims(preemptor: Preemptor, node: NodeOffer) -> int | None:
+    """The size of the smallest set of lower-priority pods whose going makes room."""
+    sets = feasible_sets(preemptor, node)
+    return min((len(s) for s in sets), default=None)
