@@ -148,7 +148,7 @@ def _over(live: Mapping[str, dict[str, Any]], cards: Mapping[str, int],
 class Preemption:
     """One preemption: its preemptor, the node and cards it was nominated for (the allocator's
     ``<domain>/preemption`` annotation, a new value each time), when that annotation appeared
-    (the allocator writes it after the evictions), and the pods evicted for it."""
+    (the allocator writes it before it evicts), and its victims."""
 
     preemptor: str
     node: str
@@ -172,12 +172,15 @@ def evicted(stream: Sequence[Seen]) -> dict[str, tuple[int, str]]:
 
 def preemptions(stream: Sequence[Seen], events: Sequence[Mapping[str, Any]],
                 vocabulary: Vocabulary) -> list[Preemption]:
-    """Every preemption the stream shows, each eviction given to the preemption it was for.
+    """Every preemption the stream shows, with its victims.
 
-    The allocator evicts, then writes the annotation: an eviction belongs to the first
+    The allocator writes its note (node, cards, deadline, the victims' UIDs) before it evicts
+    (decision 0019): a note's victims are those it chose. A note without victims (a version
+    of the allocator that evicted first, then annotated): an eviction belongs to the first
     preemption on its node annotated after it, of the preemptor its ``Preempted`` Event names
     when that Event was written (the allocator's Events are rate-limited, as client-go's: a
     storm of refusals uses the budget, so some are missing)."""
+    uid_name = {str(s.pod["metadata"].get("uid")): s.name for s in stream}
     found: list[Preemption] = []
     last: dict[str, str] = {}
     for step, seen in enumerate(stream):
@@ -186,22 +189,26 @@ def preemptions(stream: Sequence[Seen], events: Sequence[Mapping[str, Any]],
         if text and last.get(seen.name) != text:
             last[seen.name] = text
             note = json.loads(text)
+            listed = tuple(uid_name[u] for u in note.get("victims") or () if u in uid_name)
             found.append(Preemption(seen.name, str(note["node"]),
-                                    tuple(int(c) for c in note["cards"]), step))
+                                    tuple(int(c) for c in note["cards"]), step, listed))
+    noted = {v for p in found for v in p.victims}
     named = _victims_named(events)
     victims: dict[int, list[str]] = {}
     unnoted: dict[tuple[str, str], list[tuple[int, str]]] = {}
     for name, (step, node) in sorted(evicted(stream).items(), key=lambda kv: kv[1][0]):
+        if name in noted:
+            continue
         later = [i for i, p in enumerate(found) if p.node == node and p.step > step
-                 and (name not in named or named[name] == p.preemptor)]
+                 and not p.victims and (name not in named or named[name] == p.preemptor)]
         if later:
             victims.setdefault(later[0], []).append(name)
         elif name in named:
             # Its preemptor was deleted before the annotation was written: its Event tells.
             unnoted.setdefault((named[name], node), []).append((step, name))
     told = preempting_events(events)
-    return [*(Preemption(p.preemptor, p.node, p.cards, p.step,
-                         _as_told(p.preemptor, victims.get(i, []), told))
+    return [*(p if p.victims else Preemption(p.preemptor, p.node, p.cards, p.step,
+                                             _as_told(p.preemptor, victims.get(i, []), told))
               for i, p in enumerate(found)),
             *(Preemption(who, node, (), min(e)[0], tuple(n for _, n in e))
               for (who, node), e in unnoted.items())]
