@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import logging
 import shutil
+import sys
 import tempfile
 import threading
 from collections.abc import Sequence
@@ -16,6 +17,7 @@ from devcluster.containers import ContainerServices
 from devcluster.controlplane import ControlPlane
 from devcluster.nodes import GpuNodeSpec, create_nodes
 from devcluster.options import Options
+from devcluster.process import ManagedProcess, no_proxy_env
 from devcluster.scheduler_config import (
     SCHEDULER_CONFIG,
     ExtenderAddress,
@@ -69,6 +71,8 @@ class DevCluster:
         #: The HAMi node stand-ins (hami and volcano-vgpu profiles), and how to stop them.
         self.hami_fleet: Any = None
         self._standins_stop: threading.Event | None = None
+        #: The stand-in fleet's processes (``Options.hami_standin_processes``).
+        self.hami_processes: list[ManagedProcess] = []
         self._api_client: Any = None
 
     # ------------------------------------------------------------------ access
@@ -137,6 +141,8 @@ class DevCluster:
         self.control_plane.stop_scheduler()
         if self._standins_stop is not None:
             self._standins_stop.set()
+        for proc in self.hami_processes:
+            proc.stop()
         if self.services is not None:
             self.services.stop()
         self.control_plane.stop()
@@ -151,15 +157,34 @@ class DevCluster:
     def _start_hami_standins(self) -> None:
         from allocator.hami.codec import FLAVORS
         from allocator.kube.client import KubeClient
-        from devcluster.hami_node import HamiFleet
+        from devcluster.hami_fleet import HamiFleet
 
         flavor = FLAVORS.get(self.options.hami_agent or str(self.options.agent_profile))
         if flavor is None or not self.options.hami_standin:
             return
+        opts = self.options
+        if opts.hami_standin_processes > 0:
+            self._start_standin_processes(flavor)
+            return
         api = KubeClient.from_config(str(self.kubeconfig))
-        self.hami_fleet = HamiFleet(api, flavor,
-                                    preferred_allocation=self.options.hami_preferred_allocation)
+        self.hami_fleet = HamiFleet(api, flavor, rate=opts.hami_client_rate,
+                                    preferred_allocation=opts.hami_preferred_allocation)
         self._standins_stop = self.hami_fleet.start()
+
+    def _start_standin_processes(self, flavor: Any) -> None:
+        from devcluster.hami_fleet import fleet_argv
+
+        opts = self.options
+        count = opts.hami_standin_processes
+        for index in range(count):
+            argv = [sys.executable, "-m", "devcluster.hami_fleet",
+                    *fleet_argv(str(self.kubeconfig), flavor, (index, count),
+                                opts.hami_client_rate, opts.hami_preferred_allocation)]
+            proc = ManagedProcess(f"hami-standin-{index}", argv,
+                                  self.control_plane.log_dir / f"hami-standin-{index}.log",
+                                  env=no_proxy_env())
+            proc.start()
+            self.hami_processes.append(proc)
 
     def logs_hint(self) -> str:
         return f"logs in {self.control_plane.log_dir}"
