@@ -41,7 +41,13 @@ from devcluster.hami_node import node_envs, visible
 from devcluster.nodes import delete_nodes, uniform
 from devcluster.options import Options
 from devcluster.plugin_client import ClientRate
-from devcluster.workloads import container, ensure_namespace, make_pod, wait_for
+from devcluster.workloads import (
+    container,
+    ensure_namespace,
+    events_by_reason,
+    make_pod,
+    wait_for,
+)
 from tessera.agent_profiles import AgentProfile
 
 CARDS = 8
@@ -74,7 +80,7 @@ def one_run(dev: DevCluster, api: KubeClient, run: int, pods: int) -> dict[str, 
     elapsed = time.perf_counter() - started
     allocate_s = fleet.allocate_seconds()[allocates_before:]
     time.sleep(2.0)  # the last Events written
-    events = count_events(core, namespace)
+    events = events_by_reason(core, namespace)
     per_card: dict[str, int] = {}
     for p in core.list_namespaced_pod(namespace).items:
         for uuid in visible(node_envs(api.get_pod(namespace, p.metadata.name))):
@@ -89,20 +95,6 @@ def one_run(dev: DevCluster, api: KubeClient, run: int, pods: int) -> dict[str, 
             "max_card_cores": max(per_card.values()),
             "events": events["by_reason"], "bind_failures": events["bind_failures"]}
 
-
-def count_events(core: Any, namespace: str) -> dict[str, Any]:
-    """The namespace's Events by ``<type>/<reason>`` (an aggregated Event by its count), and
-    the Warning Events that say a bind failed (kube-scheduler's FailedScheduling after a
-    failed bind: its message quotes the bind's error)."""
-    by_reason: dict[str, int] = {}
-    failures = 0
-    for event in core.list_namespaced_event(namespace).items:
-        times = max(event.count or 1, event.series.count if event.series else 1)
-        key = f"{event.type}/{event.reason}"
-        by_reason[key] = by_reason.get(key, 0) + times
-        if event.type == "Warning" and "bind" in (event.message or "").lower():
-            failures += times
-    return {"by_reason": dict(sorted(by_reason.items())), "bind_failures": failures}
 
 
 def main() -> None:

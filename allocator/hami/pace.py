@@ -10,21 +10,25 @@ bind's wait (:meth:`PluginPace.room`), and otherwise waits a little for its turn
 
 The plugin's pace is measured, not configured: the time from our bind taking a node's lock
 to our node watch seeing it released (the Binding, the plugin's ``Allocate`` and the watch
-between), smoothed over the last binds of every node (one plugin build and one API server
-serve them all). Until the first release is seen it is assumed slow (HAMi's client at 5
-requests/s makes eight requests an Allocate: 1.6 s), so the first burst queues few binds.
+between), the slowest of the last :data:`WINDOW` binds of every node (one plugin build and
+one API server serve them all). The slowest, because a plugin's first Allocates are quick:
+its client's rate limiter starts with a burst (HAMi's: 10 requests, then 5 a second, eight
+requests an Allocate, 1.6 s), and a pace learnt from them would queue a burst of binds that
+then wait far longer. Until :data:`WINDOW` releases are seen the window holds a slow first
+guess too, so the first burst queues few binds.
 """
 
 from __future__ import annotations
 
 import threading
 import time
+from collections import deque
 from collections.abc import Callable
 
 #: Assumed seconds a node's lock is held for one pod until one is measured.
 FIRST_GUESS_SECONDS = 2.0
-#: Weight of the newest measurement in the smoothed pace.
-SMOOTHING = 0.3
+#: Releases the pace is the slowest of.
+WINDOW = 8
 #: Binds filter lets queue on one node at most, however fast its plugin.
 MAX_QUEUE = 32
 #: Measurements are kept within these bounds (a watch that lagged, a clock that jumped).
@@ -35,12 +39,14 @@ TURN_WAIT_SECONDS = (1.0, 5.0)
 
 
 class PluginPace:
-    """The smoothed time a node's lock stays held for one pod, from our binds' locks."""
+    """The time a node's lock stays held for one pod, from our binds' locks: the slowest
+    of the last :data:`WINDOW`."""
 
     def __init__(self, clock: Callable[[], float] = time.monotonic) -> None:
         #: Seconds, only ever subtracted (monotonic by default).
         self.clock = clock
         self._taken: dict[str, float] = {}
+        self._last: deque[float] = deque([FIRST_GUESS_SECONDS], maxlen=WINDOW)
         self._seconds = FIRST_GUESS_SECONDS
         self._measured = 0
         self._lock = threading.Lock()
@@ -68,9 +74,9 @@ class PluginPace:
             since = self._taken.pop(node, None)
             if since is None:
                 return
-            held = min(max(self.clock() - since, FASTEST_SECONDS), SLOWEST_SECONDS)
-            self._seconds = (held if not self._measured
-                             else SMOOTHING * held + (1 - SMOOTHING) * self._seconds)
+            self._last.append(min(max(self.clock() - since, FASTEST_SECONDS),
+                                  SLOWEST_SECONDS))
+            self._seconds = max(self._last)
             self._measured += 1
 
     def forget(self, node: str) -> None:

@@ -17,7 +17,7 @@ from test_hami_bind import HAMI_PROFILE, hami_node
 from allocator.agents.hami import HamiAgent
 from allocator.hami.codec import HAMI, encode_lock
 from allocator.hami.lock import LockSettings, NodeLocks
-from allocator.hami.pace import FIRST_GUESS_SECONDS, MAX_QUEUE, PluginPace
+from allocator.hami.pace import FIRST_GUESS_SECONDS, MAX_QUEUE, WINDOW, PluginPace
 from allocator.verbs.core import Allocator
 
 
@@ -32,32 +32,40 @@ class _Clock:
 # --------------------------------------------------------------------------- the pace
 
 
-def test_the_pace_is_a_slow_guess_until_a_release_of_our_lock_is_seen() -> None:
+def test_the_pace_is_a_slow_guess_until_enough_releases_of_our_locks_are_seen() -> None:
     clock = _Clock()
     pace = PluginPace(clock)
     assert pace.seconds == FIRST_GUESS_SECONDS and pace.room(6.0) == 3
     pace.released("n1")  # a lock we never took: nothing measured
     assert pace.measured == 0
+    for _ in range(WINDOW - 1):
+        pace.taken("n1")
+        clock.now += 0.5
+        pace.released("n1")
+        pace.released("n1")  # every later event of the free node counts nothing
+    assert pace.measured == WINDOW - 1 and pace.seconds == FIRST_GUESS_SECONDS
     pace.taken("n1")
     clock.now += 0.5
     pace.released("n1")
-    pace.released("n1")  # every later event of the free node counts nothing
-    assert pace.measured == 1 and pace.seconds == pytest.approx(0.5)
-    assert pace.room(6.0) == 12
+    assert pace.seconds == pytest.approx(0.5) and pace.room(6.0) == 12
 
 
-def test_the_pace_is_smoothed_and_the_room_bounded() -> None:
+def test_the_pace_is_the_slowest_recent_release_and_the_room_is_bounded() -> None:
+    """A plugin's first Allocates are quick (its client's burst): one slow release among
+    quick ones sets the pace."""
     clock = _Clock()
     pace = PluginPace(clock)
-    for held in (1.0, 2.0):
+    for held in [0.05] * WINDOW + [1.5] + [0.05] * (WINDOW - 1):
         pace.taken("n1")
         clock.now += held
         pace.released("n1")
-    assert pace.seconds == pytest.approx(0.3 * 2.0 + 0.7 * 1.0)
-    assert pace.room(0.1) == 1  # the pod being started is always ahead
-    pace.taken("n2")
-    pace.released("n2")  # no time at all: kept at the fastest bound
-    assert 1 <= pace.room(6.0) <= MAX_QUEUE
+    assert pace.seconds == pytest.approx(1.5)
+    pace.taken("n1")
+    clock.now += 0.05
+    pace.released("n1")  # the slow one left the window
+    assert pace.seconds == pytest.approx(0.05)
+    assert pace.room(0.01) == 1  # the pod being started is always ahead
+    assert pace.room(600.0) == MAX_QUEUE
     assert 1.0 <= pace.turn_wait() <= 5.0
 
 
@@ -133,7 +141,7 @@ def test_our_measured_pace_lets_more_binds_queue_on_a_fast_plugin() -> None:
     fake, alloc, agent = _one_node()
     clock = _Clock()
     agent.pace = PluginPace(clock)
-    for _ in range(3):  # locks we took, released by the plugin 0.1 s later
+    for _ in range(WINDOW):  # locks we took, released by the plugin 0.1 s later
         agent.pace.taken("n1")
         clock.now += 0.1
         agent.node_seen("n1", {})
