@@ -172,19 +172,38 @@ class DevCluster:
         self._standins_stop = self.hami_fleet.start()
 
     def _start_standin_processes(self, flavor: Any) -> None:
-        from devcluster.hami_fleet import fleet_argv
+        """The plugins as processes, the nodes sharded among them; the pod watch, here,
+        tells each which of its nodes has a pod to start (devcluster/hami_fleet.py)."""
+        from allocator.kube.client import KubeClient
+        from devcluster.binaries import repo_root
+        from devcluster.hami_fleet import HamiFleet, fleet_argv, shard_of
 
         opts = self.options
-        count = opts.hami_standin_processes
-        for index in range(count):
+        for index in range(opts.hami_standin_processes):
             argv = [sys.executable, "-m", "devcluster.hami_fleet",
-                    *fleet_argv(str(self.kubeconfig), flavor, (index, count),
-                                opts.hami_client_rate, opts.hami_preferred_allocation)]
+                    *fleet_argv(str(self.kubeconfig), flavor, opts.hami_client_rate,
+                                opts.hami_preferred_allocation)]
             proc = ManagedProcess(f"hami-standin-{index}", argv,
                                   self.control_plane.log_dir / f"hami-standin-{index}.log",
-                                  env=no_proxy_env())
+                                  env=no_proxy_env(), cwd=repo_root(), pipe_stdin=True)
             proc.start()
             self.hami_processes.append(proc)
+        pipes = [(threading.Lock(), proc.stdin) for proc in self.hami_processes]
+
+        def dispatch(node: str) -> None:
+            lock, pipe = pipes[shard_of(node, len(pipes))]
+            if pipe is None:
+                return
+            try:
+                with lock:
+                    pipe.write(f"{node}\n".encode())
+                    pipe.flush()
+            except OSError as exc:  # the process died: its log says why
+                logger.warning("HAMi stand-in process for node %s: %s", node, exc)
+
+        api = KubeClient.from_config(str(self.kubeconfig))
+        self.hami_fleet = HamiFleet(api, flavor, dispatch=dispatch)
+        self._standins_stop = self.hami_fleet.start()
 
     def logs_hint(self) -> str:
         return f"logs in {self.control_plane.log_dir}"

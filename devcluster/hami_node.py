@@ -84,6 +84,18 @@ def register_annotations(node: str, cards: Sequence[tuple[str, int]], flavor: Fl
     return {flavor.register_key: text}
 
 
+def waiting_on(pod: Mapping[str, Any], node: str, flavor: Flavor) -> bool:
+    """``pod`` is bound to ``node`` and waits for the plugin's Allocate."""
+    annotations = (pod.get("metadata") or {}).get("annotations") or {}
+    spec = pod.get("spec") or {}
+    return (spec.get("nodeName") == node
+            and (pod.get("status") or {}).get("phase", "Pending") == "Pending"
+            and flavor.bind_time_key in annotations
+            and annotations.get(flavor.bind_phase_key) == BIND_ALLOCATING
+            and annotations.get(flavor.node_key) == node
+            and bool(annotations.get(flavor.to_allocate_key, "").replace(";", "")))
+
+
 class AllocateFailed(Exception):
     """What the plugin would answer kubelet with, after setting bind-phase failed."""
 
@@ -151,17 +163,10 @@ class HamiNode:
 
     def waiting(self, pod: Mapping[str, Any]) -> bool:
         """The pod is bound here and waits for Allocate."""
-        return self._waiting(pod)
+        return waiting_on(pod, self.node, self.flavor)
 
     def _waiting(self, pod: Mapping[str, Any]) -> bool:
-        annotations = (pod.get("metadata") or {}).get("annotations") or {}
-        spec = pod.get("spec") or {}
-        return (spec.get("nodeName") == self.node
-                and (pod.get("status") or {}).get("phase", "Pending") == "Pending"
-                and self.flavor.bind_time_key in annotations
-                and annotations.get(self.flavor.bind_phase_key) == BIND_ALLOCATING
-                and annotations.get(self.flavor.node_key) == self.node
-                and bool(annotations.get(self.flavor.to_allocate_key, "").replace(";", "")))
+        return waiting_on(pod, self.node, self.flavor)
 
     def allocate_next(self) -> str | None:
         """Serve one pending pod; its ``namespace/name``, or None when none waits."""
