@@ -96,7 +96,8 @@ class HamiFleet:
             self._node_locks.setdefault(name, threading.Lock())
         return found
 
-    def _serve(self, name: str, pod: Mapping[str, Any]) -> None:
+    def serve_event(self, name: str, pod: Mapping[str, Any]) -> None:
+        """A watch event of a pod bound to node ``name``."""
         uid = pod["metadata"].get("uid", "")
         if self.dispatch is not None:
             if waiting_on(pod, name, self.flavor) and self._first(uid):
@@ -161,7 +162,7 @@ class HamiFleet:
                     if not version:
                         pods, version = self.api.list_pods_by_field(selector, lambda p: p)
                         for pod in pods:
-                            pool.submit(self._serve, pod["spec"]["nodeName"], pod)
+                            pool.submit(self.serve_event, pod["spec"]["nodeName"], pod)
                     for kind, pod in self.api.watch_pods_by_field(selector, version,
                                                                   timeout_seconds):
                         if stop.is_set():
@@ -173,9 +174,9 @@ class HamiFleet:
                         if kind == "DELETED":
                             self._forget(name, pod)
                         elif self.dispatch is not None:
-                            self._serve(name, pod)  # a line to a pipe: no thread needed
+                            self.serve_event(name, pod)  # a line to a pipe: no thread needed
                         else:
-                            pool.submit(self._serve, name, pod)
+                            pool.submit(self.serve_event, name, pod)
                 except ApiError as exc:
                     logger.warning("stand-in fleet watch: %s", exc)
                     version = ""

@@ -6,7 +6,7 @@ bind ``httpTimeout`` (10 s in the shipped configuration): a bind that would wait
 as a Warning Event and the pod goes back to kube-scheduler's backoff. So filter gives a node
 to a pod only when the binds ahead of it on that node can be served within a budget under the
 bind's wait (:meth:`PluginPace.room`), and otherwise waits a little for its turn
-(``HamiAgent.wait_for_turn``, decision docs/decisions/0019-hamifast-filter-waits-for-turn.md).
+(``HamiAgent.wait_for_turn``, decision docs/decisions/0019-hamifast-turns-under-the-lock.md).
 
 The plugin's pace is measured, not configured: the time from our bind taking a node's lock
 to our node watch seeing it released (the Binding, the plugin's ``Allocate`` and the watch
