@@ -225,7 +225,10 @@ class Filter:
             nodes = self.agent.answer(nodes)
         busy = self.agent.wait_for_turn(nodes, self._pods_to_start) if nodes else None
         if busy is not None:
-            return FilterOutcome([], dict.fromkeys(nodes, busy), {})
+            # Unresolvable: evicting would not shorten the plugin's queue, so neither our
+            # preemption nor kube-scheduler's looks at these nodes; kube-scheduler still
+            # retries the pod on the next cluster event.
+            return FilterOutcome([], {}, dict.fromkeys(nodes, busy))
         if len(nodes) == 1:
             self._hold(pod, request, nodes[0], inputs)
         return FilterOutcome(nodes, {}, {})
