@@ -71,6 +71,13 @@ HAMI_WRITERS: Final = {
 }
 
 
+class _ThisFilter(threading.local):
+    """What this thread's filter read already: the pods to start that ``nodes_to_avoid`` read,
+    reused by ``wait_for_turn`` a moment later (one count of every node's queue a filter)."""
+
+    queued: Counter[str] | None = None
+
+
 class HamiAgent(NodeAgent):
     """HAMi's plugins: one pod at a time per node, behind the node's lock."""
 
@@ -92,6 +99,7 @@ class HamiAgent(NodeAgent):
         self.turn_wait_bounds = TURN_WAIT_SECONDS
         #: Notified on every event that may shorten a node's queue (filter waits on it).
         self._changed = threading.Condition()
+        self._this_filter = _ThisFilter()
 
     # ------------------------------------------------------------------ bind
     def metadata(self, ctx: BindContext) -> AgentMetadata:
@@ -133,9 +141,10 @@ class HamiAgent(NodeAgent):
         """Every node whose agent has a pod to start, then those with more than the fewest,
         and so on: the plugin starts one pod at a time per node, so a bind to a node with
         pods to start waits for them."""
+        self._this_filter.queued = None
         if len(names) < 2:
             return
-        queued = pods_to_start()
+        queued = self._this_filter.queued = pods_to_start()
         for depth in sorted(set(queued.values())):
             yield {node for node, count in queued.items() if count >= depth}
 
@@ -147,9 +156,11 @@ class HamiAgent(NodeAgent):
         that waited too long would fail as a Warning Event)."""
         budget = 0.75 * self.locks.settings.wait_seconds
         deadline = self.pace.clock() + self.pace.turn_wait(self.turn_wait_bounds)
+        read, self._this_filter.queued = self._this_filter.queued, None
         while True:
             room = self.pace.room(budget)
-            queued = pods_to_start()
+            queued = read if read is not None else pods_to_start()
+            read = None  # waiting: read afresh
             ahead = min(queued[node] for node in nodes)
             if ahead <= room:
                 return None

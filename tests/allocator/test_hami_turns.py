@@ -176,3 +176,22 @@ def test_a_waiting_bind_reads_the_node_when_the_watch_shows_the_lock_released() 
     holder.join(timeout=4)
     assert not holder.is_alive() and time.monotonic() - started < 2.0
     assert "default,first" in fake.nodes["n1"]["metadata"]["annotations"][HAMI.lock_key]
+
+
+def test_a_filter_counts_the_queues_once_when_no_node_is_full() -> None:
+    fake = FakeKube()
+    for name in ("n1", "n2"):
+        fake.add_node(hami_node(name, count=4))
+    fake.add_pod(make_gpu_pod("p", request(share(core=10, mem=1024)), uid="u"))
+    alloc = synced_allocator(fake, dialects=HAMI_PROFILE)
+    reads = 0
+    count = alloc.filter._pods_to_start
+
+    def counted() -> Any:
+        nonlocal reads
+        reads += 1
+        return count()
+
+    alloc.filter._pods_to_start = counted
+    assert alloc.filter(alloc.bind.api.get_pod("default", "p"), ["n1", "n2"]).nodes
+    assert reads == 1
