@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import logging
 import shutil
+import sys
 import tempfile
 import threading
 from collections.abc import Sequence
@@ -16,6 +17,7 @@ from devcluster.containers import ContainerServices
 from devcluster.controlplane import ControlPlane
 from devcluster.nodes import GpuNodeSpec, create_nodes
 from devcluster.options import Options
+from devcluster.process import ManagedProcess, no_proxy_env
 from devcluster.scheduler_config import (
     SCHEDULER_CONFIG,
     ExtenderAddress,
@@ -69,6 +71,8 @@ class DevCluster:
         #: The HAMi node stand-ins (hami and volcano-vgpu profiles), and how to stop them.
         self.hami_fleet: Any = None
         self._standins_stop: threading.Event | None = None
+        #: The stand-in fleet's processes (``Options.hami_standin_processes``).
+        self.hami_processes: list[ManagedProcess] = []
         self._api_client: Any = None
 
     # ------------------------------------------------------------------ access
@@ -137,6 +141,8 @@ class DevCluster:
         self.control_plane.stop_scheduler()
         if self._standins_stop is not None:
             self._standins_stop.set()
+        for proc in self.hami_processes:
+            proc.stop()
         if self.services is not None:
             self.services.stop()
         self.control_plane.stop()
@@ -151,14 +157,52 @@ class DevCluster:
     def _start_hami_standins(self) -> None:
         from allocator.hami.codec import FLAVORS
         from allocator.kube.client import KubeClient
-        from devcluster.hami_node import HamiFleet
+        from devcluster.hami_fleet import HamiFleet
 
         flavor = FLAVORS.get(self.options.hami_agent or str(self.options.agent_profile))
         if flavor is None or not self.options.hami_standin:
             return
+        opts = self.options
+        if opts.hami_standin_processes > 0:
+            self._start_standin_processes(flavor)
+            return
         api = KubeClient.from_config(str(self.kubeconfig))
-        self.hami_fleet = HamiFleet(api, flavor,
-                                    preferred_allocation=self.options.hami_preferred_allocation)
+        self.hami_fleet = HamiFleet(api, flavor, rate=opts.hami_client_rate,
+                                    preferred_allocation=opts.hami_preferred_allocation)
+        self._standins_stop = self.hami_fleet.start()
+
+    def _start_standin_processes(self, flavor: Any) -> None:
+        """The plugins as processes, the nodes sharded among them; the pod watch, here,
+        tells each which of its nodes has a pod to start (devcluster/hami_fleet.py)."""
+        from allocator.kube.client import KubeClient
+        from devcluster.binaries import repo_root
+        from devcluster.hami_fleet import HamiFleet, fleet_argv, shard_of
+
+        opts = self.options
+        for index in range(opts.hami_standin_processes):
+            argv = [sys.executable, "-m", "devcluster.hami_fleet",
+                    *fleet_argv(str(self.kubeconfig), flavor, opts.hami_client_rate,
+                                opts.hami_preferred_allocation)]
+            proc = ManagedProcess(f"hami-standin-{index}", argv,
+                                  self.control_plane.log_dir / f"hami-standin-{index}.log",
+                                  env=no_proxy_env(), cwd=repo_root(), pipe_stdin=True)
+            proc.start()
+            self.hami_processes.append(proc)
+        pipes = [(threading.Lock(), proc.stdin) for proc in self.hami_processes]
+
+        def dispatch(node: str) -> None:
+            lock, pipe = pipes[shard_of(node, len(pipes))]
+            if pipe is None:
+                return
+            try:
+                with lock:
+                    pipe.write(f"{node}\n".encode())
+                    pipe.flush()
+            except OSError as exc:  # the process died: its log says why
+                logger.warning("HAMi stand-in process for node %s: %s", node, exc)
+
+        api = KubeClient.from_config(str(self.kubeconfig))
+        self.hami_fleet = HamiFleet(api, flavor, dispatch=dispatch)
         self._standins_stop = self.hami_fleet.start()
 
     def logs_hint(self) -> str:

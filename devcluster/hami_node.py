@@ -30,10 +30,9 @@ from __future__ import annotations
 
 import json
 import logging
-import threading
+import time
 import zlib
 from collections.abc import Mapping, Sequence
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field, replace
 from typing import Any
 
@@ -52,8 +51,9 @@ from allocator.hami.codec import (
     parse_lock,
 )
 from allocator.hami.register import RegisteredDevice, encode_register_json, encode_register_text
-from allocator.ports import KubeApi, Obj
+from allocator.ports import Obj
 from devcluster.kubelet_devices import KubeletDevices, NoDevices, physical_card, slice_ids
+from devcluster.plugin_client import PluginApi
 
 logger = logging.getLogger(__name__)
 
@@ -84,13 +84,25 @@ def register_annotations(node: str, cards: Sequence[tuple[str, int]], flavor: Fl
     return {flavor.register_key: text}
 
 
+def waiting_on(pod: Mapping[str, Any], node: str, flavor: Flavor) -> bool:
+    """``pod`` is bound to ``node`` and waits for the plugin's Allocate."""
+    annotations = (pod.get("metadata") or {}).get("annotations") or {}
+    spec = pod.get("spec") or {}
+    return (spec.get("nodeName") == node
+            and (pod.get("status") or {}).get("phase", "Pending") == "Pending"
+            and flavor.bind_time_key in annotations
+            and annotations.get(flavor.bind_phase_key) == BIND_ALLOCATING
+            and annotations.get(flavor.node_key) == node
+            and bool(annotations.get(flavor.to_allocate_key, "").replace(";", "")))
+
+
 class AllocateFailed(Exception):
     """What the plugin would answer kubelet with, after setting bind-phase failed."""
 
 
 @dataclass
 class HamiNode:
-    api: KubeApi
+    api: PluginApi
     node: str
     devices: tuple[RegisteredDevice, ...]
     flavor: Flavor = HAMI
@@ -98,6 +110,14 @@ class HamiNode:
     #: asks the plugin's GetPreferredAllocation, and Allocate moves each container onto the
     #: cards of the device IDs kubelet chose (v2.10.0 ``server.go:807-814``).
     preferred_allocation: bool = False
+    #: Make the API requests v2.10.0's Allocate makes for a pod, in its order (with ``api``
+    #: rate-limited as its client is, devcluster/plugin_client.py, Allocate takes as long):
+    #: the pod's erased entries and its ``success`` are two patches with a read between
+    #: (``patchErasedAnnotation``, ``podAllocationTrySuccess``, ``plugin/util.go:371-393``),
+    #: and the release reads the node twice (``ReleaseNodeLock``, ``nodelock.go:175-232``).
+    hami_requests: bool = False
+    #: How long each Allocate took, from finding its pod to the lock's release.
+    allocate_seconds: list[float] = field(default_factory=list, init=False)
     kubelet: KubeletDevices = field(init=False)
 
     def __post_init__(self) -> None:
@@ -143,24 +163,20 @@ class HamiNode:
 
     def waiting(self, pod: Mapping[str, Any]) -> bool:
         """The pod is bound here and waits for Allocate."""
-        return self._waiting(pod)
+        return waiting_on(pod, self.node, self.flavor)
 
     def _waiting(self, pod: Mapping[str, Any]) -> bool:
-        annotations = (pod.get("metadata") or {}).get("annotations") or {}
-        spec = pod.get("spec") or {}
-        return (spec.get("nodeName") == self.node
-                and (pod.get("status") or {}).get("phase", "Pending") == "Pending"
-                and self.flavor.bind_time_key in annotations
-                and annotations.get(self.flavor.bind_phase_key) == BIND_ALLOCATING
-                and annotations.get(self.flavor.node_key) == self.node
-                and bool(annotations.get(self.flavor.to_allocate_key, "").replace(";", "")))
+        return waiting_on(pod, self.node, self.flavor)
 
     def allocate_next(self) -> str | None:
         """Serve one pending pod; its ``namespace/name``, or None when none waits."""
+        started = time.perf_counter()
         pod = self.pending_pod()
         if pod is None:
             return None
-        return self.allocate(pod)
+        served = self.allocate(pod)
+        self.allocate_seconds.append(time.perf_counter() - started)
+        return served
 
     def allocate(self, pod: Mapping[str, Any]) -> str:
         """Allocate for ``pod`` (one waiting on this node); its ``namespace/name``."""
@@ -235,10 +251,14 @@ class HamiNode:
 
     def _finish(self, pod: Mapping[str, Any], annotations: Mapping[str, str]) -> None:
         meta = pod["metadata"]
-        self.api.patch_pod(meta["namespace"], meta["name"],
-                           {"metadata": {"uid": meta.get("uid"),
-                                         "annotations": dict(annotations)}})
-        self.release(meta["namespace"], meta["name"])
+        ns, name, changes = meta["namespace"], meta["name"], dict(annotations)
+        if self.hami_requests and self.flavor.to_allocate_key in changes:
+            self.api.patch_pod(ns, name, {"metadata": {"uid": meta.get("uid"), "annotations": {
+                self.flavor.to_allocate_key: changes.pop(self.flavor.to_allocate_key)}}})
+            self.api.get_pod(ns, name)
+        self.api.patch_pod(ns, name, {"metadata": {"uid": meta.get("uid"),
+                                                   "annotations": changes}})
+        self.release(ns, name)
 
     def release(self, namespace: str, name: str) -> None:
         """The plugin's release: only the pod's own lock (or a legacy one), with the node's
@@ -246,6 +266,8 @@ class HamiNode:
         none of Tessera's (allocator/hami/codec.py)."""
         if not self.flavor.lock_key or self.flavor is VOLCANO_VGPU:
             return
+        if self.hami_requests:
+            self.api.get_node(self.node)  # the owner check's read, before the retried one
         for _attempt in range(5):
             node = self.api.get_node(self.node) or {}
             meta = node.get("metadata") or {}
@@ -288,100 +310,3 @@ def node_envs(pod: Mapping[str, Any]) -> dict[str, dict[str, str]]:
 
 def visible(envs: Mapping[str, Mapping[str, str]]) -> Sequence[str]:
     return sorted(u for env in envs.values() for u in env["NVIDIA_VISIBLE_DEVICES"].split(","))
-
-
-class HamiFleet:
-    """The stand-in on every node of a HAMi cluster, driven by one pod watch (the dev cluster
-    runs it as the node agents of the hami and volcano-vgpu profiles): each pod that shows up
-    bound and waiting is allocated by its node's stand-in, built from the node's register
-    annotation when first needed; nodes in parallel (each node's plugin is its own process
-    on a real cluster), one pod at a time per node (the plugin serialises its Allocate)."""
-
-    def __init__(self, api: KubeApi, flavor: Flavor = HAMI, workers: int = 16,
-                 preferred_allocation: bool = False) -> None:
-        self.api, self.flavor, self.workers = api, flavor, workers
-        self.preferred_allocation = preferred_allocation
-        self.served = 0
-        self._nodes: dict[str, HamiNode | None] = {}
-        self._done: set[str] = set()
-        self._node_locks: dict[str, threading.Lock] = {}
-        self._guard = threading.Lock()
-
-    def node(self, name: str) -> HamiNode | None:
-        """The stand-in of node ``name`` (None: it registered no device)."""
-        with self._guard:
-            if name in self._nodes and self._nodes[name] is not None:
-                return self._nodes[name]
-        obj = self.api.get_node(name) or {}
-        annotations = (obj.get("metadata") or {}).get("annotations") or {}
-        text = annotations.get(self.flavor.register_key)
-        found = None
-        if text:
-            try:
-                from allocator.hami.register import parse_register
-                found = HamiNode(self.api, name, parse_register(text, self.flavor), self.flavor,
-                                 self.preferred_allocation)
-            except HamiFormatError as exc:
-                logger.warning("stand-in %s: register annotation unreadable: %s", name, exc)
-        with self._guard:
-            self._nodes[name] = found
-            self._node_locks.setdefault(name, threading.Lock())
-        return found
-
-    def _serve(self, name: str, pod: Mapping[str, Any]) -> None:
-        uid = pod["metadata"].get("uid", "")
-        node = self.node(name)
-        if node is None or not node.waiting(pod):
-            return
-        with self._node_locks[name]:
-            with self._guard:
-                if uid in self._done:
-                    return  # a second event of the same wait
-                self._done.add(uid)
-            try:
-                node.allocate(pod)
-            except ApiError as exc:
-                logger.warning("stand-in %s: %s", name, exc)
-                return
-            with self._guard:
-                self.served += 1
-
-    def _forget(self, name: str, pod: Mapping[str, Any]) -> None:
-        """kubelet frees a deleted pod's devices."""
-        with self._guard:
-            node = self._nodes.get(name)
-        if node is not None:
-            with self._node_locks[name]:
-                node.kubelet.forget(str(pod["metadata"].get("uid", "")))
-
-    def run(self, stop: threading.Event, timeout_seconds: int = 60) -> None:
-        selector = "spec.nodeName!="
-        with ThreadPoolExecutor(self.workers, thread_name_prefix="hami-standin") as pool:
-            version = ""
-            while not stop.is_set():
-                try:
-                    if not version:
-                        pods, version = self.api.list_pods_by_field(selector, lambda p: p)
-                        for pod in pods:
-                            pool.submit(self._serve, pod["spec"]["nodeName"], pod)
-                    for kind, pod in self.api.watch_pods_by_field(selector, version,
-                                                                  timeout_seconds):
-                        if stop.is_set():
-                            return
-                        version = (pod.get("metadata") or {}).get("resourceVersion", version)
-                        name = (pod.get("spec") or {}).get("nodeName", "")
-                        if name and kind == "DELETED":
-                            self._forget(name, pod)
-                        elif name:
-                            pool.submit(self._serve, name, pod)
-                except ApiError as exc:
-                    logger.warning("stand-in fleet watch: %s", exc)
-                    version = ""
-                    stop.wait(0.5)
-
-    def start(self) -> threading.Event:
-        """Run in a daemon thread; set the returned event to stop it."""
-        stop = threading.Event()
-        threading.Thread(target=self.run, args=(stop,), name="hami-standins",
-                         daemon=True).start()
-        return stop

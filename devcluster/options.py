@@ -7,6 +7,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from devcluster import DevClusterError
+from devcluster.plugin_client import ClientRate
 from tessera.agent_profiles import (
     DEFAULT_PROFILE,
     HAMI_AGENT_FLAG,
@@ -38,6 +39,12 @@ class Options:
     #: The stand-in's HAMi ``enableGetPreferredAllocation`` (HAMi's default: false): kubelet
     #: asks the plugin where to put each container and Allocate follows kubelet's device IDs.
     hami_preferred_allocation: bool = False
+    #: The stand-in's API client rate (HAMi's plugin: 5 requests/s, burst 10,
+    #: devcluster/plugin_client.py); None: not limited (the tests' fast plugin).
+    hami_client_rate: ClientRate | None = None
+    #: Run the stand-in fleet as this many processes, the nodes sharded among them
+    #: (devcluster/hami_fleet.py); 0: a thread of this process (``DevCluster.hami_fleet``).
+    hami_standin_processes: int = 0
     #: Extra flags for ``tessera allocator`` (e.g. a placement policy).
     allocator_args: tuple[str, ...] = ()
     #: Card-aware preemption, on as shipped (docs/preemption.md); False runs the allocator

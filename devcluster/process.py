@@ -14,6 +14,7 @@ import urllib.error
 import urllib.request
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
+from typing import IO
 
 from devcluster import DevClusterError
 
@@ -61,17 +62,25 @@ class ManagedProcess:
         log_path: Path,
         env: Mapping[str, str] | None = None,
         cwd: Path | None = None,
+        pipe_stdin: bool = False,
     ) -> None:
         self.name = name
         self.argv = list(argv)
         self.log_path = log_path
         self.env = dict(env) if env is not None else None
         self.cwd = cwd
+        #: Give the child a pipe on stdin (:attr:`stdin`) instead of /dev/null.
+        self.pipe_stdin = pipe_stdin
         self._proc: subprocess.Popen[bytes] | None = None
 
     @property
     def pid(self) -> int | None:
         return self._proc.pid if self._proc else None
+
+    @property
+    def stdin(self) -> IO[bytes] | None:
+        """The child's stdin when started with ``pipe_stdin``."""
+        return self._proc.stdin if self._proc else None
 
     def start(self) -> None:
         self.log_path.parent.mkdir(parents=True, exist_ok=True)
@@ -81,7 +90,7 @@ class ManagedProcess:
             try:
                 self._proc = subprocess.Popen(
                     self.argv,
-                    stdin=subprocess.DEVNULL,
+                    stdin=subprocess.PIPE if self.pipe_stdin else subprocess.DEVNULL,
                     stdout=log,
                     stderr=subprocess.STDOUT,
                     env=self.env,

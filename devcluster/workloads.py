@@ -269,3 +269,18 @@ def wait_settled(
                 f"{len(bound)} bound, {len(pending)} unbound, undecided: {undecided[:10]}"
             )
         time.sleep(interval)
+
+
+def events_by_reason(core: Any, namespace: str) -> dict[str, Any]:
+    """The namespace's Events by ``<type>/<reason>`` (an aggregated Event by its count), and
+    how many Warning Events say a bind failed (kube-scheduler's FailedScheduling after a failed
+    bind quotes the bind's error; the allocator's own FailedAllocation too)."""
+    by_reason: dict[str, int] = {}
+    failures = 0
+    for event in core.list_namespaced_event(namespace).items:
+        times = max(event.count or 1, event.series.count if event.series else 1)
+        key = f"{event.type}/{event.reason}"
+        by_reason[key] = by_reason.get(key, 0) + times
+        if event.type == "Warning" and "bind" in (event.message or "").lower():
+            failures += times
+    return {"by_reason": dict(sorted(by_reason.items())), "bind_failures": failures}

@@ -5,8 +5,9 @@ plugin (allocator/hami/, docs/hami.md).
 :data:`allocator.hami.codec.FLAVORS`), the node locks taken around bind's write step
 (:mod:`allocator.hami.lock`), the waiting list of pods bound and not started yet
 (:mod:`allocator.hami.awaiting`) and filter's preference for nodes with none, the pods
-another HAMi scheduler placed, adopted at start (:mod:`allocator.hami.adopt`), and the pod
-annotations written at bind, from the node's register annotation (the writers below, pure).
+another HAMi scheduler placed, adopted at start (:mod:`allocator.hami.adopt`), the pods
+filter keeps back until a bind could be served in time (:mod:`allocator.hami.pace`), and the
+pod annotations written at bind, from the node's register annotation (the writers below, pure).
 """
 
 from __future__ import annotations
@@ -26,6 +27,7 @@ from allocator.hami.adopt import adopt_placed_pods
 from allocator.hami.awaiting import AwaitingAgent
 from allocator.hami.codec import HAMI, VOLCANO_VGPU, Flavor
 from allocator.hami.lock import NodeLocks, NodeLockTimeout
+from allocator.hami.pace import TURN_WAIT_SECONDS, PluginPace
 from allocator.hami.topology import with_links
 from allocator.hami.writer import all_keys, bind_annotations, bind_labels, read_devices
 from allocator.picture.inventory import Inventory
@@ -69,6 +71,13 @@ HAMI_WRITERS: Final = {
 }
 
 
+class _ThisFilter(threading.local):
+    """What this thread's filter read already: the pods to start that ``nodes_to_avoid`` read,
+    reused by ``wait_for_turn`` a moment later (one count of every node's queue a filter)."""
+
+    queued: Counter[str] | None = None
+
+
 class HamiAgent(NodeAgent):
     """HAMi's plugins: one pod at a time per node, behind the node's lock."""
 
@@ -84,6 +93,13 @@ class HamiAgent(NodeAgent):
         #: binds: guarded by this lock too).
         self.waiting = AwaitingAgent()
         self._waiting_lock = threading.Lock()
+        #: How long a node's lock is held for one pod (our binds' locks, measured).
+        self.pace = PluginPace()
+        #: The least and most filter waits for a node's turn (:data:`TURN_WAIT_SECONDS`).
+        self.turn_wait_bounds = TURN_WAIT_SECONDS
+        #: Notified on every event that may shorten a node's queue (filter waits on it).
+        self._changed = threading.Condition()
+        self._this_filter = _ThisFilter()
 
     # ------------------------------------------------------------------ bind
     def metadata(self, ctx: BindContext) -> AgentMetadata:
@@ -117,6 +133,7 @@ class HamiAgent(NodeAgent):
         except BaseException:
             self.locks.release(node, pod.namespace, pod.name)
             raise
+        self.pace.taken(node)
 
     # ------------------------------------------------------------------ filter
     def nodes_to_avoid(self, names: Sequence[str], pods_to_start: PodsToStart
@@ -124,11 +141,40 @@ class HamiAgent(NodeAgent):
         """Every node whose agent has a pod to start, then those with more than the fewest,
         and so on: the plugin starts one pod at a time per node, so a bind to a node with
         pods to start waits for them."""
+        self._this_filter.queued = None
         if len(names) < 2:
             return
-        queued = pods_to_start()
+        queued = self._this_filter.queued = pods_to_start()
         for depth in sorted(set(queued.values())):
             yield {node for node, count in queued.items() if count >= depth}
+
+    def wait_for_turn(self, nodes: Sequence[str], pods_to_start: PodsToStart) -> str | None:
+        """Wait until a bind to one of ``nodes`` would be served within the budget (three
+        quarters of the bind's lock wait, itself under kube-scheduler's bind timeout), at
+        most a few of the plugin's Allocates; the reason when none got there (filter then
+        refuses them: kube-scheduler retries the pod on the node's next event, where a bind
+        that waited too long would fail as a Warning Event)."""
+        budget = 0.75 * self.locks.settings.wait_seconds
+        deadline = self.pace.clock() + self.pace.turn_wait(self.turn_wait_bounds)
+        read, self._this_filter.queued = self._this_filter.queued, None
+        while True:
+            room = self.pace.room(budget)
+            queued = read if read is not None else pods_to_start()
+            read = None  # waiting: read afresh
+            ahead = min(queued[node] for node in nodes)
+            if ahead <= room:
+                return None
+            left = deadline - self.pace.clock()
+            if left <= 0:
+                return (f"HAMi's device plugin has {ahead} pods to start on this node, about "
+                        f"{self.pace.seconds:.1f}s each: a bind would wait past its timeout; "
+                        f"retried when it starts them")
+            with self._changed:
+                self._changed.wait(min(left, 0.1))
+
+    def _tell_changed(self) -> None:
+        with self._changed:
+            self._changed.notify_all()
 
     def answer(self, nodes: list[str]) -> list[str]:
         """Tied nodes answered by the first (kube-scheduler's order starts at a node it moves
@@ -155,18 +201,26 @@ class HamiAgent(NodeAgent):
     def node_seen(self, node: str, annotations: Mapping[str, str]) -> None:
         with self._waiting_lock:
             self.waiting.node_seen(node, annotations)
+        if self.flavor.lock_key not in annotations:
+            self.locks.released(node)
+            self.pace.released(node)
+        self._tell_changed()
 
     def node_gone(self, node: str) -> None:
         with self._waiting_lock:
             self.waiting.node_gone(node)
+        self.pace.forget(node)
+        self._tell_changed()
 
     def pod_seen(self, uid: str, pod: Mapping[str, Any]) -> None:
         with self._waiting_lock:
             self.waiting.seen(uid, pod)
+        self._tell_changed()
 
     def pod_gone(self, uid: str) -> None:
         with self._waiting_lock:
             self.waiting.gone(uid)
+        self._tell_changed()
 
     def waiting_by_node(self) -> Counter[str]:
         with self._waiting_lock:

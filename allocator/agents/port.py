@@ -10,8 +10,9 @@ these questions and know no agent by name, as they ask the ranking only through
 - **pod metadata** written at bind (:meth:`NodeAgent.metadata`, the writers of
   :mod:`allocator.agents`);
 - a **guard** around bind's write step (:meth:`NodeAgent.guard`: a node lock, or nothing);
-- which nodes **filter tries first** (:meth:`NodeAgent.nodes_to_avoid`) and how **ties** are
-  answered (:meth:`NodeAgent.answer`);
+- which nodes **filter tries first** (:meth:`NodeAgent.nodes_to_avoid`), how **ties** are
+  answered (:meth:`NodeAgent.answer`) and whether the answer **waits for its turn**
+  (:meth:`NodeAgent.wait_for_turn`);
 - what is **adopted at start** (:meth:`NodeAgent.adopt`);
 - what a pod or node event means for the agent's **waiting list** (the
   :class:`~allocator.picture.agent_watch.AgentWatch` hooks it inherits).
@@ -70,6 +71,12 @@ class NodeAgent(AgentWatch):
         """Filter's answer among the policy's tied best ``nodes`` (all of them: the
         scheduler chooses)."""
         return nodes
+
+    def wait_for_turn(self, nodes: Sequence[str], pods_to_start: PodsToStart) -> str | None:
+        """Called with filter's answer before it holds the pod there: wait (bounded)
+        until a bind to one of ``nodes`` can be served in time; the reason filter refuses
+        them with when none could (None: go on at once)."""
+        return None
 
     def adopt(self) -> None:
         """At start, before the first list: record what another scheduler of this agent

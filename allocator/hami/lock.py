@@ -12,7 +12,9 @@ hami-scheduler fails a bind that finds the node locked and kube-scheduler retrie
 after its backoff; that is what makes a node of HAMi pods fill slowly. Here a bind waits:
 the binds of one node queue in process (one thread at a time asks the API server, the rest
 wait on a lock), each for at most ``wait_seconds`` (under the bind verb's timeout); a free
-lock is taken at once.
+lock is taken at once. The waiting thread reads the node again as soon as our node watch
+shows the lock released (:meth:`NodeLocks.released`), polling only in case the watch lags:
+the plugin starts the node's next pod at once instead of up to a poll later.
 """
 
 from __future__ import annotations
@@ -85,6 +87,8 @@ class NodeLocks:
         self._queues: dict[str, threading.Lock] = {}
         #: The node as last read by a locker (its register annotation serves the bind).
         self._seen: dict[str, Obj] = {}
+        #: Per node with a waiting bind: set when our node watch shows its lock free.
+        self._free: dict[str, threading.Event] = {}
         self._guard = threading.Lock()
         self._waiting = 0
 
@@ -96,6 +100,20 @@ class NodeLocks:
         with self._guard:
             self._queues.pop(node, None)
             self._seen.pop(node, None)
+            self._free.pop(node, None)
+
+    def released(self, node: str) -> None:
+        """Our node watch shows ``node`` without a lock: a bind waiting there reads it now."""
+        free = self._free.get(node)
+        if free is not None:
+            free.set()
+
+    def _wait_free(self, node: str, seconds: float) -> None:
+        free = self._free.get(node)
+        if free is None:
+            self.sleep(seconds)
+        else:
+            free.wait(seconds)
 
     def seen(self, node: str) -> Obj | None:
         """The node as the last lock taken on it read it (None: not read yet)."""
@@ -138,7 +156,12 @@ class NodeLocks:
         key = self.flavor.lock_key
         poll = self.settings.first_poll_seconds
         holder = ""
+        if may_wait:
+            with self._guard:
+                free = self._free.setdefault(node, threading.Event())
         while True:
+            if may_wait:
+                free.clear()  # before the read: a release after it wakes the wait below
             current = self.api.get_node(node)
             if current is None:
                 raise ApiError(f"node {node} not found", 404)
@@ -155,7 +178,7 @@ class NodeLocks:
             if left <= 0:
                 raise NodeLockTimeout(f"node {node} locked by {holder!r} for the whole "
                                       f"{self.settings.wait_seconds:g}s wait")
-            self.sleep(min(poll, left))
+            self._wait_free(node, min(poll, left))
             poll = min(poll * 2, self.settings.max_poll_seconds)
 
     def _stale(self, node: str, value: str, namespace: str, name: str) -> bool:

@@ -32,7 +32,8 @@ from allocator.hami.codec import (
     decode_pod_devices,
     encode_pod_devices,
 )
-from allocator.hami.register import RegisteredDevice, parse_register
+from allocator.hami.register import RegisteredDevice
+from allocator.hami.register_memo import devices_of_register
 from allocator.ranking.cards import Card
 from tessera.vocabulary import Allocation, ContainerAllocation
 
@@ -66,7 +67,7 @@ def read_devices(annotations: Mapping[str, str], flavor: Flavor = HAMI) -> NodeD
     if text is None:
         return None
     try:
-        devices = parse_register(text, flavor)
+        devices = devices_of_register(text, flavor)
     except HamiFormatError as exc:
         return NodeDevices((), frozenset(), f"annotation {flavor.register_key} ignored: {exc}")
     cordoned = {u.strip() for u in annotations.get(CORDON_ANNOTATION, "").split(",")}

@@ -18,8 +18,11 @@ kube-scheduler sends the pod and the names of the nodes its own plugins left. Th
 The node agent (:class:`~allocator.agents.port.NodeAgent`) may name nodes to leave out
 first (:meth:`~allocator.agents.port.NodeAgent.nodes_to_avoid`: steps 3-5 then run among the
 others, try after try, and only then among all the asked nodes) and may narrow tied nodes
-(:meth:`~allocator.agents.port.NodeAgent.answer`); an agent that starts one pod at a time
-per node behind a lock does both (docs/architecture.md).
+(:meth:`~allocator.agents.port.NodeAgent.answer`), and may keep the answer back until a
+bind there would be served before kube-scheduler's bind timeout
+(:meth:`~allocator.agents.port.NodeAgent.wait_for_turn`, bounded; it refuses the nodes when
+they stay full); an agent that starts one pod at a time per node behind a lock does all three
+(docs/architecture.md).
 
 Filtering to the best is what prioritize would say, said where kube-scheduler cannot blur it:
 its own plugins then judge only among the policy's tied best nodes, and with one node left it
@@ -216,10 +219,16 @@ class Filter:
 
     def _answer(self, pod: Mapping[str, Any], request: PodRequest, nodes: list[str],
                 inputs: Inputs) -> FilterOutcome:
-        """The nodes as the answer (tied ones as the agent answers them); one node is held
-        for the pod's bind."""
+        """The nodes as the answer (tied ones as the agent answers them, once the agent
+        says a bind there would be served in time); one node is held for the pod's bind."""
         if len(nodes) > 1:
             nodes = self.agent.answer(nodes)
+        busy = self.agent.wait_for_turn(nodes, self._pods_to_start) if nodes else None
+        if busy is not None:
+            # Unresolvable: evicting would not shorten the plugin's queue, so neither our
+            # preemption nor kube-scheduler's looks at these nodes; kube-scheduler still
+            # retries the pod on the next cluster event.
+            return FilterOutcome([], {}, dict.fromkeys(nodes, busy))
         if len(nodes) == 1:
             self._hold(pod, request, nodes[0], inputs)
         return FilterOutcome(nodes, {}, {})

@@ -25,9 +25,11 @@ clientConnection (qps 200 / burst 400); the baselines have no extenders. Modes:
   with ``--agent-profile=hami``; nodes advertise HAMi's ``nvidia.com/gpu`` vGPUs), each pod
   asking HAMi's own quarter card (``nvidia.com/gpu: 1``, ``gpucores: 25``, ``gpumem: 4096``);
   every bind takes HAMi's node lock, which the dev cluster's HAMi node stand-in
-  (devcluster/hami_node.py, one pod watch for all nodes, in this process: its CPU is not
-  counted) releases after its Allocate; a node's next bind waits for that (docs/hami.md).
-  Its ratio is against ``share25`` of the same run;
+  (devcluster/hami_node.py) releases after its Allocate; a node's next bind waits for that
+  (docs/hami.md). The stand-in fleet runs as ``--standin-processes`` processes (default 2,
+  devcluster/hami_fleet.py, the nodes sharded among them; 0: a thread of this process): one
+  process for 1,000 nodes fell behind, and the run measured it rather than Tessera. Its CPU
+  is not counted. Its ratio is against ``share25`` of the same run;
 - ``cpu-baseline``: no extenders, the nodes of ``whole``; each pod requests ``cpu: 100m``
   and nothing else; the scheduler filters, scores and binds alone;
 - ``cpu-only``: the same pods and nodes with the full setup: the webhook is not called
@@ -286,12 +288,13 @@ def _start_pprof(dev: DevCluster, seconds: int, out: Path) -> list[threading.Thr
 
 def run_mode(mode: str, nodes: int, pods: int, threads: int, timeout: float,
              profile: Path | None = None, pprof: Path | None = None,
-             pprof_seconds: int = 20) -> dict[str, Any]:
+             pprof_seconds: int = 20, standin_processes: int = 2) -> dict[str, Any]:
     spec = MODES[mode]
     tessera = spec.tessera
     dev = DevCluster(ensure_binaries(), None,
                      Options(webhook=tessera, allocator=tessera,
-                             agent_profile=spec.agent_profile))
+                             agent_profile=spec.agent_profile,
+                             hami_standin_processes=standin_processes))
     try:
         dev.start()
         dev.control_plane.stop_scheduler()  # nodes and pods first; scheduling is timed alone
@@ -427,6 +430,9 @@ def main() -> None:
                              "(read with: go tool pprof -top FILE)")
     parser.add_argument("--pprof-seconds", type=int, default=20,
                         help="how long --pprof profiles (keep it inside the scheduling)")
+    parser.add_argument("--standin-processes", type=int, default=2,
+                        help="processes of the HAMi node stand-in fleet (hami mode; 0: a "
+                             "thread of this process)")
     parser.add_argument("--stem", default="speed_e2e")
     args = parser.parse_args()
     rows: list[dict[str, Any]] = []
@@ -436,7 +442,7 @@ def main() -> None:
             profile = None if args.py_spy is None else args.py_spy / f"{mode}-{run}.txt"
             pprof = None if args.pprof is None else args.pprof / f"{mode}-{run}"
             row = run_mode(mode, args.nodes, args.pods, args.threads, args.timeout, profile,
-                           pprof, args.pprof_seconds)
+                           pprof, args.pprof_seconds, args.standin_processes)
             row["run"] = run
             batch.append(row)
         for r in batch:
