@@ -11,6 +11,7 @@ import pytest
 from alloc_harness import make_app
 from builders import VOCAB, make_gpu_pod, make_node, request, share, whole
 from fake_kube import FakeKube
+from flask import Flask
 
 from allocator.picture.records import PodRecord, PodRecords, Stage
 from allocator.picture.state import ClusterState
@@ -215,3 +216,39 @@ def test_the_victims_are_those_the_core_chooses_with_start_times_from_the_pictur
     assert not isinstance(decision, NoPreemption)
     assert sorted(v.name for v in decision.victims) == ["c", "d"]
     assert decision.cards == (1,)
+
+
+# ---------------------------------------------------------------- the preemptVerb, the same way
+def _verb(app: Flask, pod: dict[str, Any], proposed: list[str]) -> dict[str, Any]:
+    body = {"Pod": pod, "NodeNameToMetaVictims": {"n1": {
+        "Pods": [{"UID": f"u-{n}"} for n in proposed], "NumPDBViolations": 0}}}
+    resp = app.test_client().post("/scheduler/preempt", json=body)
+    assert resp.status_code == 200
+    reply: dict[str, Any] = resp.get_json()
+    return reply
+
+
+@pytest.mark.parametrize(("proposed", "reads"), [
+    # kube-scheduler's victims free a whole card already: its answer, nothing read.
+    (["a", "b"], []),
+    # One pod of a card: the other is added (a victim of ours), so the budgets are listed.
+    (["a"], ["list_pod_disruption_budgets"]),
+])
+def test_the_verb_reads_the_budgets_only_when_it_adds_victims(
+        proposed: list[str], reads: list[str]) -> None:
+    fake = FakeKube()
+    fake.add_node(make_node("n1", count=2))
+    app, rt = make_app(fake, core=AllocatorConfig(preemption=True))
+    for i, name in enumerate("abcd"):
+        fake.add_pod(_bound(name, i // 2, 1, start=STARTED))
+        rt.state.apply_pod(fake.get_pod("default", name))
+    assert rt.preempt is not None
+    rt.preempt.worker.drain()
+    pod = _preemptor(fake, "big", 100)
+    before = len(fake.calls)
+    reply = _verb(app, pod, proposed)
+    assert list(reply["NodeNameToMetaVictims"]) == ["n1"]
+    uids = {p["UID"] for p in reply["NodeNameToMetaVictims"]["n1"]["Pods"]}
+    theirs = {f"u-{n}" for n in proposed}
+    assert uids > theirs if reads else uids == theirs  # victims added, or its answer as asked
+    assert _reads(fake, before) == reads
