@@ -125,7 +125,7 @@ class Preempt(DecisionHooks):
         preemptor = Preemptor(ref.uid, request, priority_of(pod), policy_of(pod))
         try:
             decision = preempt_offers.decide(self.api, self.gpu_pods, self.state, preemptor,
-                                             names)
+                                             names, self.snapshot())
         except ApiError as exc:
             logger.warning("preemption for %s not tried: %s", ref.key, exc)
             return None

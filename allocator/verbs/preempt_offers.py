@@ -72,13 +72,25 @@ class PictureReads(Protocol):
                      ) -> tuple[list[tuple[str, NodeState]], list[PodRecord]]: ...
 
 
-def offers(picture: PictureReads, names: Sequence[str]) -> list[NodeOffer]:
+class Chosen(Protocol):
+    """A preemption in flight (:class:`~allocator.verbs.preempt_ports.InFlight`)."""
+
+    @property
+    def victims(self) -> tuple[str, ...]: ...
+
+
+def offers(picture: PictureReads, names: Sequence[str], in_flight: Iterable[Chosen] = ()
+           ) -> list[NodeOffer]:
     """Each of the ``names`` nodes the picture knows, in that order, with the pods on it that
-    may go (by UID: ties in importance fall the same way each time)."""
+    may go (by UID: ties in importance fall the same way each time). The victims of the
+    preemptions ``in_flight`` are nobody else's: their cards stay taken until the watch sees
+    them go (an eviction the watch has not shown yet must not be chosen twice)."""
     states, records = picture.evictable_on(names)
+    chosen = {uid for entry in in_flight for uid in entry.victims}
     on_node: dict[str, list[PodRecord]] = {}
     for record in records:
-        on_node.setdefault(record.node, []).append(record)
+        if record.uid not in chosen:
+            on_node.setdefault(record.node, []).append(record)
     return [NodeOffer(state, tuple(_gpu_pod(r) for r in sorted(on_node.get(name, ()),
                                                                 key=_uid)))
             for name, state in states]
@@ -94,14 +106,16 @@ def _gpu_pod(record: PodRecord) -> GpuPod:
 
 
 def decide(api: ListingApi, gpu_pods: str, picture: PictureReads, preemptor: Preemptor,
-           names: Sequence[str]) -> Preemption | NoPreemption:
+           names: Sequence[str], in_flight: Iterable[Chosen] = ()
+           ) -> Preemption | NoPreemption:
     """Filter's path: where to preempt for ``preemptor`` among the refused ``names`` and whom,
-    or why nobody (``gpu_pods``: the label selector of every GPU pod)."""
+    or why nobody (``gpu_pods``: the label selector of every GPU pod; ``in_flight``: the
+    preemptions whose victims are spared, :func:`offers`)."""
     if preemptor.policy is PreemptionPolicy.NEVER:
         return choose_preemption(preemptor, ())  # the core says why
     if not picture.below_on(names, preemptor.priority):
         return nobody_lower(names)
-    return weigh(api, gpu_pods, preemptor, offers(picture, names),
+    return weigh(api, gpu_pods, preemptor, offers(picture, names, in_flight),
                  partial(choose_preemption, preemptor), _has_victims)
 
 

@@ -141,7 +141,7 @@ class PreemptVerb:
         try:
             answer = preempt_offers.weigh(
                 preempt.api, preempt.gpu_pods, preemptor,
-                preempt_offers.offers(preempt.state, list(args.nodes)),
+                preempt_offers.offers(preempt.state, list(args.nodes), preempt.snapshot()),
                 partial(answer_preemption, preemptor, args.nodes), _adds_victims)
         except ApiError as exc:
             logger.warning("preemptVerb for %s not answered: %s", ref.key, exc)

@@ -252,3 +252,20 @@ def test_the_verb_reads_the_budgets_only_when_it_adds_victims(
     theirs = {f"u-{n}" for n in proposed}
     assert uids > theirs if reads else uids == theirs  # victims added, or its answer as asked
     assert _reads(fake, before) == reads
+
+
+def test_a_victim_evicted_but_not_yet_seen_gone_is_not_chosen_again() -> None:
+    # The first preemption's victims are evicted; the picture has not seen them go (the
+    # watch lags the API). A second preemptor takes the other card's pods, never the same.
+    fake, rt = _full_node(priority=1)
+    assert rt.preempt is not None
+    first = _preemptor(fake, "big1", 100)
+    rt.allocator.filter(first, ["n1"])
+    rt.preempt.worker.drain()
+    taken = [n for c, n in fake.calls if c == "create_eviction"]
+    assert len(taken) == 2 and all(rt.state.record(f"u-{n}") is not None for n in taken)
+    second = _preemptor(fake, "big2", 100)
+    rt.allocator.filter(second, ["n1"])
+    rt.preempt.worker.drain()
+    again = [n for c, n in fake.calls if c == "create_eviction"][2:]
+    assert sorted(again) == sorted(set("abcd") - set(taken))
