@@ -174,11 +174,14 @@ def preemptions(stream: Sequence[Seen], events: Sequence[Mapping[str, Any]],
                 vocabulary: Vocabulary) -> list[Preemption]:
     """Every preemption the stream shows, each eviction given to the preemption it was for.
 
-    The allocator evicts, then writes the annotation: an eviction belongs to the first
-    preemption on its node annotated after it, of the preemptor its ``Preempted`` Event names
-    when that Event was written (the allocator's Events are rate-limited, as client-go's: a
-    storm of refusals uses the budget, so some are missing)."""
+    The allocator writes the annotation, naming its victims by UID, then evicts them: an
+    eviction belongs to the last preemption annotated before it that names the pod. Else
+    (no note names it) to the first preemption on its node annotated after it, of the
+    preemptor its ``Preempted`` Event names when that Event was written (the allocator's
+    Events are rate-limited, as client-go's: a storm of refusals uses the budget, so some
+    are missing)."""
     found: list[Preemption] = []
+    noted: list[set[str]] = []  # the victims' UIDs each annotation names
     last: dict[str, str] = {}
     for step, seen in enumerate(stream):
         text = (seen.pod["metadata"].get("annotations") or {}).get(
@@ -188,12 +191,16 @@ def preemptions(stream: Sequence[Seen], events: Sequence[Mapping[str, Any]],
             note = json.loads(text)
             found.append(Preemption(seen.name, str(note["node"]),
                                     tuple(int(c) for c in note["cards"]), step))
+            noted.append({str(v) for v in note.get("victims") or ()})
+    uids = {seen.name: str(seen.pod["metadata"].get("uid")) for seen in stream}
     named = _victims_named(events)
     victims: dict[int, list[str]] = {}
     unnoted: dict[tuple[str, str], list[tuple[int, str]]] = {}
     for name, (step, node) in sorted(evicted(stream).items(), key=lambda kv: kv[1][0]):
-        later = [i for i, p in enumerate(found) if p.node == node and p.step > step
-                 and (name not in named or named[name] == p.preemptor)]
+        listed = [i for i, p in enumerate(found) if p.step < step and uids[name] in noted[i]]
+        later = listed[-1:] or [
+            i for i, p in enumerate(found) if p.node == node and p.step > step
+            and (name not in named or named[name] == p.preemptor)]
         if later:
             victims.setdefault(later[0], []).append(name)
         elif name in named:

@@ -35,6 +35,7 @@ from typing import Any
 import pytest
 from conftest import ALL_DIALECTS
 from dev_clusters import running
+from kubernetes.client.exceptions import ApiException
 from storm_oracle import HOLD_S, asked_again, iter_victim_problems, offer, quiet_before
 from storming import (
     DEADLINE_S,
@@ -148,8 +149,12 @@ def _storm(cluster: DevCluster, core_v1: Any, namespace: str, selector: dict[str
             pool = pending if roll < 0.04 else bound
             if pool:
                 victim = draw.choice(pool)
-                deleted.add(victim)
-                core_v1.delete_namespaced_pod(victim, namespace, grace_period_seconds=0)
+                try:
+                    core_v1.delete_namespaced_pod(victim, namespace, grace_period_seconds=0)
+                    deleted.add(victim)
+                except ApiException as exc:  # evicted since the stream showed it
+                    if exc.status != 404:
+                        raise
         time.sleep(0.25)
     return deleted
 
