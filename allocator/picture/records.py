@@ -2,7 +2,10 @@
 the picture's lock guards every write, :class:`allocator.picture.state.ClusterState`).
 
 Card usage is rebuilt **only** from the canonical allocation annotation of bound pods
-(:func:`read_record`), plus the records of binds and holds of this process.
+(:func:`read_record`), plus the records of binds and holds of this process. A record also
+keeps what preemption weighs a pod by, its ``spec.priority`` and ``status.startTime`` (two
+scalars, read from each version the watch sees: the start time comes after the bind), so a
+refused pod's preemption reads no pod from the API (:mod:`allocator.verbs.preempt_offers`).
 """
 
 from __future__ import annotations
@@ -13,6 +16,7 @@ from dataclasses import dataclass
 from enum import StrEnum
 from typing import Any
 
+from allocator.preemption.pod_fields import priority_of, started_at
 from tessera.logs import pod_context
 from tessera.vocabulary import Allocation, CodecError, ContainerAllocation, decode_allocation
 
@@ -31,9 +35,11 @@ class Stage(StrEnum):
 #: Records only this process knows of (nothing of them is written to the API yet): a list of
 #: the pods cannot show them, so it never releases them.
 UNWRITTEN = frozenset({Stage.HELD, Stage.INFLIGHT})
+#: Stages whose pods may be evicted (a hold or a running bind is not a pod's yet).
+EVICTABLE = frozenset({Stage.BOUND, Stage.CONFIRMED})
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class PodRecord:
     uid: str
     namespace: str
@@ -41,6 +47,12 @@ class PodRecord:
     node: str
     allocation: Allocation
     stage: Stage
+    #: ``spec.priority`` as kube-scheduler reads it (absent: 0); None: not known, for a hold
+    #: or a bind of ours not yet marked bound (such a pod is never a preemption's victim).
+    priority: int | None = None
+    #: ``status.startTime`` in Unix seconds; None: not started (yet), which preemption reads
+    #: as "now", as kube-scheduler does (:func:`allocator.preemption.started_at`).
+    started_at: float | None = None
 
 
 def read_record(pod: Mapping[str, Any], uid: str, annotation: str
@@ -64,17 +76,21 @@ def read_record(pod: Mapping[str, Any], uid: str, annotation: str
         logger.warning("allocation says node %s but pod is bound to %s",
                        allocation.node, node, extra=pod_context(pod))
     return PodRecord(uid, meta.get("namespace", ""), meta.get("name", ""), node, allocation,
-                     Stage.CONFIRMED), ""
+                     Stage.CONFIRMED, priority_of(pod), started_at(pod)), ""
 
 
 class PodRecords:
     """Every record by pod UID, the UIDs on each node, ignored records and when each record
     last changed (a counter, not a clock: a relist only releases records that did not change
-    after its list began)."""
+    after its list began), and the lowest priority that may be evicted on each node."""
 
     def __init__(self) -> None:
         self._pods: dict[str, PodRecord] = {}
         self._by_node: dict[str, set[str]] = {}
+        #: Per node, the lowest ``priority`` among its records that may be evicted (stage
+        #: :data:`EVICTABLE`, priority known); a node without one is absent. Kept on every
+        #: change, so a refused pod's look for victims is one read per refused node.
+        self.lowest: dict[str, int] = {}
         self.bad: dict[str, str] = {}  # pod uid -> why its allocation record was ignored
         self.epoch = 0
         self._touched: dict[str, int] = {}
@@ -104,6 +120,19 @@ class PodRecords:
         return [(self._pods[u].allocation.allocated_at, self._pods[u].allocation.containers)
                 for u in self._by_node.get(node, ()) if u in self._pods]
 
+    def evictable_on(self, nodes: Iterable[str]) -> list[PodRecord]:
+        """The records on ``nodes`` whose pods may be evicted (stage and priority known)."""
+        pods, by_node = self._pods, self._by_node
+        return [r for node in nodes for u in by_node.get(node, ())
+                if (r := pods[u]).stage in EVICTABLE and r.priority is not None]
+
+    def _relow(self, node: str) -> None:
+        found = [r.priority for r in self.evictable_on((node,)) if r.priority is not None]
+        if found:
+            self.lowest[node] = min(found)
+        else:
+            self.lowest.pop(node, None)
+
     def put(self, record: PodRecord) -> list[str]:
         """Keep ``record``; the nodes whose usage it changed."""
         old = self._pods.get(record.uid)
@@ -111,22 +140,30 @@ class PodRecords:
         self.touch(record.uid)
         if (old is not None and old.node == record.node
                 and old.allocation.containers == record.allocation.containers):
-            # The same cards on the same node (our own bind, seen bound by the watch): a
-            # node's state is built from the containers' cards alone, so it and whatever
-            # was computed from it stay as they are.
+            # The same cards on the same node (our own bind, seen bound by the watch, or a
+            # later version with its start time): a node's state is built from the
+            # containers' cards alone, so it and whatever was computed from it stay as they
+            # are.
+            if (old.stage, old.priority) != (record.stage, record.priority):
+                self._relow(record.node)
             return []
         changed = []
         if old is not None and old.node != record.node:
             self._by_node.get(old.node, set()).discard(record.uid)
+            self._relow(old.node)
             changed.append(old.node)
         self._by_node.setdefault(record.node, set()).add(record.uid)
+        self._relow(record.node)
         return [*changed, record.node]
 
-    def restage(self, record: PodRecord, stage: Stage) -> None:
-        """The same record at another stage (the node's usage unchanged)."""
-        self._pods[record.uid] = PodRecord(record.uid, record.namespace, record.name,
-                                           record.node, record.allocation, stage)
+    def restage(self, record: PodRecord, stage: Stage, priority: int | None = None) -> None:
+        """The same record at another stage (the node's usage unchanged), with the pod's
+        ``priority`` when given."""
+        self._pods[record.uid] = PodRecord(
+            record.uid, record.namespace, record.name, record.node, record.allocation, stage,
+            record.priority if priority is None else priority, record.started_at)
         self.touch(record.uid)
+        self._relow(record.node)
 
     def pop(self, uid: str) -> PodRecord | None:
         """Forget the pod (its record, note and mark); its record, if it had one."""
@@ -135,6 +172,7 @@ class PodRecords:
         old = self._pods.pop(uid, None)
         if old is not None:
             self._by_node.get(old.node, set()).discard(uid)
+            self._relow(old.node)
         return old
 
     def touch(self, uid: str) -> None:

@@ -218,11 +218,13 @@ class ClusterState(PictureTables):
                 self.resources.reserve(uid, allocation.node, *requests)
             return True
 
-    def mark_bound(self, uid: str) -> None:
+    def mark_bound(self, uid: str, priority: int | None = None) -> None:
+        """Our bind of the pod succeeded; ``priority``: its ``spec.priority`` (a preemption
+        may evict it before the watch shows it bound)."""
         with self._lock:
             rec = self._pods.get(uid)
             if rec is not None and rec.stage is Stage.INFLIGHT:
-                self._pods.restage(rec, Stage.BOUND)
+                self._pods.restage(rec, Stage.BOUND, priority)
 
     def unreserve(self, uid: str) -> None:
         with self._lock:

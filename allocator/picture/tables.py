@@ -179,6 +179,22 @@ class PictureTables:
             return ([(name, e.view.state) for name, e in self._nodes.entries.items()],
                     self._pods.all())
 
+    def below_on(self, names: Iterable[str], priority: int) -> bool:
+        """Whether a pod that may be evicted, of priority strictly below ``priority``, is on
+        one of the ``names`` nodes (lock-free: one dict read per node, each atomic)."""
+        lowest = self._pods.lowest.get
+        return any(lowest(name, priority) < priority for name in names)
+
+    def evictable_on(self, names: Iterable[str]
+                     ) -> tuple[list[tuple[str, NodeState]], list[PodRecord]]:
+        """The ``names`` nodes' states (the unknown ones left out) and the records on them
+        whose pods may be evicted, read together (what a preemption decides over)."""
+        wanted = list(names)
+        with self._lock:
+            entries = self._nodes.entries
+            states = [(n, e.view.state) for n in wanted if (e := entries.get(n)) is not None]
+            return states, self._pods.evictable_on(wanted)
+
     def comparable(self) -> dict[str, Any]:
         """Node states and pod allocations (for restart tests: equal means same picture)."""
         with self._lock:

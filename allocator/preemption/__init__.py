@@ -45,6 +45,7 @@ from allocator.preemption.choose import (
     candidates_on,
     choose_preemption,
     freed_first,
+    nobody_lower,
     order_key,
     pick_one_node,
 )
@@ -86,6 +87,7 @@ __all__ = [
     "choose_preemption",
     "freed_first",
     "importance",
+    "nobody_lower",
     "order_key",
     "pick_one_node",
     "policy_of",

@@ -34,7 +34,7 @@ from allocator.preemption.model import (
     PreemptionPolicy,
     Preemptor,
 )
-from allocator.preemption.victims import FITS_ALREADY, select_victims
+from allocator.preemption.victims import FITS_ALREADY, NO_LOWER_PRIORITY, select_victims
 from allocator.ranking.cards import NodeState
 from allocator.ranking.fit import Chooser
 
@@ -103,6 +103,15 @@ def choose_preemption(preemptor: Preemptor, nodes: Sequence[NodeOffer],
     if best is not None:
         return best
     return NoPreemption(_summary(why), why)
+
+
+def nobody_lower(names: Sequence[str]) -> NoPreemption:
+    """What :func:`choose_preemption` answers when none of the ``names`` nodes, each refused
+    for want of card room, has a GPU pod of lower priority than the preemptor: each node's
+    :data:`~allocator.preemption.victims.NO_LOWER_PRIORITY` (known without building a node's
+    offer: a look at the priorities is enough)."""
+    why = dict.fromkeys(names, NO_LOWER_PRIORITY)
+    return NoPreemption(_summary(why), why) if why else NoPreemption(NO_NODES)
 
 
 def freed_first(cards: tuple[int, ...]) -> Chooser:

@@ -31,6 +31,7 @@ from allocator.errors import ApiError, BindError, Conflict, NotFound, describe_e
 from allocator.picture.records import Stage
 from allocator.picture.state import ClusterState
 from allocator.ports import KubeApi, Obj
+from allocator.preemption import priority_of
 from allocator.ranking.fit import Unfit, place_and_keep
 from allocator.ranking.policies import Policy, chooser
 from allocator.verbs.pods import Requests, pod_key
@@ -103,7 +104,7 @@ class Bind:
         except BaseException:
             state.unreserve(ref.uid)  # the reservation goes with everything else
             raise
-        state.mark_bound(ref.uid)
+        state.mark_bound(ref.uid, priority_of(pod))
         cards = allocation.card_indices()
         logger.info("bound %s/%s to %s cards %s", namespace, name, node, cards,
                     extra=pod_context(pod, node=node, policy=policy.name, outcome="bound"))

@@ -42,7 +42,6 @@ from allocator.preemption import (
     NoPreemption,
     Preemption,
     Preemptor,
-    choose_preemption,
     freed_first,
     policy_of,
     priority_of,
@@ -70,7 +69,7 @@ logger = logging.getLogger(__name__)
 MAX_IN_FLIGHT: Final = 1024
 #: Seconds a preemption is given to free its cards before the pod may preempt again.
 DEADLINE_SECONDS: Final = 60.0
-#: Seconds a pod no preemption helped is not looked at again (each look lists pods).
+#: Seconds a pod no preemption helped is not looked at again.
 RETRY_SECONDS: Final = 10.0
 #: Placing the held pod: a bind elsewhere on the node meanwhile means placing again.
 HOLD_PLACEMENTS: Final = 3
@@ -125,10 +124,8 @@ class Preempt(DecisionHooks):
             return None
         preemptor = Preemptor(ref.uid, request, priority_of(pod), policy_of(pod))
         try:
-            offers, lower = preempt_offers.offers(self.api, self.gpu_pods, preemptor, names,
-                                                  self.state.node_states())
-            decision = choose_preemption(preemptor, offers,
-                                         preempt_offers.budgets(self.api, lower))
+            decision = preempt_offers.decide(self.api, self.gpu_pods, self.state, preemptor,
+                                             names, self.snapshot())
         except ApiError as exc:
             logger.warning("preemption for %s not tried: %s", ref.key, exc)
             return None

@@ -9,8 +9,7 @@ from typing import Any, Protocol
 from allocator.decisions import PodRef
 from allocator.picture.nodes import NodeView
 from allocator.picture.records import PodRecord
-from allocator.ranking.cards import NodeState
-from allocator.verbs.preempt_offers import ListingApi
+from allocator.verbs.preempt_offers import ListingApi, PictureReads
 from tessera.vocabulary import Allocation, PodRequest
 
 
@@ -27,11 +26,9 @@ class PreemptApi(ListingApi, Protocol):
     def patch_pod(self, namespace: str, name: str, patch: dict[str, Any]) -> dict[str, Any]: ...
 
 
-class Picture(Protocol):
+class Picture(PictureReads, Protocol):
     """The part of the picture (:class:`~allocator.picture.state.ClusterState`) preemption
     reads and holds in."""
-
-    def node_states(self) -> tuple[list[tuple[str, NodeState]], dict[str, PodRecord]]: ...
 
     def record(self, uid: str) -> PodRecord | None: ...
 

@@ -25,8 +25,10 @@ covers the pods it finds no candidate for. The answer (decision 0021):
   gone (:meth:`Preempt.released <allocator.verbs.preempt.Preempt.released>`). When some
   answered node is kube-scheduler's own proposal (its victims free the cards already), the
   answer is left whole and remembered without a node (no hold).
-- An unreadable GPU request, a pod without a UID, or an API error reading the nodes' pods:
-  the empty map (no preemption this attempt).
+- An unreadable GPU request, a pod without a UID, or an API error reading the budgets or the
+  labels they weigh: the empty map (no preemption this attempt). The offers come from the
+  picture, and the budgets are read only when card-level victims are added
+  (:func:`~allocator.verbs.preempt_offers.weigh`, shared with filter's path).
 """
 
 from __future__ import annotations
@@ -35,11 +37,13 @@ import logging
 import threading
 from collections.abc import Mapping
 from dataclasses import dataclass
+from functools import partial
 from typing import Literal
 
 from allocator.decisions import PodRef
 from allocator.errors import ApiError
 from allocator.preemption import (
+    ExtenderAnswer,
     Preemptor,
     answer_preemption,
     pick_one_node,
@@ -135,13 +139,13 @@ class PreemptVerb:
             return no_candidates(), "none"
         preemptor = Preemptor(ref.uid, request, priority_of(args.pod), policy_of(args.pod))
         try:
-            offers, lower = preempt_offers.offers(preempt.api, preempt.gpu_pods, preemptor,
-                                                  list(args.nodes), preempt.state.node_states())
-            budgets = preempt_offers.budgets(preempt.api, lower)
+            answer = preempt_offers.weigh(
+                preempt.api, preempt.gpu_pods, preemptor,
+                preempt_offers.offers(preempt.state, list(args.nodes), preempt.snapshot()),
+                partial(answer_preemption, preemptor, args.nodes), _adds_victims)
         except ApiError as exc:
             logger.warning("preemptVerb for %s not answered: %s", ref.key, exc)
             return no_candidates(), "none"
-        answer = answer_preemption(preemptor, args.nodes, offers, budgets)
         answered = answer.result["NodeNameToMetaVictims"]
         if not answered:
             return answer.result, "none"
@@ -161,6 +165,12 @@ class PreemptVerb:
         if not preempt.remember_answer(entry):
             return no_candidates(), "none"
         return result, "card_level"
+
+
+def _adds_victims(answer: ExtenderAnswer) -> bool:
+    """Whether the answer adds victims of ours (the budgets weigh those only: kube-scheduler
+    counted its own)."""
+    return bool(answer.candidates)
 
 
 def _refs(preempt: Preempt, uids: tuple[str, ...]) -> tuple[PodRef, ...]:

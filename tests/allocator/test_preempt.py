@@ -188,16 +188,23 @@ def test_the_node_whose_pods_no_budget_protects_is_chosen() -> None:
     assert fake.get_pod("default", "big")["status"]["nominatedNodeName"] == "n2"
 
 
-def test_many_refused_nodes_are_read_in_one_list_of_the_gpu_pods(
-        monkeypatch: pytest.MonkeyPatch) -> None:
+@pytest.mark.parametrize("budget_namespace", ["default", "elsewhere", None])
+def test_pods_are_listed_only_for_a_budget_in_their_namespace_in_one_list_past_a_few_nodes(
+        monkeypatch: pytest.MonkeyPatch, budget_namespace: str | None) -> None:
     monkeypatch.setattr(preempt_offers, "PER_NODE_LISTS", 0)
     fake, _app, rt = _full_node()
+    if budget_namespace is not None:
+        fake.budgets.append({"metadata": {"name": "b", "namespace": budget_namespace},
+                             "spec": {"selector": {"matchLabels": {"app": "x"}}},
+                             "status": {"disruptionsAllowed": 1}})
     fake.add_pod(_pod("big", WHOLE, 100))
     assert rt.preempt is not None
     rt.preempt.worker.drain()  # the restore at the first tick lists the pending pods, once
     before = len(fake.calls)
     rt.allocator.filter(fake.get_pod("default", "big"), ["n1"])
-    lists = [call for call, _ in fake.calls[before:] if call.startswith("list_pods")]
-    assert lists == ["list_pods"]
+    calls = [call for call, _ in fake.calls[before:] if call.startswith("list_")]
+    # Victims found: the budgets are listed; the labels only where a budget may select them.
+    assert calls == ["list_pod_disruption_budgets",
+                     *(["list_pods"] if budget_namespace == "default" else [])]
     rt.preempt.worker.drain()
     assert len(_evicted(fake)) == 2
