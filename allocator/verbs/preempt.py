@@ -4,22 +4,19 @@ fewest pods of lower priority that make room on one node, through the Eviction A
 The pure core decides (:func:`allocator.preemption.choose_preemption`) over the offers
 :mod:`allocator.verbs.preempt_offers` reads; this verb acts on its answer:
 
-- **Once per preemptor**: remembered (bounded, oldest dropped) until its deadline.
-- **Off filter's thread**: filter decides and enqueues; the worker
-  (:mod:`allocator.verbs.evictions`) writes the note (:mod:`allocator.verbs.preempt_note`:
-  node, cards, wall-clock deadline, victims) and ``status.nominatedNodeName``, then evicts the
-  victims in order: a 429 stops the rest, no pod is ever deleted instead. A full queue: the
-  pod is looked at again at a later refusal.
-- **The hold**: once the picture's watch has seen every victim go (:meth:`Preempt.released`),
-  the preemptor's cards are held in its name until its deadline, the freed cards first, and
-  the requeue asks it again (:meth:`~allocator.verbs.requeue.RequeueOnRelease.held_for`: the
-  one hold of that room; a pod of higher priority filtered meanwhile takes it). Its own
-  filter places it afresh on them, and it binds.
+- **Once per preemptor**, remembered (bounded, oldest dropped) until its deadline; from the
+  decision its cards are **reserved** (:mod:`allocator.verbs.reservations`): pods of lower or
+  equal priority are not placed there, its victims are nobody else's, and a pod of higher
+  priority that takes them ends it (:meth:`Preempt.taken`).
+- **Off filter's thread**: the worker (:mod:`allocator.verbs.evictions`) writes the note
+  (:mod:`allocator.verbs.preempt_note`) and ``status.nominatedNodeName``, then evicts the
+  victims in order: a 429 stops the rest, no pod is ever deleted instead.
+- **The hold**: once the watch has seen every victim go (:meth:`Preempt.released`), the
+  cards are held in the preemptor's name until its deadline and the requeue asks it again
+  (:meth:`~allocator.verbs.requeue.RequeueOnRelease.held_for`).
 - **Restart, new leader**: rebuilt from the notes of pending pods (:meth:`Preempt.restore`).
-- **The end** (:mod:`allocator.verbs.preempt_ends`, each told as an outcome): the bind; the
-  preemptor deleted (its hold freed, the room goes to the next refused pod); or the deadline:
-  the hold freed, the note and our nomination cleared, the Event ``PreemptionExpired``
-  (victims stuck terminating, a budget's 429 included).
+- **The end** (:mod:`allocator.verbs.preempt_ends`): the bind, the preemptor deleted, the
+  deadline (hold freed, note and nomination cleared, Event ``PreemptionExpired``).
 - **The preemptVerb** (:mod:`allocator.verbs.preempt_verb`): its answer is remembered here
   (:meth:`Preempt.remember_answer`), so the two paths never both evict for one pod.
 
@@ -47,12 +44,13 @@ from allocator.preemption import (
     policy_of,
     priority_of,
 )
+from allocator.preemption.reserved import blocked, respecting
 from allocator.ranking.cards import NodeState
 from allocator.ranking.fit import place_and_keep
 from allocator.verbs import preempt_offers
 from allocator.verbs.evictions import Worker
 from allocator.verbs.preempt_ends import bound_outcome, expire, tell_ended
-from allocator.verbs.preempt_note import Note, decode_note
+from allocator.verbs.preempt_note import Note, noted
 from allocator.verbs.preempt_ports import HeldRoom, InFlight, Picture, PreemptApi
 from allocator.verbs.preempt_writes import (
     PENDING,
@@ -62,6 +60,7 @@ from allocator.verbs.preempt_writes import (
     still_pending,
     write_note,
 )
+from allocator.verbs.reservations import Reserving
 from tessera.vocabulary import Allocation, PodRequest, RequestError
 
 logger = logging.getLogger(__name__)
@@ -78,9 +77,9 @@ HOLD_PLACEMENTS: Final = 3
 CHECK_SECONDS: Final = 5.0
 
 
-class Preempt(DecisionHooks):
-    """The preempting step of a refused filter (leader only: filter answers nothing else);
-    as a decision hook, it forgets a preemption once its pod is bound.
+class Preempt(Reserving, DecisionHooks):
+    """The preempting step of a refused filter (leader only); as a decision hook, it
+    forgets a preemption once its pod is bound; its cards reserved meanwhile (:class:`Reserving`).
 
     ``clock`` is the wall clock (deadlines are written to the pod); ``request_of`` reads a
     pod's GPU request (a restore reads pods); ``ready``: synced and the leader (a restore
@@ -125,8 +124,10 @@ class Preempt(DecisionHooks):
             return None
         preemptor = Preemptor(ref.uid, request, priority_of(pod), policy_of(pod))
         try:
+            states, records = self.state.node_states()
             offers, lower = preempt_offers.offers(self.api, self.gpu_pods, preemptor, names,
-                                                  self.state.node_states())
+                                                  (states, records))
+            offers = respecting(offers, self.reservations(), preemptor, records)
             decision = choose_preemption(preemptor, offers,
                                          preempt_offers.budgets(self.api, lower))
         except ApiError as exc:
@@ -135,6 +136,7 @@ class Preempt(DecisionHooks):
         if isinstance(decision, NoPreemption):
             logger.info("no preemption for %s: %s", ref.key, decision.reason)
             return decision
+        self.taken(ref.uid, preemptor.priority, decision.node, decision.cards)
         self._act(InFlight(ref, request, now + self.deadline_seconds, decision.node,
                            decision.cards, tuple(v.uid for v in decision.victims),
                            priority=preemptor.priority,
@@ -256,7 +258,7 @@ class Preempt(DecisionHooks):
         leader): each remembered with its deadline (capped at now plus ours), its cards held
         at once when every victim is gone. Notes past their deadline are cleared. How many
         were restored."""
-        pods, _ = self.api.list_pods_by_field(PENDING, self._noted)
+        pods, _ = self.api.list_pods_by_field(PENDING, partial(noted, self.annotation))
         restored = 0
         for pod, note in (found for found in pods if found is not None):
             ref = PodRef.of(pod)
@@ -280,13 +282,6 @@ class Preempt(DecisionHooks):
                 self.worker.submit(partial(self._evict, entry, left))
             self._hold_when_free(entry)
         return restored
-
-    def _noted(self, pod: dict[str, Any]) -> tuple[dict[str, Any], Note] | None:
-        meta = pod.get("metadata") or {}
-        note = decode_note((meta.get("annotations") or {}).get(self.annotation))
-        if note is None or meta.get("deletionTimestamp"):
-            return None
-        return pod, note
 
     # ------------------------------------------------------------------ the preemptVerb
     def acting_for(self, uid: str) -> bool:
@@ -342,7 +337,7 @@ class Preempt(DecisionHooks):
 
         if state.record(ref.uid) is not None:
             return  # held by its own filter, or bound, already
-        placed = place_and_keep(entry.request, partial(self._node_now, entry.node),
+        placed = place_and_keep(entry.request, partial(self._node_now, entry),
                                 freed_first(entry.cards), ref.uid, keep, HOLD_PLACEMENTS)
         if not isinstance(placed, Allocation):
             return
@@ -377,9 +372,13 @@ class Preempt(DecisionHooks):
             self.requeue.forget(uid)
         self.state.release_hold(uid)
 
-    def _node_now(self, node: str) -> tuple[NodeState, int] | None:
-        view = self.state.view(node)
-        return None if view is None else (view.state, view.version)
+    def _node_now(self, entry: InFlight) -> tuple[NodeState, int] | None:
+        """The node as ``entry``'s hold may use it: cards reserved for others left out."""
+        view = self.state.view(entry.node)
+        if view is None:
+            return None
+        against = self.reserved(entry.pod.uid, entry.priority).get(entry.node, ())
+        return blocked(view.state, against), view.version
 
     # ------------------------------------------------------------------ the end
     def allocated(self, pod: PodRef, node: str, cards: tuple[int, ...], policy: str) -> None:

@@ -1,0 +1,84 @@
+"""The preemptions in flight as reservations of their cards (the pure rule:
+:mod:`allocator.preemption.reserved`), and how one ends when a pod of higher priority takes
+its cards (:class:`~allocator.verbs.preempt.Preempt` calls these; why:
+docs/decisions/0023-preserve-reserved-cards.md).
+
+A reservation lasts from the decision (the entry remembered with its node, before any
+eviction) until the preemptor binds, is deleted, its deadline passes or a pod of higher
+priority takes its cards: the entry's life in the table of preemptions in flight.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections import OrderedDict
+from collections.abc import Callable, Iterable
+from functools import partial
+
+from allocator.decisions import DecisionHooks, PreemptionEnd
+from allocator.preemption.reserved import Reservation, outranked, reserved_against
+from allocator.verbs.evictions import Worker
+from allocator.verbs.preempt_ends import tell_ended
+from allocator.verbs.preempt_ports import InFlight, PreemptApi
+from allocator.verbs.preempt_writes import clear_note
+
+logger = logging.getLogger(__name__)
+
+
+def reservations_of(entries: Iterable[InFlight], now: float) -> tuple[Reservation, ...]:
+    """The reservations of the preemptions among ``entries`` (with a node, before their
+    deadline)."""
+    return tuple(Reservation(e.pod.uid, e.priority, e.node, e.cards, e.victims)
+                 for e in entries if e.node and e.until > now)
+
+
+def end_outranked(entries: Iterable[InFlight], hooks: DecisionHooks, worker: Worker,
+                  api: PreemptApi, annotation: str) -> None:
+    """The preemptions ``entries`` (taken out of the table) are over: a pod of higher priority
+    took their cards. Told as :data:`~allocator.decisions.PreemptionEnd.OUTRANKED`; their
+    notes and our nominations cleared by the worker (a change of the pod, on which
+    kube-scheduler tries it again: it may preempt again at once). A hold already placed for
+    one ends at its deadline or with its own filter."""
+    for entry in entries:
+        logger.info("preemption for %s on %s ended: a pod of higher priority took its cards",
+                    entry.pod.key, entry.node)
+        tell_ended(hooks, (entry,), PreemptionEnd.OUTRANKED)
+        worker.submit(partial(clear_note, api, annotation, entry.pod, entry.node))
+
+
+class Reserving:
+    """The reservations side of :class:`~allocator.verbs.preempt.Preempt` (which sets these
+    attributes): what filter, the requeue's holds and other preemptions ask of it."""
+
+    in_flight: OrderedDict[str, InFlight]
+    clock: Callable[[], float]
+    hooks: DecisionHooks
+    worker: Worker
+    api: PreemptApi
+    annotation: str
+    _lock: threading.Lock
+
+    def reservations(self) -> tuple[Reservation, ...]:
+        """The preemptions in flight, as the cards they reserve."""
+        now = self.clock()
+        with self._lock:
+            return reservations_of(self.in_flight.values(), now)
+
+    def reserved(self, uid: str, priority: int) -> dict[str, frozenset[int]]:
+        """The cards reserved against a pod (``uid``, ``priority``), by node."""
+        if not self.in_flight:  # lock-free miss: the common case on filter's path
+            return {}
+        return reserved_against(self.reservations(), uid, priority)
+
+    def taken(self, uid: str, priority: int, node: str, cards: tuple[int, ...]) -> None:
+        """A pod (``uid``, ``priority``) was placed, or preempts, on ``cards`` of ``node``:
+        the preemptions of lower priority reserving one of them are over."""
+        if not self.in_flight:  # lock-free miss: the common case on filter's path
+            return
+        now = self.clock()
+        with self._lock:
+            over = outranked(reservations_of(self.in_flight.values(), now), uid, priority,
+                             node, cards)
+            ended = [self.in_flight.pop(other) for other in over]
+        end_outranked(ended, self.hooks, self.worker, self.api, self.annotation)
