@@ -14,8 +14,11 @@ Checked at the end, from a watch of every pod version (tests/e2e/storming.py) an
   agree; kube-scheduler preempted nobody itself;
 - every victim had a priority strictly lower than its preemptor's;
 - every preemption was followed by its preemptor's bind on its node, or is counted as wasted
-  (printed; at most :data:`WASTE_ALLOWED`), a preemptor deleted by the test aside; binds of
-  lower priority on a preemption's cards while its preemptor waited are counted and printed;
+  (printed; at most :data:`WASTE_ALLOWED`), a preemptor deleted by the test aside;
+- no pod is the victim of two preemptions, and no pod of lower priority was bound on a
+  preemption's cards while its preemptor waited taking the room it evicted for (the
+  preemption's cards are reserved from its decision, decision 0023; storming.thefts says
+  what counts);
 - the victims are those the exhaustive oracle (tests/preemption_oracle.py) gives on the node as
   the stream shows it just before the first eviction, and the node is the one it picks among
   the three, for every preemption whose snapshot is surely the allocator's view
@@ -238,14 +241,15 @@ def judge(record: Record, vocabulary: Vocabulary) -> None:
     _check_evictions(record, history, found)
 
     wasted, by_churn = _outcomes(history, found, deleted)
-    taken = thefts(history, record.stream, found, vocabulary)
+    taken = thefts(history, record.stream, found, vocabulary, MEMORY_MIB)
+    twice = _chosen_twice(found)
     checked, problems = _against_the_oracle(history, record.stream, found, names, vocabulary)
     print(f"preemption storm: {PODS} + {CALM_PREEMPTORS} pods ({len(deleted)} deleted by the "
           f"test), "
           f"{len(history.bound)} bound, {len(found)} preemptions evicting {len(victims)} pods, "
           f"{len(wasted)} wasted {wasted}, {len(by_churn)} preemptors deleted by the test, "
-          f"{len(taken)} binds of lower priority on freed cards before the preemptor's "
-          f"{taken}; "
+          f"{len(taken)} binds of lower priority taking a waiting preemptor's room "
+          f"{taken}, {len(twice)} victims of two preemptions {twice}; "
           f"victims checked against the oracle: {checked['node']} on their node, "
           f"{checked['choice']} with the node chosen of {NODES}, {checked['unsure']} snapshots "
           f"not sure ({checked['unsure_agreeing']} of them as the oracle says anyway; "
@@ -256,6 +260,20 @@ def judge(record: Record, vocabulary: Vocabulary) -> None:
     assert checked["node"] >= 3, "too few snapshots checked against the oracle"
     assert checked["choice"] >= 1, "no calm preemptor's node choice checked"
     assert len(wasted) <= WASTE_ALLOWED, wasted
+    assert twice == [], twice
+    assert taken == [], taken
+
+
+def _chosen_twice(found: list[Preemption]) -> list[str]:
+    """Pods named as victims by more than one preemption."""
+    seen: dict[str, str] = {}
+    twice = []
+    for p in found:
+        for v in p.victims:
+            if v in seen:
+                twice.append(f"{v} ({seen[v]}, {p.preemptor})")
+            seen[v] = p.preemptor
+    return twice
 
 
 def _check_evictions(record: Record, history: History, found: list[Preemption]) -> None:
