@@ -166,6 +166,7 @@ class Filter:
         ``reserved`` against the pod last."""
         inputs: Inputs = cache(lambda: self.reader.placing_inputs(request, pod))
         if reserved:
+            reserved = {name: reserved[name] for name in names if name in reserved}
             names = [name for name in names if name not in reserved]
         for avoided in self.agent.nodes_to_avoid(names, self._pods_to_start):
             # The agent's busy nodes left out first, the busiest last.

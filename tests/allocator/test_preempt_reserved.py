@@ -189,6 +189,8 @@ def test_a_lower_pod_still_gets_the_cards_no_preemption_reserved() -> None:
     _filter(rt, fake, "big")
     (flight,) = _preempt(rt).snapshot()
     assert set(flight.cards).isdisjoint(_cards(rt, "high0"))
+    fake.add_pod(_pod("elsewhere", QUARTER, 1))  # a node not asked is never answered
+    assert rt.allocator.filter(fake.get_pod("default", "elsewhere"), ["n2"]).nodes == []
     fake.add_pod(_pod("lower", QUARTER, 1))
     assert _filter(rt, fake, "lower") == ["n1"]
     assert _cards(rt, "lower").isdisjoint(flight.cards)
