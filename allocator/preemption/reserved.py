@@ -95,12 +95,15 @@ class Placed(Protocol):
 
 
 def respecting(offers: Iterable[NodeOffer], reservations: Collection[Reservation],
-               preemptor: Preemptor, placed: Mapping[str, Placed]) -> list[NodeOffer]:
+               preemptor: Preemptor, placed: Mapping[str, Placed],
+               evicted: Mapping[str, str]) -> list[NodeOffer]:
     """``offers`` as a preemption for ``preemptor`` may use them: the victims of a preemption
-    in flight gone (their room free, none a victim again; ``placed``: where each pod is, by
-    UID), and the cards reserved against it unavailable (their pods no victims either)."""
+    in flight and the pods ``evicted`` (UID -> node) gone (their room free, none a victim
+    again; ``placed``: where each pod is, by UID), and the cards reserved against it
+    unavailable (their pods no victims either)."""
     leaving = {v: r.node for r in reservations if r.preemptor != preemptor.uid
                for v in r.victims}
+    leaving.update(evicted)
     against: Mapping[str, frozenset[int]] = reserved_against(reservations, preemptor.uid,
                                                              preemptor.priority)
     out = []

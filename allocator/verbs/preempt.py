@@ -9,8 +9,7 @@ The pure core decides (:func:`allocator.preemption.choose_preemption`) over the 
   equal priority are not placed there, its victims are nobody else's, and a pod of higher
   priority that takes them ends it (:meth:`Preempt.taken`).
 - **Off filter's thread**: the worker (:mod:`allocator.verbs.evictions`) writes the note
-  (:mod:`allocator.verbs.preempt_note`) and ``status.nominatedNodeName``, then evicts the
-  victims in order: a 429 stops the rest, no pod is ever deleted instead.
+  and ``status.nominatedNodeName``, then evicts the victims in order (a 429 stops the rest).
 - **The hold**: once the watch has seen every victim go (:meth:`Preempt.released`), the
   cards are held in the preemptor's name until its deadline and the requeue asks it again
   (:meth:`~allocator.verbs.requeue.RequeueOnRelease.held_for`).
@@ -104,6 +103,7 @@ class Preempt(Reserving, DecisionHooks):
         self.request_of = request_of
         self.ready = ready
         self.in_flight: OrderedDict[str, InFlight] = OrderedDict()
+        self.leaving: OrderedDict[str, str] = OrderedDict()  # victims evicted (Reserving)
         #: Told of a hold placed (the requeue asks the preemptor again); None: nobody.
         self.requeue: HeldRoom | None = None
         self.worker = Worker(self.tick)
@@ -127,7 +127,8 @@ class Preempt(Reserving, DecisionHooks):
             states, records = self.state.node_states()
             offers, lower = preempt_offers.offers(self.api, self.gpu_pods, preemptor, names,
                                                   (states, records))
-            offers = respecting(offers, self.reservations(), preemptor, records)
+            offers = respecting(offers, self.reservations(), preemptor, records,
+                                self.left(records))
             decision = choose_preemption(preemptor, offers,
                                          preempt_offers.budgets(self.api, lower))
         except ApiError as exc:
@@ -202,7 +203,8 @@ class Preempt(Reserving, DecisionHooks):
         self._evict(entry, entry.victim_refs)
 
     def _evict(self, entry: InFlight, victims: tuple[PodRef, ...]) -> None:
-        evict(self.api, self.hooks, entry, victims)
+        evict(self.api, self.hooks, entry, victims, partial(self.going, entry),
+              partial(self.evicted, entry.node))
 
     def tick(self, now: float | None = None) -> None:
         """The worker between jobs: a restore on becoming ready, and the end of each

@@ -11,6 +11,7 @@ at most every :data:`~allocator.verbs.preempt.CHECK_SECONDS` with one list of pe
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
 from typing import Any
 
 from allocator.decisions import DecisionHooks, PodRef
@@ -37,13 +38,18 @@ def write_note(api: PreemptApi, annotation: str, ref: PodRef, note: Note) -> Non
 
 
 def evict(api: PreemptApi, hooks: DecisionHooks, entry: InFlight,
-          victims: tuple[PodRef, ...]) -> None:
+          victims: tuple[PodRef, ...], going: Callable[[], bool] = lambda: True,
+          leaving: Callable[[PodRef], None] = lambda victim: None) -> None:
     """Evict ``victims`` in order through the Eviction API; a refusal stops the rest (a 429:
-    a PodDisruptionBudget forbids it now; never a delete instead). A victim already gone
-    counts as evicted."""
+    a PodDisruptionBudget forbids it now; never a delete instead), and so does the
+    preemption's end (``going`` False: its preemptor bound, deleted or outranked meanwhile).
+    A victim already gone counts as evicted; each evicted is told to ``leaving``."""
     ref = entry.pod
     evicted: list[PodRef] = []
     for victim in victims:
+        if not going():
+            logger.info("preemption for %s over: its other victims stay", ref.key)
+            break
         try:
             api.create_eviction(victim.namespace, victim.name)
         except NotFound:
@@ -55,6 +61,7 @@ def evict(api: PreemptApi, hooks: DecisionHooks, entry: InFlight,
             logger.warning("eviction of %s for %s failed: %s", victim.key, ref.key, exc)
             break
         evicted.append(victim)
+        leaving(victim)
     if evicted:
         hooks.preempted(ref, tuple(evicted), entry.node, entry.cards)
 

@@ -13,10 +13,10 @@ from __future__ import annotations
 import logging
 import threading
 from collections import OrderedDict
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from functools import partial
 
-from allocator.decisions import DecisionHooks, PreemptionEnd
+from allocator.decisions import DecisionHooks, PodRef, PreemptionEnd
 from allocator.preemption.reserved import Reservation, outranked, reserved_against
 from allocator.verbs.evictions import Worker
 from allocator.verbs.preempt_ends import tell_ended
@@ -24,6 +24,9 @@ from allocator.verbs.preempt_ports import InFlight, PreemptApi
 from allocator.verbs.preempt_writes import clear_note
 
 logger = logging.getLogger(__name__)
+
+#: Victims evicted and not yet seen gone remembered at most (the oldest forgotten first).
+LEAVING_LIMIT = 4096
 
 
 def reservations_of(entries: Iterable[InFlight], now: float) -> tuple[Reservation, ...]:
@@ -58,12 +61,37 @@ class Reserving:
     api: PreemptApi
     annotation: str
     _lock: threading.Lock
+    #: Victims evicted, by UID, with their node, until the picture has them no more (the
+    #: oldest first, bounded): leaving, whatever became of their preemption since.
+    leaving: OrderedDict[str, str]
 
     def reservations(self) -> tuple[Reservation, ...]:
         """The preemptions in flight, as the cards they reserve."""
         now = self.clock()
         with self._lock:
             return reservations_of(self.in_flight.values(), now)
+
+    def going(self, entry: InFlight) -> bool:
+        """Whether ``entry``'s evictions go on: its preemption still in flight."""
+        with self._lock:
+            current = self.in_flight.get(entry.pod.uid)
+        return current is not None and (current.node, current.victims) == (entry.node,
+                                                                           entry.victims)
+
+    def evicted(self, node: str, victim: PodRef) -> None:
+        """``victim`` was evicted from ``node``: leaving (:meth:`left`)."""
+        with self._lock:
+            self.leaving[victim.uid] = node
+            while len(self.leaving) > LEAVING_LIMIT:
+                self.leaving.popitem(last=False)
+
+    def left(self, placed: Mapping[str, object]) -> dict[str, str]:
+        """The victims evicted still ``placed`` (the picture's records by UID), with their
+        node; those gone forgotten."""
+        with self._lock:
+            for uid in [u for u in self.leaving if u not in placed]:
+                del self.leaving[uid]
+            return dict(self.leaving)
 
     def reserved(self, uid: str, priority: int) -> dict[str, frozenset[int]]:
         """The cards reserved against a pod (``uid``, ``priority``), by node."""

@@ -11,6 +11,7 @@ from alloc_harness import NOW, make_app
 from builders import VOCAB, cards, make_gpu_pod, make_node, request, share, whole
 from fake_kube import FakeKube
 
+from allocator.decisions import PodRef
 from allocator.preemption import GpuPod, NodeOffer, Preemptor
 from allocator.preemption.reserved import (
     Reservation,
@@ -123,10 +124,10 @@ def test_a_victim_in_flight_is_nobody_elses_victim_and_reserved_cards_free_nothi
         for n, card in (("v", 0), ("w", 1)))
     offer = NodeOffer(node, pods)
     where = {p.uid: p for p in pods}
-    (equal,) = respecting([offer], [R10], Preemptor("u-q", WHOLE, 10), where)
+    (equal,) = respecting([offer], [R10], Preemptor("u-q", WHOLE, 10), where, {})
     assert [p.uid for p in equal.pods] == ["u-w"]
     assert equal.state == blocked(node, {0})  # card 0 blocked: evicting frees nothing there
-    (higher,) = respecting([offer], [R10], Preemptor("u-q", WHOLE, 20), where)
+    (higher,) = respecting([offer], [R10], Preemptor("u-q", WHOLE, 20), where, {})
     assert [p.uid for p in higher.pods] == ["u-w"]  # u-v is leaving already
     assert higher.state == node
 
@@ -258,3 +259,27 @@ def test_a_restarted_allocator_keeps_the_reserved_cards_from_its_note() -> None:
     fake.add_pod(_pod("lower", QUARTER, 1))
     out = after.allocator.filter(fake.get_pod("default", "lower"), ["n1"])
     assert out.nodes == [] and out.failed == {"n1": RESERVED}
+
+
+def test_evictions_stop_when_the_preemption_ends_and_an_evicted_pod_is_no_victim_again(
+        ) -> None:
+    fake, rt = _full_node()
+    fake.add_pod(_pod("big", WHOLE, 10))
+    evict = fake.create_eviction
+
+    def evict_then_bind_elsewhere(namespace: str, name: str) -> None:
+        evict(namespace, name)  # the first victim goes; then big is bound on another node
+        _preempt(rt).allocated(PodRef("default", "big", "u-big"), "n2", (0,), "binpack")
+
+    fake.create_eviction = evict_then_bind_elsewhere  # type: ignore[method-assign]
+    _filter(rt, fake, "big")
+    fake.create_eviction = evict  # type: ignore[method-assign]
+    first = _evicted(fake)
+    assert len(first) == 1  # the second victim stays: nobody needs its card now
+    # The evicted pod is still in the picture (terminating): its room counts as free for the
+    # next preemptor, which evicts only its card-mate, never it again.
+    fake.add_pod(_pod("next", WHOLE, 10))
+    _filter(rt, fake, "next")
+    again = _evicted(fake)[1:]
+    assert len(again) == 1 and again != first
+    assert _cards(rt, again[0]) == _cards(rt, first[0])  # the card the first one leaves

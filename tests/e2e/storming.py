@@ -294,7 +294,7 @@ def thefts(history: History, stream: Sequence[Seen], found: Sequence[Preemption]
         start = history.at[p.step]
         end = min(history.bound.get(p.preemptor, (float("inf"), "", 0))[0], start + DEADLINE_S,
                   history.left.get(p.preemptor, (float("inf"), 0))[0],
-                  _note_over(stream, p, vocabulary))
+                  note_over(stream, p, vocabulary))
         floor = priority_of(history.last[p.preemptor])
         need = _share(history.last[p.preemptor], vocabulary, memory_mib)
         for name, (at, node, step) in history.bound.items():
@@ -308,7 +308,7 @@ def thefts(history: History, stream: Sequence[Seen], found: Sequence[Preemption]
     return out
 
 
-def _note_over(stream: Sequence[Seen], p: Preemption, vocabulary: Vocabulary) -> float:
+def note_over(stream: Sequence[Seen], p: Preemption, vocabulary: Vocabulary) -> float:
     """When the preemptor's note was cleared or replaced after ``p.step`` (its preemption
     over: outranked, or its deadline), else infinity."""
     first = (stream[p.step].pod["metadata"].get("annotations") or {}).get(
