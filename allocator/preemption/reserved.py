@@ -36,7 +36,8 @@ from typing import Protocol
 from allocator.preemption.model import GpuPod, NodeOffer, Preemptor
 from allocator.preemption.release import without
 from allocator.ranking.cards import CardState, NodeState
-from tessera.vocabulary import Allocation
+from allocator.ranking.fit import fits
+from tessera.vocabulary import Allocation, PodRequest
 
 
 @dataclass(frozen=True, slots=True)
@@ -72,6 +73,15 @@ def outranked(reservations: Iterable[Reservation], uid: str, priority: int, node
     return [r.preemptor for r in reservations
             if r.node == node and r.preemptor != uid and r.priority < priority
             and taken.intersection(r.cards)]
+
+
+def room_left(state: NodeState, request: PodRequest, cards: Collection[int],
+              leaving: Iterable[GpuPod]) -> bool:
+    """Whether a preemptor of ``request`` still fits on its ``cards`` of ``state`` once the
+    pods ``leaving`` (its victims) are gone: a pod of higher priority placed beside it on
+    those cards may have left it its room (its preemption then goes on)."""
+    others = {c.card.index for c in state.cards} - set(cards)
+    return fits(request, blocked(without(state, leaving), others))
 
 
 def blocked(state: NodeState, cards: Collection[int]) -> NodeState:

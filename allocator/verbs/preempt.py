@@ -137,7 +137,7 @@ class Preempt(Reserving, DecisionHooks):
         if isinstance(decision, NoPreemption):
             logger.info("no preemption for %s: %s", ref.key, decision.reason)
             return decision
-        self.taken(ref.uid, preemptor.priority, decision.node, decision.cards)
+        self.taken(ref.uid, preemptor.priority, decision.node, decision.cards, placed=False)
         self._act(InFlight(ref, request, now + self.deadline_seconds, decision.node,
                            decision.cards, tuple(v.uid for v in decision.victims),
                            priority=preemptor.priority,

@@ -17,10 +17,16 @@ from collections.abc import Callable, Iterable, Mapping
 from functools import partial
 
 from allocator.decisions import DecisionHooks, PodRef, PreemptionEnd
-from allocator.preemption.reserved import Reservation, outranked, reserved_against
+from allocator.preemption import GpuPod
+from allocator.preemption.reserved import (
+    Reservation,
+    outranked,
+    reserved_against,
+    room_left,
+)
 from allocator.verbs.evictions import Worker
 from allocator.verbs.preempt_ends import tell_ended
-from allocator.verbs.preempt_ports import InFlight, PreemptApi
+from allocator.verbs.preempt_ports import InFlight, Picture, PreemptApi
 from allocator.verbs.preempt_writes import clear_note
 
 logger = logging.getLogger(__name__)
@@ -55,6 +61,7 @@ class Reserving:
     attributes): what filter, the requeue's holds and other preemptions ask of it."""
 
     in_flight: OrderedDict[str, InFlight]
+    state: Picture
     clock: Callable[[], float]
     hooks: DecisionHooks
     worker: Worker
@@ -78,9 +85,13 @@ class Reserving:
         return current is not None and (current.node, current.victims) == (entry.node,
                                                                            entry.victims)
 
-    def evicted(self, node: str, victim: PodRef) -> None:
-        """``victim`` was evicted from ``node``: leaving (:meth:`left`)."""
+    def evicted(self, node: str, victim: PodRef, going: bool) -> None:
+        """``victim`` is being evicted from ``node`` (``going``), or its eviction failed:
+        leaving, or not (:meth:`left`)."""
         with self._lock:
+            if not going:
+                self.leaving.pop(victim.uid, None)
+                return
             self.leaving[victim.uid] = node
             while len(self.leaving) > LEAVING_LIMIT:
                 self.leaving.popitem(last=False)
@@ -99,14 +110,25 @@ class Reserving:
             return {}
         return reserved_against(self.reservations(), uid, priority)
 
-    def taken(self, uid: str, priority: int, node: str, cards: tuple[int, ...]) -> None:
-        """A pod (``uid``, ``priority``) was placed, or preempts, on ``cards`` of ``node``:
-        the preemptions of lower priority reserving one of them are over."""
+    def taken(self, uid: str, priority: int, node: str, cards: tuple[int, ...], *,
+              placed: bool = True) -> None:
+        """A pod (``uid``, ``priority``) was placed (``placed``) or preempts on ``cards`` of
+        ``node``: the preemptions of lower priority reserving one of them are over, a
+        placed pod's only when it left their preemptor no room there (kube-scheduler clears
+        lower nominations on a node it preempts on; a pod merely bound there does not)."""
         if not self.in_flight:  # lock-free miss: the common case on filter's path
             return
         now = self.clock()
         with self._lock:
-            over = outranked(reservations_of(self.in_flight.values(), now), uid, priority,
-                             node, cards)
-            ended = [self.in_flight.pop(other) for other in over]
+            entries = {e.pod.uid: e for e in self.in_flight.values()}
+        over = [entries[u] for u in outranked(reservations_of(entries.values(), now), uid,
+                                              priority, node, cards)]
+        view = self.state.view(node) if over and placed else None
+        if view is not None:
+            over = [e for e in over if not room_left(view.state, e.request, e.cards, [
+                GpuPod(v, "", "", r.allocation) for v in e.victims
+                if (r := self.state.record(v)) is not None])]
+        with self._lock:
+            ended = [self.in_flight.pop(e.pod.uid) for e in over
+                     if self.in_flight.get(e.pod.uid) is e]
         end_outranked(ended, self.hooks, self.worker, self.api, self.annotation)

@@ -283,3 +283,44 @@ def test_evictions_stop_when_the_preemption_ends_and_an_evicted_pod_is_no_victim
     again = _evicted(fake)[1:]
     assert len(again) == 1 and again != first
     assert _cards(rt, again[0]) == _cards(rt, first[0])  # the card the first one leaves
+
+
+def test_a_higher_pod_placed_beside_a_preemptor_ends_it_only_when_it_took_its_room() -> None:
+    fake = FakeKube()
+    fake.add_node(make_node("n1", count=1))
+    _app, rt = make_app(fake, core=AllocatorConfig(preemption=True))
+    for name, req in (("a", QUARTER), ("q", HALF)):  # a quarter left free
+        fake.add_pod(_pod(name, req, 1))
+        rt.allocator.bind("default", name, f"u-{name}", "n1")
+    fake.add_pod(_pod("big", HALF, 10))
+    _filter(rt, fake, "big")
+    assert _evicted(fake) == ["q"]
+    fake.add_pod(_pod("top", QUARTER, 50))
+    assert _filter(rt, fake, "top") == ["n1"]  # the free quarter: big keeps its room
+    assert [f.pod.name for f in _preempt(rt).snapshot()] == ["big"]
+    assert _metric(rt, "outranked") == 0
+    _gone(rt, ["q"])  # big's half held for it now
+    fake.add_pod(_pod("top2", QUARTER, 50))
+    assert _filter(rt, fake, "top2") == ["n1"]  # a quarter of the half q left: no room
+    assert _preempt(rt).snapshot() == ()
+    assert _metric(rt, "outranked") == 1
+
+
+def test_a_pod_being_evicted_is_no_victim_of_a_preemption_decided_meanwhile() -> None:
+    fake, rt = _full_node()
+    for name in ("big", "next"):
+        fake.add_pod(_pod(name, WHOLE, 10))
+    evict = fake.create_eviction
+    chosen: list[tuple[str, ...]] = []
+
+    def decide_during_the_eviction(namespace: str, name: str) -> None:
+        if not chosen:  # big bound elsewhere while the API evicts; next preempts now
+            _preempt(rt).allocated(PodRef("default", "big", "u-big"), "n2", (0,), "binpack")
+            rt.allocator.filter(fake.get_pod("default", "next"), ["n1"])
+            chosen.extend(f.victims for f in _preempt(rt).snapshot())
+        evict(namespace, name)
+
+    fake.create_eviction = decide_during_the_eviction  # type: ignore[method-assign]
+    _filter(rt, fake, "big")
+    (victims,) = chosen
+    assert f"u-{_evicted(fake)[0]}" not in victims
