@@ -16,8 +16,7 @@ The pure core decides (:func:`allocator.preemption.choose_preemption`) over the 
 - **Restart, new leader**: rebuilt from the notes of pending pods (:meth:`Preempt.restore`).
 - **The end** (:mod:`allocator.verbs.preempt_ends`): the bind, the preemptor deleted, the
   deadline (hold freed, note and nomination cleared, Event ``PreemptionExpired``).
-- **The preemptVerb** (:mod:`allocator.verbs.preempt_verb`): its answer is remembered here
-  (:meth:`Preempt.remember_answer`), so the two paths never both evict for one pod.
+- **The preemptVerb** (:mod:`allocator.verbs.preempt_verb`): its answer remembered here.
 
 On unless :attr:`~allocator.verbs.config.AllocatorConfig.preemption` is unset (docs/preemption.md).
 """
@@ -77,14 +76,13 @@ CHECK_SECONDS: Final = 5.0
 
 
 class Preempt(Reserving, DecisionHooks):
-    """The preempting step of a refused filter (leader only); as a decision hook, it
-    forgets a preemption once its pod is bound; its cards reserved meanwhile (:class:`Reserving`).
+    """The preempting step of a refused filter (leader only); as a decision hook, it forgets
+    a preemption once its pod is bound; its cards reserved meanwhile (:class:`Reserving`).
 
     ``clock`` is the wall clock (deadlines are written to the pod); ``request_of`` reads a
     pod's GPU request (a restore reads pods); ``ready``: synced and the leader (a restore
-    runs each time it turns true). Lock order: the picture's lock, then the requeue's, then
-    this one; this one is never held while calling the picture or the API (:meth:`released`
-    runs under the picture's lock)."""
+    runs each time it turns true). Lock order: the picture's, the requeue's, this one (never
+    held calling the picture or the API; :meth:`released` runs under the picture's lock)."""
 
     def __init__(self, state: Picture, api: PreemptApi, hooks: DecisionHooks,
                  clock: Callable[[], float], annotation: str, gpu_pods: str,
@@ -120,7 +118,8 @@ class Preempt(Reserving, DecisionHooks):
         preemption in flight, or none helped). Never raises."""
         ref = PodRef.of(pod)
         now = self.clock()
-        if not ref.uid or not self._claim(InFlight(ref, request, now + RETRY_SECONDS), now):
+        claim = InFlight(ref, request, now + RETRY_SECONDS)
+        if not ref.uid or not self._claim(claim, now):
             return None
         preemptor = Preemptor(ref.uid, request, priority_of(pod), policy_of(pod))
         try:
@@ -137,12 +136,11 @@ class Preempt(Reserving, DecisionHooks):
         if isinstance(decision, NoPreemption):
             logger.info("no preemption for %s: %s", ref.key, decision.reason)
             return decision
-        self.taken(ref.uid, preemptor.priority, decision.node, decision.cards, placed=False)
-        self._act(InFlight(ref, request, now + self.deadline_seconds, decision.node,
-                           decision.cards, tuple(v.uid for v in decision.victims),
-                           priority=preemptor.priority,
-                           victim_refs=tuple(PodRef(v.namespace, v.name, v.uid)
-                                             for v in decision.victims)))
+        victims = tuple(PodRef(v.namespace, v.name, v.uid) for v in decision.victims)
+        if self._act(claim, InFlight(ref, request, now + self.deadline_seconds, decision.node,
+                                     decision.cards, tuple(v.uid for v in victims),
+                                     priority=preemptor.priority, victim_refs=victims)):
+            self.taken(ref.uid, preemptor.priority, decision.node, decision.cards, placed=False)
         return decision
 
     def snapshot(self) -> tuple[InFlight, ...]:
@@ -151,8 +149,8 @@ class Preempt(Reserving, DecisionHooks):
             return tuple(f for f in self.in_flight.values() if f.node)
 
     def _claim(self, entry: InFlight, now: float) -> bool:
-        """Remember ``entry`` unless its pod was looked at lately (bounded, oldest first).
-        Preemptions past their deadline go to the worker to be ended (:meth:`tick`)."""
+        """Remember ``entry`` unless its pod was looked at lately (those past their deadline
+        go to the worker to be ended, :meth:`tick`)."""
         with self._lock:
             self._take_expired(now)
             claimed = entry.pod.uid not in self.in_flight
@@ -168,28 +166,32 @@ class Preempt(Reserving, DecisionHooks):
                 self._ended.append(ended)
 
     def _remember(self, entry: InFlight) -> list[InFlight]:
-        """(Under this lock.) Remember ``entry``; the oldest dropped to make room, returned
-        to be told (:data:`~allocator.decisions.PreemptionEnd.FORGOTTEN`) outside the lock."""
+        """(Under this lock.) Remember ``entry``; the oldest dropped (told FORGOTTEN after)."""
         self.in_flight[entry.pod.uid] = entry
         dropped = []
         while len(self.in_flight) > self.max_in_flight:
             dropped.append(self.in_flight.popitem(last=False)[1])
         return dropped
 
-    def _act(self, entry: InFlight) -> None:
+    def _act(self, claim: InFlight, entry: InFlight) -> bool:
+        """Remember ``entry`` and queue its evictions, unless its pod was bound, deleted or
+        forgotten while it was decided (``claim`` gone: a concurrent filter placed it)."""
         with self._lock:
+            if self.in_flight.get(entry.pod.uid) is not claim:
+                return False
             dropped = self._remember(entry)
         tell_ended(self.hooks, dropped, PreemptionEnd.FORGOTTEN)
         if self.worker.submit(partial(self._carry_out, entry)):
             self.hooks.preemption_started(entry.pod, entry.victim_refs, entry.node,
                                           entry.cards)
-            return
+            return True
         logger.warning("preemption for %s not started: too many in the queue", entry.pod.key)
         with self._lock:
             if self.in_flight.get(entry.pod.uid) is entry:  # looked at again later
                 self.in_flight[entry.pod.uid] = replace(
                     entry, node="", cards=(), victims=(), victim_refs=(),
                     until=self.clock() + RETRY_SECONDS)
+        return False
 
     # ------------------------------------------------------------------ the worker's side
     def _carry_out(self, entry: InFlight) -> None:
@@ -287,8 +289,7 @@ class Preempt(Reserving, DecisionHooks):
 
     # ------------------------------------------------------------------ the preemptVerb
     def acting_for(self, uid: str) -> bool:
-        """Whether this path chose victims for the pod, before their deadline (the
-        ``preemptVerb`` then answers no candidates)."""
+        """Whether this path chose victims for the pod, before their deadline."""
         with self._lock:
             return self._acting_for(uid)
 
@@ -391,8 +392,7 @@ class Preempt(Reserving, DecisionHooks):
             tell_ended(self.hooks, (entry,), bound_outcome(entry, node))
 
     def pod_gone(self, uid: str) -> None:
-        """The watch saw the pod deleted: a preemption for it is over (its hold, if any, went
-        with its record; one not yet placed never will be)."""
+        """The watch saw the pod deleted: a preemption for it is over (its hold gone too)."""
         if uid in self.in_flight:  # lock-free miss
             with self._lock:
                 entry = self.in_flight.pop(uid, None)

@@ -324,3 +324,20 @@ def test_a_pod_being_evicted_is_no_victim_of_a_preemption_decided_meanwhile() ->
     _filter(rt, fake, "big")
     (victims,) = chosen
     assert f"u-{_evicted(fake)[0]}" not in victims
+
+
+def test_a_preemption_decided_after_a_concurrent_filter_placed_its_pod_evicts_nobody() -> None:
+    fake, rt = _full_node()
+    fake.add_pod(_pod("big", WHOLE, 10))
+    listing = fake.list_pods_by_field
+
+    def bound_meanwhile(*args: Any, **kwargs: Any) -> Any:
+        # kube-scheduler gave up waiting for this filter, tried the pod again, and another
+        # filter placed it where room appeared: it is bound while this one decides.
+        _preempt(rt).allocated(PodRef("default", "big", "u-big"), "n2", (0,), "binpack")
+        return listing(*args, **kwargs)
+
+    fake.list_pods_by_field = bound_meanwhile  # type: ignore[method-assign]
+    _filter(rt, fake, "big")
+    assert _evicted(fake) == []
+    assert _preempt(rt).snapshot() == ()
