@@ -126,8 +126,8 @@ class Reserving:
         view = self.state.view(node) if over and placed else None
         if view is not None:
             over = [e for e in over if not room_left(view.state, e.request, e.cards, [
-                GpuPod(v, "", "", r.allocation) for v in e.victims
-                if (r := self.state.record(v)) is not None])]
+                GpuPod(v, "", "", r.allocation) for v in (*e.victims, e.pod.uid)
+                if (r := self.state.record(v)) is not None])]  # its own hold counts free
         with self._lock:
             ended = [self.in_flight.pop(e.pod.uid) for e in over
                      if self.in_flight.get(e.pod.uid) is e]
