@@ -174,10 +174,11 @@ class Preempt(Reserving, DecisionHooks):
         return dropped
 
     def _act(self, claim: InFlight, entry: InFlight) -> bool:
-        """Remember ``entry`` and queue its evictions, unless its pod was bound, deleted or
-        forgotten while it was decided (``claim`` gone: a concurrent filter placed it)."""
+        """Remember ``entry`` and queue its evictions, unless its pod was placed (room held for
+        it by the requeue, or bound), deleted or forgotten while it was decided."""
+        placed = self.state.record(entry.pod.uid) is not None
         with self._lock:
-            if self.in_flight.get(entry.pod.uid) is not claim:
+            if placed or self.in_flight.get(entry.pod.uid) is not claim:
                 return False
             dropped = self._remember(entry)
         tell_ended(self.hooks, dropped, PreemptionEnd.FORGOTTEN)
@@ -197,9 +198,8 @@ class Preempt(Reserving, DecisionHooks):
     def _carry_out(self, entry: InFlight) -> None:
         """Note, nominate, evict in order (the worker's thread)."""
         ref = entry.pod
-        with self._lock:
-            if self.in_flight.get(ref.uid) is not entry:
-                return  # bound, deleted or forgotten while queued: nobody is evicted
+        if not self.going(entry):
+            return  # bound, placed elsewhere, deleted or forgotten while queued: nobody goes
         write_note(self.api, self.annotation, ref,
                    Note(entry.node, entry.cards, entry.until, entry.victims))
         self._evict(entry, entry.victim_refs)

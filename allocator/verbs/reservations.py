@@ -79,11 +79,14 @@ class Reserving:
             return reservations_of(self.in_flight.values(), now)
 
     def going(self, entry: InFlight) -> bool:
-        """Whether ``entry``'s evictions go on: its preemption still in flight."""
+        """Whether ``entry``'s evictions go on: its preemption still in flight, and its pod
+        not placed on another node meanwhile (room the requeue held for it, or a bind)."""
         with self._lock:
             current = self.in_flight.get(entry.pod.uid)
-        return current is not None and (current.node, current.victims) == (entry.node,
-                                                                           entry.victims)
+        if current is None or (current.node, current.victims) != (entry.node, entry.victims):
+            return False
+        placed = self.state.record(entry.pod.uid)
+        return placed is None or placed.node == entry.node
 
     def evicted(self, node: str, victim: PodRef, going: bool) -> None:
         """``victim`` is being evicted from ``node`` (``going``), or its eviction failed:

@@ -341,3 +341,25 @@ def test_a_preemption_decided_after_a_concurrent_filter_placed_its_pod_evicts_no
     _filter(rt, fake, "big")
     assert _evicted(fake) == []
     assert _preempt(rt).snapshot() == ()
+
+
+def test_evictions_stop_when_the_preemptor_is_placed_on_another_node_meanwhile() -> None:
+    fake, rt = _full_node()
+    fake.add_node(make_node("n2", count=1))
+    rt.state.apply_node(fake.get_node("n2"))
+    fake.add_pod(_pod("x", WHOLE, 50))
+    rt.allocator.bind("default", "x", "u-x", "n2")
+    fake.add_pod(_pod("big", WHOLE, 10))
+    evict = fake.create_eviction
+
+    def room_appears_elsewhere(namespace: str, name: str) -> None:
+        evict(namespace, name)
+        if rt.state.record("u-x") is not None:  # x leaves n2: big's filter holds it there
+            rt.state.remove_pod({"metadata": {"uid": "u-x"}})
+            assert rt.allocator.filter(fake.get_pod("default", "big"), ["n2"]).nodes == ["n2"]
+
+    fake.create_eviction = room_appears_elsewhere  # type: ignore[method-assign]
+    out = rt.allocator.filter(fake.get_pod("default", "big"), ["n1", "n2"])
+    assert out.nodes == []
+    _preempt(rt).worker.drain()
+    assert len(_evicted(fake)) == 1  # the second victim stays: big is placed on n2
