@@ -297,8 +297,10 @@ def thefts(history: History, stream: Sequence[Seen], found: Sequence[Preemption]
                   note_over(stream, p, vocabulary))
         floor = priority_of(history.last[p.preemptor])
         need = _share(history.last[p.preemptor], vocabulary, memory_mib)
+        last_step = outranked_at(history, stream, p, vocabulary)
         for name, (at, node, step) in history.bound.items():
-            if node != p.node or not start < at < end or priority_of(history.last[name]) >= floor:
+            if (node != p.node or not start < at < end or step > last_step
+                    or priority_of(history.last[name]) >= floor):
                 continue
             used = _standing(stream, step, vocabulary, memory_mib, exclude=p.victims)
             if set(_cards_of(stream[step].pod, vocabulary)) & set(p.cards) and any(
@@ -306,6 +308,28 @@ def thefts(history: History, stream: Sequence[Seen], found: Sequence[Preemption]
                     or used.get((node, c), (0, 0))[1] + need[1] > memory_mib for c in p.cards):
                 out.append(f"{name} on {p.preemptor}'s card(s) {p.cards} of {node}")
     return out
+
+
+#: Seconds between a preemptor's note cleared and the bind of the higher-priority pod whose
+#: placement on its cards ended the preemption (outranked), either way round: the allocator
+#: ends it when that pod's filter holds the cards, clears the note after, and the bind comes.
+OUTRANKED_BIND_S = 2.0
+
+
+def outranked_at(history: History, stream: Sequence[Seen], p: Preemption,
+                 vocabulary: Vocabulary) -> int | float:
+    """The step of the bind of a pod of higher priority on ``p``'s cards that ended it
+    (outranked: its note cleared before the deadline, within :data:`OUTRANKED_BIND_S` of
+    that bind), else infinity."""
+    start, over = history.at[p.step], note_over(stream, p, vocabulary)
+    if not over < start + DEADLINE_S:
+        return float("inf")
+    floor = priority_of(history.last[p.preemptor])
+    steps = [step for name, (at, node, step) in history.bound.items()
+             if node == p.node and start <= at and abs(at - over) <= OUTRANKED_BIND_S
+             and priority_of(history.last[name]) > floor
+             and set(_cards_of(stream[step].pod, vocabulary)) & set(p.cards)]
+    return min(steps, default=float("inf"))
 
 
 def note_over(stream: Sequence[Seen], p: Preemption, vocabulary: Vocabulary) -> float:

@@ -55,6 +55,7 @@ from storming import (
     leaving,
     node_of,
     note_over,
+    outranked_at,
     preempting_events,
     preemptions,
     replay,
@@ -62,13 +63,12 @@ from storming import (
     thefts,
 )
 
-from allocator.preemption import priority_of
 from devcluster.binaries import Binaries
 from devcluster.cluster import DevCluster
 from devcluster.nodes import delete_nodes, uniform
 from devcluster.options import Options
 from devcluster.workloads import container, list_objects, make_pod, wait_for
-from tessera.vocabulary import Vocabulary, decode_allocation
+from tessera.vocabulary import Vocabulary
 
 pytestmark = pytest.mark.e2e
 
@@ -88,9 +88,7 @@ CALM_QUIET_S = HOLD_S + 1.0
 #: appeared there meanwhile). Lower-priority binds on a preemption's cards are no more
 #: (decision 0023): they were most of the waste (4 were allowed).
 WASTE_ALLOWED = 2
-#: Seconds after a preemptor's note is cleared within which the higher-priority pod that
-#: took its cards is bound (its filter's hold ends the preemption, its bind follows).
-OUTRANKED_BIND_S = 2.0
+
 SEED = 47
 
 
@@ -328,27 +326,11 @@ def _outcomes(history: History, stream: list[Seen], found: list[Preemption], del
         label = f"{p.preemptor}@{p.node}"
         if p.preemptor in deleted:
             by_churn.append(label)
-        elif _outranked(history, stream, p, vocabulary):
+        elif outranked_at(history, stream, p, vocabulary) < float("inf"):
             outranked.append(label)
         else:
             wasted.append(label)
     return wasted, by_churn, outranked
-
-
-def _outranked(history: History, stream: list[Seen], p: Preemption,
-               vocabulary: Vocabulary) -> bool:
-    start, over = history.at[p.step], note_over(stream, p, vocabulary)
-    if not over < start + DEADLINE_S:
-        return False
-    floor = priority_of(history.last[p.preemptor])
-    for name, (at, node, step) in history.bound.items():
-        annotations = stream[step].pod["metadata"].get("annotations") or {}
-        text = annotations.get(vocabulary.allocation_annotation)
-        if (node == p.node and start <= at <= over + OUTRANKED_BIND_S and text
-                and priority_of(history.last[name]) > floor
-                and set(decode_allocation(text).card_indices()) & set(p.cards)):
-            return True
-    return False
 
 
 def _against_the_oracle(history: History, stream: list[Seen], found: list[Preemption],
