@@ -12,6 +12,7 @@ from builders import VOCAB, cards, make_gpu_pod, make_node, request, share, whol
 from fake_kube import FakeKube
 
 from allocator.decisions import PodRef
+from allocator.errors import BindError
 from allocator.preemption import GpuPod, NodeOffer, Preemptor
 from allocator.preemption.reserved import (
     Reservation,
@@ -363,3 +364,14 @@ def test_evictions_stop_when_the_preemptor_is_placed_on_another_node_meanwhile()
     assert out.nodes == []
     _preempt(rt).worker.drain()
     assert len(_evicted(fake)) == 1  # the second victim stays: big is placed on n2
+
+
+def test_a_bind_placing_a_lower_pod_afresh_keeps_off_the_reserved_cards() -> None:
+    fake, rt = _full_node(pods=8, req=QUARTER)
+    fake.add_pod(_pod("big", WHOLE, 10))
+    _filter(rt, fake, "big")
+    _gone(rt, _evicted(fake)[:2])  # half of the reserved card free, no hold for "lower"
+    fake.add_pod(_pod("lower", QUARTER, 1))
+    with pytest.raises(BindError):
+        rt.allocator.bind("default", "lower", "u-lower", "n1")
+    assert rt.state.record("u-lower") is None
