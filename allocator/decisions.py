@@ -55,6 +55,9 @@ class PreemptionEnd(StrEnum):
     DELETED = "deleted"
     #: Dropped from the bounded table of preemptions under way (more than its size at once).
     FORGOTTEN = "forgotten"
+    #: A pod of higher priority took its reserved cards (placed there, or preempting there):
+    #: its preemptor may preempt again at its next refusal.
+    OUTRANKED = "outranked"
 
 
 class DecisionHooks:

@@ -225,7 +225,7 @@ def create_app(
     state.on_release = requeue.released
     state.on_pod_deleted = requeue.forget
     if preempt is not None:
-        preemption_wiring.connect(preempt, state, requeue)
+        preemption_wiring.connect(preempt, state, requeue, allocator.bind)
     measured = (MeasuredSource(settings.measured, state, clock=clock)
                 if settings.measured.enabled else None)
     if measured is not None:

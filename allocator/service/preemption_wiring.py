@@ -15,6 +15,7 @@ from allocator.picture.state import ClusterState
 from allocator.ports import KubeApi
 from allocator.service import preemptions
 from allocator.service.metrics import PreemptionCounts
+from allocator.verbs.bind import Bind
 from allocator.verbs.preempt import Preempt
 from allocator.verbs.requeue import RequeueOnRelease
 from tessera.vocabulary import PodRequest
@@ -37,11 +38,13 @@ def _count(items: Callable[[], Sized]) -> float:
     return float(len(items()))
 
 
-def connect(preempt: Preempt, state: ClusterState, requeue: RequeueOnRelease) -> None:
+def connect(preempt: Preempt, state: ClusterState, requeue: RequeueOnRelease,
+            bind: Bind) -> None:
     """Each release tells the requeue and then preemption (the hold of freed cards, which
     asks the preemptor again through the requeue); each deletion both (a deleted preemptor's
-    preemption is over)."""
+    preemption is over); a bind placing a pod afresh keeps off the cards reserved against it."""
     preempt.requeue = requeue
+    bind.reserved = preempt.reserved
 
     def on_release(node: str) -> None:
         requeue.released(node)

@@ -32,9 +32,12 @@ from allocator.picture.records import Stage
 from allocator.picture.state import ClusterState
 from allocator.ports import KubeApi, Obj
 from allocator.preemption import priority_of
+from allocator.preemption.reserved import blocked
+from allocator.ranking.cards import NodeState
 from allocator.ranking.fit import Unfit, place_and_keep
 from allocator.ranking.policies import Policy, chooser
 from allocator.verbs.pods import Requests, pod_key
+from allocator.verbs.priority import pod_priority
 from allocator.verbs.reader import PodReader
 from tessera.logs import pod_context
 from tessera.vocabulary import Allocation, PodRequest, RequestError, encode_allocation
@@ -67,6 +70,10 @@ class Bind:
         self.hooks = hooks
         self.clock: Callable[[], float] = reader.clock
         self.vocabulary = reader.config.vocabulary
+        #: The cards reserved against a pod (UID, priority) by preemptions in flight, by node
+        #: (:meth:`allocator.verbs.preempt.Preempt.reserved`; None: preemption off): a pod
+        #: placed afresh (its hold gone) is placed off them.
+        self.reserved: Callable[[str, int], Mapping[str, frozenset[int]]] | None = None
 
     def __call__(self, namespace: str, name: str, uid: str, node: str) -> BindOutcome:
         """Bind the pod to ``node`` with its cards; :class:`BindError` when it did not happen
@@ -175,8 +182,15 @@ class Bind:
             return False
 
         ctx, requests = self.reader.placing_inputs(request, pod)
+        against = (self.reserved(ref.uid, pod_priority(pod)).get(node, frozenset())
+                   if self.reserved is not None else frozenset())
+
+        def node_now() -> tuple[NodeState, int] | None:
+            now = self.reader.node_now(node)
+            return now if now is None or not against else (blocked(now[0], against), now[1])
+
         with state.node_lock(node):
-            kept = place_and_keep(request, partial(self.reader.node_now, node),
+            kept = place_and_keep(request, node_now,
                                   chooser(policy, ctx), ref.uid,
                                   partial(reserve, requests=requests), RESERVE_PLACEMENTS)
         if kept is None:

@@ -15,6 +15,12 @@ kube-scheduler sends the pod and the names of the nodes its own plugins left. Th
    higher priority takes room held for a lower one (:mod:`allocator.verbs.requeue`).
 5. When the answer is one node, the pod's cards there are held for its bind.
 
+Cards reserved for a preemption in flight of equal or higher priority
+(:mod:`allocator.preemption.reserved`, kube-scheduler's nominated pods) are not the pod's:
+steps 3-5 run among the nodes without such cards; only when none fits, the pod is placed on
+the other cards of a node with some, and held there (a bind always has a hold to claim), else
+refused there. A pod placed on cards a preemption of lower priority reserved ends it.
+
 The node agent (:class:`~allocator.agents.port.NodeAgent`) may name nodes to leave out
 first (:meth:`~allocator.agents.port.NodeAgent.nodes_to_avoid`: steps 3-5 then run among the
 others, try after try, and only then among all the asked nodes) and may narrow tied nodes
@@ -43,12 +49,14 @@ from __future__ import annotations
 from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass
 from functools import cache, partial
-from typing import Any, Final
+from typing import Any, Final, Protocol
 
 from allocator.agents.port import NodeAgent
 from allocator.decisions import DecisionHooks, PodRef
 from allocator.errors import event_safe
 from allocator.picture.state import ClusterState
+from allocator.preemption.reserved import blocked
+from allocator.ranking.cards import NodeState
 from allocator.ranking.fit import place_and_keep
 from allocator.ranking.policies import PolicyContext, chooser
 from allocator.ranking.port import Nodes, Ranker
@@ -62,8 +70,23 @@ from tessera.vocabulary import Allocation, PodRequest, RequestError
 #: a few times (without a hold the bind places the pod afresh, as it always could).
 HOLD_PLACEMENTS: Final = 3
 
-#: Preemption for a pod refused for want of room on the given nodes (its answer unused here).
-Preempting = Callable[[Mapping[str, Any], PodRequest, Sequence[str]], object]
+#: Why a pod is refused on a node whose free cards a preemption of equal or higher priority
+#: reserved (kube-scheduler shows it in the pod's FailedScheduling Event).
+RESERVED: Final = "the free cards are reserved for a pod of equal or higher priority"
+
+
+class Preempting(Protocol):
+    """Preemption as filter uses it (:class:`~allocator.verbs.preempt.Preempt`)."""
+
+    def __call__(self, pod: Mapping[str, Any], request: PodRequest,
+                 names: Sequence[str]) -> object:
+        """Preempt for a pod refused for want of room on ``names`` (the answer unused)."""
+
+    def reserved(self, uid: str, priority: int) -> Mapping[str, frozenset[int]]:
+        """The cards reserved against a pod, by node."""
+
+    def taken(self, uid: str, priority: int, node: str, cards: tuple[int, ...]) -> None:
+        """A pod was placed on ``cards`` of ``node`` (lower reservations there end)."""
 
 #: The pod's policy context and requests, read at most once per filter.
 Inputs = Callable[[], tuple[PolicyContext, Requests]]
@@ -129,26 +152,55 @@ class Filter:
             for other, _node in self.requeue.outranked(pod_priority(pod), names):
                 untold.add(self.state.release_hold(other, tell=False) or "")  # it comes first
         untold.add(self.state.release_hold(uid, tell=False) or "")
+        priority = pod_priority(pod)
+        reserved = self.preempt.reserved(uid, priority) if self.preempt is not None else {}
         try:
-            return self._place_among(pod, request, names)
+            return self._place_among(pod, request, names, reserved)
         finally:
             record = self.state.record(uid)
             for node in untold - {"", record.node if record is not None else ""}:
                 self.state.tell_released(node)  # the room it left is others' now
+            if record is not None and self.preempt is not None:
+                self.preempt.taken(uid, priority, record.node, record.allocation.card_indices())
 
-    def _place_among(self, pod: Mapping[str, Any], request: PodRequest,
-                     names: Sequence[str]) -> FilterOutcome:
-        """Steps 3-5, among the nodes the agent does not avoid first."""
+    def _place_among(self, pod: Mapping[str, Any], request: PodRequest, names: Sequence[str],
+                     reserved: Mapping[str, frozenset[int]]) -> FilterOutcome:
+        """Steps 3-5, among the nodes the agent does not avoid first, the nodes with cards
+        ``reserved`` against the pod last."""
         inputs: Inputs = cache(lambda: self.reader.placing_inputs(request, pod))
+        if reserved:
+            reserved = {name: reserved[name] for name in names if name in reserved}
+            names = [name for name in names if name not in reserved]
         for avoided in self.agent.nodes_to_avoid(names, self._pods_to_start):
             # The agent's busy nodes left out first, the busiest last.
             free = [name for name in names if name not in avoided]
             if not free or len(free) == len(names):
                 continue
-            out = self._place(pod, request, free, inputs, avoid=avoided)
+            out = self._place(pod, request, free, inputs, avoid={*avoided, *reserved})
             if out.nodes:
                 return out
-        return self._place(pod, request, names, inputs)
+        out = (self._place(pod, request, names, inputs, avoid=reserved) if names
+               else FilterOutcome([], {}, {}))
+        if out.nodes or not reserved:
+            return out
+        return self._around_reserved(pod, request, reserved, inputs, out)
+
+    def _around_reserved(self, pod: Mapping[str, Any], request: PodRequest,
+                         reserved: Mapping[str, frozenset[int]], inputs: Inputs,
+                         out: FilterOutcome) -> FilterOutcome:
+        """The pod on the cards not reserved of the first node it fits on, held there; else
+        refused there too."""
+        uid = uid_of(pod)
+        failed = dict(out.failed)
+        for node in sorted(reserved):
+            if self._hold(pod, request, node, inputs, reserved[node]):
+                if self.requeue is not None:
+                    self.requeue.fitted(uid)
+                return FilterOutcome([node], {}, {})
+            failed[node] = RESERVED
+        if self.requeue is not None:
+            self.requeue.refused(PodRef.of(pod), request, pod_priority(pod), nodes=failed)
+        return FilterOutcome([], failed, out.unresolvable)
 
     def _place(self, pod: Mapping[str, Any], request: PodRequest, names: Sequence[str],
                inputs: Inputs, avoid: Collection[str] = ()) -> FilterOutcome:
@@ -190,7 +242,9 @@ class Filter:
         if pod is None:
             return False
         inputs: Inputs = cache(lambda: self.reader.placing_inputs(refused.request, pod))
-        self._hold(pod, refused.request, node, inputs)
+        against = (self.preempt.reserved(refused.pod.uid, refused.priority)
+                   if self.preempt is not None else {})
+        self._hold(pod, refused.request, node, inputs, against.get(node, frozenset()))
         record = self.state.record(refused.pod.uid)
         return record is not None and record.node == node
 
@@ -234,12 +288,12 @@ class Filter:
         return FilterOutcome(nodes, {}, {})
 
     def _hold(self, pod: Mapping[str, Any], request: PodRequest, node: str,
-              inputs: Inputs) -> None:
+              inputs: Inputs, reserved: frozenset[int] = frozenset()) -> bool:
         """Hold the pod's cards on ``node`` for its bind, if they can be placed (best
-        effort)."""
+        effort), never on the ``reserved`` cards; whether held."""
         uid = uid_of(pod)
         if not uid or self.config.hold_seconds <= 0:
-            return
+            return False
         ctx, requests = inputs()
         meta = pod.get("metadata") or {}
         until = self.reader.clock() + self.config.hold_seconds
@@ -249,6 +303,11 @@ class Filter:
             return state.hold(uid, meta.get("namespace", ""), meta.get("name", ""),
                               allocation, version, requests, until=until, made_for=request)
 
-        place_and_keep(request, partial(self.reader.node_now, node),
-                       chooser(self.reader.policy_for(request), ctx), uid,
-                       partial(hold, requests=requests), HOLD_PLACEMENTS)
+        def node_now() -> tuple[NodeState, int] | None:
+            now = self.reader.node_now(node)
+            return now if now is None or not reserved else (blocked(now[0], reserved), now[1])
+
+        placed = place_and_keep(request, node_now,
+                                chooser(self.reader.policy_for(request), ctx), uid,
+                                partial(hold, requests=requests), HOLD_PLACEMENTS)
+        return isinstance(placed, Allocation)

@@ -4,24 +4,19 @@ fewest pods of lower priority that make room on one node, through the Eviction A
 The pure core decides (:func:`allocator.preemption.choose_preemption`) over the offers
 :mod:`allocator.verbs.preempt_offers` reads; this verb acts on its answer:
 
-- **Once per preemptor**: remembered (bounded, oldest dropped) until its deadline.
-- **Off filter's thread**: filter decides and enqueues; the worker
-  (:mod:`allocator.verbs.evictions`) writes the note (:mod:`allocator.verbs.preempt_note`:
-  node, cards, wall-clock deadline, victims) and ``status.nominatedNodeName``, then evicts the
-  victims in order: a 429 stops the rest, no pod is ever deleted instead. A full queue: the
-  pod is looked at again at a later refusal.
-- **The hold**: once the picture's watch has seen every victim go (:meth:`Preempt.released`),
-  the preemptor's cards are held in its name until its deadline, the freed cards first, and
-  the requeue asks it again (:meth:`~allocator.verbs.requeue.RequeueOnRelease.held_for`: the
-  one hold of that room; a pod of higher priority filtered meanwhile takes it). Its own
-  filter places it afresh on them, and it binds.
+- **Once per preemptor**, remembered (bounded, oldest dropped) until its deadline; from the
+  decision its cards are **reserved** (:mod:`allocator.verbs.reservations`): pods of lower or
+  equal priority are not placed there, its victims are nobody else's, and a pod of higher
+  priority that takes them ends it (:meth:`Preempt.taken`).
+- **Off filter's thread**: the worker (:mod:`allocator.verbs.evictions`) writes the note
+  and ``status.nominatedNodeName``, then evicts the victims in order (a 429 stops the rest).
+- **The hold**: once the watch has seen every victim go (:meth:`Preempt.released`), the
+  cards are held in the preemptor's name until its deadline and the requeue asks it again
+  (:meth:`~allocator.verbs.requeue.RequeueOnRelease.held_for`).
 - **Restart, new leader**: rebuilt from the notes of pending pods (:meth:`Preempt.restore`).
-- **The end** (:mod:`allocator.verbs.preempt_ends`, each told as an outcome): the bind; the
-  preemptor deleted (its hold freed, the room goes to the next refused pod); or the deadline:
-  the hold freed, the note and our nomination cleared, the Event ``PreemptionExpired``
-  (victims stuck terminating, a budget's 429 included).
-- **The preemptVerb** (:mod:`allocator.verbs.preempt_verb`): its answer is remembered here
-  (:meth:`Preempt.remember_answer`), so the two paths never both evict for one pod.
+- **The end** (:mod:`allocator.verbs.preempt_ends`): the bind, the preemptor deleted, the
+  deadline (hold freed, note and nomination cleared, Event ``PreemptionExpired``).
+- **The preemptVerb** (:mod:`allocator.verbs.preempt_verb`): its answer remembered here.
 
 On unless :attr:`~allocator.verbs.config.AllocatorConfig.preemption` is unset (docs/preemption.md).
 """
@@ -46,12 +41,13 @@ from allocator.preemption import (
     policy_of,
     priority_of,
 )
+from allocator.preemption.reserved import blocked
 from allocator.ranking.cards import NodeState
 from allocator.ranking.fit import place_and_keep
 from allocator.verbs import preempt_offers
 from allocator.verbs.evictions import Worker
 from allocator.verbs.preempt_ends import bound_outcome, expire, tell_ended
-from allocator.verbs.preempt_note import Note, decode_note
+from allocator.verbs.preempt_note import Note, noted
 from allocator.verbs.preempt_ports import HeldRoom, InFlight, Picture, PreemptApi
 from allocator.verbs.preempt_writes import (
     PENDING,
@@ -61,6 +57,7 @@ from allocator.verbs.preempt_writes import (
     still_pending,
     write_note,
 )
+from allocator.verbs.reservations import Reserving
 from tessera.vocabulary import Allocation, PodRequest, RequestError
 
 logger = logging.getLogger(__name__)
@@ -77,15 +74,14 @@ HOLD_PLACEMENTS: Final = 3
 CHECK_SECONDS: Final = 5.0
 
 
-class Preempt(DecisionHooks):
-    """The preempting step of a refused filter (leader only: filter answers nothing else);
-    as a decision hook, it forgets a preemption once its pod is bound.
+class Preempt(Reserving, DecisionHooks):
+    """The preempting step of a refused filter (leader only); as a decision hook, it forgets
+    a preemption once its pod is bound; its cards reserved meanwhile (:class:`Reserving`).
 
     ``clock`` is the wall clock (deadlines are written to the pod); ``request_of`` reads a
     pod's GPU request (a restore reads pods); ``ready``: synced and the leader (a restore
-    runs each time it turns true). Lock order: the picture's lock, then the requeue's, then
-    this one; this one is never held while calling the picture or the API (:meth:`released`
-    runs under the picture's lock)."""
+    runs each time it turns true). Lock order: the picture's, the requeue's, this one (never
+    held calling the picture or the API; :meth:`released` runs under the picture's lock)."""
 
     def __init__(self, state: Picture, api: PreemptApi, hooks: DecisionHooks,
                  clock: Callable[[], float], annotation: str, gpu_pods: str,
@@ -104,6 +100,7 @@ class Preempt(DecisionHooks):
         self.request_of = request_of
         self.ready = ready
         self.in_flight: OrderedDict[str, InFlight] = OrderedDict()
+        self.leaving: OrderedDict[str, str] = OrderedDict()  # victims evicted (Reserving)
         #: Told of a hold placed (the requeue asks the preemptor again); None: nobody.
         self.requeue: HeldRoom | None = None
         self.worker = Worker(self.tick)
@@ -120,23 +117,25 @@ class Preempt(DecisionHooks):
         preemption in flight, or none helped). Never raises."""
         ref = PodRef.of(pod)
         now = self.clock()
-        if not ref.uid or not self._claim(InFlight(ref, request, now + RETRY_SECONDS), now):
+        claim = InFlight(ref, request, now + RETRY_SECONDS)
+        if not ref.uid or not self._claim(claim, now):
             return None
         preemptor = Preemptor(ref.uid, request, priority_of(pod), policy_of(pod))
         try:
             decision = preempt_offers.decide(self.api, self.gpu_pods, self.state, preemptor,
-                                             names, self.snapshot())
+                                             names, self.snapshot(),
+                                             partial(self.respected, preemptor))
         except ApiError as exc:
             logger.warning("preemption for %s not tried: %s", ref.key, exc)
             return None
         if isinstance(decision, NoPreemption):
             logger.info("no preemption for %s: %s", ref.key, decision.reason)
             return decision
-        self._act(InFlight(ref, request, now + self.deadline_seconds, decision.node,
-                           decision.cards, tuple(v.uid for v in decision.victims),
-                           priority=preemptor.priority,
-                           victim_refs=tuple(PodRef(v.namespace, v.name, v.uid)
-                                             for v in decision.victims)))
+        victims = tuple(PodRef(v.namespace, v.name, v.uid) for v in decision.victims)
+        if self._act(claim, InFlight(ref, request, now + self.deadline_seconds, decision.node,
+                                     decision.cards, tuple(v.uid for v in victims),
+                                     priority=preemptor.priority, victim_refs=victims)):
+            self.taken(ref.uid, preemptor.priority, decision.node, decision.cards, placed=False)
         return decision
 
     def snapshot(self) -> tuple[InFlight, ...]:
@@ -145,8 +144,8 @@ class Preempt(DecisionHooks):
             return tuple(f for f in self.in_flight.values() if f.node)
 
     def _claim(self, entry: InFlight, now: float) -> bool:
-        """Remember ``entry`` unless its pod was looked at lately (bounded, oldest first).
-        Preemptions past their deadline go to the worker to be ended (:meth:`tick`)."""
+        """Remember ``entry`` unless its pod was looked at lately (those past their deadline
+        go to the worker to be ended, :meth:`tick`)."""
         with self._lock:
             self._take_expired(now)
             claimed = entry.pod.uid not in self.in_flight
@@ -162,42 +161,47 @@ class Preempt(DecisionHooks):
                 self._ended.append(ended)
 
     def _remember(self, entry: InFlight) -> list[InFlight]:
-        """(Under this lock.) Remember ``entry``; the oldest dropped to make room, returned
-        to be told (:data:`~allocator.decisions.PreemptionEnd.FORGOTTEN`) outside the lock."""
+        """(Under this lock.) Remember ``entry``; the oldest dropped (told FORGOTTEN after)."""
         self.in_flight[entry.pod.uid] = entry
         dropped = []
         while len(self.in_flight) > self.max_in_flight:
             dropped.append(self.in_flight.popitem(last=False)[1])
         return dropped
 
-    def _act(self, entry: InFlight) -> None:
+    def _act(self, claim: InFlight, entry: InFlight) -> bool:
+        """Remember ``entry`` and queue its evictions, unless its pod was placed (room held for
+        it by the requeue, or bound), deleted or forgotten while it was decided."""
+        placed = self.state.record(entry.pod.uid) is not None
         with self._lock:
+            if placed or self.in_flight.get(entry.pod.uid) is not claim:
+                return False
             dropped = self._remember(entry)
         tell_ended(self.hooks, dropped, PreemptionEnd.FORGOTTEN)
         if self.worker.submit(partial(self._carry_out, entry)):
             self.hooks.preemption_started(entry.pod, entry.victim_refs, entry.node,
                                           entry.cards)
-            return
+            return True
         logger.warning("preemption for %s not started: too many in the queue", entry.pod.key)
         with self._lock:
             if self.in_flight.get(entry.pod.uid) is entry:  # looked at again later
                 self.in_flight[entry.pod.uid] = replace(
                     entry, node="", cards=(), victims=(), victim_refs=(),
                     until=self.clock() + RETRY_SECONDS)
+        return False
 
     # ------------------------------------------------------------------ the worker's side
     def _carry_out(self, entry: InFlight) -> None:
         """Note, nominate, evict in order (the worker's thread)."""
         ref = entry.pod
-        with self._lock:
-            if self.in_flight.get(ref.uid) is not entry:
-                return  # bound, deleted or forgotten while queued: nobody is evicted
+        if not self.going(entry):
+            return  # bound, placed elsewhere, deleted or forgotten while queued: nobody goes
         write_note(self.api, self.annotation, ref,
                    Note(entry.node, entry.cards, entry.until, entry.victims))
         self._evict(entry, entry.victim_refs)
 
     def _evict(self, entry: InFlight, victims: tuple[PodRef, ...]) -> None:
-        evict(self.api, self.hooks, entry, victims)
+        evict(self.api, self.hooks, entry, victims, partial(self.going, entry),
+              partial(self.evicted, entry.node))
 
     def tick(self, now: float | None = None) -> None:
         """The worker between jobs: a restore on becoming ready, and the end of each
@@ -253,7 +257,7 @@ class Preempt(DecisionHooks):
         leader): each remembered with its deadline (capped at now plus ours), its cards held
         at once when every victim is gone. Notes past their deadline are cleared. How many
         were restored."""
-        pods, _ = self.api.list_pods_by_field(PENDING, self._noted)
+        pods, _ = self.api.list_pods_by_field(PENDING, partial(noted, self.annotation))
         restored = 0
         for pod, note in (found for found in pods if found is not None):
             ref = PodRef.of(pod)
@@ -278,17 +282,9 @@ class Preempt(DecisionHooks):
             self._hold_when_free(entry)
         return restored
 
-    def _noted(self, pod: dict[str, Any]) -> tuple[dict[str, Any], Note] | None:
-        meta = pod.get("metadata") or {}
-        note = decode_note((meta.get("annotations") or {}).get(self.annotation))
-        if note is None or meta.get("deletionTimestamp"):
-            return None
-        return pod, note
-
     # ------------------------------------------------------------------ the preemptVerb
     def acting_for(self, uid: str) -> bool:
-        """Whether this path chose victims for the pod, before their deadline (the
-        ``preemptVerb`` then answers no candidates)."""
+        """Whether this path chose victims for the pod, before their deadline."""
         with self._lock:
             return self._acting_for(uid)
 
@@ -339,7 +335,7 @@ class Preempt(DecisionHooks):
 
         if state.record(ref.uid) is not None:
             return  # held by its own filter, or bound, already
-        placed = place_and_keep(entry.request, partial(self._node_now, entry.node),
+        placed = place_and_keep(entry.request, partial(self._node_now, entry),
                                 freed_first(entry.cards), ref.uid, keep, HOLD_PLACEMENTS)
         if not isinstance(placed, Allocation):
             return
@@ -374,9 +370,13 @@ class Preempt(DecisionHooks):
             self.requeue.forget(uid)
         self.state.release_hold(uid)
 
-    def _node_now(self, node: str) -> tuple[NodeState, int] | None:
-        view = self.state.view(node)
-        return None if view is None else (view.state, view.version)
+    def _node_now(self, entry: InFlight) -> tuple[NodeState, int] | None:
+        """The node as ``entry``'s hold may use it: cards reserved for others left out."""
+        view = self.state.view(entry.node)
+        if view is None:
+            return None
+        against = self.reserved(entry.pod.uid, entry.priority).get(entry.node, ())
+        return blocked(view.state, against), view.version
 
     # ------------------------------------------------------------------ the end
     def allocated(self, pod: PodRef, node: str, cards: tuple[int, ...], policy: str) -> None:
@@ -387,8 +387,7 @@ class Preempt(DecisionHooks):
             tell_ended(self.hooks, (entry,), bound_outcome(entry, node))
 
     def pod_gone(self, uid: str) -> None:
-        """The watch saw the pod deleted: a preemption for it is over (its hold, if any, went
-        with its record; one not yet placed never will be)."""
+        """The watch saw the pod deleted: a preemption for it is over (its hold gone too)."""
         if uid in self.in_flight:  # lock-free miss
             with self._lock:
                 entry = self.in_flight.pop(uid, None)

@@ -22,7 +22,7 @@ from __future__ import annotations
 import json
 import math
 from dataclasses import dataclass
-from typing import Final, TypeVar
+from typing import Any, Final, TypeVar
 
 T = TypeVar("T")
 
@@ -74,3 +74,12 @@ def decode_note(text: object) -> Note | None:
             or not isinstance(until, int | float) or not math.isfinite(until)):
         return None
     return Note(node, cards, float(until), victims)
+
+
+def noted(annotation: str, pod: dict[str, Any]) -> tuple[dict[str, Any], Note] | None:
+    """A pod not being deleted with its note (``annotation``), or None (a restore's list)."""
+    meta = pod.get("metadata") or {}
+    note = decode_note((meta.get("annotations") or {}).get(annotation))
+    if note is None or meta.get("deletionTimestamp"):
+        return None
+    return pod, note

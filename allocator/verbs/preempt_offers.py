@@ -106,16 +106,20 @@ def _gpu_pod(record: PodRecord) -> GpuPod:
 
 
 def decide(api: ListingApi, gpu_pods: str, picture: PictureReads, preemptor: Preemptor,
-           names: Sequence[str], in_flight: Iterable[Chosen] = ()
+           names: Sequence[str], in_flight: Iterable[Chosen] = (),
+           respected: Callable[[list[NodeOffer]], list[NodeOffer]] | None = None
            ) -> Preemption | NoPreemption:
     """Filter's path: where to preempt for ``preemptor`` among the refused ``names`` and whom,
     or why nobody (``gpu_pods``: the label selector of every GPU pod; ``in_flight``: the
-    preemptions whose victims are spared, :func:`offers`)."""
+    preemptions whose victims are spared, :func:`offers`; ``respected``: the offers as the
+    reservations of preemptions in flight leave them,
+    :meth:`~allocator.verbs.reservations.Reserving.respected`)."""
     if preemptor.policy is PreemptionPolicy.NEVER:
         return choose_preemption(preemptor, ())  # the core says why
     if not picture.below_on(names, preemptor.priority):
         return nobody_lower(names)
-    return weigh(api, gpu_pods, preemptor, offers(picture, names, in_flight),
+    found = offers(picture, names, in_flight)
+    return weigh(api, gpu_pods, preemptor, respected(found) if respected else found,
                  partial(choose_preemption, preemptor), _has_victims)
 
 

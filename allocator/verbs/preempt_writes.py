@@ -11,6 +11,7 @@ at most every :data:`~allocator.verbs.preempt.CHECK_SECONDS` with one list of pe
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
 from typing import Any
 
 from allocator.decisions import DecisionHooks, PodRef
@@ -37,22 +38,32 @@ def write_note(api: PreemptApi, annotation: str, ref: PodRef, note: Note) -> Non
 
 
 def evict(api: PreemptApi, hooks: DecisionHooks, entry: InFlight,
-          victims: tuple[PodRef, ...]) -> None:
+          victims: tuple[PodRef, ...], going: Callable[[], bool] = lambda: True,
+          leaving: Callable[[PodRef, bool], None] = lambda victim, going: None) -> None:
     """Evict ``victims`` in order through the Eviction API; a refusal stops the rest (a 429:
-    a PodDisruptionBudget forbids it now; never a delete instead). A victim already gone
-    counts as evicted."""
+    a PodDisruptionBudget forbids it now; never a delete instead), and so does the
+    preemption's end (``going`` False: its preemptor bound, deleted or outranked meanwhile).
+    A victim already gone counts as evicted. Each is told to ``leaving`` before its eviction
+    (True: another preemption deciding meanwhile counts it gone), and again (False) when the
+    eviction failed."""
     ref = entry.pod
     evicted: list[PodRef] = []
     for victim in victims:
+        if not going():
+            logger.info("preemption for %s over: its other victims stay", ref.key)
+            break
+        leaving(victim, True)
         try:
             api.create_eviction(victim.namespace, victim.name)
         except NotFound:
             pass  # gone already: its cards are free
         except TooManyRequests as exc:
             logger.info("preemption for %s stopped: %s", ref.key, exc)
+            leaving(victim, False)
             break
         except ApiError as exc:
             logger.warning("eviction of %s for %s failed: %s", victim.key, ref.key, exc)
+            leaving(victim, False)
             break
         evicted.append(victim)
     if evicted:

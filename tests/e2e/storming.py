@@ -280,24 +280,103 @@ class Record:
 
 
 def thefts(history: History, stream: Sequence[Seen], found: Sequence[Preemption],
-           vocabulary: Vocabulary) -> list[str]:
-    """Pods of lower priority than a preemptor bound on its cards after its victims were gone
-    and before it was bound (or its deadline passed): the room it evicted for, taken."""
+           vocabulary: Vocabulary, memory_mib: int) -> list[str]:
+    """Pods of lower priority than a preemptor bound on its cards while it waited (from its
+    note until it was bound, gone, its note cleared or changed, or its deadline) that took
+    the room it evicted for: with every pod not leaving at that step (the one bound
+    included), the preemptor's share no longer fits on one of its cards. A pod the allocator
+    had placed there before the decision (its hold counted as taken when the victims were
+    chosen) leaves the preemptor its room, and is no theft."""
     out = []
     for p in found:
-        gone = [history.left.get(v) for v in p.victims]
-        if not p.victims or not p.cards or any(g is None for g in gone):
+        if not p.cards or p.preemptor not in history.last:
             continue
-        start = max(g[0] for g in gone if g is not None)
+        start = history.at[p.step]
         end = min(history.bound.get(p.preemptor, (float("inf"), "", 0))[0], start + DEADLINE_S,
-                  history.left.get(p.preemptor, (float("inf"), 0))[0])
+                  history.left.get(p.preemptor, (float("inf"), 0))[0],
+                  note_over(stream, p, vocabulary))
         floor = priority_of(history.last[p.preemptor])
+        need = _share(history.last[p.preemptor], vocabulary, memory_mib)
+        last_step = outranked_at(history, stream, p, vocabulary)
         for name, (at, node, step) in history.bound.items():
-            if node != p.node or not start < at < end or priority_of(history.last[name]) >= floor:
+            if (node != p.node or not start < at < end or step > last_step
+                    or priority_of(history.last[name]) >= floor):
                 continue
-            text = (stream[step].pod["metadata"].get("annotations") or {}).get(
-                vocabulary.allocation_annotation)
-            cards = decode_allocation(text).card_indices() if text else ()
-            if set(cards) & set(p.cards):
+            used = _standing(stream, step, vocabulary, memory_mib, exclude=p.victims)
+            if set(_cards_of(stream[step].pod, vocabulary)) & set(p.cards) and any(
+                    used.get((node, c), (0, 0))[0] + need[0] > 100
+                    or used.get((node, c), (0, 0))[1] + need[1] > memory_mib for c in p.cards):
                 out.append(f"{name} on {p.preemptor}'s card(s) {p.cards} of {node}")
     return out
+
+
+#: Seconds between a preemptor's note cleared and the bind of the higher-priority pod whose
+#: placement on its cards ended the preemption (outranked), either way round: the allocator
+#: ends it when that pod's filter holds the cards, clears the note after, and the bind comes.
+OUTRANKED_BIND_S = 2.0
+
+
+def outranked_at(history: History, stream: Sequence[Seen], p: Preemption,
+                 vocabulary: Vocabulary) -> int | float:
+    """The step of the bind of a pod of higher priority on ``p``'s cards that ended it
+    (outranked: its note cleared before the deadline, within :data:`OUTRANKED_BIND_S` of
+    that bind), else infinity."""
+    start, over = history.at[p.step], note_over(stream, p, vocabulary)
+    if not over < start + DEADLINE_S:
+        return float("inf")
+    floor = priority_of(history.last[p.preemptor])
+    steps = [step for name, (at, node, step) in history.bound.items()
+             if node == p.node and start <= at and abs(at - over) <= OUTRANKED_BIND_S
+             and priority_of(history.last[name]) > floor
+             and set(_cards_of(stream[step].pod, vocabulary)) & set(p.cards)]
+    return min(steps, default=float("inf"))
+
+
+def note_over(stream: Sequence[Seen], p: Preemption, vocabulary: Vocabulary) -> float:
+    """When the preemptor's note was cleared or replaced after ``p.step`` (its preemption
+    over: outranked, or its deadline), else infinity."""
+    first = (stream[p.step].pod["metadata"].get("annotations") or {}).get(
+        vocabulary.preemption_annotation)
+    for seen in stream[p.step + 1:]:
+        if seen.name == p.preemptor and (seen.pod["metadata"].get("annotations") or {}).get(
+                vocabulary.preemption_annotation) != first:
+            return seen.at
+    return float("inf")
+
+
+def _cards_of(pod: Mapping[str, Any], vocabulary: Vocabulary) -> tuple[int, ...]:
+    text = (pod["metadata"].get("annotations") or {}).get(vocabulary.allocation_annotation)
+    return decode_allocation(text).card_indices() if text else ()
+
+
+def _share(pod: Mapping[str, Any], vocabulary: Vocabulary, memory_mib: int) -> tuple[int, int]:
+    """(core percent, memory MiB) the pod takes on a card: its allocation's when it was ever
+    bound (the storm's pods have one container on one card), else its core limit alone."""
+    text = (pod["metadata"].get("annotations") or {}).get(vocabulary.allocation_annotation)
+    if text:
+        (c,) = decode_allocation(text).containers
+        return (100, memory_mib) if c.is_whole else (c.core_percent, c.memory_mib)
+    core = int(pod["spec"]["containers"][0]["resources"]["limits"]["elasticgpu.io/gpu-core"])
+    return (100, memory_mib) if core >= 100 else (core, 0)
+
+
+def _standing(stream: Sequence[Seen], step: int, vocabulary: Vocabulary, memory_mib: int,
+              exclude: Sequence[str]) -> dict[tuple[str, int], tuple[int, int]]:
+    """(core, memory) taken on each (node, card) after ``step`` by bound pods not leaving,
+    ``exclude`` aside."""
+    live: dict[str, dict[str, Any]] = {}
+    for seen in stream[:step + 1]:
+        if leaving(seen):
+            live.pop(seen.name, None)
+        else:
+            live[seen.name] = seen.pod
+    used: dict[tuple[str, int], tuple[int, int]] = {}
+    for name, pod in live.items():
+        node = node_of(pod)
+        if node is None or name in exclude or not _cards_of(pod, vocabulary):
+            continue
+        core, memory = _share(pod, vocabulary, memory_mib)
+        for index in _cards_of(pod, vocabulary):
+            was = used.get((node, index), (0, 0))
+            used[(node, index)] = (was[0] + core, was[1] + memory)
+    return used
