@@ -53,7 +53,10 @@ def offer(history: History, events: Sequence[Seen], step: int, node: str, cards:
         allocation = decode_allocation(text)
         state = apply_placement(state, allocation.containers, uid)
         pods.append(GpuPod(uid, "", name, allocation, priority_of(pod), started_at(pod)))
-    return NodeOffer(state, tuple(pods))
+    # In the allocator's order, by UID (allocator/verbs/preempt_offers.py): pods of equal
+    # priority started in the same second (``status.startTime`` has second resolution) tie,
+    # and kube-scheduler's own order of a tie is not stable; the allocator's is the UID's.
+    return NodeOffer(state, tuple(sorted(pods, key=lambda p: p.uid)))
 
 
 def preemptor_of(pod: Mapping[str, Any], vocabulary: Vocabulary) -> Preemptor:
