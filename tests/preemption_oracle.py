@@ -200,19 +200,27 @@ def oracle_key(victims: Sequence[GpuPod], violations: int) -> tuple[int, int, in
 def oracle_choice(preemptor: Preemptor, nodes: Sequence[NodeOffer],
                   budgets: Sequence[Budget] = ()) -> tuple[str, tuple[GpuPod, ...]] | None:
     """The node and victims kube-scheduler's rules give, every node's victims found by
-    enumeration; None when no preemption is due (the pod fits somewhere as it is, may not
-    preempt, or no node has room to make)."""
+    enumeration, the first node among equals; None when no preemption is due (the pod fits
+    somewhere as it is, may not preempt, or no node has room to make)."""
+    equals = oracle_choices(preemptor, nodes, budgets)
+    return equals[0] if equals else None
+
+
+def oracle_choices(preemptor: Preemptor, nodes: Sequence[NodeOffer],
+                   budgets: Sequence[Budget] = ()) -> list[tuple[str, tuple[GpuPod, ...]]]:
+    """Every node (with its victims) equal best by kube-scheduler's five criteria, in the
+    nodes' order: kube-scheduler takes the first of its candidates, whose order comes from a
+    parallel dry run (``pickOneNodeForPreemption``), so any of them may be its choice."""
     if preemptor.policy is PreemptionPolicy.NEVER or any(
             fits(preemptor.request, n.state) for n in nodes):
-        return None
-    best: tuple[tuple[int, int, int, int, float], str, tuple[GpuPod, ...]] | None = None
+        return []
+    keyed = []
     for node in nodes:
         if (found := reprieved_victims(preemptor, node, budgets)) is None or not found[0]:
             continue
-        key = oracle_key(*found)
-        if best is None or key < best[0]:  # the first node among equals
-            best = (key, node.name, found[0])
-    return None if best is None else (best[1], best[2])
+        keyed.append((oracle_key(*found), node.name, found[0]))
+    best = min((key for key, _, _ in keyed), default=None)
+    return [(name, victims) for key, name, victims in keyed if key == best]
 
 
 def fewest_victims(preemptor: Preemptor, node: NodeOffer) -> int | None:

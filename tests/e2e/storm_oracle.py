@@ -18,7 +18,7 @@ from __future__ import annotations
 from collections.abc import Iterator, Mapping, Sequence
 from typing import Any
 
-from preemption_oracle import oracle_choice, reprieved_victims
+from preemption_oracle import oracle_choices, reprieved_victims
 from storming import DEADLINE_S, History, Preemption, Seen, node_of, started
 
 from allocator.preemption import GpuPod, NodeOffer, Preemptor, policy_of, priority_of, started_at
@@ -137,7 +137,8 @@ def iter_victim_problems(history: History, p: Preemption,
         yield (f"{p.preemptor} on {p.node}: evicted {sorted(got)}, the oracle's walk "
                f"{None if found is None else sorted(v.name for v in found[0])}")
     if len(offers) > 1:
-        choice = oracle_choice(preemptor, list(offers.values()))
-        if choice is None or (choice[0], {v.name for v in choice[1]}) != (p.node, got):
-            yield (f"{p.preemptor}: chose {p.node} {sorted(got)}, the oracle "
-                   f"{None if choice is None else (choice[0], sorted(v.name for v in choice[1]))}")
+        # Any node tied best on all five criteria may be kube-scheduler's choice.
+        choices = [(node, sorted(v.name for v in victims)) for node, victims in
+                   oracle_choices(preemptor, list(offers.values()))]
+        if (p.node, sorted(got)) not in choices:
+            yield f"{p.preemptor}: chose {p.node} {sorted(got)}, the oracle {choices or None}"
