@@ -4,39 +4,18 @@ on one node are evicted through the Eviction API, once, and the preemptor is nom
 from __future__ import annotations
 
 import json
-from typing import Any
 
 import pytest
 from alloc_harness import NOW, make_app
-from builders import VOCAB, make_gpu_pod, make_node, request, share, whole
+from builders import VOCAB, make_node
 from fake_kube import FakeKube
+from preempting_cluster import HALF, WHOLE, full_node, priority_pod
 
 from allocator.errors import TooManyRequests
 from allocator.service.app import Runtime
 from allocator.verbs import preempt_offers
 from allocator.verbs.config import AllocatorConfig
 from allocator.verbs.preempt import DEADLINE_SECONDS
-
-HALF = request(share(core=50, mem=8000))
-WHOLE = request(whole())
-
-
-def _pod(name: str, req: Any, priority: int, **spec: Any) -> dict[str, Any]:
-    pod = make_gpu_pod(name, req, uid=f"u-{name}")
-    pod["spec"].update(priority=priority, **spec)
-    return pod
-
-
-def _full_node(preemption: bool = True) -> tuple[FakeKube, Any, Runtime]:
-    """n1: two cards, each shared by two priority-1 half-card pods bound by the allocator."""
-    fake = FakeKube()
-    fake.add_node(make_node("n1", count=2))
-    app, rt = make_app(fake, core=AllocatorConfig(preemption=preemption))
-    for name in ("a", "b", "c", "d"):
-        fake.add_pod(_pod(name, HALF, 1))
-        rt.allocator.bind("default", name, f"u-{name}", "n1")
-        rt.state.apply_pod(fake.get_pod("default", name))
-    return fake, app, rt
 
 
 def _cards_of(rt: Runtime, names: list[str]) -> set[int]:
@@ -63,8 +42,8 @@ def _evicted(fake: FakeKube) -> list[str]:
 
 
 def test_the_pods_of_one_card_are_evicted_for_a_whole_card_and_the_pod_is_nominated() -> None:
-    fake, _app, rt = _full_node()
-    fake.add_pod(_pod("big", WHOLE, 100))
+    fake, _app, rt = full_node()
+    fake.add_pod(priority_pod("big", WHOLE, 100))
     out = _filter(rt, fake, "big", ["n1"])
     assert out == []
     evicted = _evicted(fake)
@@ -91,8 +70,8 @@ def test_the_pods_of_one_card_are_evicted_for_a_whole_card_and_the_pod_is_nomina
 
 
 def test_the_freed_card_is_held_for_the_preemptor_against_lower_priority_pods() -> None:
-    fake, _app, rt = _full_node()
-    fake.add_pod(_pod("big", WHOLE, 100))
+    fake, _app, rt = full_node()
+    fake.add_pod(priority_pod("big", WHOLE, 100))
     _filter(rt, fake, "big", ["n1"])
     evicted = _evicted(fake)
     freed = _cards_of(rt, evicted)
@@ -102,7 +81,7 @@ def test_the_freed_card_is_held_for_the_preemptor_against_lower_priority_pods() 
     assert held is not None and held.stage == "held"
     assert {i for c in held.allocation.containers for i in c.card_indices} == freed
     # A pod of lower priority finds the card taken, and preempts nobody (equal priority).
-    fake.add_pod(_pod("small", WHOLE, 1))
+    fake.add_pod(priority_pod("small", WHOLE, 1))
     assert _filter(rt, fake, "small", ["n1"]) == []
     assert _evicted(fake) == evicted
     # The preemptor's own filter takes the card (its hold released, placed afresh on it).
@@ -114,8 +93,8 @@ def test_the_freed_card_is_held_for_the_preemptor_against_lower_priority_pods() 
 
 
 def test_a_hold_nobody_claims_ends_at_the_deadline() -> None:
-    fake, _app, rt = _full_node()
-    fake.add_pod(_pod("big", WHOLE, 100))
+    fake, _app, rt = full_node()
+    fake.add_pod(priority_pod("big", WHOLE, 100))
     _filter(rt, fake, "big", ["n1"])
     for name in _evicted(fake):
         rt.state.remove_pod({"metadata": {"uid": f"u-{name}"}})
@@ -125,8 +104,8 @@ def test_a_hold_nobody_claims_ends_at_the_deadline() -> None:
 
 
 def test_the_hold_ends_when_the_watch_sees_the_preemptor_deleted() -> None:
-    fake, _app, rt = _full_node()
-    fake.add_pod(_pod("big", WHOLE, 100))
+    fake, _app, rt = full_node()
+    fake.add_pod(priority_pod("big", WHOLE, 100))
     _filter(rt, fake, "big", ["n1"])
     for name in _evicted(fake):
         rt.state.remove_pod({"metadata": {"uid": f"u-{name}"}})
@@ -137,31 +116,31 @@ def test_the_hold_ends_when_the_watch_sees_the_preemptor_deleted() -> None:
 
 
 def test_preemption_policy_never_evicts_nobody() -> None:
-    fake, _app, rt = _full_node()
-    fake.add_pod(_pod("big", WHOLE, 100, preemptionPolicy="Never"))
+    fake, _app, rt = full_node()
+    fake.add_pod(priority_pod("big", WHOLE, 100, preemptionPolicy="Never"))
     assert _filter(rt, fake, "big", ["n1"]) == []
     assert _evicted(fake) == []
     assert "nominatedNodeName" not in fake.get_pod("default", "big")["status"]
 
 
 def test_with_preemption_off_nobody_is_evicted() -> None:
-    fake, _app, rt = _full_node(preemption=False)
-    fake.add_pod(_pod("big", WHOLE, 100))
+    fake, _app, rt = full_node(preemption=False)
+    fake.add_pod(priority_pod("big", WHOLE, 100))
     assert _filter(rt, fake, "big", ["n1"]) == []
     assert _evicted(fake) == []
 
 
 def test_pods_of_equal_priority_are_never_evicted() -> None:
-    fake, _app, rt = _full_node()
-    fake.add_pod(_pod("peer", WHOLE, 1))
+    fake, _app, rt = full_node()
+    fake.add_pod(priority_pod("peer", WHOLE, 1))
     _filter(rt, fake, "peer", ["n1"])
     assert _evicted(fake) == []
 
 
 def test_a_budget_refusal_stops_the_preemption_and_deletes_nobody() -> None:
-    fake, _app, rt = _full_node()
+    fake, _app, rt = full_node()
     fake.fail("create_eviction", TooManyRequests("Cannot evict pod: disruption budget", 429))
-    fake.add_pod(_pod("big", WHOLE, 100))
+    fake.add_pod(priority_pod("big", WHOLE, 100))
     _filter(rt, fake, "big", ["n1"])
     assert len(_evicted(fake)) == 1  # the first was refused; the second never asked
     assert len(fake.pods) == 5  # every pod still there
@@ -174,7 +153,7 @@ def test_the_node_whose_pods_no_budget_protects_is_chosen() -> None:
         fake.add_node(make_node(node, count=1))
     _app, rt = make_app(fake, core=AllocatorConfig(preemption=True))
     for name, node in (("a", "n1"), ("b", "n1"), ("c", "n2"), ("d", "n2")):
-        pod = _pod(name, HALF, 1)
+        pod = priority_pod(name, HALF, 1)
         pod["metadata"]["labels"]["app"] = "guarded" if node == "n1" else "free"
         fake.add_pod(pod)
         rt.allocator.bind("default", name, f"u-{name}", node)
@@ -182,7 +161,7 @@ def test_the_node_whose_pods_no_budget_protects_is_chosen() -> None:
     fake.budgets.append({"metadata": {"name": "guard", "namespace": "default"},
                          "spec": {"selector": {"matchLabels": {"app": "guarded"}}},
                          "status": {"disruptionsAllowed": 0}})
-    fake.add_pod(_pod("big", WHOLE, 100))
+    fake.add_pod(priority_pod("big", WHOLE, 100))
     _filter(rt, fake, "big", ["n1", "n2"])
     assert sorted(_evicted(fake)) == ["c", "d"]  # without the budget n1, given first, would be
     assert fake.get_pod("default", "big")["status"]["nominatedNodeName"] == "n2"
@@ -192,12 +171,12 @@ def test_the_node_whose_pods_no_budget_protects_is_chosen() -> None:
 def test_pods_are_listed_only_for_a_budget_in_their_namespace_in_one_list_past_a_few_nodes(
         monkeypatch: pytest.MonkeyPatch, budget_namespace: str | None) -> None:
     monkeypatch.setattr(preempt_offers, "PER_NODE_LISTS", 0)
-    fake, _app, rt = _full_node()
+    fake, _app, rt = full_node()
     if budget_namespace is not None:
         fake.budgets.append({"metadata": {"name": "b", "namespace": budget_namespace},
                              "spec": {"selector": {"matchLabels": {"app": "x"}}},
                              "status": {"disruptionsAllowed": 1}})
-    fake.add_pod(_pod("big", WHOLE, 100))
+    fake.add_pod(priority_pod("big", WHOLE, 100))
     assert rt.preempt is not None
     rt.preempt.worker.drain()  # the restore at the first tick lists the pending pods, once
     before = len(fake.calls)

@@ -7,40 +7,18 @@ from __future__ import annotations
 from dataclasses import replace
 from typing import Any
 
-from alloc_harness import NOW, make_app
-from builders import make_gpu_pod, make_node, request, share, whole
+from alloc_harness import NOW
 from fake_kube import FakeKube
+from preempting_cluster import WHOLE, full_node, priority_pod
 
 from allocator.decisions import PodRef, PreemptionEnd
 from allocator.picture.records import PodRecord, Stage
 from allocator.service.app import Runtime
 from allocator.service.page import preemption_views, render
 from allocator.service.preemptions import HELD, VICTIMS_GONE, WAITING, documents, state_of
-from allocator.verbs.config import AllocatorConfig
 from allocator.verbs.preempt import CHECK_SECONDS, DEADLINE_SECONDS
 from allocator.verbs.preempt_ports import InFlight
 from tessera.vocabulary import Allocation
-
-HALF = request(share(core=50, mem=8000))
-WHOLE = request(whole())
-
-
-def _pod(name: str, req: Any, priority: int) -> dict[str, Any]:
-    pod = make_gpu_pod(name, req, uid=f"u-{name}")
-    pod["spec"]["priority"] = priority
-    return pod
-
-
-def _full_node(preemption: bool = True) -> tuple[FakeKube, Any, Runtime]:
-    """n1: two cards, each shared by two priority-1 half-card pods bound by the allocator."""
-    fake = FakeKube()
-    fake.add_node(make_node("n1", count=2))
-    app, rt = make_app(fake, core=AllocatorConfig(preemption=preemption))
-    for name in ("a", "b", "c", "d"):
-        fake.add_pod(_pod(name, HALF, 1))
-        rt.allocator.bind("default", name, f"u-{name}", "n1")
-        rt.state.apply_pod(fake.get_pod("default", name))
-    return fake, app, rt
 
 
 def _evicted(fake: FakeKube) -> list[str]:
@@ -52,7 +30,7 @@ def _metric(rt: Runtime, name: str, **labels: str) -> float | None:
 
 
 def _preempt_big(fake: FakeKube, rt: Runtime) -> list[str]:
-    fake.add_pod(_pod("big", WHOLE, 100))
+    fake.add_pod(priority_pod("big", WHOLE, 100))
     assert rt.allocator.filter(fake.get_pod("default", "big"), ["n1"]).nodes == []
     assert rt.preempt is not None
     rt.preempt.worker.drain()  # the evictions (the worker's thread in a service)
@@ -62,7 +40,7 @@ def _preempt_big(fake: FakeKube, rt: Runtime) -> list[str]:
 
 
 def test_a_preemption_is_counted_listed_in_status_and_ends_bound() -> None:
-    fake, app, rt = _full_node()
+    fake, app, rt = full_node()
     client = app.test_client()
     evicted = _preempt_big(fake, rt)
     assert _metric(rt, "tessera_allocator_preemptions_total") == 1
@@ -90,7 +68,7 @@ def test_a_preemption_is_counted_listed_in_status_and_ends_bound() -> None:
 
 
 def test_a_preemption_whose_deadline_passes_is_counted_as_not_bound() -> None:
-    fake, _app, rt = _full_node()
+    fake, _app, rt = full_node()
     _preempt_big(fake, rt)
     assert rt.preempt is not None
     # The worker's tick past the deadline ends it on time: over, without a bind.
@@ -102,7 +80,7 @@ def test_a_preemption_whose_deadline_passes_is_counted_as_not_bound() -> None:
 
 
 def test_a_preemptor_bound_on_another_node_is_not_counted_bound() -> None:
-    fake, _app, rt = _full_node()
+    fake, _app, rt = full_node()
     _preempt_big(fake, rt)
     assert rt.preempt is not None
     rt.preempt.allocated(PodRef("default", "big", "u-big"), "n2", (0,), "binpack")
@@ -111,7 +89,7 @@ def test_a_preemptor_bound_on_another_node_is_not_counted_bound() -> None:
 
 
 def test_a_preemptor_deleted_is_counted_deleted_once() -> None:
-    fake, _app, rt = _full_node()
+    fake, _app, rt = full_node()
     _preempt_big(fake, rt)
     assert rt.preempt is not None
     fake.delete_pod("default", "big")  # the watch of bound pods does not see it go
@@ -123,18 +101,18 @@ def test_a_preemptor_deleted_is_counted_deleted_once() -> None:
 
 
 def test_the_oldest_preemption_dropped_from_a_full_table_is_counted_forgotten() -> None:
-    fake, _app, rt = _full_node()
+    fake, _app, rt = full_node()
     assert rt.preempt is not None
     rt.preempt.max_in_flight = 1
     _preempt_big(fake, rt)
-    fake.add_pod(_pod("peer", WHOLE, 1))  # looked at: remembered, big's entry dropped
+    fake.add_pod(priority_pod("peer", WHOLE, 1))  # looked at: remembered, big's entry dropped
     rt.allocator.filter(fake.get_pod("default", "peer"), ["n1"])
     assert _metric(rt, "tessera_allocator_preemptions_ended_total", outcome="forgotten") == 1
 
 
 def test_a_pod_no_preemption_helps_starts_nothing_and_ends_nothing() -> None:
-    fake, _app, rt = _full_node()
-    fake.add_pod(_pod("peer", WHOLE, 1))  # equal priority: nobody may go
+    fake, _app, rt = full_node()
+    fake.add_pod(priority_pod("peer", WHOLE, 1))  # equal priority: nobody may go
     rt.allocator.filter(fake.get_pod("default", "peer"), ["n1"])
     assert rt.preempt is not None
     rt.preempt.allocated(PodRef("default", "peer", "u-peer"), "n1", (0,), "binpack")
@@ -145,7 +123,7 @@ def test_a_pod_no_preemption_helps_starts_nothing_and_ends_nothing() -> None:
 
 
 def test_with_preemption_off_the_series_are_there_at_zero_and_status_lists_none() -> None:
-    _fake, app, rt = _full_node(preemption=False)
+    _fake, app, rt = full_node(preemption=False)
     client = app.test_client()
     assert client.get("/status").get_json()["preemptions"] == []
     assert _metric(rt, "tessera_allocator_preemptions_total") == 0

@@ -9,36 +9,16 @@ from typing import Any
 
 import pytest
 from alloc_harness import make_app
-from builders import VOCAB, make_gpu_pod, make_node, make_pod, request, share, whole
+from builders import VOCAB, make_gpu_pod, make_node, make_pod
 from fake_kube import FakeKube
-from flask import Flask
+from preempting_cluster import WHOLE, full_node, priority_pod
 
 from allocator.service.app import Runtime
 from allocator.verbs import preempt_verb as verb_module
 from allocator.verbs.config import AllocatorConfig
 from allocator.verbs.preempt import DEADLINE_SECONDS
 
-HALF = request(share(core=50, mem=8000))
-WHOLE = request(whole())
 URL = "/scheduler/preempt"
-
-
-def _pod(name: str, req: Any, priority: int, **spec: Any) -> dict[str, Any]:
-    pod = make_gpu_pod(name, req, uid=f"u-{name}")
-    pod["spec"].update(priority=priority, **spec)
-    return pod
-
-
-def _full_node(preemption: bool = True) -> tuple[FakeKube, Flask, Runtime]:
-    """n1: two cards, each shared by two priority-1 half-card pods bound by the allocator."""
-    fake = FakeKube()
-    fake.add_node(make_node("n1", count=2))
-    app, rt = make_app(fake, core=AllocatorConfig(preemption=preemption))
-    for name in ("a", "b", "c", "d"):
-        fake.add_pod(_pod(name, HALF, 1))
-        rt.allocator.bind("default", name, f"u-{name}", "n1")
-        rt.state.apply_pod(fake.get_pod("default", name))
-    return fake, app, rt
 
 
 def _card(rt: Runtime, name: str) -> int:
@@ -73,8 +53,8 @@ def _card_pods(rt: Runtime) -> list[set[str]]:
 
 
 def test_kube_schedulers_victim_is_kept_and_the_other_pod_of_its_card_added() -> None:
-    fake, app, rt = _full_node()
-    fake.add_pod(_pod("big", WHOLE, 100))
+    fake, app, rt = full_node()
+    fake.add_pod(priority_pod("big", WHOLE, 100))
     # kube-scheduler, short of room in sum, would take the youngest pod only.
     resp = app.test_client().post(URL, json=_args(fake.get_pod("default", "big"),
                                                   {"n1": ["d"]}))
@@ -90,8 +70,8 @@ def test_kube_schedulers_victim_is_kept_and_the_other_pod_of_its_card_added() ->
 
 
 def test_after_the_verb_answered_filters_path_evicts_nobody_for_the_pod() -> None:
-    fake, app, rt = _full_node()
-    fake.add_pod(_pod("big", WHOLE, 100))
+    fake, app, rt = full_node()
+    fake.add_pod(priority_pod("big", WHOLE, 100))
     big = fake.get_pod("default", "big")
     answer = _victims(app.test_client().post(URL, json=_args(big, {"n1": ["d"]})).get_json())
     assert rt.allocator.filter(big, ["n1"]).nodes == []  # the victims are still there
@@ -103,15 +83,15 @@ def test_after_the_verb_answered_filters_path_evicts_nobody_for_the_pod() -> Non
     held = rt.state.record("u-big")
     assert held is not None and held.stage == "held"
     assert {i for c in held.allocation.containers for i in c.card_indices} == freed
-    fake.add_pod(_pod("small", WHOLE, 1))
+    fake.add_pod(priority_pod("small", WHOLE, 1))
     assert rt.allocator.filter(fake.get_pod("default", "small"), ["n1"]).nodes == []
     assert rt.allocator.filter(big, ["n1"]).nodes == ["n1"]
     assert _evicted(fake, rt) == []
 
 
 def test_after_filters_path_evicted_the_verb_answers_no_candidates() -> None:
-    fake, app, rt = _full_node()
-    fake.add_pod(_pod("big", WHOLE, 100))
+    fake, app, rt = full_node()
+    fake.add_pod(priority_pod("big", WHOLE, 100))
     big = fake.get_pod("default", "big")
     rt.allocator.filter(big, ["n1"])
     assert len(_evicted(fake, rt)) == 2
@@ -123,8 +103,8 @@ def test_after_filters_path_evicted_the_verb_answers_no_candidates() -> None:
 
 
 def test_the_verbs_preemption_ends_at_its_deadline() -> None:
-    fake, app, rt = _full_node()
-    fake.add_pod(_pod("big", WHOLE, 100))
+    fake, app, rt = full_node()
+    fake.add_pod(priority_pod("big", WHOLE, 100))
     big = fake.get_pod("default", "big")
     app.test_client().post(URL, json=_args(big, {"n1": ["d"]}))
     assert rt.allocator.preempting is not None
@@ -135,8 +115,8 @@ def test_the_verbs_preemption_ends_at_its_deadline() -> None:
 
 
 def test_with_preemption_off_the_proposal_is_answered_unchanged() -> None:
-    fake, app, rt = _full_node(preemption=False)
-    fake.add_pod(_pod("big", WHOLE, 100))
+    fake, app, rt = full_node(preemption=False)
+    fake.add_pod(priority_pod("big", WHOLE, 100))
     rt.allocator.reader.is_leader = lambda: False  # no state read: any replica answers
     body = _args(fake.get_pod("default", "big"), {"n1": ["c", "d"]})
     body["NodeNameToMetaVictims"]["n1"]["NumPDBViolations"] = 1
@@ -147,7 +127,7 @@ def test_with_preemption_off_the_proposal_is_answered_unchanged() -> None:
 
 
 def test_a_pod_asking_no_card_gets_the_proposal_unchanged() -> None:
-    _fake, app, _rt = _full_node()
+    _fake, app, _rt = full_node()
     pod = make_pod({"cpu": "1"}, name="cpu")
     pod["metadata"]["uid"] = "u-cpu"
     pod["spec"]["priority"] = 100
@@ -156,16 +136,16 @@ def test_a_pod_asking_no_card_gets_the_proposal_unchanged() -> None:
 
 
 def test_a_node_where_the_cards_cannot_make_room_is_left_out() -> None:
-    fake, app, _rt = _full_node()
-    fake.add_pod(_pod("peer", WHOLE, 1))  # equal priority: nobody may go
+    fake, app, _rt = full_node()
+    fake.add_pod(priority_pod("peer", WHOLE, 1))  # equal priority: nobody may go
     reply = app.test_client().post(
         URL, json=_args(fake.get_pod("default", "peer"), {"n1": ["d"], "n9": ["x"]})).get_json()
     assert reply == {"NodeNameToMetaVictims": {}}
 
 
 def test_the_full_pod_objects_of_a_non_cache_capable_scheduler_are_understood() -> None:
-    fake, app, rt = _full_node()
-    fake.add_pod(_pod("big", WHOLE, 100))
+    fake, app, rt = full_node()
+    fake.add_pod(priority_pod("big", WHOLE, 100))
     body = {"Pod": fake.get_pod("default", "big"),
             "NodeNameToVictims": {"n1": {"Pods": [fake.get_pod("default", "d")],
                                          "NumPDBViolations": 0}}}
@@ -184,7 +164,7 @@ def test_the_full_pod_objects_of_a_non_cache_capable_scheduler_are_understood() 
     b'{"Pod": {}, "NodeNameToVictims": {"n1": {"Pods": [{"metadata": {}}]}}}',
 ])
 def test_a_malformed_body_is_a_400_in_the_services_error_shape(body: bytes) -> None:
-    fake, app, rt = _full_node()
+    fake, app, rt = full_node()
     resp = app.test_client().post(URL, data=body, content_type="application/json")
     assert resp.status_code == 400
     doc = resp.get_json()
@@ -204,8 +184,8 @@ def test_an_oversized_body_is_a_413_and_a_get_a_405() -> None:
 
 
 def test_a_follower_and_an_unsynced_replica_answer_503() -> None:
-    fake, app, rt = _full_node()
-    fake.add_pod(_pod("big", WHOLE, 100))
+    fake, app, rt = full_node()
+    fake.add_pod(priority_pod("big", WHOLE, 100))
     body = _args(fake.get_pod("default", "big"), {"n1": ["d"]})
     rt.allocator.reader.is_leader = lambda: False
     resp = app.test_client().post(URL, json=body)
@@ -218,8 +198,8 @@ def test_a_follower_and_an_unsynced_replica_answer_503() -> None:
 
 def test_a_bug_is_answered_with_no_candidates_never_a_500(
         monkeypatch: pytest.MonkeyPatch) -> None:
-    fake, app, _rt = _full_node()
-    fake.add_pod(_pod("big", WHOLE, 100))
+    fake, app, _rt = full_node()
+    fake.add_pod(priority_pod("big", WHOLE, 100))
 
     def broken(*_args: Any, **_kwargs: Any) -> Any:
         raise RuntimeError("boom")
@@ -232,7 +212,7 @@ def test_a_bug_is_answered_with_no_candidates_never_a_500(
 
 
 def test_an_unreadable_gpu_request_gets_no_candidates() -> None:
-    _fake, app, _rt = _full_node()
+    _fake, app, _rt = full_node()
     pod = make_gpu_pod("bad", uid="u-bad",
                        extra_annotations={VOCAB.request_annotation: '{"v": 99}'})
     pod["spec"]["priority"] = 100
