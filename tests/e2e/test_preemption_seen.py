@@ -61,7 +61,14 @@ def test_a_real_preemption_is_counted_and_named_by_why(
     gone = set(SMALL) - live(core_v1, namespace)
     assert gone == {name for name, c in cards.items() if c == card}
 
-    metrics = allocator_get(cluster, "/metrics")
+    # The Binding is visible through the API a moment before the bind verb's thread reports
+    # the preemption ended: wait for the count, then read everything from one scrape.
+    def counted_end() -> str | None:
+        text = allocator_get(cluster, "/metrics")
+        ended = 'tessera_allocator_preemptions_ended_total{outcome="bound"}'
+        return text if sample(text, ended) >= 1 else None
+
+    metrics = wait_for("the preemption's end counted", counted_end, timeout=30)
     assert sample(metrics, "tessera_allocator_preemptions_total") == 1
     assert sample(metrics, "tessera_allocator_preemption_victims_total") == len(gone)
     assert sample(metrics, 'tessera_allocator_preemptions_ended_total{outcome="bound"}') == 1
