@@ -46,15 +46,17 @@ class KubeApi(Protocol):
                             timeout_seconds: int) -> Iterator[WatchEvent]:
         ...
 
-    def patch_node(self, name: str, patch: Obj) -> Obj:
-        """JSON merge patch; ``metadata.resourceVersion`` in it is a precondition (Conflict)."""
+    def patch_node(self, name: str, patch: Obj) -> None:
+        """JSON merge patch; ``metadata.resourceVersion`` in it is a precondition (Conflict).
+        The patched node is not returned (a HAMi lock patches one per bind, and nobody reads
+        it back)."""
         ...
 
     def get_pod(self, namespace: str, name: str) -> Obj:
         ...
 
-    def patch_pod(self, namespace: str, name: str, patch: Obj) -> Obj:
-        """JSON merge patch (RFC 7386) of the pod; returns the patched pod."""
+    def patch_pod(self, namespace: str, name: str, patch: Obj) -> None:
+        """JSON merge patch (RFC 7386) of the pod (the patched pod is not returned)."""
         ...
 
     def patch_pod_status(self, namespace: str, name: str, patch: Obj) -> Obj:

@@ -38,8 +38,8 @@ class PluginApi(Protocol):
 
     def get_node(self, name: str) -> Obj | None: ...
     def get_pod(self, namespace: str, name: str) -> Obj: ...
-    def patch_pod(self, namespace: str, name: str, patch: Obj) -> Obj: ...
-    def patch_node(self, name: str, patch: Obj) -> Obj: ...
+    def patch_pod(self, namespace: str, name: str, patch: Obj) -> None: ...
+    def patch_node(self, name: str, patch: Obj) -> None: ...
     def list_pods_by_field(self, field_selector: str,
                            convert: Callable[[Obj], Any]) -> tuple[list[Any], str]: ...
 
@@ -85,13 +85,13 @@ class RateLimitedApi:
         self.bucket.take()
         return self.api.get_pod(namespace, name)
 
-    def patch_pod(self, namespace: str, name: str, patch: Obj) -> Obj:
+    def patch_pod(self, namespace: str, name: str, patch: Obj) -> None:
         self.bucket.take()
-        return self.api.patch_pod(namespace, name, patch)
+        self.api.patch_pod(namespace, name, patch)
 
-    def patch_node(self, name: str, patch: Obj) -> Obj:
+    def patch_node(self, name: str, patch: Obj) -> None:
         self.bucket.take()
-        return self.api.patch_node(name, patch)
+        self.api.patch_node(name, patch)
 
     def list_pods_by_field(self, field_selector: str,
                            convert: Callable[[Obj], Any]) -> tuple[list[Any], str]:

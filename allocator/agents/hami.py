@@ -198,9 +198,10 @@ class HamiAgent(NodeAgent):
             logger.warning("adopting pods another HAMi scheduler placed failed: %s", exc)
 
     # ------------------------------------------------------------------ the waiting list
-    def node_seen(self, node: str, annotations: Mapping[str, str]) -> None:
+    def node_seen(self, node: str, annotations: Mapping[str, str], version: str) -> None:
         with self._waiting_lock:
             self.waiting.node_seen(node, annotations)
+        self.locks.watched(node, version, annotations)
         if self.flavor.lock_key not in annotations:
             self.locks.released(node)
             self.pace.released(node)

@@ -31,7 +31,7 @@ from contextlib import AbstractContextManager, nullcontext
 
 from allocator.agents import AgentMetadata, BindContext
 from allocator.decisions import PodRef
-from allocator.hami.described import allocate_failed, registered_cards
+from allocator.hami.described import NOT_CARDS, allocate_failed, registered_cards
 from allocator.picture.agent_watch import AgentWatch
 from allocator.picture.inventory import Inventory
 from tessera.agent_profiles import AgentProfile
@@ -49,6 +49,9 @@ class NodeAgent(AgentWatch):
 
     #: The profile the agent serves (messages, the status page).
     profile: AgentProfile = AgentProfile.ELASTIC
+    #: HAMi's lock and handshake: :meth:`describe` reads the register annotation whatever
+    #: the profile, never these.
+    unread_annotations = NOT_CARDS
 
     def metadata(self, ctx: BindContext) -> AgentMetadata:
         """Annotations and labels the agent reads for this bind; ``skipped`` says why it

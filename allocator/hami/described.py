@@ -7,10 +7,16 @@ on /status: :mod:`allocator.hami.writer`).
 from __future__ import annotations
 
 from collections.abc import Mapping
+from typing import Final
 
 from allocator.hami.codec import HAMI, VOLCANO_VGPU
 from allocator.hami.writer import bind_failed_for_any, cards_of, read_devices
 from allocator.picture.inventory import Inventory
+
+#: Node annotations of HAMi's protocol that no card is read from and that change on every
+#: bind or heartbeat: the node locks (HAMi's, volcano-vgpu's) and HAMi's handshake (v2.10.0
+#: ``pkg/device/nvidia/device.go:41``). A node event changing only these reads no card again.
+NOT_CARDS: Final = frozenset({HAMI.lock_key, VOLCANO_VGPU.lock_key, "hami.io/node-handshake"})
 
 
 def registered_cards(annotations: Mapping[str, str]) -> Inventory | None:

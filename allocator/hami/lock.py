@@ -15,6 +15,12 @@ wait on a lock), each for at most ``wait_seconds`` (under the bind verb's timeou
 lock is taken at once. The waiting thread reads the node again as soon as our node watch
 shows the lock released (:meth:`NodeLocks.released`), polling only in case the watch lags:
 the plugin starts the node's next pod at once instead of up to a poll later.
+
+The node is not read before the lock is taken when our node watch has shown it
+(:meth:`NodeLocks.watched`): the patch carries that copy's ``resourceVersion``, so it takes
+the lock only if the node is still exactly as watched (its register annotation, which the
+bind's writer reads, included); a 409 means the watch lagged and the node is read. A poll
+that woke without a watch event reads the node too.
 """
 
 from __future__ import annotations
@@ -45,7 +51,7 @@ Obj = dict[str, Any]
 
 class LockApi(Protocol):
     def get_node(self, name: str) -> Obj | None: ...
-    def patch_node(self, name: str, patch: Obj) -> Obj: ...
+    def patch_node(self, name: str, patch: Obj) -> None: ...
     def get_pod(self, namespace: str, name: str) -> Obj: ...
 
 
@@ -87,6 +93,8 @@ class NodeLocks:
         self._queues: dict[str, threading.Lock] = {}
         #: The node as last read by a locker (its register annotation serves the bind).
         self._seen: dict[str, Obj] = {}
+        #: Per node, its resourceVersion and annotations as our node watch last showed them.
+        self._watched: dict[str, tuple[str, Mapping[str, str]]] = {}
         #: Per node with a waiting bind: set when our node watch shows its lock free.
         self._free: dict[str, threading.Event] = {}
         self._guard = threading.Lock()
@@ -100,7 +108,21 @@ class NodeLocks:
         with self._guard:
             self._queues.pop(node, None)
             self._seen.pop(node, None)
+            self._watched.pop(node, None)
             self._free.pop(node, None)
+
+    def watched(self, node: str, version: str, annotations: Mapping[str, str]) -> None:
+        """Our node watch shows ``node`` at ``version`` with these annotations (kept as
+        given: the watch's objects are not changed after)."""
+        if version:
+            self._watched[node] = (version, annotations)
+
+    def _as_watched(self, node: str) -> Obj | None:
+        kept = self._watched.get(node)
+        if kept is None:
+            return None
+        version, annotations = kept
+        return {"metadata": {"resourceVersion": version, "annotations": annotations}}
 
     def released(self, node: str) -> None:
         """Our node watch shows ``node`` without a lock: a bind waiting there reads it now."""
@@ -108,12 +130,13 @@ class NodeLocks:
         if free is not None:
             free.set()
 
-    def _wait_free(self, node: str, seconds: float) -> None:
+    def _wait_free(self, node: str, seconds: float) -> bool:
+        """Wait for the watch to show ``node``'s lock released; whether it did."""
         free = self._free.get(node)
         if free is None:
             self.sleep(seconds)
-        else:
-            free.wait(seconds)
+            return False
+        return free.wait(seconds)
 
     def seen(self, node: str) -> Obj | None:
         """The node as the last lock taken on it read it (None: not read yet)."""
@@ -159,18 +182,22 @@ class NodeLocks:
         if may_wait:
             with self._guard:
                 free = self._free.setdefault(node, threading.Event())
+        as_watched = True
         while True:
             if may_wait:
                 free.clear()  # before the read: a release after it wakes the wait below
-            current = self.api.get_node(node)
+            current = self._as_watched(node) if as_watched else None
             if current is None:
-                raise ApiError(f"node {node} not found", 404)
+                current = self.api.get_node(node)
+                if current is None:
+                    raise ApiError(f"node {node} not found", 404)
             value = _annotations(current).get(key)
             if value is None or self._stale(node, value, namespace, name):
                 if self._patch(node, current, encode_lock(self.clock(), namespace, name)):
                     self._seen[node] = current
                     return True
-                continue  # the node changed under us: read it again at once
+                as_watched = False  # the node changed under us: read it at once
+                continue
             if not may_wait:
                 return False
             holder = value
@@ -178,7 +205,7 @@ class NodeLocks:
             if left <= 0:
                 raise NodeLockTimeout(f"node {node} locked by {holder!r} for the whole "
                                       f"{self.settings.wait_seconds:g}s wait")
-            self._wait_free(node, min(poll, left))
+            as_watched = self._wait_free(node, min(poll, left))
             poll = min(poll * 2, self.settings.max_poll_seconds)
 
     def _stale(self, node: str, value: str, namespace: str, name: str) -> bool:

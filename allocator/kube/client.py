@@ -155,9 +155,10 @@ class KubeClient:
         except (urllib3.exceptions.HTTPError, OSError) as exc:
             raise ApiError(f"{method} {path}: {exc}") from exc
 
-    def _json(self, method: str, path: str, query: list[tuple[str, Any]] | None = None,
+    def _call(self, method: str, path: str, query: list[tuple[str, Any]] | None = None,
               body: Any = None, content_type: str = "application/json",
-              timeout: tuple[float, float] = REQUEST_TIMEOUT) -> Obj:
+              timeout: tuple[float, float] = REQUEST_TIMEOUT) -> bytes:
+        """One request; its response body, undecoded (an :class:`ApiError` unless 2xx)."""
         what = f"{method} {path}"
         payload = None if body is None else orjson.dumps(body)
         headers = self._headers(content_type if payload is not None else None)
@@ -177,12 +178,19 @@ class KubeClient:
             status = resp.status
         if not 200 <= status < 300:
             raise _error(status, data, what)
+        return data
+
+    def _json(self, method: str, path: str, query: list[tuple[str, Any]] | None = None,
+              body: Any = None, content_type: str = "application/json",
+              timeout: tuple[float, float] = REQUEST_TIMEOUT) -> Obj:
+        """One request; its response, a JSON object."""
+        data = self._call(method, path, query, body, content_type, timeout)
         try:
             doc = orjson.loads(data)
         except ValueError as exc:
-            raise ApiError(f"{what}: response is not JSON") from exc
+            raise ApiError(f"{method} {path}: response is not JSON") from exc
         if not isinstance(doc, dict):
-            raise ApiError(f"{what}: response is not a JSON object")
+            raise ApiError(f"{method} {path}: response is not a JSON object")
         return doc
 
     def _list(self, path: str, query: list[tuple[str, Any]]) -> tuple[list[Obj], str]:
@@ -244,11 +252,11 @@ class KubeClient:
         except NotFound:
             return None
 
-    def patch_node(self, name: str, patch: Obj) -> Obj:
+    def patch_node(self, name: str, patch: Obj) -> None:
         # JSON merge patch; a metadata.resourceVersion in it is a precondition (409 when the
         # node changed), which a node agent's lock around bind's write relies on (the
         # guard of allocator/agents/port.py).
-        return self._json("PATCH", "/api/v1/nodes/" + quote(name, safe=""), body=patch,
+        self._call("PATCH", "/api/v1/nodes/" + quote(name, safe=""), body=patch,
                           content_type="application/merge-patch+json")
 
     def list_pods(self, label_selector: str) -> tuple[list[Obj], str]:
@@ -275,9 +283,9 @@ class KubeClient:
     def get_pod(self, namespace: str, name: str) -> Obj:
         return self._json("GET", self._pod_path(namespace, name))
 
-    def patch_pod(self, namespace: str, name: str, patch: Obj) -> Obj:
+    def patch_pod(self, namespace: str, name: str, patch: Obj) -> None:
         # JSON merge patch (RFC 7386): null deletes a key, which the rollback relies on.
-        return self._json("PATCH", self._pod_path(namespace, name), body=patch,
+        self._call("PATCH", self._pod_path(namespace, name), body=patch,
                           content_type="application/merge-patch+json")
 
     def bind_pod(self, namespace: str, name: str, uid: str, node: str,
@@ -296,7 +304,7 @@ class KubeClient:
             "metadata": meta,
             "target": {"apiVersion": "v1", "kind": "Node", "name": node},
         }
-        self._json("POST", self._pod_path(namespace, name) + "/binding", body=binding)
+        self._call("POST", self._pod_path(namespace, name) + "/binding", body=binding)
 
     def patch_pod_status(self, namespace: str, name: str, patch: Obj) -> Obj:
         return self._json("PATCH", self._pod_path(namespace, name) + "/status", body=patch,

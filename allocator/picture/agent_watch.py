@@ -19,6 +19,10 @@ class AgentWatch:
     """Every hook the picture calls, each a no-op by default (called under the picture's
     lock: a hook must only note what it is told)."""
 
+    #: Node annotations no card is read from (the picture reads a node's cards again only
+    #: when something else changed).
+    unread_annotations: frozenset[str] = frozenset()
+
     def describe(self, annotations: Mapping[str, str]) -> Inventory | None:
         """The node's cards as the agent's own description of them says (tried before
         every generic source); an inventory with only a problem is reported and the next
@@ -30,8 +34,8 @@ class AgentWatch:
         free again."""
         return False
 
-    def node_seen(self, node: str, annotations: Mapping[str, str]) -> None:
-        """A watch event or list item of ``node``."""
+    def node_seen(self, node: str, annotations: Mapping[str, str], version: str) -> None:
+        """A watch event or list item of ``node`` at resourceVersion ``version``."""
 
     def node_gone(self, node: str) -> None:
         """``node`` left the cluster."""

@@ -135,15 +135,19 @@ def resource_version(obj: Mapping[str, Any]) -> int | None:
     return None
 
 
-def read_from(node: Mapping[str, Any]) -> tuple[object, object, object]:
+def read_from(node: Mapping[str, Any], unread: frozenset[str] = frozenset()
+              ) -> tuple[object, object, object]:
     """What a node's cards (:func:`allocator.picture.inventory.read_inventory`) and CPU
     (:func:`allocator.picture.requests.node_allocatable`) are read from (the node's own
-    objects: :func:`kept` before keeping them)."""
+    objects: :func:`kept` before keeping them), its ``unread`` annotations left out."""
     meta = node.get("metadata")
     status = node.get("status")
     meta = meta if isinstance(meta, Mapping) else {}
     status = status if isinstance(status, Mapping) else {}
-    return meta.get("labels"), meta.get("annotations"), status.get("allocatable")
+    annotations = meta.get("annotations")
+    if isinstance(annotations, Mapping) and not unread.isdisjoint(annotations):
+        annotations = {k: v for k, v in annotations.items() if k not in unread}
+    return meta.get("labels"), annotations, status.get("allocatable")
 
 
 def kept(inputs: tuple[object, object, object]) -> tuple[object, object, object]:

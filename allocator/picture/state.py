@@ -51,10 +51,11 @@ class ClusterState(PictureTables):
         if not name:
             return
         name = self.names.intern(name)
+        meta = node.get("metadata") or {}
         with self._lock:
-            self._agent_watch.node_seen(
-                name, (node.get("metadata") or {}).get("annotations") or {})
-        inputs = read_from(node)
+            self._agent_watch.node_seen(name, meta.get("annotations") or {},
+                                        str(meta.get("resourceVersion") or ""))
+        inputs = read_from(node, self._agent_watch.unread_annotations)
         if self._nodes.unchanged(name, inputs):
             return  # nothing the cards or the CPU are read from has changed
         inv = inventory_of(node, name, self.vocabulary, self.agent,
@@ -84,7 +85,8 @@ class ClusterState(PictureTables):
             version = resource_version(node)
             if version is not None:
                 self._nodes.looked_up[name] = version
-            self._apply_read(name, node, inv, read_from(node))
+            self._apply_read(name, node, inv,
+                             read_from(node, self._agent_watch.unread_annotations))
             return True
 
     def _apply_read(self, name: str, node: Mapping[str, Any], inv: Inventory,

@@ -346,8 +346,8 @@ def test_bind_takes_the_lock_and_the_binding_carries_hamis_annotations() -> None
     assert fake.pods[("default", "p")]["metadata"]["labels"][HAMI.node_key] == "n1"
     # The lock stays for the plugin to release after Allocate.
     assert parse_lock(_lock_value(fake) or "").held_by("default", "p")
-    # One node read by the locker serves the annotations too.
-    assert [c for c in fake.calls if c[0] == "get_node"] == [("get_node", "n1")]
+    # The node as the watch showed it served the lock and the annotations: no node read.
+    assert [c for c in fake.calls if c[0] == "get_node"] == []
 
 
 def test_a_failed_binding_gives_the_lock_and_the_cards_back() -> None:
@@ -362,8 +362,9 @@ def test_a_failed_binding_gives_the_lock_and_the_cards_back() -> None:
 def test_a_locked_node_fails_the_bind_after_the_wait_and_keeps_nothing() -> None:
     fake, alloc = _hami_setup()
     fake.add_pod(make_gpu_pod("other", uid="o", node="n1"))
-    node = fake.nodes["n1"]
-    node["metadata"]["annotations"][HAMI.lock_key] = encode_lock(NOW, "default", "other")
+    # Locked through the API (a new resourceVersion), after the allocator's watch saw it.
+    fake.patch_node("n1", {"metadata": {"annotations": {
+        HAMI.lock_key: encode_lock(NOW, "default", "other")}}})
     assert isinstance(alloc.agent, HamiAgent)
     alloc.agent.locks.settings = LockSettings(wait_seconds=0.05, first_poll_seconds=0.001)
     with pytest.raises(BindError, match="locked"):

@@ -144,7 +144,7 @@ def test_our_measured_pace_lets_more_binds_queue_on_a_fast_plugin() -> None:
     for _ in range(WINDOW):  # locks we took, released by the plugin 0.1 s later
         agent.pace.taken("n1")
         clock.now += 0.1
-        agent.node_seen("n1", {})
+        agent.node_seen("n1", {}, "")
     _bind_queued(fake, alloc, 5)
     assert agent.pace.seconds < 0.5
     assert _filter(alloc, "p5").nodes == ["n1"]
