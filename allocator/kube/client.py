@@ -28,6 +28,7 @@ from kubernetes.config.config_exception import ConfigException
 
 from allocator.errors import ApiError, Conflict, Gone, NotFound, TooManyRequests
 from allocator.kube.curl_pool import CurlError, CurlPool
+from allocator.kube.curl_watch import StreamRefused, watch_lines
 from allocator.ports import Obj, WatchEvent
 
 #: Timeout of one ordinary request (connect, read). Bind must answer within the extender's
@@ -85,8 +86,9 @@ class KubeClient:
         self._clock = clock
         self._auth: tuple[float, dict[str, str]] = (float("-inf"), {})
         cfg = api_client.configuration
-        #: one-shot requests through libcurl (allocator/kube/curl_pool.py), unless the
-        #: configuration asks for what that path does not do; watches always on urllib3
+        #: requests and watches through libcurl (allocator/kube/curl_pool.py,
+        #: allocator/kube/curl_watch.py), unless the configuration asks for what that path
+        #: does not do
         self.curl = CurlPool.for_configuration(
             cfg, cfg.connection_pool_maxsize or BACKGROUND_CONNECTIONS)
 
@@ -215,24 +217,39 @@ class KubeClient:
                timeout_seconds: int) -> Iterator[WatchEvent]:
         q = [*query, ("watch", "true"), ("resourceVersion", resource_version),
              ("timeoutSeconds", timeout_seconds), ("allowWatchBookmarks", "true")]
-        resp = self._send("GET", path, q, None, self._headers(None),
-                          (2.0, timeout_seconds + 30))
+        for line in self._lines(path, q, (2.0, timeout_seconds + 30)):
+            try:
+                event = orjson.loads(line)
+            except ValueError as exc:
+                raise ApiError(f"watch {path}: bad event line") from exc
+            kind = event.get("type") if isinstance(event, dict) else None
+            obj = event.get("object") or {} if isinstance(event, dict) else None
+            if not isinstance(kind, str) or not isinstance(obj, dict):
+                raise ApiError(f"watch {path}: bad event line")
+            if kind == "ERROR":
+                # A Status object; 410 means the resourceVersion was compacted away.
+                raise _error(int(obj.get("code") or 0), orjson.dumps(obj), f"watch {path}")
+            yield kind, obj
+
+    def _lines(self, path: str, query: list[tuple[str, Any]],
+               timeout: tuple[float, float]) -> Iterator[bytes]:
+        """The lines of a streamed response (a watch), through libcurl when the requests
+        go there (:mod:`allocator.kube.curl_watch`), else urllib3."""
+        headers = self._headers(None)
+        if self.curl is not None:
+            try:
+                yield from watch_lines(self.curl.tls, self._url(path, query),
+                                       [f"{k}: {v}" for k, v in headers.items()], timeout)
+            except StreamRefused as exc:
+                raise _error(exc.status, exc.body, f"watch {path}") from None
+            except CurlError as exc:
+                raise ApiError(f"watch {path}: stream dropped: {exc}") from exc
+            return
+        resp = self._send("GET", path, query, None, headers, timeout)
         try:
             if not 200 <= resp.status < 300:
                 raise _error(resp.status, resp.read(), f"watch {path}")
-            for line in _lines(resp):
-                try:
-                    event = orjson.loads(line)
-                except ValueError as exc:
-                    raise ApiError(f"watch {path}: bad event line") from exc
-                kind = event.get("type") if isinstance(event, dict) else None
-                obj = event.get("object") or {} if isinstance(event, dict) else None
-                if not isinstance(kind, str) or not isinstance(obj, dict):
-                    raise ApiError(f"watch {path}: bad event line")
-                if kind == "ERROR":
-                    # A Status object; 410 means the resourceVersion was compacted away.
-                    raise _error(int(obj.get("code") or 0), orjson.dumps(obj), f"watch {path}")
-                yield kind, obj
+            yield from _lines(resp)
         except (urllib3.exceptions.HTTPError, OSError) as exc:
             raise ApiError(f"watch {path}: stream dropped: {exc}") from exc
         finally:

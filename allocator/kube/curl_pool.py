@@ -5,8 +5,8 @@ Why: every bind writes one Binding, on kube-scheduler's path. Through urllib3 an
 ``http.client`` a request and its answer cost the allocator ~0.6 ms of CPU under the GIL
 (the tenth pass's profile showed header parsing by the ``email`` package and URL parsing
 among it); libcurl does the same in C with the GIL released (docs/benchmarks.md, issue 13's
-eleventh pass). Watches stay on urllib3 (:mod:`allocator.kube.client`): few, long-lived, read line
-by line.
+eleventh pass). Watches are read through libcurl too, on handles of their own
+(:mod:`allocator.kube.curl_watch`), with this pool's TLS settings.
 
 Only what the kubeconfig's TLS settings say is done here: the API server's CA (file or
 inline), a client certificate and key (files, as the official client writes them), or no

@@ -77,7 +77,7 @@ class _Handler(BaseHTTPRequestHandler):
 @pytest.fixture(scope="module", params=["libcurl", "urllib3"])
 def kube(request: pytest.FixtureRequest) -> Iterator[KubeClient]:
     """The adapter over each of its transports for one-shot requests: libcurl (what a plain
-    configuration gets) and urllib3 (what one with a proxy gets; watches always)."""
+    configuration gets) and urllib3 (what one with a proxy gets)."""
     server = ThreadingHTTPServer(("127.0.0.1", 0), _Handler)
     thread = threading.Thread(target=server.serve_forever, daemon=True)
     thread.start()
