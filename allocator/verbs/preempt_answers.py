@@ -31,7 +31,7 @@ from allocator.decisions import DecisionHooks, PreemptionEnd
 from allocator.verbs.preempt_ends import tell_ended
 from allocator.verbs.preempt_note import ALLOCATOR, KUBE_SCHEDULER, Note
 from allocator.verbs.preempt_ports import InFlight, PreemptApi
-from allocator.verbs.preempt_writes import write_answer_note
+from allocator.verbs.preempt_writes import drop_answer_note, write_answer_note
 
 logger = logging.getLogger(__name__)
 
@@ -77,8 +77,10 @@ class Answering:
         # A replaced answer ends here (its successor starts below).
         tell_ended(self.hooks, [*dropped, *([earlier] if earlier else [])],
                    PreemptionEnd.FORGOTTEN)
-        if not entry.node:
-            return True  # several nodes answered: kube-scheduler picks one; nothing reserved
+        if not entry.node:  # several nodes answered: kube-scheduler picks one; no note
+            if earlier is not None and earlier.node:  # a restore must not bring it back
+                drop_answer_note(self.api, self.annotation, entry.pod)
+            return True
         if not write_answer_note(self.api, self.annotation, entry.pod, Note(
                 entry.node, entry.cards, entry.until, entry.victims, KUBE_SCHEDULER)):
             with self._lock:

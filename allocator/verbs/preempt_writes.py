@@ -87,6 +87,16 @@ def evict(api: PreemptApi, hooks: DecisionHooks, entry: InFlight,
         hooks.preempted(ref, tuple(evicted), entry.node, entry.cards)
 
 
+def drop_answer_note(api: PreemptApi, annotation: str, ref: PodRef) -> None:
+    """Remove a replaced ``preemptVerb`` answer's note (the nomination is kube-scheduler's,
+    about to be written again from the new answer)."""
+    try:
+        api.patch_pod(ref.namespace, ref.name, {"metadata": {
+            "uid": ref.uid, "annotations": {annotation: None}}})
+    except ApiError as exc:
+        logger.warning("replaced preemption note of %s not removed: %s", ref.key, exc)
+
+
 def clear_note(api: PreemptApi, annotation: str, ref: PodRef, node: str) -> None:
     """Remove the note, and the nomination if it is still ours (kube-scheduler clears a
     nomination itself on a failed attempt with no candidate: module doc of

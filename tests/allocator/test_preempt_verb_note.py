@@ -165,6 +165,16 @@ def test_an_answer_whose_cards_are_held_is_not_replaced() -> None:
     assert _ask(app, fake, "big", ["c"]) == {}
 
 
+def test_an_answer_replaced_by_one_left_whole_takes_its_note_away() -> None:
+    fake, app, _rt, victims = _answered_big()
+    # kube-scheduler's next proposal frees a whole card by itself: answered as it came, over
+    # no node of ours, so nothing is reserved and no restore may bring the first one back.
+    assert _ask(app, fake, "big", sorted(v.removeprefix("u-") for v in victims)) == {
+        "n1": victims}
+    assert _note(fake, "big") is None
+    assert _preempt(_restarted(fake)).snapshot() == ()
+
+
 def test_a_restored_preemption_of_filters_path_keeps_the_verb_away() -> None:
     fake, _app, _rt = full_node()
     fake.add_pod(priority_pod("big", WHOLE, 100))
