@@ -157,6 +157,15 @@ def test_an_answer_lost_with_the_allocator_is_answered_again_at_once() -> None:
     assert _evicted(fake) == []
 
 
+def test_a_replaced_answer_is_counted_as_ended_and_its_successor_as_begun() -> None:
+    fake, app, rt, victims = _answered_big()
+    assert _ask(app, fake, "big", ["d"]) == {"n1": victims}
+    sample = rt.metrics.registry.get_sample_value
+    assert sample("tessera_allocator_preemptions_total") == 2
+    assert sample("tessera_allocator_preemptions_ended_total", {"outcome": "forgotten"}) == 1
+    assert sample("tessera_allocator_preemptions_in_flight") == 1
+
+
 def test_an_answer_whose_cards_are_held_is_not_replaced() -> None:
     fake, app, rt, victims = _answered_big()
     for uid in sorted(victims):
