@@ -53,7 +53,8 @@ class PreemptionEnd(StrEnum):
     DEADLINE = "deadline"
     #: The preemptor was deleted before it was bound.
     DELETED = "deleted"
-    #: Dropped from the bounded table of preemptions under way (more than its size at once).
+    #: Dropped from the bounded table of preemptions under way (more than its size at once),
+    #: or a ``preemptVerb`` answer replaced by the answer to kube-scheduler's next call.
     FORGOTTEN = "forgotten"
     #: A pod of higher priority took its reserved cards (placed there, or preempting there):
     #: its preemptor may preempt again at its next refusal.

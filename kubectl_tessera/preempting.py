@@ -11,13 +11,19 @@ why those, or which preemption it made for a pod.
   kube-scheduler's order (:data:`CRITERIA`); or, when no preemption helps, the core's reason
   (``preemptionPolicy: Never``, nothing of lower priority on the cards...) and each node's.
 - **Made** (:func:`made_preemption`): the allocator's ``<domain>/preemption`` annotation
-  (``{"node", "cards", "until", "victims"}``, allocator/verbs/preempt_note.py; its victims
-  are UIDs) and the ``Preempted`` Events on the pod ("preempting NS/A, NS/B for card 1 of
-  node N", allocator/kube/events.py), whose victims it names.
+  (``{"node", "cards", "until", "victims", "evictor"}``, allocator/verbs/preempt_note.py; its
+  victims are UIDs) and the ``Preempted`` Events on the pod ("preempting NS/A, NS/B for card
+  1 of node N", allocator/kube/events.py), whose victims it names; a note of the
+  ``preemptVerb`` (``evictor: kube-scheduler``) is kube-scheduler's preemption, whose
+  Events are on the victims.
 
-What the plugin cannot see: the allocator's holds (a pod held for its bind is never a victim;
-the plugin sees bound pods only) and a preemption in flight for the pod (the allocator makes
-none more until its deadline; ``/status`` ``preemptions`` lists them).
+The preemptions in flight of other pods, read from their notes
+(:mod:`kubectl_tessera.reserving`), are respected as the allocator respects them
+(:func:`allocator.preemption.reserved.respecting`): the cards they reserve against the pod
+are out of reach (their pods no victims), and their victims are leaving (their room free,
+none a victim again). What the plugin cannot see: the allocator's holds (a pod held for its
+bind is never a victim; the plugin sees bound pods only), and a preemption decided and not
+noted yet (``/status`` ``preemptions`` lists every one).
 """
 
 from __future__ import annotations
@@ -25,13 +31,18 @@ from __future__ import annotations
 import json
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
+from functools import partial
 from typing import Any, Final
 
 from allocator import preemption as core
 from allocator.preemption.budgets import split_by_budget
 from allocator.preemption.pdb import LabelledPod, budgets_over
+from allocator.preemption.reserved import respecting
 from allocator.ranking.cards import NodeState
+from allocator.verbs.preempt_note import KUBE_SCHEDULER
 from kubectl_tessera.picture import GpuPod, Picture
+from kubectl_tessera.reserving import Noted
+from tessera.vocabulary import Allocation
 
 #: Words for kube-scheduler's order of candidate nodes (allocator/preemption/choose.py), one
 #: per member of :func:`allocator.preemption.order_key`, then the tie.
@@ -134,10 +145,23 @@ def _protected(preemptor: core.Preemptor, offers: Sequence[core.NodeOffer],
         core.potential_victims(preemptor, offer), budgets)[0])
 
 
+@dataclass(frozen=True)
+class _Placed:
+    allocation: Allocation
+
+
+def _placed(picture: Picture, uid: str) -> _Placed | None:
+    """Where a pod is (a victim leaving: its room counts free)."""
+    pod = picture.pod_by_uid(uid)
+    return _Placed(pod.allocation) if pod is not None and pod.allocation is not None else None
+
+
 def would_preempt(picture: Picture, pod: GpuPod, rooms: Sequence[tuple[str, NodeState]],
-                  pdbs: Sequence[Mapping[str, Any]] = ()) -> PreemptionWord:
+                  pdbs: Sequence[Mapping[str, Any]] = (), noted: Sequence[Noted] = ()
+                  ) -> PreemptionWord:
     """What the allocator would do for ``pod`` (Pending, fitting nowhere) over ``rooms``,
-    the nodes where it would fit if others released cards."""
+    the nodes where it would fit if others released cards, with the preemptions ``noted``
+    in flight respected."""
     assert pod.request is not None
     preemptor = core.Preemptor(pod.uid, pod.request, pod.priority, pod.preemption_policy)
     if preemptor.policy is core.PreemptionPolicy.NEVER:
@@ -147,6 +171,9 @@ def would_preempt(picture: Picture, pod: GpuPod, rooms: Sequence[tuple[str, Node
         return PreemptionWord("none", "no node would have room even with other pods gone: "
                                       "evicting nobody helps")
     offers, lower = _offers(picture, preemptor, rooms)
+    if noted:
+        offers = respecting(offers, [n.reservation for n in noted], preemptor,
+                            partial(_placed, picture), {})
     budgets = budgets_over(pdbs, lower) if lower else []
     decision = core.choose_preemption(preemptor, offers, budgets)
     if isinstance(decision, core.NoPreemption):
@@ -180,8 +207,9 @@ def _would_reason(pod: GpuPod, chosen: core.NodeVictims, victims: Sequence[Victi
     return words
 
 
-def _note(text: str) -> tuple[str, tuple[int, ...], float | None] | str:
-    """The annotation's node, cards and deadline, or why it cannot be read."""
+def _note(text: str) -> tuple[str, tuple[int, ...], float | None, bool] | str:
+    """The annotation's node, cards, deadline and whether kube-scheduler evicts its victims
+    (an answer of the ``preemptVerb``), or why it cannot be read."""
     try:
         doc = json.loads(text)
     except ValueError as exc:
@@ -192,7 +220,8 @@ def _note(text: str) -> tuple[str, tuple[int, ...], float | None] | str:
     cards = cards if isinstance(cards, list) else []
     until = doc.get("until")
     return (doc["node"], tuple(c for c in cards if isinstance(c, int) and not isinstance(c, bool)),
-            float(until) if isinstance(until, int | float) else None)
+            float(until) if isinstance(until, int | float) else None,
+            doc.get("evictor") == KUBE_SCHEDULER)
 
 
 def _preempting_notes(events: Sequence[Mapping[str, Any]]) -> list[str]:
@@ -230,24 +259,27 @@ def made_preemption(pod: GpuPod, events: Sequence[Mapping[str, Any]] = (),
     read = _note(pod.preemption_note)
     if isinstance(read, str):
         return PreemptionWord("made", read)
-    node, cards, until = read
+    node, cards, until, by_scheduler = read
     notes = _preempting_notes(events)
     victims = _victims_named(notes)
     evicted = (f"evicting {_names(victims)}" if victims
                else "its victims not named by any Event (Events expire after an hour)")
+    who = "the allocator preempted"
+    if by_scheduler:  # kube-scheduler's Events name them, on the victims (not read here)
+        who, evicted = ("kube-scheduler preempted", "deleting the pods the allocator's "
+                        "preemptVerb answered it (its Preempted Events on them name them)")
     where = f"{node} for {_cards(cards)}"
     if pod.node:
         outcome = ("it was bound there" if pod.node == node
                    else f"it was bound on {pod.node} instead")
-        return PreemptionWord("made", f"the allocator preempted on {where}, {evicted}; "
-                                      f"{outcome}", node, cards, victims, until=until,
-                              events=tuple(notes))
-    word = PreemptionWord("made", f"the allocator preempted on {where}, {evicted}; the "
-                                  f"freed cards are kept for it until the deadline",
+        return PreemptionWord("made", f"{who} on {where}, {evicted}; {outcome}", node, cards,
+                              victims, until=until, events=tuple(notes))
+    word = PreemptionWord("made", f"{who} on {where}, {evicted}; the freed cards are kept "
+                                  f"for it until the deadline",
                           node, cards, victims, until=until, events=tuple(notes))
     if deadline_passed(word, now):
-        word = replace(word, reason=f"the allocator preempted on {where}, {evicted}; the "
-                                    f"deadline passed without its bind: it may preempt again")
+        word = replace(word, reason=f"{who} on {where}, {evicted}; the deadline passed "
+                                    f"without its bind: it may preempt again")
     return word
 
 

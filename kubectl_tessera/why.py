@@ -16,15 +16,19 @@ workload mix), so they are the extender's.
 
 Preemption (:mod:`kubectl_tessera.preempting`): a Pending pod that fits nowhere is told whom
 the allocator would evict for it and why those, or why no preemption helps; a pod the
-allocator preempted for is told where, for which cards, and whom.
+allocator preempted for is told where, for which cards, and whom. A Pending pod is judged
+with the cards reserved for the preemptions in flight of equal or higher priority
+(:mod:`kubectl_tessera.reserving`) out of its reach, as the allocator's filter judges it: a
+node where only those cards would fit it is ``reserved``, and says for whom.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
+from allocator.preemption.reserved import blocked
 from allocator.ranking.cards import NodeState
 from allocator.ranking.fit import unfit_reason
 from allocator.ranking.policies import PolicyContext, get_policy, scaled
@@ -37,14 +41,16 @@ from kubectl_tessera.preempting import (
     would_preempt,
 )
 from kubectl_tessera.preempting import render as render_preemption
+from kubectl_tessera.reserving import Kept, Noted, in_flight, kept_from, words
 from tessera.vocabulary import PodRequest
 
 
 @dataclass(frozen=True)
 class Verdict:
     node: str
-    #: "fits", "no-room" (others' pods are in the way), "never" (no eviction helps) or
-    #: "excluded" (the scheduler does not consider the node for this pod).
+    #: "fits", "no-room" (others' pods are in the way), "never" (no eviction helps),
+    #: "reserved" (only cards reserved for a preemption in flight of equal or higher priority
+    #: would fit it) or "excluded" (the scheduler does not consider the node for this pod).
     outcome: str
     #: The reason in words ("" when it fits).
     reason: str
@@ -183,6 +189,11 @@ def _pending_summary(found: Sequence[Verdict]) -> str:
     if fitting:
         return (f"its GPU request fits now on {', '.join(fitting)}: kube-scheduler has not "
                 f"retried yet, or another scheduler plugin refuses those nodes (see its message)")
+    reserved = [v.node for v in found if v.outcome == "reserved"]
+    if reserved:
+        return (f"no node has room for it now; free cards on {', '.join(reserved)} would fit "
+                f"it but are reserved for a preemption in flight of equal or higher priority "
+                f"(until that pod binds or its deadline passes)")
     no_room = [v.node for v in found if v.outcome == "no-room"]
     if no_room:
         return (f"no node has room now; it would fit on {', '.join(no_room)} if other pods "
@@ -193,14 +204,37 @@ def _pending_summary(found: Sequence[Verdict]) -> str:
 
 
 def _would(picture: Picture, pod: GpuPod, found: Sequence[Verdict],
-           states: Sequence[NodeState], pdbs: Sequence[Mapping[str, Any]]
+           states: Sequence[NodeState], pdbs: Sequence[Mapping[str, Any]],
+           noted: Sequence[Noted] = (), kept: Mapping[str, Kept] | None = None,
            ) -> PreemptionWord | None:
-    """Preemption's word on a Pending pod that fits on no node (None for any other)."""
+    """Preemption's word on a Pending pod that fits on no node (None for any other):
+    ``states`` as the pod finds them, ``kept`` the cards reserved against it there."""
     if (pod.request is None or not pod.pending or pod.allocation is not None
             or any(v.outcome == "fits" for v in found)):
         return None
-    rooms = [(v.node, s) for v, s in zip(found, states, strict=True) if v.outcome == "no-room"]
-    return would_preempt(picture, pod, rooms, pdbs)
+    kept = kept or {}
+    rooms = [(v.node, s) for v, s in zip(found, states, strict=True)
+             if v.outcome == "no-room" or (v.outcome == "reserved" and _resolvable(
+                 pod.request, blocked(s, kept[v.node].cards)))]
+    return would_preempt(picture, pod, rooms, pdbs, noted)
+
+
+def _resolvable(request: PodRequest, state: NodeState) -> bool:
+    unfit = unfit_reason(request, state)
+    return unfit is not None and unfit.resolvable
+
+
+def _reserved(found: Sequence[Verdict], request: PodRequest, states: Sequence[NodeState],
+              kept: Mapping[str, Kept], now: float | None) -> tuple[Verdict, ...]:
+    """``found`` (judged with the cards ``kept`` from the pod) with each node where only
+    those cards would fit it said ``reserved``, and for whom."""
+    out = []
+    for v, state in zip(found, states, strict=True):
+        if (v.outcome in ("no-room", "never") and v.node in kept
+                and unfit_reason(request, state) is None):
+            v = replace(v, outcome="reserved", reason=words(kept[v.node], now))
+        out.append(v)
+    return tuple(out)
 
 
 def explain(picture: Picture, pod: GpuPod, default_policy: str, seed: int = 0, *,
@@ -214,12 +248,17 @@ def explain(picture: Picture, pod: GpuPod, default_policy: str, seed: int = 0, *
     get_policy(policy)  # an unknown name is the caller's error, reported as such
     found: tuple[Verdict, ...] = ()
     states: list[NodeState] = []
+    noted = in_flight(picture, now) if pod.pending else ()
+    kept = kept_from(pod, noted)
     if pod.request is not None:
         states = [n.state_without([pod.uid]) for n in nodes]
-        found = verdicts(pod, pod.request, nodes, states, policy, seed)
+        found = verdicts(pod, pod.request, nodes, [
+            blocked(s, kept[n.name].cards) if n.name in kept else s
+            for n, s in zip(nodes, states, strict=True)], policy, seed)
+        found = _reserved(found, pod.request, states, kept, now)
     made = made_preemption(pod, events, now)
     # The allocator makes no second preemption for a pod until the first one's deadline.
-    would = (_would(picture, pod, found, states, pdbs)
+    would = (_would(picture, pod, found, states, pdbs, noted, kept)
              if made is None or deadline_passed(made, now) else None)
     if pod.request is None:
         summary = (f"its GPU request cannot be read: {pod.request_problem}"

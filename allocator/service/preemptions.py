@@ -2,7 +2,8 @@
 
 One document per preemption (:class:`allocator.verbs.preempt_ports.InFlight`): the preemptor,
 the node and cards it was made for, each victim and whether the picture still counts it on its
-cards, the deadline, and its state in a word:
+cards, who evicts them (``allocator``, or ``kube-scheduler`` for an answer of the
+``preemptVerb``), the deadline, and its state in a word:
 
 - ``held``: every victim went and the freed cards are held for the preemptor (its own filter
   takes the hold over and binds);
@@ -62,6 +63,7 @@ def documents(entries: Sequence[InFlight], record: Callable[[str], PodRecord | N
             "node": entry.node,
             "cards": list(entry.cards),
             "victims": victims,
+            "evictor": entry.evictor,
             "until": round(entry.until, 3),
             "secondsLeft": max(0, round(entry.until - now)),
             "state": state_of(entry, left),

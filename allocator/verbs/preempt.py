@@ -16,7 +16,9 @@ The pure core decides (:func:`allocator.preemption.choose_preemption`) over the 
 - **Restart, new leader**: rebuilt from the notes of pending pods (:meth:`Preempt.restore`).
 - **The end** (:mod:`allocator.verbs.preempt_ends`): the bind, the preemptor deleted, the
   deadline (hold freed, note and nomination cleared, Event ``PreemptionExpired``).
-- **The preemptVerb** (:mod:`allocator.verbs.preempt_verb`): its answer remembered here.
+- **The preemptVerb** (:mod:`allocator.verbs.preempt_verb`): its answer remembered here, its
+  note written before the answer goes (:mod:`allocator.verbs.preempt_answers`); kube-scheduler
+  evicts its victims, never this path, a restored one included.
 
 On unless :attr:`~allocator.verbs.config.AllocatorConfig.preemption` is unset (docs/preemption.md).
 """
@@ -46,8 +48,9 @@ from allocator.ranking.cards import NodeState
 from allocator.ranking.fit import place_and_keep
 from allocator.verbs import preempt_offers
 from allocator.verbs.evictions import Worker
+from allocator.verbs.preempt_answers import Answering
 from allocator.verbs.preempt_ends import bound_outcome, expire, tell_ended
-from allocator.verbs.preempt_note import Note, noted
+from allocator.verbs.preempt_note import ALLOCATOR, Note, noted
 from allocator.verbs.preempt_ports import HeldRoom, InFlight, Picture, PreemptApi
 from allocator.verbs.preempt_writes import (
     PENDING,
@@ -74,7 +77,7 @@ HOLD_PLACEMENTS: Final = 3
 CHECK_SECONDS: Final = 5.0
 
 
-class Preempt(Reserving, DecisionHooks):
+class Preempt(Reserving, Answering, DecisionHooks):
     """The preempting step of a refused filter (leader only); as a decision hook, it forgets
     a preemption once its pod is bound; its cards reserved meanwhile (:class:`Reserving`).
 
@@ -255,8 +258,9 @@ class Preempt(Reserving, DecisionHooks):
     def restore(self, now: float) -> int:
         """Rebuild the preemptions in flight from the notes of pending pods (a restart, a new
         leader): each remembered with its deadline (capped at now plus ours), its cards held
-        at once when every victim is gone. Notes past their deadline are cleared. How many
-        were restored."""
+        at once when every victim is gone, the victims the last leader did not evict evicted
+        now (never those kube-scheduler deletes: a ``preemptVerb``'s answer). Notes past
+        their deadline are cleared. How many were restored."""
         pods, _ = self.api.list_pods_by_field(PENDING, partial(noted, self.annotation))
         restored = 0
         for pod, note in (found for found in pods if found is not None):
@@ -269,41 +273,20 @@ class Preempt(Reserving, DecisionHooks):
                 clear_note(self.api, self.annotation, ref, note.node)
                 continue
             entry = InFlight(ref, request, min(note.until, now + self.deadline_seconds),
-                             note.node, note.cards, note.victims, priority=priority_of(pod))
+                             note.node, note.cards, note.victims, priority=priority_of(pod),
+                             evictor=note.evictor)
             with self._lock:
                 dropped = self._remember(entry)
             tell_ended(self.hooks, dropped, PreemptionEnd.FORGOTTEN)
             restored += 1
-            logger.info("preemption for %s on %s restored", ref.key, note.node)
+            logger.info("preemption for %s on %s restored (its victims evicted by %s)",
+                        ref.key, note.node, note.evictor)
             left = tuple(PodRef(r.namespace, r.name, r.uid)
                          for r in map(self.state.record, note.victims) if r is not None)
-            if left:  # the last leader stopped before it evicted them all: go on
+            if left and note.evictor == ALLOCATOR:  # the last leader stopped before: go on
                 self.worker.submit(partial(self._evict, entry, left))
             self._hold_when_free(entry)
         return restored
-
-    # ------------------------------------------------------------------ the preemptVerb
-    def acting_for(self, uid: str) -> bool:
-        """Whether this path chose victims for the pod, before their deadline."""
-        with self._lock:
-            return self._acting_for(uid)
-
-    def _acting_for(self, uid: str) -> bool:
-        entry = self.in_flight.get(uid)
-        return entry is not None and bool(entry.victims) and entry.until > self.clock()
-
-    def remember_answer(self, entry: InFlight) -> bool:
-        """Remember what the ``preemptVerb`` answered (kube-scheduler evicts those victims):
-        this path evicts nobody for the pod until the deadline. False, remembering nothing,
-        when this path chose victims for it meanwhile."""
-        with self._lock:
-            if self._acting_for(entry.pod.uid):
-                return False
-            dropped = self._remember(entry)
-        tell_ended(self.hooks, dropped, PreemptionEnd.FORGOTTEN)
-        if entry.node:
-            self.hooks.preemption_started(entry.pod, entry.victim_refs, entry.node, entry.cards)
-        return True
 
     # ------------------------------------------------------------------ the hold
     def released(self, node: str) -> None:

@@ -9,6 +9,7 @@ from typing import Any, Protocol
 from allocator.decisions import PodRef
 from allocator.picture.nodes import NodeView
 from allocator.picture.records import PodRecord
+from allocator.verbs.preempt_note import ALLOCATOR, Evictor
 from allocator.verbs.preempt_offers import ListingApi, PictureReads
 from tessera.vocabulary import Allocation, PodRequest
 
@@ -69,3 +70,6 @@ class InFlight:
     #: The victims by name (``victims`` has their UIDs): what /status and the page show; empty
     #: for a preemption restored from its note (the note carries UIDs only).
     victim_refs: tuple[PodRef, ...] = ()
+    #: Who evicts the victims: the allocator's worker, or kube-scheduler (the ``preemptVerb``
+    #: answered them; this process never evicts them).
+    evictor: Evictor = ALLOCATOR

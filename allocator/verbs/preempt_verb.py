@@ -14,7 +14,10 @@ covers the pods it finds no candidate for. The answer (decision 0021):
   answers 503 (the result type has no error field; kube-scheduler then fails this attempt
   and retries the pod, as after filter's ``Error``).
 - **A preemption in flight** for the pod (filter's path chose victims, before its
-  deadline): no candidates, the empty map. The two paths never both evict for one pod.
+  deadline; or an earlier answer's freed cards are held for it): no candidates, the empty
+  map. The two paths never both evict for one pod. An earlier answer not yet held is
+  replaced (kube-scheduler asks again only when its last preemption is not under way:
+  :mod:`allocator.verbs.preempt_answers`).
 - **Otherwise** the pure answer (:func:`~allocator.preemption.answer_preemption`) over the
   proposed nodes' offers, built as filter's path builds them: kube-scheduler's victims
   kept, and card-level ones added where the cards still need room. When every node answered
@@ -22,9 +25,12 @@ covers the pods it finds no candidate for. The answer (decision 0021):
   last tie is random; one node makes its choice ours), and remembered in flight with its
   cards, so filter's path
   evicts nobody more for the pod and the freed cards are held for it once its victims are
-  gone (:meth:`Preempt.released <allocator.verbs.preempt.Preempt.released>`). When some
-  answered node is kube-scheduler's own proposal (its victims free the cards already), the
-  answer is left whole and remembered without a node (no hold).
+  gone (:meth:`Preempt.released <allocator.verbs.preempt.Preempt.released>`). That answer's
+  note (``evictor: kube-scheduler``) is written on the pod before the answer goes back, so a
+  new leader restores its reservation and hold, and never evicts its victims; a note that
+  cannot be written is answered with no candidates. When some answered node is
+  kube-scheduler's own proposal (its victims free the cards already), the answer is left
+  whole and remembered without a node (no hold, no note).
 - An unreadable GPU request, a pod without a UID, or an API error reading the budgets or the
   labels they weigh: the empty map (no preemption this attempt). The offers come from the
   picture, and the budgets are read only when card-level victims are added
@@ -138,10 +144,12 @@ class PreemptVerb:
         if not ref.uid or preempt.acting_for(ref.uid):
             return no_candidates(), "none"
         preemptor = Preemptor(ref.uid, request, priority_of(args.pod), policy_of(args.pod))
+        # An earlier answer for the pod is replaced: its victims are this answer's to name.
+        others = [f for f in preempt.snapshot() if f.pod.uid != ref.uid]
         try:
             answer = preempt_offers.weigh(
                 preempt.api, preempt.gpu_pods, preemptor,
-                preempt_offers.offers(preempt.state, list(args.nodes), preempt.snapshot()),
+                preempt_offers.offers(preempt.state, list(args.nodes), others),
                 partial(answer_preemption, preemptor, args.nodes), _adds_victims)
         except ApiError as exc:
             logger.warning("preemptVerb for %s not answered: %s", ref.key, exc)

@@ -26,15 +26,32 @@ logger = logging.getLogger(__name__)
 PENDING = "spec.nodeName="
 
 
+def _patch_note(api: PreemptApi, annotation: str, ref: PodRef, note: Note) -> None:
+    """Raises :class:`ApiError` (the UID in the patch: a pod replaced under the name fails
+    it)."""
+    api.patch_pod(ref.namespace, ref.name, {"metadata": {
+        "uid": ref.uid, "annotations": {annotation: encode_note(note)}}})
+
+
 def write_note(api: PreemptApi, annotation: str, ref: PodRef, note: Note) -> None:
     """The note first (what a restarted leader reads), then the nomination."""
     try:
-        api.patch_pod(ref.namespace, ref.name, {"metadata": {
-            "uid": ref.uid, "annotations": {annotation: encode_note(note)}}})
+        _patch_note(api, annotation, ref, note)
         api.patch_pod_status(ref.namespace, ref.name,
                              {"status": {"nominatedNodeName": note.node}})
     except ApiError as exc:
         logger.warning("nomination of %s on %s failed: %s", ref.key, note.node, exc)
+
+
+def write_answer_note(api: PreemptApi, annotation: str, ref: PodRef, note: Note) -> bool:
+    """The ``preemptVerb``'s note, before its answer goes (kube-scheduler nominates the pod
+    itself): whether it was written."""
+    try:
+        _patch_note(api, annotation, ref, note)
+    except ApiError as exc:
+        logger.warning("preemption note of %s on %s not written: %s", ref.key, note.node, exc)
+        return False
+    return True
 
 
 def evict(api: PreemptApi, hooks: DecisionHooks, entry: InFlight,
@@ -68,6 +85,16 @@ def evict(api: PreemptApi, hooks: DecisionHooks, entry: InFlight,
         evicted.append(victim)
     if evicted:
         hooks.preempted(ref, tuple(evicted), entry.node, entry.cards)
+
+
+def drop_answer_note(api: PreemptApi, annotation: str, ref: PodRef) -> None:
+    """Remove a replaced ``preemptVerb`` answer's note (the nomination is kube-scheduler's,
+    about to be written again from the new answer)."""
+    try:
+        api.patch_pod(ref.namespace, ref.name, {"metadata": {
+            "uid": ref.uid, "annotations": {annotation: None}}})
+    except ApiError as exc:
+        logger.warning("replaced preemption note of %s not removed: %s", ref.key, exc)
 
 
 def clear_note(api: PreemptApi, annotation: str, ref: PodRef, node: str) -> None:

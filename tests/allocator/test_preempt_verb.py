@@ -19,6 +19,7 @@ from allocator.verbs.config import AllocatorConfig
 from allocator.verbs.preempt import DEADLINE_SECONDS
 
 URL = "/scheduler/preempt"
+NOTE = VOCAB.preemption_annotation
 
 
 def _card(rt: Runtime, name: str) -> int:
@@ -107,11 +108,15 @@ def test_the_verbs_preemption_ends_at_its_deadline() -> None:
     fake.add_pod(priority_pod("big", WHOLE, 100))
     big = fake.get_pod("default", "big")
     app.test_client().post(URL, json=_args(big, {"n1": ["d"]}))
-    assert rt.allocator.preempting is not None
-    preempt = rt.allocator.preempting.preempt
-    assert preempt is not None and preempt.acting_for("u-big")
+    preempt = rt.preempt
+    assert preempt is not None
+    assert [(f.pod.name, f.evictor) for f in preempt.snapshot()] == [("big", "kube-scheduler")]
+    assert NOTE in fake.get_pod("default", "big")["metadata"]["annotations"]
     preempt.clock = lambda: rt.allocator.clock() + DEADLINE_SECONDS + 1
-    assert not preempt.acting_for("u-big")
+    preempt.worker.drain()  # the tick ends it
+    assert preempt.snapshot() == ()
+    assert NOTE not in fake.get_pod("default", "big")["metadata"]["annotations"]
+    assert _evicted(fake, rt) == []
 
 
 def test_with_preemption_off_the_proposal_is_answered_unchanged() -> None:
