@@ -48,8 +48,8 @@ class KubeApi(Protocol):
 
     def patch_node(self, name: str, patch: Obj) -> None:
         """JSON merge patch; ``metadata.resourceVersion`` in it is a precondition (Conflict).
-        The patched node is not returned (a HAMi lock patches one per bind, and nobody reads
-        it back)."""
+        The patched node is not returned (a node agent's lock patches one per bind, and
+        nobody reads it back)."""
         ...
 
     def get_pod(self, namespace: str, name: str) -> Obj:

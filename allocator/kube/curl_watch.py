@@ -4,9 +4,9 @@
 Why: urllib3 reads a chunked watch stream one chunk (one event) at a time in Python — a
 readline for the chunk's size, a read for its body, each on Python's ssl socket — several
 Python calls under the GIL per event. libcurl undoes the chunking and TLS in C and hands
-over what arrived in blocks, split into lines here. Under HAMi's node lock every bind makes
-two Node events and two more pod events than the elastic profile (docs/hami.md,
-"Speed under the lock"), so the watches' cost per event is most of what the lock adds.
+over what arrived in blocks, split into lines here. A node agent that locks nodes makes
+every bind two Node events and more pod events (its lock and its own writes), so the cost per
+event is much of what such an agent adds.
 
 One transfer on its own handle and multi handle (never the pool's: a watch lives for
 minutes), driven from the consuming thread: ``perform`` moves what arrived, ``select`` waits
