@@ -11,6 +11,7 @@ made for, oldest first.
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Iterator
 from dataclasses import dataclass
 
@@ -23,6 +24,8 @@ class Hold:
     #: The node's cards the held allocation was placed on (the same object while unchanged).
     cards: tuple[Card, ...]
     made_for: object
+    #: The node held on.
+    node: str = ""
 
 
 class Holds:
@@ -32,6 +35,8 @@ class Holds:
 
     def __init__(self) -> None:
         self._holds: dict[str, Hold] = {}
+        #: Holds per node, kept with every change (filter reads it under HAMi's lock).
+        self._per_node: Counter[str] = Counter()
         self._in_order = True
         self._latest = float("-inf")
 
@@ -45,13 +50,29 @@ class Holds:
         return iter(self._holds)
 
     def add(self, uid: str, hold: Hold) -> None:
+        self.pop(uid)
         self._holds[uid] = hold
+        self._per_node[hold.node] += 1
         if hold.until < self._latest:
             self._in_order = False
         self._latest = max(self._latest, hold.until)
 
     def pop(self, uid: str) -> Hold | None:
-        return self._holds.pop(uid, None)
+        hold = self._holds.pop(uid, None)
+        if hold is not None:
+            self._uncount(hold.node)
+        return hold
+
+    def _uncount(self, node: str) -> None:
+        left = self._per_node[node] - 1
+        if left > 0:
+            self._per_node[node] = left
+        else:
+            del self._per_node[node]
+
+    def per_node(self) -> Counter[str]:
+        """How many holds each node has (a copy)."""
+        return self._per_node.copy()
 
     def take_expired(self, now: float) -> list[str]:
         """Forget the holds whose time has passed; their pods' UIDs."""
@@ -63,7 +84,7 @@ class Holds:
                 continue
             expired.append(uid)
         for uid in expired:
-            del self._holds[uid]
+            self._uncount(self._holds.pop(uid).node)
         if not self._holds:
             self._in_order, self._latest = True, float("-inf")
         return expired

@@ -249,7 +249,7 @@ class ClusterState(PictureTables):
             self._set(PodRecord(uid, namespace, name, allocation.node, allocation, Stage.HELD))
             if requests is not None:
                 self.resources.reserve(uid, allocation.node, *requests)
-            self._holds.add(uid, Hold(until, entry.cards, made_for))
+            self._holds.add(uid, Hold(until, entry.cards, made_for, allocation.node))
             return True
 
     def claim_hold(self, uid: str, node: str, made_for: object) -> Allocation | None:

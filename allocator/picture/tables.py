@@ -111,10 +111,7 @@ class PictureTables:
         a bind there waits for each of them."""
         with self._lock:
             queued = self._agent_watch.waiting_by_node()
-            for uid in self._holds:
-                record = self._pods.get(uid)
-                if record is not None:
-                    queued[record.node] += 1
+            queued.update(self._holds.per_node())
         return queued
 
     # ------------------------------------------------------------------ internals

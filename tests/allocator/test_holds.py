@@ -335,3 +335,19 @@ def test_a_long_hold_does_not_keep_later_short_holds_from_expiring() -> None:
     holds.add("a", Hold(until=5.0, cards=(), made_for=None))
     holds.add("b", Hold(until=6.0, cards=(), made_for=None))
     assert holds.take_expired(5.5) == ["a"]
+
+
+def test_the_holds_per_node_follow_every_add_pop_and_expiry() -> None:
+    holds = Holds()
+    holds.add("a", Hold(until=5.0, cards=(), made_for=None, node="n1"))
+    holds.add("b", Hold(until=6.0, cards=(), made_for=None, node="n1"))
+    holds.add("c", Hold(until=7.0, cards=(), made_for=None, node="n2"))
+    assert holds.per_node() == {"n1": 2, "n2": 1}
+    holds.add("c", Hold(until=8.0, cards=(), made_for=None, node="n1"))  # held again elsewhere
+    assert holds.per_node() == {"n1": 3}
+    assert holds.pop("b") is not None and holds.pop("b") is None
+    assert holds.take_expired(5.5) == ["a"]
+    assert holds.per_node() == {"n1": 1}
+    counted = holds.per_node()
+    counted["n1"] += 5  # a copy: the table is not changed through it
+    assert holds.per_node() == {"n1": 1}
