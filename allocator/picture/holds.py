@@ -35,7 +35,8 @@ class Holds:
 
     def __init__(self) -> None:
         self._holds: dict[str, Hold] = {}
-        #: Holds per node, kept with every change (a node agent's count of pods to start reads it on every filter).
+        #: Holds per node, kept with every change (a node agent's count of pods to start
+        #: reads it on every filter).
         self._per_node: Counter[str] = Counter()
         self._in_order = True
         self._latest = float("-inf")
