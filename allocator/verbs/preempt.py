@@ -200,6 +200,13 @@ class Preempt(Reserving, Answering, DecisionHooks):
             return  # bound, placed elsewhere, deleted or forgotten while queued: nobody goes
         write_note(self.api, self.annotation, ref,
                    Note(entry.node, entry.cards, entry.until, entry.victims))
+        with self._lock:
+            ended = entry.pod.uid not in self.in_flight
+        if ended:
+            # Ended (its pod bound, deleted or forgotten) while the note was written: nobody
+            # goes, and no note may say a preemption was made.
+            clear_note(self.api, self.annotation, ref, entry.node)
+            return
         self._evict(entry, entry.victim_refs)
 
     def _evict(self, entry: InFlight, victims: tuple[PodRef, ...]) -> None:

@@ -393,3 +393,24 @@ def test_the_worker_goes_on_after_a_failing_job_and_refuses_beyond_its_bound() -
     stop.set()
     running.join(timeout=5)
     assert "next" in done and "third" not in done and not running.is_alive()
+
+
+def test_a_preemptor_bound_while_its_note_is_written_evicts_nobody_and_keeps_no_note() -> None:
+    fake, rt = _full_node()
+    fake.add_pod(_pod("big", WHOLE, 100))
+    preempt = _preempt(rt)
+    patch_pod = fake.patch_pod
+
+    def bound_meanwhile(namespace: str, name: str, patch: dict[str, Any]) -> Any:
+        answer = patch_pod(namespace, name, patch)
+        if NOTE in (patch.get("metadata") or {}).get("annotations", {}) and patch[
+                "metadata"]["annotations"][NOTE]:
+            # kube-scheduler bound the pod elsewhere (room held by the requeue) just now.
+            preempt.allocated(PodRef("default", "big", "u-big"), "n0", (0,), "fgd")
+        return answer
+
+    fake.patch_pod = bound_meanwhile  # type: ignore[method-assign]
+    rt.allocator.filter(fake.get_pod("default", "big"), ["n1"])
+    preempt.worker.drain()
+    assert _evicted(fake) == []
+    assert NOTE not in fake.get_pod("default", "big")["metadata"].get("annotations", {})

@@ -276,8 +276,11 @@ def _chosen_twice(history: History, stream: list[Seen], found: list[Preemption],
                   vocabulary: Vocabulary) -> list[str]:
     """Victims chosen again by a preemption while an earlier one that chose them was in
     flight (from its note until its preemptor was bound or gone, its note cleared or
-    replaced, or its deadline), or once they were leaving already."""
+    replaced, or its deadline), or once they were evicted already. (A victim the test's churn
+    deleted a moment before the allocator's watch showed it may be named by one preemption:
+    its eviction finds it gone; that is not two preemptions choosing it.)"""
     twice = []
+    evicted_at = {name: step for name, (step, _node) in evicted(stream).items()}
     for i, p in enumerate(found):
         end = min(history.bound.get(p.preemptor, (float("inf"), "", 0))[0],
                   history.left.get(p.preemptor, (float("inf"), 0))[0],
@@ -285,7 +288,8 @@ def _chosen_twice(history: History, stream: list[Seen], found: list[Preemption],
         for later in found[i + 1:]:
             at = history.at[later.step]
             for v in set(p.victims) & set(later.victims):
-                if at < end or history.left.get(v, (float("inf"), 0))[0] < at:
+                out = evicted_at.get(v)
+                if at < end or (out is not None and history.at[out] < at):
                     twice.append(f"{v} ({p.preemptor}, {later.preemptor})")
     return twice
 
