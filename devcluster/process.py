@@ -63,6 +63,7 @@ class ManagedProcess:
         env: Mapping[str, str] | None = None,
         cwd: Path | None = None,
         pipe_stdin: bool = False,
+        stop_seconds: float = 10.0,
     ) -> None:
         self.name = name
         self.argv = list(argv)
@@ -71,6 +72,8 @@ class ManagedProcess:
         self.cwd = cwd
         #: Give the child a pipe on stdin (:attr:`stdin`) instead of /dev/null.
         self.pipe_stdin = pipe_stdin
+        #: How long :meth:`stop` waits after its signal before SIGKILL, unless told.
+        self.stop_seconds = stop_seconds
         self._proc: subprocess.Popen[bytes] | None = None
 
     @property
@@ -115,11 +118,14 @@ class ManagedProcess:
                 f"{tail(self.log_path)}"
             )
 
-    def stop(self, timeout: float = 10.0, sig: int = signal.SIGTERM) -> None:
-        """Signal the whole process group, wait, then SIGKILL what is left."""
+    def stop(self, timeout: float | None = None, sig: int = signal.SIGTERM) -> None:
+        """Signal the whole process group, wait (``timeout``, else :attr:`stop_seconds`),
+        then SIGKILL what is left."""
         proc = self._proc
         if proc is None:
             return
+        if timeout is None:
+            timeout = self.stop_seconds
         with contextlib.suppress(ProcessLookupError):
             os.killpg(proc.pid, sig)
         try:
