@@ -242,7 +242,7 @@ class ControlPlane:
         def ready() -> bool:
             return http_ok(f"{self.server}/readyz", context)
 
-        wait_until("kube-apiserver /readyz", ready, START_TIMEOUT, interval=0.5, watch=[apiserver])
+        wait_until("kube-apiserver /readyz", ready, START_TIMEOUT, watch=[apiserver])
 
     def _https_context(self) -> ssl.SSLContext:
         return ssl.create_default_context(cafile=str(self.ca_file))

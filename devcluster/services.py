@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import base64
 import logging
-import os
 import ssl
 import sys
 from collections.abc import Callable
@@ -33,7 +32,7 @@ from devcluster.binaries import repo_root
 from devcluster.controlplane import ControlPlane
 from devcluster.options import Options
 from devcluster.pki import write_pair
-from devcluster.process import ManagedProcess, free_port, http_ok, wait_until
+from devcluster.process import ManagedProcess, free_port, http_ok, no_proxy_env, wait_until
 from devcluster.scheduler_config import ExtenderAddress, tls_data
 from tessera.agent_profiles import AgentProfile
 from tessera.vocabulary import Vocabulary
@@ -112,13 +111,6 @@ def _tessera_command() -> list[str]:
     return [sys.executable, "-m", "tessera.cli"]
 
 
-def _env(extra: dict[str, str]) -> dict[str, str]:
-    env = {k: v for k, v in os.environ.items() if k.lower() not in ("http_proxy", "https_proxy")}
-    env["NO_PROXY"] = env["no_proxy"] = "127.0.0.1,localhost"
-    env.update(extra)
-    return env
-
-
 class Services:
     """The webhook and allocator processes of one dev cluster."""
 
@@ -159,11 +151,17 @@ class Services:
 
     # ------------------------------------------------------------------ lifecycle
     def start(self) -> None:
-        self.install_pod_keys_policy()
+        """All begun, then each waited for (the policy's loading, each process's start)."""
+        self.install_pod_keys_policy(wait=False)
         if self.options.webhook:
-            self.start_webhook()
+            self.start_webhook(wait=False)
         if self.options.allocator:
-            self.start_allocator()
+            self.start_allocator(wait=False)
+        wait_for_pod_keys_policy(self.api_client, self.options.vocabulary, START_TIMEOUT)
+        if self.webhook is not None:
+            self._wait_webhook()
+        if self.allocator is not None:
+            self._wait_allocator()
 
     def stop(self) -> None:
         for proc in (self.allocator, self.webhook):
@@ -171,10 +169,10 @@ class Services:
                 proc.stop()
 
     # ------------------------------------------------------------------ pod keys policy
-    def install_pod_keys_policy(self) -> None:
+    def install_pod_keys_policy(self, wait: bool = True) -> None:
         """The shipped ValidatingAdmissionPolicy (and binding) that keeps Tessera's pod keys to
-        the allocator, unchanged; returns once the API server enforces it (policies load
-        asynchronously), proven by a dry-run forgery it refuses."""
+        the allocator, unchanged; returns (``wait``) once the API server enforces it (policies
+        load asynchronously), proven by a dry-run forgery it refuses."""
         from kubernetes import client
 
         docs = load_documents(manifests_dir() / "base" / "pod-keys-policy.yaml")
@@ -184,10 +182,12 @@ class Services:
                 admission.create_validating_admission_policy(doc)
             elif doc["kind"] == "ValidatingAdmissionPolicyBinding":
                 admission.create_validating_admission_policy_binding(doc)
-        wait_for_pod_keys_policy(self.api_client, self.options.vocabulary, START_TIMEOUT)
+        if wait:
+            wait_for_pod_keys_policy(self.api_client, self.options.vocabulary, START_TIMEOUT)
 
     # ------------------------------------------------------------------ webhook
-    def start_webhook(self) -> None:
+    def start_webhook(self, wait: bool = True) -> None:
+        """Started and registered; returns once it answers (``wait``)."""
         cp = self.control_plane
         self.webhook_port = free_port()
         cert, key = write_pair(cp.ca.serving("tessera-webhook"), cp.pki_dir, "webhook")
@@ -201,9 +201,9 @@ class Services:
             *self.options.profile_args,
             *self.options.webhook_args,
         ]
-        env = _env({})
+        env = no_proxy_env()
         self._webhook_argv = argv
-        self._run_webhook()
+        self._run_webhook(wait)
         shipped = load_documents(manifests_dir() / "base" / "webhook-configuration.yaml")
         mwc = next(d for d in shipped if d.get("kind") == "MutatingWebhookConfiguration")
         from kubernetes import client
@@ -221,10 +221,15 @@ class Services:
                                   match_conditions(dialects))
         )
 
-    def _run_webhook(self) -> None:
-        self.webhook = ManagedProcess("webhook", self._webhook_argv,
-                                      self.control_plane.log_dir / "webhook.log", env=_env({}))
+    def _run_webhook(self, wait: bool = True) -> None:
+        log = self.control_plane.log_dir / "webhook.log"
+        self.webhook = ManagedProcess("webhook", self._webhook_argv, log, env=no_proxy_env())
         self.webhook.start()
+        if wait:
+            self._wait_webhook()
+
+    def _wait_webhook(self) -> None:
+        assert self.webhook is not None
         self._wait_https("webhook /readyz", self.webhook_port, "/readyz", self.webhook)
 
     def stop_webhook(self) -> None:
@@ -288,8 +293,9 @@ class Services:
         path: Path = self.control_plane.write_kubeconfig("tessera-allocator", user, token=token)
         return path
 
-    def start_allocator(self) -> None:
-        """The allocator over mutual TLS: kube-scheduler must present a cert from our CA.
+    def start_allocator(self, wait: bool = True) -> None:
+        """The allocator over mutual TLS: kube-scheduler must present a cert from our CA;
+        returns once its cache is synced (``wait``).
 
         Leader election stays on (as shipped) with a fixed identity, so its Lease RBAC is
         exercised and a restarted process reclaims its own Lease.
@@ -314,10 +320,10 @@ class Services:
             *(() if self.options.preemption else ("--preemption=false",)),
             *self.options.allocator_args,
         ]
-        self._allocator_env = _env({})
+        self._allocator_env = no_proxy_env()
         self.allocator_files = {"tls_cert": cert, "tls_key": key, "tls_client_ca": cp.ca_file,
                                 "kubeconfig": kubeconfig}
-        self._run_allocator()
+        self._run_allocator(wait)
 
     @property
     def allocator_argv(self) -> tuple[str, ...]:
@@ -332,12 +338,17 @@ class Services:
         self._allocator_argv = argv
         self._run_allocator()
 
-    def _run_allocator(self) -> None:
+    def _run_allocator(self, wait: bool = True) -> None:
         self.allocator = ManagedProcess(
             "allocator", self._allocator_argv, self.control_plane.log_dir / "allocator.log",
             env=self._allocator_env,
         )
         self.allocator.start()
+        if wait:
+            self._wait_allocator()
+
+    def _wait_allocator(self) -> None:
+        assert self.allocator is not None
         self._wait_https("allocator /readyz (cache synced)", self.allocator_port, "/readyz",
                          self.allocator)
 
