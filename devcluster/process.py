@@ -118,6 +118,12 @@ class ManagedProcess:
                 f"{tail(self.log_path)}"
             )
 
+    def terminate(self) -> None:
+        """SIGTERM to the group, not waited for (:meth:`stop` waits): stops that overlap."""
+        if self._proc is not None:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(self._proc.pid, signal.SIGTERM)
+
     def stop(self, timeout: float | None = None, sig: int = signal.SIGTERM) -> None:
         """Signal the whole process group, wait (``timeout``, else :attr:`stop_seconds`),
         then SIGKILL what is left."""

@@ -163,10 +163,18 @@ class Services:
         if self.allocator is not None:
             self._wait_allocator()
 
-    def stop(self) -> None:
-        for proc in (self.allocator, self.webhook):
-            if proc is not None:
-                proc.stop()
+    def stop(self, meanwhile: Callable[[], None] | None = None) -> None:
+        """The allocator first (it releases its Lease through the API server), then
+        ``meanwhile`` (the control plane's stop) while the webhook, signalled at once, stops:
+        it needs nothing else, and gunicorn's workers see the signal within a second."""
+        if self.webhook is not None:
+            self.webhook.terminate()
+        if self.allocator is not None:
+            self.allocator.stop()
+        if meanwhile is not None:
+            meanwhile()
+        if self.webhook is not None:
+            self.webhook.stop()
 
     # ------------------------------------------------------------------ pod keys policy
     def install_pod_keys_policy(self, wait: bool = True) -> None:
@@ -191,16 +199,9 @@ class Services:
         cp = self.control_plane
         self.webhook_port = free_port()
         cert, key = write_pair(cp.ca.serving("tessera-webhook"), cp.pki_dir, "webhook")
-        argv = [
-            *_tessera_command(),
-            "webhook",
-            "--host=127.0.0.1",
-            f"--port={self.webhook_port}",
-            f"--tls-cert={cert}",
-            f"--tls-key={key}",
-            *self.options.profile_args,
-            *self.options.webhook_args,
-        ]
+        argv = [*_tessera_command(), "webhook", "--host=127.0.0.1", f"--port={self.webhook_port}",
+                f"--tls-cert={cert}", f"--tls-key={key}", *self.options.profile_args,
+                *self.options.webhook_args]
         env = no_proxy_env()
         self._webhook_argv = argv
         self._run_webhook(wait)
@@ -306,13 +307,8 @@ class Services:
         cert, key = write_pair(cp.ca.serving("tessera-allocator"), cp.pki_dir, "allocator")
         self.extender_client = cp.ca.client("kube-scheduler-extender-client")
         self._allocator_argv = [
-            *_tessera_command(),
-            "allocator",
-            "--host=127.0.0.1",
-            f"--port={self.allocator_port}",
-            f"--tls-cert={cert}",
-            f"--tls-key={key}",
-            f"--tls-client-ca={cp.ca_file}",
+            *_tessera_command(), "allocator", "--host=127.0.0.1", f"--port={self.allocator_port}",
+            f"--tls-cert={cert}", f"--tls-key={key}", f"--tls-client-ca={cp.ca_file}",
             f"--kubeconfig={kubeconfig}",
             f"--lease-namespace={self.allocator_namespace}",
             "--identity=devcluster-allocator",
