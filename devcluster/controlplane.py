@@ -30,6 +30,7 @@ import base64
 import logging
 import ssl
 import urllib.request
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -157,17 +158,23 @@ class ControlPlane:
 
     # ------------------------------------------------------------------ lifecycle
     def start(self) -> None:
-        """etcd, then kube-apiserver; returns when the apiserver is ready."""
+        """etcd and kube-apiserver together (it retries etcd until etcd answers, as when
+        kubeadm's static pods start), then the controller-manager and KWOK; returns when each
+        says it is ready (KWOK has no endpoint: its nodes show it)."""
         self.workdir.mkdir(parents=True, exist_ok=True)
         self.ca_file.parent.mkdir(parents=True, exist_ok=True)
         self.ca_file.write_bytes(self.ca.cert_pem)
-        self._start_etcd()
-        self._start_apiserver()
+        etcd_healthy = self._start_etcd()
+        apiserver_ready = self._start_apiserver()
+        etcd_healthy()
+        apiserver_ready()
         self.write_kubeconfig("admin", ADMIN_USER, groups=(MASTERS_GROUP,))
-        self._start_controller_manager()
+        manager_healthy = self._start_controller_manager()
         self._start_kwok()
+        manager_healthy()
 
-    def _start_etcd(self) -> None:
+    def _start_etcd(self) -> Callable[[], None]:
+        """Started; returns the wait for its health."""
         self.etcd_port, peer_port = free_port(), free_port()
         client_url = f"http://127.0.0.1:{self.etcd_port}"
         peer_url = f"http://127.0.0.1:{peer_port}"
@@ -196,9 +203,10 @@ class ControlPlane:
             with urllib.request.urlopen(f"{client_url}/health", timeout=2) as resp:
                 return b'"health":"true"' in resp.read()
 
-        wait_until("etcd /health", healthy, START_TIMEOUT, watch=[etcd])
+        return lambda: wait_until("etcd /health", healthy, START_TIMEOUT, watch=[etcd])
 
-    def _start_apiserver(self) -> None:
+    def _start_apiserver(self) -> Callable[[], None]:
+        """Started; returns the wait for its readiness."""
         self.apiserver_port = free_port()
         serving = self.ca.serving(
             "kube-apiserver",
@@ -242,12 +250,14 @@ class ControlPlane:
         def ready() -> bool:
             return http_ok(f"{self.server}/readyz", context)
 
-        wait_until("kube-apiserver /readyz", ready, START_TIMEOUT, watch=[apiserver])
+        return lambda: wait_until("kube-apiserver /readyz", ready, START_TIMEOUT,
+                                  watch=[apiserver])
 
     def _https_context(self) -> ssl.SSLContext:
         return ssl.create_default_context(cafile=str(self.ca_file))
 
-    def _start_controller_manager(self) -> None:
+    def _start_controller_manager(self) -> Callable[[], None]:
+        """Started; returns the wait for its health."""
         kubeconfig = self.write_kubeconfig("kube-controller-manager", CONTROLLER_MANAGER_USER)
         self.controller_manager_port = free_port()
         cert, key = write_pair(self.ca.serving("kube-controller-manager"), self.pki_dir,
@@ -281,7 +291,8 @@ class ControlPlane:
         def healthy() -> bool:
             return http_ok(f"https://127.0.0.1:{self.controller_manager_port}/healthz", context)
 
-        wait_until("kube-controller-manager /healthz", healthy, START_TIMEOUT, watch=[manager])
+        return lambda: wait_until("kube-controller-manager /healthz", healthy, START_TIMEOUT,
+                                  watch=[manager])
 
     def _start_kwok(self) -> None:
         """KWOK, managing only the nodes annotated as fake (a test may add real-looking ones)."""
