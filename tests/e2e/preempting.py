@@ -53,7 +53,7 @@ def past_the_start_of(core_v1: Any, namespace: str, name: str) -> None:
                 or {}).get("startTime")
         return datetime.fromisoformat(text).timestamp() if text else None
 
-    second = wait_for(f"{name} started", started, timeout=60)
+    second = wait_for(f"{name} started", started, timeout=60, interval=0.05)
     time.sleep(max(0.0, second + 1 - time.time()))
 
 
@@ -69,7 +69,8 @@ def fill_node(dev: DevCluster, core_v1: Any, namespace: str, pool: Any) -> tuple
             # One after the other: their start times (seconds) then order them.
             past_the_start_of(core_v1, namespace, SMALL[index - 1])
         core_v1.create_namespaced_pod(namespace, pod(name, selector, HALF_CARD, LOW))
-        wait_for(f"{name} bound", lambda n=name: bound_node(core_v1, namespace, n), timeout=60)
+        wait_for(f"{name} bound", lambda n=name: bound_node(core_v1, namespace, n), timeout=60,
+                 interval=0.05)
     return node, selector, {name: card_of(dev, core_v1, namespace, name) for name in SMALL}
 
 
