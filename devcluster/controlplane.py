@@ -61,7 +61,7 @@ START_TIMEOUT = 120.0
 #: open (the HAMi stand-in fleet's, a benchmark's bind watch: threads of the test process)
 #: holds its graceful shutdown until that watch ends, up to a minute. A throwaway cluster has
 #: nothing to drain: SIGKILL after this.
-APISERVER_STOP_SECONDS = 3.0
+APISERVER_STOP_SECONDS = 1.5
 
 
 def kubeconfig_document(

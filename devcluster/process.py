@@ -137,7 +137,7 @@ class ManagedProcess:
         try:
             proc.wait(timeout=timeout)
         except subprocess.TimeoutExpired:
-            logger.warning("%s did not stop in %.0fs; killing", self.name, timeout)
+            logger.warning("%s did not stop in %gs; killing", self.name, timeout)
         # Whatever the leader did, make sure no member of the group survives it.
         with contextlib.suppress(ProcessLookupError):
             os.killpg(proc.pid, signal.SIGKILL)
