@@ -41,7 +41,14 @@ from certs.builder import KeyPair
 from devcluster import DevClusterError, kwok
 from devcluster.binaries import Binaries
 from devcluster.pki import ClusterCA, service_account_keys, write_pair
-from devcluster.process import ManagedProcess, free_port, http_ok, no_proxy_env, wait_until
+from devcluster.process import (
+    QUICK_POLL_S,
+    ManagedProcess,
+    free_port,
+    http_ok,
+    no_proxy_env,
+    wait_until,
+)
 from devcluster.scheduler_config import (
     ExtenderAddress,
     localise_scheduler_configuration,
@@ -203,7 +210,7 @@ class ControlPlane:
             with urllib.request.urlopen(f"{client_url}/health", timeout=2) as resp:
                 return b'"health":"true"' in resp.read()
 
-        return lambda: wait_until("etcd /health", healthy, START_TIMEOUT, watch=[etcd])
+        return lambda: wait_until("etcd /health", healthy, START_TIMEOUT, QUICK_POLL_S, [etcd])
 
     def _start_apiserver(self) -> Callable[[], None]:
         """Started; returns the wait for its readiness."""
@@ -250,8 +257,7 @@ class ControlPlane:
         def ready() -> bool:
             return http_ok(f"{self.server}/readyz", context)
 
-        return lambda: wait_until("kube-apiserver /readyz", ready, START_TIMEOUT,
-                                  watch=[apiserver])
+        return lambda: wait_until("kube-apiserver /readyz", ready, START_TIMEOUT, watch=[apiserver])
 
     def _https_context(self) -> ssl.SSLContext:
         return ssl.create_default_context(cafile=str(self.ca_file))
@@ -292,7 +298,7 @@ class ControlPlane:
             return http_ok(f"https://127.0.0.1:{self.controller_manager_port}/healthz", context)
 
         return lambda: wait_until("kube-controller-manager /healthz", healthy, START_TIMEOUT,
-                                  watch=[manager])
+                                  QUICK_POLL_S, watch=[manager])
 
     def _start_kwok(self) -> None:
         """KWOK, managing only the nodes annotated as fake (a test may add real-looking ones)."""
@@ -378,7 +384,8 @@ class ControlPlane:
         def healthy() -> bool:
             return http_ok(f"https://127.0.0.1:{self.scheduler_port}/healthz", context)
 
-        wait_until("kube-scheduler /healthz", healthy, START_TIMEOUT, watch=[scheduler])
+        wait_until("kube-scheduler /healthz", healthy, START_TIMEOUT, QUICK_POLL_S,
+                   watch=[scheduler])
 
     def stop_scheduler(self) -> None:
         if self.scheduler is not None:

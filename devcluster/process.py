@@ -161,6 +161,11 @@ def http_ok(url: str, context: ssl.SSLContext | None = None, timeout: float = 5)
         return False
 
 
+#: How often a start-up wait polls what is ready within a second or so (a health endpoint on
+#: loopback); the API server's boot, seconds long, is polled at the default.
+QUICK_POLL_S = 0.05
+
+
 def wait_until(
     what: str,
     probe: Callable[[], bool],

@@ -32,7 +32,14 @@ from devcluster.binaries import repo_root
 from devcluster.controlplane import ControlPlane
 from devcluster.options import Options
 from devcluster.pki import write_pair
-from devcluster.process import ManagedProcess, free_port, http_ok, no_proxy_env, wait_until
+from devcluster.process import (
+    QUICK_POLL_S,
+    ManagedProcess,
+    free_port,
+    http_ok,
+    no_proxy_env,
+    wait_until,
+)
 from devcluster.scheduler_config import ExtenderAddress, tls_data
 from tessera.agent_profiles import AgentProfile
 from tessera.vocabulary import Vocabulary
@@ -309,13 +316,10 @@ class Services:
         self._allocator_argv = [
             *_tessera_command(), "allocator", "--host=127.0.0.1", f"--port={self.allocator_port}",
             f"--tls-cert={cert}", f"--tls-key={key}", f"--tls-client-ca={cp.ca_file}",
-            f"--kubeconfig={kubeconfig}",
-            f"--lease-namespace={self.allocator_namespace}",
-            "--identity=devcluster-allocator",
-            *self.options.profile_args,
+            f"--kubeconfig={kubeconfig}", f"--lease-namespace={self.allocator_namespace}",
+            "--identity=devcluster-allocator", *self.options.profile_args,
             *(() if self.options.preemption else ("--preemption=false",)),
-            *self.options.allocator_args,
-        ]
+            *self.options.allocator_args]
         self._allocator_env = no_proxy_env()
         self.allocator_files = {"tls_cert": cert, "tls_key": key, "tls_client_ca": cp.ca_file,
                                 "kubeconfig": kubeconfig}
@@ -369,7 +373,7 @@ class Services:
         def ready() -> bool:
             return http_ok(f"https://127.0.0.1:{port}{path}", context, timeout=2)
 
-        wait_until(what, ready, START_TIMEOUT, watch=[proc])
+        wait_until(what, ready, START_TIMEOUT, QUICK_POLL_S, watch=[proc])
 
 
 def wait_for_pod_keys_policy(api_client: Any, vocabulary: Vocabulary, timeout: float) -> None:
@@ -393,4 +397,4 @@ def wait_for_pod_keys_policy(api_client: Any, vocabulary: Vocabulary, timeout: f
             return exc.status in (400, 403, 422)
         return False
 
-    wait_until("the pod keys policy enforced", enforced, timeout)
+    wait_until("the pod keys policy enforced", enforced, timeout, QUICK_POLL_S)
