@@ -144,8 +144,9 @@ class DevCluster:
         for proc in self.hami_processes:
             proc.stop()
         if self.services is not None:
-            self.services.stop()
-        self.control_plane.stop()
+            self.services.stop(meanwhile=self.control_plane.stop)
+        else:
+            self.control_plane.stop()
         if self._api_client is not None:
             self._api_client.close()
             self._api_client = None

@@ -150,9 +150,12 @@ class ContainerServices:
         for name in ("tessera-webhook", "tessera-allocator"):
             self.start_deployment(name)
 
-    def stop(self) -> None:
+    def stop(self, meanwhile: Callable[[], None] | None = None) -> None:
+        """Every container, then ``meanwhile`` (as :meth:`Services.stop`)."""
         for container in self.containers.values():
             container.stop()
+        if meanwhile is not None:
+            meanwhile()
 
     # ------------------------------------------------------------------ the chart
     def render(self) -> list[Doc]:

@@ -30,6 +30,7 @@ import base64
 import logging
 import ssl
 import urllib.request
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -40,7 +41,14 @@ from certs.builder import KeyPair
 from devcluster import DevClusterError, kwok
 from devcluster.binaries import Binaries
 from devcluster.pki import ClusterCA, service_account_keys, write_pair
-from devcluster.process import ManagedProcess, free_port, http_ok, no_proxy_env, wait_until
+from devcluster.process import (
+    QUICK_POLL_S,
+    ManagedProcess,
+    free_port,
+    http_ok,
+    no_proxy_env,
+    wait_until,
+)
 from devcluster.scheduler_config import (
     ExtenderAddress,
     localise_scheduler_configuration,
@@ -56,6 +64,11 @@ CONTROLLER_MANAGER_USER = "system:kube-controller-manager"  # likewise
 MASTERS_GROUP = "system:masters"  # superuser group, hard-wired in kube-apiserver
 
 START_TIMEOUT = 120.0
+#: kube-apiserver drains in about a second once its clients are gone; a client's watch still
+#: open (the HAMi stand-in fleet's, a benchmark's bind watch: threads of the test process)
+#: holds its graceful shutdown until that watch ends, up to a minute. A throwaway cluster has
+#: nothing to drain: SIGKILL after this.
+APISERVER_STOP_SECONDS = 1.5
 
 
 def kubeconfig_document(
@@ -152,17 +165,23 @@ class ControlPlane:
 
     # ------------------------------------------------------------------ lifecycle
     def start(self) -> None:
-        """etcd, then kube-apiserver; returns when the apiserver is ready."""
+        """etcd and kube-apiserver together (it retries etcd until etcd answers, as when
+        kubeadm's static pods start), then the controller-manager and KWOK; returns when each
+        says it is ready (KWOK has no endpoint: its nodes show it)."""
         self.workdir.mkdir(parents=True, exist_ok=True)
         self.ca_file.parent.mkdir(parents=True, exist_ok=True)
         self.ca_file.write_bytes(self.ca.cert_pem)
-        self._start_etcd()
-        self._start_apiserver()
+        etcd_healthy = self._start_etcd()
+        apiserver_ready = self._start_apiserver()
+        etcd_healthy()
+        apiserver_ready()
         self.write_kubeconfig("admin", ADMIN_USER, groups=(MASTERS_GROUP,))
-        self._start_controller_manager()
+        manager_healthy = self._start_controller_manager()
         self._start_kwok()
+        manager_healthy()
 
-    def _start_etcd(self) -> None:
+    def _start_etcd(self) -> Callable[[], None]:
+        """Started; returns the wait for its health."""
         self.etcd_port, peer_port = free_port(), free_port()
         client_url = f"http://127.0.0.1:{self.etcd_port}"
         peer_url = f"http://127.0.0.1:{peer_port}"
@@ -191,9 +210,10 @@ class ControlPlane:
             with urllib.request.urlopen(f"{client_url}/health", timeout=2) as resp:
                 return b'"health":"true"' in resp.read()
 
-        wait_until("etcd /health", healthy, START_TIMEOUT, watch=[etcd])
+        return lambda: wait_until("etcd /health", healthy, START_TIMEOUT, QUICK_POLL_S, [etcd])
 
-    def _start_apiserver(self) -> None:
+    def _start_apiserver(self) -> Callable[[], None]:
+        """Started; returns the wait for its readiness."""
         self.apiserver_port = free_port()
         serving = self.ca.serving(
             "kube-apiserver",
@@ -225,6 +245,7 @@ class ControlPlane:
             ],
             self.log_dir / "kube-apiserver.log",
             env=no_proxy_env(),
+            stop_seconds=APISERVER_STOP_SECONDS,
         )
         apiserver.start()
         self.processes.append(apiserver)
@@ -236,12 +257,13 @@ class ControlPlane:
         def ready() -> bool:
             return http_ok(f"{self.server}/readyz", context)
 
-        wait_until("kube-apiserver /readyz", ready, START_TIMEOUT, interval=0.5, watch=[apiserver])
+        return lambda: wait_until("kube-apiserver /readyz", ready, START_TIMEOUT, watch=[apiserver])
 
     def _https_context(self) -> ssl.SSLContext:
         return ssl.create_default_context(cafile=str(self.ca_file))
 
-    def _start_controller_manager(self) -> None:
+    def _start_controller_manager(self) -> Callable[[], None]:
+        """Started; returns the wait for its health."""
         kubeconfig = self.write_kubeconfig("kube-controller-manager", CONTROLLER_MANAGER_USER)
         self.controller_manager_port = free_port()
         cert, key = write_pair(self.ca.serving("kube-controller-manager"), self.pki_dir,
@@ -275,7 +297,8 @@ class ControlPlane:
         def healthy() -> bool:
             return http_ok(f"https://127.0.0.1:{self.controller_manager_port}/healthz", context)
 
-        wait_until("kube-controller-manager /healthz", healthy, START_TIMEOUT, watch=[manager])
+        return lambda: wait_until("kube-controller-manager /healthz", healthy, START_TIMEOUT,
+                                  QUICK_POLL_S, watch=[manager])
 
     def _start_kwok(self) -> None:
         """KWOK, managing only the nodes annotated as fake (a test may add real-looking ones)."""
@@ -361,7 +384,8 @@ class ControlPlane:
         def healthy() -> bool:
             return http_ok(f"https://127.0.0.1:{self.scheduler_port}/healthz", context)
 
-        wait_until("kube-scheduler /healthz", healthy, START_TIMEOUT, watch=[scheduler])
+        wait_until("kube-scheduler /healthz", healthy, START_TIMEOUT, QUICK_POLL_S,
+                   watch=[scheduler])
 
     def stop_scheduler(self) -> None:
         if self.scheduler is not None:

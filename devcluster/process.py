@@ -63,6 +63,7 @@ class ManagedProcess:
         env: Mapping[str, str] | None = None,
         cwd: Path | None = None,
         pipe_stdin: bool = False,
+        stop_seconds: float = 10.0,
     ) -> None:
         self.name = name
         self.argv = list(argv)
@@ -71,6 +72,8 @@ class ManagedProcess:
         self.cwd = cwd
         #: Give the child a pipe on stdin (:attr:`stdin`) instead of /dev/null.
         self.pipe_stdin = pipe_stdin
+        #: How long :meth:`stop` waits after its signal before SIGKILL, unless told.
+        self.stop_seconds = stop_seconds
         self._proc: subprocess.Popen[bytes] | None = None
 
     @property
@@ -115,17 +118,26 @@ class ManagedProcess:
                 f"{tail(self.log_path)}"
             )
 
-    def stop(self, timeout: float = 10.0, sig: int = signal.SIGTERM) -> None:
-        """Signal the whole process group, wait, then SIGKILL what is left."""
+    def terminate(self) -> None:
+        """SIGTERM to the group, not waited for (:meth:`stop` waits): stops that overlap."""
+        if self._proc is not None:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(self._proc.pid, signal.SIGTERM)
+
+    def stop(self, timeout: float | None = None, sig: int = signal.SIGTERM) -> None:
+        """Signal the whole process group, wait (``timeout``, else :attr:`stop_seconds`),
+        then SIGKILL what is left."""
         proc = self._proc
         if proc is None:
             return
+        if timeout is None:
+            timeout = self.stop_seconds
         with contextlib.suppress(ProcessLookupError):
             os.killpg(proc.pid, sig)
         try:
             proc.wait(timeout=timeout)
         except subprocess.TimeoutExpired:
-            logger.warning("%s did not stop in %.0fs; killing", self.name, timeout)
+            logger.warning("%s did not stop in %gs; killing", self.name, timeout)
         # Whatever the leader did, make sure no member of the group survives it.
         with contextlib.suppress(ProcessLookupError):
             os.killpg(proc.pid, signal.SIGKILL)
@@ -147,6 +159,11 @@ def http_ok(url: str, context: ssl.SSLContext | None = None, timeout: float = 5)
             return bool(resp.status == 200)
     except urllib.error.HTTPError:
         return False
+
+
+#: How often a start-up wait polls what is ready within a second or so (a health endpoint on
+#: loopback); the API server's boot, seconds long, is polled at the default.
+QUICK_POLL_S = 0.05
 
 
 def wait_until(

@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import base64
 import logging
-import os
 import ssl
 import sys
 from collections.abc import Callable
@@ -33,7 +32,14 @@ from devcluster.binaries import repo_root
 from devcluster.controlplane import ControlPlane
 from devcluster.options import Options
 from devcluster.pki import write_pair
-from devcluster.process import ManagedProcess, free_port, http_ok, wait_until
+from devcluster.process import (
+    QUICK_POLL_S,
+    ManagedProcess,
+    free_port,
+    http_ok,
+    no_proxy_env,
+    wait_until,
+)
 from devcluster.scheduler_config import ExtenderAddress, tls_data
 from tessera.agent_profiles import AgentProfile
 from tessera.vocabulary import Vocabulary
@@ -112,13 +118,6 @@ def _tessera_command() -> list[str]:
     return [sys.executable, "-m", "tessera.cli"]
 
 
-def _env(extra: dict[str, str]) -> dict[str, str]:
-    env = {k: v for k, v in os.environ.items() if k.lower() not in ("http_proxy", "https_proxy")}
-    env["NO_PROXY"] = env["no_proxy"] = "127.0.0.1,localhost"
-    env.update(extra)
-    return env
-
-
 class Services:
     """The webhook and allocator processes of one dev cluster."""
 
@@ -159,22 +158,36 @@ class Services:
 
     # ------------------------------------------------------------------ lifecycle
     def start(self) -> None:
-        self.install_pod_keys_policy()
+        """All begun, then each waited for (the policy's loading, each process's start)."""
+        self.install_pod_keys_policy(wait=False)
         if self.options.webhook:
-            self.start_webhook()
+            self.start_webhook(wait=False)
         if self.options.allocator:
-            self.start_allocator()
+            self.start_allocator(wait=False)
+        wait_for_pod_keys_policy(self.api_client, self.options.vocabulary, START_TIMEOUT)
+        if self.webhook is not None:
+            self._wait_webhook()
+        if self.allocator is not None:
+            self._wait_allocator()
 
-    def stop(self) -> None:
-        for proc in (self.allocator, self.webhook):
-            if proc is not None:
-                proc.stop()
+    def stop(self, meanwhile: Callable[[], None] | None = None) -> None:
+        """The allocator first (it releases its Lease through the API server), then
+        ``meanwhile`` (the control plane's stop) while the webhook, signalled at once, stops:
+        it needs nothing else, and gunicorn's workers see the signal within a second."""
+        if self.webhook is not None:
+            self.webhook.terminate()
+        if self.allocator is not None:
+            self.allocator.stop()
+        if meanwhile is not None:
+            meanwhile()
+        if self.webhook is not None:
+            self.webhook.stop()
 
     # ------------------------------------------------------------------ pod keys policy
-    def install_pod_keys_policy(self) -> None:
+    def install_pod_keys_policy(self, wait: bool = True) -> None:
         """The shipped ValidatingAdmissionPolicy (and binding) that keeps Tessera's pod keys to
-        the allocator, unchanged; returns once the API server enforces it (policies load
-        asynchronously), proven by a dry-run forgery it refuses."""
+        the allocator, unchanged; returns (``wait``) once the API server enforces it (policies
+        load asynchronously), proven by a dry-run forgery it refuses."""
         from kubernetes import client
 
         docs = load_documents(manifests_dir() / "base" / "pod-keys-policy.yaml")
@@ -184,26 +197,21 @@ class Services:
                 admission.create_validating_admission_policy(doc)
             elif doc["kind"] == "ValidatingAdmissionPolicyBinding":
                 admission.create_validating_admission_policy_binding(doc)
-        wait_for_pod_keys_policy(self.api_client, self.options.vocabulary, START_TIMEOUT)
+        if wait:
+            wait_for_pod_keys_policy(self.api_client, self.options.vocabulary, START_TIMEOUT)
 
     # ------------------------------------------------------------------ webhook
-    def start_webhook(self) -> None:
+    def start_webhook(self, wait: bool = True) -> None:
+        """Started and registered; returns once it answers (``wait``)."""
         cp = self.control_plane
         self.webhook_port = free_port()
         cert, key = write_pair(cp.ca.serving("tessera-webhook"), cp.pki_dir, "webhook")
-        argv = [
-            *_tessera_command(),
-            "webhook",
-            "--host=127.0.0.1",
-            f"--port={self.webhook_port}",
-            f"--tls-cert={cert}",
-            f"--tls-key={key}",
-            *self.options.profile_args,
-            *self.options.webhook_args,
-        ]
-        env = _env({})
+        argv = [*_tessera_command(), "webhook", "--host=127.0.0.1", f"--port={self.webhook_port}",
+                f"--tls-cert={cert}", f"--tls-key={key}", *self.options.profile_args,
+                *self.options.webhook_args]
+        env = no_proxy_env()
         self._webhook_argv = argv
-        self._run_webhook()
+        self._run_webhook(wait)
         shipped = load_documents(manifests_dir() / "base" / "webhook-configuration.yaml")
         mwc = next(d for d in shipped if d.get("kind") == "MutatingWebhookConfiguration")
         from kubernetes import client
@@ -221,10 +229,15 @@ class Services:
                                   match_conditions(dialects))
         )
 
-    def _run_webhook(self) -> None:
-        self.webhook = ManagedProcess("webhook", self._webhook_argv,
-                                      self.control_plane.log_dir / "webhook.log", env=_env({}))
+    def _run_webhook(self, wait: bool = True) -> None:
+        log = self.control_plane.log_dir / "webhook.log"
+        self.webhook = ManagedProcess("webhook", self._webhook_argv, log, env=no_proxy_env())
         self.webhook.start()
+        if wait:
+            self._wait_webhook()
+
+    def _wait_webhook(self) -> None:
+        assert self.webhook is not None
         self._wait_https("webhook /readyz", self.webhook_port, "/readyz", self.webhook)
 
     def stop_webhook(self) -> None:
@@ -288,8 +301,9 @@ class Services:
         path: Path = self.control_plane.write_kubeconfig("tessera-allocator", user, token=token)
         return path
 
-    def start_allocator(self) -> None:
-        """The allocator over mutual TLS: kube-scheduler must present a cert from our CA.
+    def start_allocator(self, wait: bool = True) -> None:
+        """The allocator over mutual TLS: kube-scheduler must present a cert from our CA;
+        returns once its cache is synced (``wait``).
 
         Leader election stays on (as shipped) with a fixed identity, so its Lease RBAC is
         exercised and a restarted process reclaims its own Lease.
@@ -300,24 +314,16 @@ class Services:
         cert, key = write_pair(cp.ca.serving("tessera-allocator"), cp.pki_dir, "allocator")
         self.extender_client = cp.ca.client("kube-scheduler-extender-client")
         self._allocator_argv = [
-            *_tessera_command(),
-            "allocator",
-            "--host=127.0.0.1",
-            f"--port={self.allocator_port}",
-            f"--tls-cert={cert}",
-            f"--tls-key={key}",
-            f"--tls-client-ca={cp.ca_file}",
-            f"--kubeconfig={kubeconfig}",
-            f"--lease-namespace={self.allocator_namespace}",
-            "--identity=devcluster-allocator",
-            *self.options.profile_args,
+            *_tessera_command(), "allocator", "--host=127.0.0.1", f"--port={self.allocator_port}",
+            f"--tls-cert={cert}", f"--tls-key={key}", f"--tls-client-ca={cp.ca_file}",
+            f"--kubeconfig={kubeconfig}", f"--lease-namespace={self.allocator_namespace}",
+            "--identity=devcluster-allocator", *self.options.profile_args,
             *(() if self.options.preemption else ("--preemption=false",)),
-            *self.options.allocator_args,
-        ]
-        self._allocator_env = _env({})
+            *self.options.allocator_args]
+        self._allocator_env = no_proxy_env()
         self.allocator_files = {"tls_cert": cert, "tls_key": key, "tls_client_ca": cp.ca_file,
                                 "kubeconfig": kubeconfig}
-        self._run_allocator()
+        self._run_allocator(wait)
 
     @property
     def allocator_argv(self) -> tuple[str, ...]:
@@ -332,12 +338,17 @@ class Services:
         self._allocator_argv = argv
         self._run_allocator()
 
-    def _run_allocator(self) -> None:
+    def _run_allocator(self, wait: bool = True) -> None:
         self.allocator = ManagedProcess(
             "allocator", self._allocator_argv, self.control_plane.log_dir / "allocator.log",
             env=self._allocator_env,
         )
         self.allocator.start()
+        if wait:
+            self._wait_allocator()
+
+    def _wait_allocator(self) -> None:
+        assert self.allocator is not None
         self._wait_https("allocator /readyz (cache synced)", self.allocator_port, "/readyz",
                          self.allocator)
 
@@ -362,7 +373,7 @@ class Services:
         def ready() -> bool:
             return http_ok(f"https://127.0.0.1:{port}{path}", context, timeout=2)
 
-        wait_until(what, ready, START_TIMEOUT, watch=[proc])
+        wait_until(what, ready, START_TIMEOUT, QUICK_POLL_S, watch=[proc])
 
 
 def wait_for_pod_keys_policy(api_client: Any, vocabulary: Vocabulary, timeout: float) -> None:
@@ -386,4 +397,4 @@ def wait_for_pod_keys_policy(api_client: Any, vocabulary: Vocabulary, timeout: f
             return exc.status in (400, 403, 422)
         return False
 
-    wait_until("the pod keys policy enforced", enforced, timeout)
+    wait_until("the pod keys policy enforced", enforced, timeout, QUICK_POLL_S)

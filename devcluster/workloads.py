@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import time
 from collections.abc import Callable, Iterable, Mapping
+from functools import partial
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -157,6 +158,51 @@ def pending_reason(core_v1: Any, namespace: str, name: str) -> str | None:
     return str(failed[-1].get("message") or "") if failed else None
 
 
+#: A PriorityClass to create: its name, its value, and whether its pods preempt
+#: (``PreemptLowerPriority``, the default) or not (``Never``).
+PriorityClass = tuple[str, int, bool]
+
+
+def create_priority_classes(api_client: Any, classes: Iterable[PriorityClass],
+                            timeout: float = 60.0) -> None:
+    """Create the classes (one that exists is kept) and return once the API server admits a
+    pod naming each: the Priority admission plugin resolves classes from its informer, so a
+    pod created at once could be refused. A dry-run pod per class proves it."""
+    from kubernetes import client
+    from kubernetes.client.exceptions import ApiException
+
+    scheduling: Any = client.SchedulingV1Api(api_client)
+    names = []
+    for name, value, preempts in classes:
+        names.append(name)
+        try:
+            scheduling.create_priority_class({
+                "apiVersion": "scheduling.k8s.io/v1", "kind": "PriorityClass",
+                "metadata": {"name": name}, "value": value,
+                "preemptionPolicy": "PreemptLowerPriority" if preempts else "Never"})
+        except ApiException as exc:
+            if exc.status != 409:
+                raise
+    core: Any = client.CoreV1Api(api_client)
+
+    def admitted(name: str) -> bool:
+        probe = make_pod("", [container()])
+        probe["metadata"] = {"generateName": "priority-probe-"}
+        probe["spec"]["priorityClassName"] = name
+        try:
+            core.create_namespaced_pod("default", probe, dry_run="All")
+        except ApiException as exc:
+            # Forbidden: the class (or the namespace's ServiceAccount) not known yet.
+            if exc.status != 403:
+                raise
+            return False
+        return True
+
+    for name in names:
+        wait_for(f"PriorityClass {name} admitted", partial(admitted, name), timeout,
+                 interval=0.1)
+
+
 def delete_pods(core_v1: Any, namespace: str, names: Iterable[str]) -> None:
     """Delete at once (KWOK would finish a graceful delete too, a moment later)."""
     from kubernetes.client.exceptions import ApiException
@@ -193,7 +239,9 @@ def ensure_namespace(core_v1: Any, name: str, timeout: float = 30.0) -> None:
             return None
         return True
 
-    wait_for(f"ServiceAccount {name}/default", default_account, timeout=timeout)
+    # It is there some 20 ms after the namespace: a quarter-second poll would mostly wait.
+    wait_for(f"ServiceAccount {name}/default", default_account, timeout=timeout,
+             interval=0.02)
 
 
 def failed_scheduling_messages(core_v1: Any, namespace: str) -> dict[str, str]:

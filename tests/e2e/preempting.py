@@ -3,11 +3,19 @@
 from __future__ import annotations
 
 import time
+from datetime import datetime
 from typing import Any
 
 from devcluster.cluster import DevCluster
 from devcluster.nodes import uniform
-from devcluster.workloads import container, get_object, list_objects, make_pod, wait_for
+from devcluster.workloads import (
+    container,
+    create_priority_classes,
+    get_object,
+    list_objects,
+    make_pod,
+    wait_for,
+)
 from kubectl_tessera.report import card_usage, overcommitments
 from tessera.vocabulary import decode_allocation
 
@@ -19,22 +27,8 @@ SMALL = ("a", "b", "c", "d")
 
 def priority_classes(dev: DevCluster) -> None:
     """Priority 1 for the small pods, 100 for the preemptor (and 100 that never preempts)."""
-    from kubernetes import client
-    from kubernetes.client.exceptions import ApiException
-
-    api = client.SchedulingV1Api(dev.api_client)
-    for name, value, policy in ((LOW, 1, None), (HIGH, 100, None), (HIGH_NEVER, 100, "Never")):
-        body: dict[str, Any] = {"apiVersion": "scheduling.k8s.io/v1", "kind": "PriorityClass",
-                                "metadata": {"name": name}, "value": value}
-        if policy:
-            body["preemptionPolicy"] = policy
-        try:
-            api.create_priority_class(body)
-        except ApiException as exc:
-            if exc.status != 409:
-                raise
-    # The Priority admission plugin resolves classes from its informer: let it see them.
-    time.sleep(2)
+    create_priority_classes(dev.api_client, ((LOW, 1, True), (HIGH, 100, True),
+                                             (HIGH_NEVER, 100, False)))
 
 
 def pod(name: str, selector: dict[str, str], limits: dict[str, str], priority_class: str
@@ -49,6 +43,20 @@ def bound_node(core_v1: Any, namespace: str, name: str) -> str | None:
     return str(node) if node else None
 
 
+def past_the_start_of(core_v1: Any, namespace: str, name: str) -> None:
+    """Returns once the clock is past the second in which ``name`` started (its
+    ``status.startTime``, whole seconds, written by KWOK on this machine's clock): a pod
+    created now starts in a later second, so the start times order the two."""
+
+    def started() -> float | None:
+        text = (get_object(core_v1.read_namespaced_pod, name, namespace).get("status")
+                or {}).get("startTime")
+        return datetime.fromisoformat(text).timestamp() if text else None
+
+    second = wait_for(f"{name} started", started, timeout=60, interval=0.05)
+    time.sleep(max(0.0, second + 1 - time.time()))
+
+
 def fill_node(dev: DevCluster, core_v1: Any, namespace: str, pool: Any) -> tuple[
         str, dict[str, str], dict[str, int]]:
     """One node, two cards, each shared by two priority-1 half-card pods, all bound, "d" the
@@ -56,11 +64,13 @@ def fill_node(dev: DevCluster, core_v1: Any, namespace: str, pool: Any) -> tuple
     priority_classes(dev)
     node = f"{namespace}-t4"
     selector: dict[str, str] = pool([uniform(node, 2, "Tesla-T4", 15360)])
-    for name in SMALL:
-        # One after the other, a second apart: their start times (seconds) then order them.
+    for index, name in enumerate(SMALL):
+        if index:
+            # One after the other: their start times (seconds) then order them.
+            past_the_start_of(core_v1, namespace, SMALL[index - 1])
         core_v1.create_namespaced_pod(namespace, pod(name, selector, HALF_CARD, LOW))
-        wait_for(f"{name} bound", lambda n=name: bound_node(core_v1, namespace, n), timeout=60)
-        time.sleep(1.1)
+        wait_for(f"{name} bound", lambda n=name: bound_node(core_v1, namespace, n), timeout=60,
+                 interval=0.05)
     return node, selector, {name: card_of(dev, core_v1, namespace, name) for name in SMALL}
 
 

@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from dev_clusters import running
+from dev_clusters import shared
 
 from allocator.agents.hami import HamiAgent
 from allocator.agents.profiles import AgentSetup, agent_for
@@ -74,12 +74,13 @@ _count = itertools.count()
 
 @pytest.fixture(scope="module")
 def cluster(binaries: Binaries, request: pytest.FixtureRequest) -> Iterator[DevCluster]:
-    """A dev cluster of its own: webhook and allocator in the hami agent profile."""
-    dev = DevCluster(binaries, None, Options(agent_profile=AgentProfile.HAMI,
-                                             webhook_args=ALL_DIALECTS,
-                                             allocator_args=ALL_DIALECTS,
-                                             hami_standin=False))
-    with running(dev, request, "hami dev cluster"):
+    """A dev cluster of its own: webhook and allocator in the hami agent profile; the modules
+    that import this fixture and run right after this one (test_hami_card_choice,
+    test_hami_topology) keep it."""
+    with shared(lambda: DevCluster(binaries, None, Options(
+            agent_profile=AgentProfile.HAMI, webhook_args=ALL_DIALECTS,
+            allocator_args=ALL_DIALECTS, hami_standin=False)),
+            request, "hami dev cluster") as dev:
         yield dev
 
 

@@ -28,6 +28,7 @@ from devcluster.nodes import uniform
 from devcluster.prometheus import PrometheusServer, ensure_prometheus
 from devcluster.workloads import (
     container,
+    create_priority_classes,
     delete_pods,
     get_object,
     make_pod,
@@ -73,17 +74,8 @@ def cluster(binaries: Binaries, prometheus: PrometheusServer, request: pytest.Fi
 
 def _priority_classes(dev: DevCluster) -> None:
     """The classes the chart creates with ``geniusPriorityLevels`` (templates/genius-priority)."""
-    from kubernetes import client
-
-    api = client.SchedulingV1Api(dev.api_client)
-    for level in range(LEVELS + 1):
-        api.create_priority_class({
-            "apiVersion": "scheduling.k8s.io/v1", "kind": "PriorityClass",
-            "metadata": {"name": f"tessera-genius-priority-{level}"},
-            "value": level, "preemptionPolicy": "Never"})
-    # The Priority admission plugin resolves classes from its informer: wait until it knows
-    # the last one (a pod naming a class it has not seen yet would be refused).
-    time.sleep(2)
+    create_priority_classes(dev.api_client, [(f"tessera-genius-priority-{level}", level, False)
+                                             for level in range(LEVELS + 1)])
 
 
 def status(cluster: DevCluster) -> dict[str, Any]:

@@ -1,16 +1,17 @@
 """Card-aware preemption on the real control plane (allocator/verbs/preempt.py): a GPU pod of
 high priority that fits nowhere gets one card back from the fewest pods of lower priority,
-evicted through the Eviction API; a pod that may not preempt evicts nobody."""
+evicted through the Eviction API; a pod that may not preempt evicts nobody.
+
+On the session cluster (preemption on, as shipped): each test's pods are confined to its own
+node, so its preemptor can evict nobody else's pods, and nobody else's pods land there."""
 
 from __future__ import annotations
 
 import time
-from collections.abc import Iterator
 from typing import Any
 
 import pytest
-from conftest import ALL_DIALECTS, NodePool
-from dev_clusters import running
+from conftest import NodePool
 from preempting import (
     HIGH,
     HIGH_NEVER,
@@ -26,20 +27,10 @@ from preempting import (
     stays_pending,
 )
 
-from devcluster.binaries import Binaries
-from devcluster.cluster import DevCluster, Options
+from devcluster.cluster import DevCluster
 from devcluster.workloads import get_object, list_objects, wait_for
 
 pytestmark = pytest.mark.e2e
-
-
-@pytest.fixture(scope="module")
-def cluster(binaries: Binaries, request: pytest.FixtureRequest) -> Iterator[DevCluster]:
-    """This module's cluster (it overrides the session's: its allocator preempts)."""
-    dev = DevCluster(binaries, None, Options(preemption=True, webhook_args=(ALL_DIALECTS,),
-                                             allocator_args=(ALL_DIALECTS,)))
-    with running(dev, request, "dev cluster"):
-        yield dev
 
 
 def test_the_pods_of_one_card_make_way_for_a_whole_card_of_higher_priority(

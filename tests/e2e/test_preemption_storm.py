@@ -67,7 +67,13 @@ from devcluster.binaries import Binaries
 from devcluster.cluster import DevCluster
 from devcluster.nodes import delete_nodes, uniform
 from devcluster.options import Options
-from devcluster.workloads import container, list_objects, make_pod, wait_for
+from devcluster.workloads import (
+    container,
+    create_priority_classes,
+    list_objects,
+    make_pod,
+    wait_for,
+)
 from tessera.vocabulary import Vocabulary
 
 pytestmark = pytest.mark.e2e
@@ -103,17 +109,9 @@ def cluster(binaries: Binaries, request: pytest.FixtureRequest) -> Iterator[DevC
 
 
 def _priority_classes(dev: DevCluster) -> None:
-    from kubernetes import client
-
-    api: Any = client.SchedulingV1Api(dev.api_client)
     # Genius's levels as the chart creates them (templates/genius-priority: Never).
     wanted = [(f"tessera-genius-priority-{n}", n, False) for n in range(GENIUS_LEVELS + 1)]
-    for name, value, preempts in [*wanted, *CLASSES]:
-        api.create_priority_class({
-            "apiVersion": "scheduling.k8s.io/v1", "kind": "PriorityClass",
-            "metadata": {"name": name}, "value": value,
-            "preemptionPolicy": "PreemptLowerPriority" if preempts else "Never"})
-    time.sleep(2)  # the Priority admission plugin reads classes from its informer
+    create_priority_classes(dev.api_client, [*wanted, *CLASSES])
 
 
 def _storm_pod(draw: random.Random, name: str, selector: dict[str, str]) -> dict[str, Any]:
