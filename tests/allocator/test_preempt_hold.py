@@ -10,8 +10,9 @@ from typing import Any
 
 import pytest
 from alloc_harness import NOW, make_app
-from builders import VOCAB, make_gpu_pod, make_node, request, share, whole
+from builders import VOCAB
 from fake_kube import FakeKube
+from preempting_cluster import WHOLE, full_node, priority_pod
 
 from allocator.decisions import PodRef
 from allocator.errors import ApiError, NotReady
@@ -21,15 +22,7 @@ from allocator.verbs.evictions import Worker
 from allocator.verbs.preempt import DEADLINE_SECONDS, Preempt
 from allocator.verbs.preempt_note import Note, decode_note, encode_note
 
-HALF = request(share(core=50, mem=8000))
-WHOLE = request(whole())
 NOTE = VOCAB.preemption_annotation
-
-
-def _pod(name: str, req: Any, priority: int, **spec: Any) -> dict[str, Any]:
-    pod = make_gpu_pod(name, req, uid=f"u-{name}")
-    pod["spec"].update(priority=priority, **spec)
-    return pod
 
 
 def _app(fake: FakeKube) -> Runtime:
@@ -38,14 +31,7 @@ def _app(fake: FakeKube) -> Runtime:
 
 
 def _full_node() -> tuple[FakeKube, Runtime]:
-    """n1: two cards, each shared by two priority-1 half-card pods bound by the allocator."""
-    fake = FakeKube()
-    fake.add_node(make_node("n1", count=2))
-    rt = _app(fake)
-    for name in ("a", "b", "c", "d"):
-        fake.add_pod(_pod(name, HALF, 1))
-        rt.allocator.bind("default", name, f"u-{name}", "n1")
-        rt.state.apply_pod(fake.get_pod("default", name))
+    fake, _flask, rt = full_node()
     return fake, rt
 
 
@@ -72,7 +58,7 @@ def _watch_sees_gone(rt: Runtime, names: list[str]) -> None:
 
 def _preempted_for_big(priority: int = 100) -> tuple[FakeKube, Runtime, list[str]]:
     fake, rt = _full_node()
-    fake.add_pod(_pod("big", WHOLE, priority))
+    fake.add_pod(priority_pod("big", WHOLE, priority))
     _filter(rt, fake, "big")
     return fake, rt, _evicted(fake)
 
@@ -107,7 +93,7 @@ def test_a_note_without_victims_reads_as_none_named() -> None:
 # ------------------------------------------------------------------ off filter's thread
 def test_filter_answers_before_any_eviction_and_the_worker_evicts_in_order() -> None:
     fake, rt = _full_node()
-    fake.add_pod(_pod("big", WHOLE, 100))
+    fake.add_pod(priority_pod("big", WHOLE, 100))
     assert rt.allocator.filter(fake.get_pod("default", "big"), ["n1"]).nodes == []
     assert _evicted(fake) == []  # filter only queued the work
     (flight,) = _preempt(rt).snapshot()
@@ -123,7 +109,7 @@ def test_a_full_queue_starts_nothing_and_the_pod_is_looked_at_again_later() -> N
     preempt = _preempt(rt)
     preempt.worker = Worker(preempt.tick, size=1)
     assert preempt.worker.submit(lambda: None)  # the queue is full now
-    fake.add_pod(_pod("big", WHOLE, 100))
+    fake.add_pod(priority_pod("big", WHOLE, 100))
     rt.allocator.filter(fake.get_pod("default", "big"), ["n1"])
     preempt.worker.drain()
     assert _evicted(fake) == [] and preempt.snapshot() == ()
@@ -132,7 +118,7 @@ def test_a_full_queue_starts_nothing_and_the_pod_is_looked_at_again_later() -> N
 
 def test_a_preemptor_deleted_while_its_work_is_queued_evicts_nobody() -> None:
     fake, rt = _full_node()
-    fake.add_pod(_pod("big", WHOLE, 100))
+    fake.add_pod(priority_pod("big", WHOLE, 100))
     rt.allocator.filter(fake.get_pod("default", "big"), ["n1"])
     rt.state.remove_pod(fake.get_pod("default", "big"))  # the watch sees it deleted
     _preempt(rt).worker.drain()
@@ -151,7 +137,7 @@ def test_a_restarted_allocator_holds_the_freed_card_for_the_preemptor() -> None:
     held = after.state.record("u-big")
     assert held is not None
     assert {i for c in held.allocation.containers for i in c.card_indices} == freed
-    fake.add_pod(_pod("small", WHOLE, 1))
+    fake.add_pod(priority_pod("small", WHOLE, 1))
     assert _filter(after, fake, "small") == []  # a lower-priority pod created meanwhile
     assert _evicted(fake) == evicted
     assert _filter(after, fake, "big") == ["n1"]
@@ -159,7 +145,7 @@ def test_a_restarted_allocator_holds_the_freed_card_for_the_preemptor() -> None:
 
 def test_a_restarted_allocator_restores_before_its_first_answer() -> None:
     fake, _rt, _gone = _preempted_for_big()
-    fake.add_pod(_pod("small", WHOLE, 1))
+    fake.add_pod(priority_pod("small", WHOLE, 1))
     after = _app(fake)  # no tick of its worker yet
     assert after.allocator.filter(fake.get_pod("default", "small"), ["n1"]).nodes == []
     assert _held(after, "u-big")
@@ -167,7 +153,7 @@ def test_a_restarted_allocator_restores_before_its_first_answer() -> None:
 
 def test_a_restore_the_api_fails_is_tried_again_at_the_next_verb() -> None:
     fake, _rt, _gone = _preempted_for_big()
-    fake.add_pod(_pod("small", WHOLE, 1))
+    fake.add_pod(priority_pod("small", WHOLE, 1))
     after = _app(fake)
     fake.fail("list_pods_by_field", ApiError("service unavailable", 503))
     with pytest.raises(NotReady):  # no answer on a picture without the preemption's hold
@@ -177,7 +163,7 @@ def test_a_restore_the_api_fails_is_tried_again_at_the_next_verb() -> None:
 
 def test_a_restored_preemption_evicts_the_victims_left_and_waits_for_them_to_go() -> None:
     fake, _rt = _full_node()
-    fake.add_pod(_pod("big", WHOLE, 100))
+    fake.add_pod(priority_pod("big", WHOLE, 100))
     # The last leader wrote the note and died before its evictions.
     note = Note("n1", (0,), NOW + 30, ("u-a", "u-b"))
     fake.patch_pod("default", "big", {"metadata": {"annotations": {NOTE: encode_note(note)}}})
@@ -195,7 +181,7 @@ def test_a_restored_preemption_evicts_the_victims_left_and_waits_for_them_to_go(
 def test_a_note_past_its_deadline_is_cleared_at_restore_and_a_far_one_is_capped() -> None:
     fake, _rt = _full_node()
     for name, until in (("late", NOW - 1), ("far", NOW + 10 * DEADLINE_SECONDS)):
-        fake.add_pod(_pod(name, WHOLE, 100))
+        fake.add_pod(priority_pod(name, WHOLE, 100))
         fake.patch_pod("default", name, {"metadata": {"annotations": {
             NOTE: encode_note(Note("n1", (0,), until))}}})
     after = _app(fake)
@@ -232,13 +218,13 @@ def test_a_preemptor_deleted_before_its_victims_are_gone_gets_no_hold() -> None:
     rt.state.remove_pod(fake.get_pod("default", "big"))
     _watch_sees_gone(rt, evicted)
     assert rt.state.record("u-big") is None and _preempt(rt).snapshot() == ()
-    fake.add_pod(_pod("next", WHOLE, 1))
+    fake.add_pod(priority_pod("next", WHOLE, 1))
     assert _filter(rt, fake, "next") == ["n1"]  # the freed card is the next pod's
 
 
 def test_a_deleted_preemptors_hold_goes_to_the_next_refused_pod() -> None:
     fake, rt, evicted = _preempted_for_big()
-    fake.add_pod(_pod("next", WHOLE, 1))
+    fake.add_pod(priority_pod("next", WHOLE, 1))
     _watch_sees_gone(rt, evicted)
     assert _filter(rt, fake, "next") == []  # held for big
     rt.state.remove_pod(fake.get_pod("default", "big"))
@@ -250,7 +236,7 @@ def test_a_hold_for_a_preemptor_deleted_unseen_by_the_watch_goes_to_the_next_pod
     # With node resources on, the picture watches bound pods only: a pending pod's deletion
     # reaches it never. The hold is checked against the API as soon as it is placed.
     fake, rt, evicted = _preempted_for_big()
-    fake.add_pod(_pod("next", WHOLE, 1))
+    fake.add_pod(priority_pod("next", WHOLE, 1))
     assert _filter(rt, fake, "next") == []
     fake.delete_pod("default", "big")
     _watch_sees_gone(rt, evicted)
@@ -321,7 +307,7 @@ def test_the_hold_asks_the_preemptor_again_through_the_requeue() -> None:
 def test_a_pod_of_higher_priority_takes_the_preemptors_hold() -> None:
     fake, rt, evicted = _preempted_for_big()
     _watch_sees_gone(rt, evicted)
-    fake.add_pod(_pod("urgent", WHOLE, 500))
+    fake.add_pod(priority_pod("urgent", WHOLE, 500))
     assert _filter(rt, fake, "urgent") == ["n1"]
     assert rt.state.record("u-big") is None or not _held(rt, "u-big")
 
@@ -329,7 +315,7 @@ def test_a_pod_of_higher_priority_takes_the_preemptors_hold() -> None:
 def test_a_preemptor_whose_hold_was_taken_preempts_again_at_its_next_refusal() -> None:
     fake, rt, evicted = _preempted_for_big()
     _watch_sees_gone(rt, evicted)
-    fake.add_pod(_pod("urgent", WHOLE, 500))
+    fake.add_pod(priority_pod("urgent", WHOLE, 500))
     _filter(rt, fake, "urgent")  # takes the held card: the preemption for big is over
     rt.allocator.bind("default", "urgent", "u-urgent", "n1")
     assert _preempt(rt).snapshot() == ()
@@ -347,7 +333,7 @@ def test_a_preemptor_whose_hold_was_taken_preempts_again_at_its_next_refusal() -
 ], ids=["no-class", "class-gone"])
 def test_priority_is_read_from_the_pod(spec: dict[str, Any]) -> None:
     fake, rt = _full_node()
-    fake.add_pod(_pod("big", WHOLE, 100, **spec))
+    fake.add_pod(priority_pod("big", WHOLE, 100, **spec))
     _filter(rt, fake, "big")
     assert len(_evicted(fake)) == 2
 
@@ -356,7 +342,7 @@ def test_a_budget_over_everything_is_weighed_and_the_api_server_decides() -> Non
     fake, rt = _full_node()
     fake.budgets.append({"metadata": {"name": "all", "namespace": "default"},
                          "spec": {"selector": {}}, "status": {"disruptionsAllowed": 0}})
-    fake.add_pod(_pod("big", WHOLE, 100))
+    fake.add_pod(priority_pod("big", WHOLE, 100))
     _filter(rt, fake, "big")
     assert len(_evicted(fake)) == 2  # the only node: kube-scheduler preempts too
 
@@ -367,7 +353,7 @@ def test_an_eviction_that_fails_stops_the_preemption_and_the_deadline_ends_it(
         fault: BaseException) -> None:
     fake, rt = _full_node()
     fake.fail("create_eviction", fault)
-    fake.add_pod(_pod("big", WHOLE, 100))
+    fake.add_pod(priority_pod("big", WHOLE, 100))
     _filter(rt, fake, "big")
     assert len(fake.pods) == 5  # nobody evicted, nobody deleted
     _preempt(rt).tick(NOW + DEADLINE_SECONDS + 1)
@@ -397,7 +383,7 @@ def test_the_worker_goes_on_after_a_failing_job_and_refuses_beyond_its_bound() -
 
 def test_a_preemptor_bound_while_its_note_is_written_evicts_nobody_and_keeps_no_note() -> None:
     fake, rt = _full_node()
-    fake.add_pod(_pod("big", WHOLE, 100))
+    fake.add_pod(priority_pod("big", WHOLE, 100))
     preempt = _preempt(rt)
     patch_pod = fake.patch_pod
 

@@ -9,10 +9,7 @@ every second, stale after three) and the webhook mapping Genius priorities to le
 
 from __future__ import annotations
 
-import json
-import ssl
 import time
-import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -20,6 +17,7 @@ from typing import Any
 import pytest
 from conftest import ALL_DIALECTS, NodePool
 from dev_clusters import running
+from test_hostile_cluster import status
 
 from devcluster.binaries import Binaries
 from devcluster.cluster import DevCluster, Options
@@ -76,16 +74,6 @@ def _priority_classes(dev: DevCluster) -> None:
     """The classes the chart creates with ``geniusPriorityLevels`` (templates/genius-priority)."""
     create_priority_classes(dev.api_client, [(f"tessera-genius-priority-{level}", level, False)
                                              for level in range(LEVELS + 1)])
-
-
-def status(cluster: DevCluster) -> dict[str, Any]:
-    cp = cluster.control_plane
-    context = ssl.create_default_context(cafile=str(cp.ca_file))
-    context.load_cert_chain(str(cp.pki_dir / "admin.crt"), str(cp.pki_dir / "admin.key"))
-    url = f"https://127.0.0.1:{cluster.services.allocator_port}/status"
-    with urllib.request.urlopen(url, timeout=10, context=context) as reply:
-        doc: dict[str, Any] = json.loads(reply.read())
-    return doc
 
 
 def card_doc(cluster: DevCluster, node: str) -> dict[str, Any] | None:

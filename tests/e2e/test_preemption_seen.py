@@ -9,7 +9,6 @@ read as what this test added to them (other tests preempt on the same allocator)
 
 from __future__ import annotations
 
-import json
 import re
 from typing import Any
 
@@ -26,7 +25,7 @@ from preempting import (
     live,
     pod,
 )
-from test_hostile_cluster import allocator_get
+from test_hostile_cluster import allocator_get, status
 from test_kubectl_plugin import tessera
 
 from devcluster.cluster import DevCluster
@@ -73,7 +72,7 @@ def test_a_real_preemption_is_counted_and_named_by_why(
     assert added(metrics, 'tessera_allocator_preemptions_ended_total{outcome="deadline"}') == 0
     # Not the in-flight gauge: it counts the session cluster's other preemptions too (a
     # module before this one may still be ending its own). This one is over:
-    under_way = json.loads(allocator_get(cluster, "/status"))["preemptions"]
+    under_way = status(cluster)["preemptions"]
     assert [p for p in under_way if p["namespace"] == namespace] == []
 
     def made() -> dict[str, Any] | None:

@@ -15,9 +15,7 @@ nobody (kube-scheduler deletes the victims it was answered).
 from __future__ import annotations
 
 import json
-import ssl
 import time
-import urllib.request
 from typing import Any
 
 import pytest
@@ -36,6 +34,7 @@ from preempting import (
     priority_classes,
     stays_pending,
 )
+from test_hostile_cluster import status
 
 from devcluster.cluster import DevCluster
 from devcluster.nodes import uniform
@@ -46,17 +45,6 @@ pytestmark = pytest.mark.e2e
 #: Each pod asks one CPU; the node has one per small pod, so the preemptor's CPU is short in
 #: sum (kube-scheduler's NodeResourcesFit counts it; the card resources it ignores).
 CPU = {"cpu": "1"}
-
-
-def allocator_status(cluster: DevCluster) -> dict[str, Any]:
-    """The allocator's ``/status``, over its mutual TLS, as the admin."""
-    cp = cluster.control_plane
-    context = ssl.create_default_context(cafile=str(cp.ca_file))
-    context.load_cert_chain(str(cp.pki_dir / "admin.crt"), str(cp.pki_dir / "admin.key"))
-    url = f"https://127.0.0.1:{cluster.services.allocator_port}/status"
-    with urllib.request.urlopen(url, timeout=10, context=context) as response:
-        doc: dict[str, Any] = json.loads(response.read())
-        return doc
 
 
 def _fill_cpu_short_node(cluster: DevCluster, core_v1: Any, namespace: str, pool: NodePool
@@ -89,7 +77,7 @@ def test_kube_schedulers_own_preemption_evicts_the_pods_of_one_card_not_its_youn
     cluster: DevCluster, core_v1: Any, namespace: str, pool: NodePool
 ) -> None:
     node, selector, cards = _fill_cpu_short_node(cluster, core_v1, namespace, pool)
-    before = allocator_status(cluster)["preemptVerb"]["cardLevel"]
+    before = status(cluster)["preemptVerb"]["cardLevel"]
 
     core_v1.create_namespaced_pod(namespace, pod("big", selector, {**WHOLE_CARD, **CPU}, HIGH))
     assert wait_for("big bound", lambda: bound_node(core_v1, namespace, "big"),
@@ -102,7 +90,7 @@ def test_kube_schedulers_own_preemption_evicts_the_pods_of_one_card_not_its_youn
     assert overcommitted(cluster, core_v1, namespace, node) == []
     # kube-scheduler asked the verb, which answered card-level victims; kube-scheduler
     # preempted both, and filter's path nobody.
-    assert allocator_status(cluster)["preemptVerb"]["cardLevel"] > before
+    assert status(cluster)["preemptVerb"]["cardLevel"] > before
     assert _preempted_by(core_v1, namespace) == (set(), gone)
 
 
