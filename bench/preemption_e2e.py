@@ -39,14 +39,26 @@ import uuid
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from bench.speed.cluster import BindWatch, admin_context, core_v1, in_parallel
+from bench.speed.cluster import (
+    BindWatch,
+    admin_context,
+    core_v1,
+    in_parallel,
+    wait_allocator_records,
+)
 from bench.speed.common import Client, metrics_text, percentile, print_table, write_results
 from devcluster import DevClusterError
 from devcluster.binaries import ensure_binaries
 from devcluster.cluster import DevCluster
 from devcluster.nodes import create_nodes, uniform
 from devcluster.options import Options
-from devcluster.workloads import container, ensure_namespace, get_object, make_pod
+from devcluster.workloads import (
+    container,
+    create_priority_classes,
+    ensure_namespace,
+    get_object,
+    make_pod,
+)
 
 NAMESPACE = "preemption-bench"
 CARD_MIB = 16384
@@ -60,14 +72,7 @@ def node_name(index: int) -> str:
 
 
 def _priority_classes(dev: DevCluster) -> None:
-    from kubernetes import client
-
-    api: Any = client.SchedulingV1Api(dev.api_client)
-    for name, value in (LOW, HIGH):
-        body: dict[str, Any] = {"apiVersion": "scheduling.k8s.io/v1", "kind": "PriorityClass",
-                                "metadata": {"name": name}, "value": value}
-        api.create_priority_class(body)
-    time.sleep(2)  # the Priority admission plugin reads classes from its informer
+    create_priority_classes(dev.api_client, [(name, value, True) for name, value in (LOW, HIGH)])
 
 
 def _pod(name: str, limits: Mapping[str, str], klass: str,
@@ -220,7 +225,7 @@ def run(args: argparse.Namespace) -> list[dict[str, Any]]:
         _priority_classes(dev)
         watch = BindWatch(dev, NAMESPACE)
         fill_s = _fill(dev, args, watch)
-        time.sleep(2.0)  # the allocator's watch has seen the last bind
+        wait_allocator_records(dev, args.nodes * args.cards * args.shares, args.timeout)
         rows = [_preemptors(dev, args, watch)]
         names = [node_name(i) for i in range(args.nodes)]
         pod = _probe_pod(dev)

@@ -14,7 +14,7 @@ from typing import Any
 
 from prometheus_client.parser import text_string_to_metric_families
 
-from bench.speed.common import client_context, group_cpu_seconds, metrics_text
+from bench.speed.common import client_context, group_cpu_seconds, https_text, metrics_text
 from devcluster.cluster import DevCluster
 from devcluster.process import ManagedProcess
 
@@ -78,6 +78,22 @@ def allocator_counters(dev: DevCluster) -> dict[str, float]:
             elif s.name == "tessera_allocator_tls_connections_total":
                 counters["tls_connections"] = counters.get("tls_connections", 0.0) + s.value
     return counters
+
+
+def wait_allocator_records(dev: DevCluster, count: int, timeout: float = 60.0) -> None:
+    """Return once the allocator's picture holds at least ``count`` pod records (its
+    ``/status``): its pod watch has seen the binds made so far."""
+    server = f"127.0.0.1:{dev.services.allocator_port}"
+    context = admin_context(dev)
+    deadline = time.perf_counter() + timeout
+    while True:
+        seen = int(json.loads(https_text(server, context, "/status"))["pods"])
+        if seen >= count:
+            return
+        if time.perf_counter() > deadline:
+            raise TimeoutError(f"the allocator's picture holds {seen} pod records, not "
+                               f"{count}, after {timeout:g} s")
+        time.sleep(0.2)
 
 
 class BindWatch:

@@ -220,14 +220,19 @@ def cpu_by_thread_name(before: Mapping[int, float], after: Mapping[int, float],
     return dict(sorted(used.items(), key=lambda item: -item[1]))
 
 
-def metrics_text(server: str, context: ssl.SSLContext) -> str:
-    """A server's Prometheus text (its /metrics over HTTPS, read with ``context``)."""
+def https_text(server: str, context: ssl.SSLContext, path: str) -> str:
+    """A server's answer to ``GET path`` over HTTPS, read with ``context``."""
     conn = http.client.HTTPSConnection(server, context=context, timeout=30)
     try:
-        conn.request("GET", "/metrics")
+        conn.request("GET", path)
         return conn.getresponse().read().decode()
     finally:
         conn.close()
+
+
+def metrics_text(server: str, context: ssl.SSLContext) -> str:
+    """A server's Prometheus text (its /metrics over HTTPS, read with ``context``)."""
+    return https_text(server, context, "/metrics")
 
 
 def request_key(labels: Mapping[str, str]) -> str | None:

@@ -52,6 +52,7 @@ from bench.speed.cluster import (
     allocator_counters,
     core_v1,
     in_parallel,
+    wait_allocator_records,
 )
 from bench.speed.common import (
     counter_totals,
@@ -196,7 +197,7 @@ def run_case(case: Case, binaries: Binaries, threads: int = 6, timeout: float = 
         whole = [make_pod(f"w{i:05d}", [container("main", limits=WHOLE_LIMITS)])
                  for i in range(case.pods)]
         in_parallel(dev, whole, _create, threads)
-        time.sleep(2.0)  # the allocator's pod watch has seen the last of them
+        wait_allocator_records(dev, len(fill), timeout)  # its picture has every filled card
         counters_before = allocator_counters(dev)
         start = time.perf_counter()
         dev.control_plane.start_scheduler()  # the configuration dev.start() ran
