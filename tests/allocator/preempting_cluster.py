@@ -3,7 +3,8 @@ half-card pods the allocator bound, over the in-memory API."""
 
 from __future__ import annotations
 
-from typing import Any
+from collections.abc import Sequence
+from typing import Any, Final
 
 from alloc_harness import make_app
 from builders import make_gpu_pod, make_node, request, share, whole
@@ -25,14 +26,20 @@ def priority_pod(name: str, req: Any, priority: int, **spec: Any) -> dict[str, A
     return pod
 
 
-def full_node(preemption: bool = True) -> tuple[FakeKube, Flask, Runtime]:
-    """n1: two cards, each shared by two priority-1 half-card pods (a, b, c, d) bound by the
-    allocator."""
+#: The four priority-1 pods of :func:`full_node`'s default node.
+FOUR_LOW: Final = (("a", 1), ("b", 1), ("c", 1), ("d", 1))
+
+
+def full_node(preemption: bool = True, pods: Sequence[tuple[str, int]] = FOUR_LOW,
+              req: Any = HALF) -> tuple[FakeKube, Flask, Runtime]:
+    """n1: two cards filled by ``pods`` ((name, priority) each asking ``req``, of the class
+    ``p<priority>``) bound by the allocator; by default each card shared by two priority-1
+    half-card pods (a, b, c, d)."""
     fake = FakeKube()
     fake.add_node(make_node("n1", count=2))
     app, rt = make_app(fake, core=AllocatorConfig(preemption=preemption))
-    for name in ("a", "b", "c", "d"):
-        fake.add_pod(priority_pod(name, HALF, 1))
+    for name, priority in pods:
+        fake.add_pod(priority_pod(name, req, priority, priorityClassName=f"p{priority}"))
         rt.allocator.bind("default", name, f"u-{name}", "n1")
         rt.state.apply_pod(fake.get_pod("default", name))
     return fake, app, rt

@@ -8,8 +8,9 @@ from typing import Any
 
 import pytest
 from alloc_harness import NOW, make_app
-from builders import VOCAB, cards, make_gpu_pod, make_node, request, share, whole
+from builders import VOCAB, cards, make_node, request, share
 from fake_kube import FakeKube
+from preempting_cluster import HALF, WHOLE, full_node, priority_pod
 
 from allocator.decisions import PodRef
 from allocator.errors import BindError
@@ -30,29 +31,19 @@ from allocator.verbs.preempt import Preempt
 from allocator.verbs.preempt_note import Note, encode_note
 from tessera.vocabulary import Allocation, ContainerAllocation
 
-HALF = request(share(core=50, mem=8000))
 QUARTER = request(share(core=25, mem=4000))
-WHOLE = request(whole())
 NOTE = VOCAB.preemption_annotation
 
 
 def _pod(name: str, req: Any, priority: int) -> dict[str, Any]:
-    pod = make_gpu_pod(name, req, uid=f"u-{name}")
-    pod["spec"].update(priority=priority, priorityClassName=f"p{priority}")
-    return pod
+    return priority_pod(name, req, priority, priorityClassName=f"p{priority}")
 
 
 def _full_node(pods: int = 4, req: Any = HALF, first: int = 1) -> tuple[FakeKube, Runtime]:
     """n1: two cards full of pods bound by the allocator (``pods`` of ``req``), of priority
     1 but the first half: ``first``."""
-    fake = FakeKube()
-    fake.add_node(make_node("n1", count=2))
-    _app, rt = make_app(fake, core=AllocatorConfig(preemption=True))
-    for n in range(pods):
-        name = f"low{n}"
-        fake.add_pod(_pod(name, req, first if n < pods // 2 else 1))
-        rt.allocator.bind("default", name, f"u-{name}", "n1")
-        rt.state.apply_pod(fake.get_pod("default", name))
+    fake, _app, rt = full_node(pods=[(f"low{n}", first if n < pods // 2 else 1)
+                                     for n in range(pods)], req=req)
     return fake, rt
 
 
