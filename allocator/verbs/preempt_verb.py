@@ -19,8 +19,12 @@ covers the pods it finds no candidate for. The answer (decision 0021):
   replaced (kube-scheduler asks again only when its last preemption is not under way:
   :mod:`allocator.verbs.preempt_answers`).
 - **Otherwise** the pure answer (:func:`~allocator.preemption.answer_preemption`) over the
-  proposed nodes' offers, built as filter's path builds them: kube-scheduler's victims
-  kept, and card-level ones added where the cards still need room. When every node answered
+  proposed nodes' offers, built as filter's path builds them (the cards reserved for other
+  preemptions of higher or equal priority unavailable, the victims of others leaving:
+  :meth:`~allocator.verbs.reservations.Reserving.respected`): kube-scheduler's victims
+  kept, and card-level ones added where the cards still need room. An answer on one node
+  ends the preemptions of lower priority reserving one of its cards (``outranked``), as
+  filter's path does. When every node answered
   has such additions, only the one kube-scheduler's own order would pick is answered (its
   last tie is random; one node makes its choice ours), and remembered in flight with its
   cards, so filter's path
@@ -146,10 +150,10 @@ class PreemptVerb:
         preemptor = Preemptor(ref.uid, request, priority_of(args.pod), policy_of(args.pod))
         # An earlier answer for the pod is replaced: its victims are this answer's to name.
         others = [f for f in preempt.snapshot() if f.pod.uid != ref.uid]
+        found = preempt_offers.offers(preempt.state, list(args.nodes), others)
         try:
             answer = preempt_offers.weigh(
-                preempt.api, preempt.gpu_pods, preemptor,
-                preempt_offers.offers(preempt.state, list(args.nodes), others),
+                preempt.api, preempt.gpu_pods, preemptor, preempt.respected(preemptor, found),
                 partial(answer_preemption, preemptor, args.nodes), _adds_victims)
         except ApiError as exc:
             logger.warning("preemptVerb for %s not answered: %s", ref.key, exc)
@@ -172,6 +176,8 @@ class PreemptVerb:
             entry = InFlight(ref, request, until, victims=victims, priority=preemptor.priority)
         if not preempt.remember_answer(entry):
             return no_candidates(), "none"
+        if entry.node:  # kube-scheduler clears lower nominations on a node it preempts on
+            preempt.taken(ref.uid, preemptor.priority, entry.node, entry.cards, placed=False)
         return result, "card_level"
 
 

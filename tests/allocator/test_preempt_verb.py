@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 from alloc_harness import make_app
-from builders import VOCAB, make_gpu_pod, make_node, make_pod
+from builders import VOCAB, make_gpu_pod, make_node, make_pod, request, share
 from fake_kube import FakeKube
 from preempting_cluster import WHOLE, full_node, priority_pod
 
@@ -223,3 +223,66 @@ def test_an_unreadable_gpu_request_gets_no_candidates() -> None:
     pod["spec"]["priority"] = 100
     reply = app.test_client().post(URL, json=_args(pod, {"n1": ["d"]})).get_json()
     assert reply == {"NodeNameToMetaVictims": {}}
+
+
+# ------------------------------------------------------- the reservations of other preemptions
+QUARTER_POD = request(share(core=25, mem=4000))
+HALF_POD = request(share(core=50, mem=8000))
+
+
+def _quarters() -> tuple[FakeKube, Any, Runtime]:
+    """n1: two cards, four priority-1 quarter-card pods on each (low0 ... low7)."""
+    return full_node(pods=[(f"low{n}", 1) for n in range(8)], req=QUARTER_POD)
+
+
+def _on_card(rt: Runtime, card: int, but: set[str]) -> list[str]:
+    """The pods on ``card`` of n1 outside ``but`` (UIDs), by name."""
+    return sorted(f"u-low{n}" for n in range(8)
+                  if _card(rt, f"low{n}") == card and f"u-low{n}" not in but)
+
+
+def _filter_preempts(fake: FakeKube, rt: Runtime, name: str, req: Any, priority: int
+                     ) -> tuple[int, set[str]]:
+    """``name`` preempts through filter's path: (its reserved card, its victims)."""
+    fake.add_pod(priority_pod(name, req, priority))
+    assert rt.allocator.filter(fake.get_pod("default", name), ["n1"]).nodes == []
+    assert rt.preempt is not None
+    (entry,) = [f for f in rt.preempt.snapshot() if f.pod.name == name]
+    (card,) = entry.cards
+    return card, set(entry.victims)
+
+
+def test_the_verb_adds_no_victim_on_a_card_reserved_for_an_equal_preemption() -> None:
+    fake, app, rt = _quarters()
+    reserved, victims = _filter_preempts(fake, rt, "first", HALF_POD, 10)
+    fake.add_pod(priority_pod("second", HALF_POD, 10))
+    # kube-scheduler proposes one pod on the reserved card (short of room in sum): on that
+    # card one more quarter would do, but the card is the first preemption's.
+    theirs = _on_card(rt, reserved, victims)[0]
+    reply = app.test_client().post(URL, json=_args(fake.get_pod("default", "second"),
+                                                   {"n1": [theirs[2:]]})).get_json()
+    answered = _victims(reply)["n1"]
+    other = 1 - reserved
+    assert theirs in answered
+    assert answered - {theirs} and all(_card(rt, uid[2:]) == other
+                                       for uid in answered - {theirs})
+    assert not answered & victims
+
+
+def test_the_verbs_answer_on_a_lower_preemptions_card_ends_it_as_outranked() -> None:
+    fake, app, rt = _quarters()
+    reserved, victims = _filter_preempts(fake, rt, "low-preemptor", HALF_POD, 5)
+    fake.add_pod(priority_pod("big", WHOLE, 100))
+    theirs = _on_card(rt, reserved, victims)[0]
+    reply = app.test_client().post(URL, json=_args(fake.get_pod("default", "big"),
+                                                   {"n1": [theirs[2:]]})).get_json()
+    answered = _victims(reply)["n1"]
+    # The lower preemption's victims are leaving: one more quarter frees the card for big.
+    assert answered == set(_on_card(rt, reserved, victims))
+    assert rt.preempt is not None
+    assert [f.pod.name for f in rt.preempt.snapshot()] == ["big"]
+    rt.preempt.worker.drain()  # the outranked preemption's note is cleared
+    assert NOTE not in (fake.get_pod("default", "low-preemptor")["metadata"].get(
+        "annotations") or {})
+    metrics = app.test_client().get("/metrics").get_data(as_text=True)
+    assert 'tessera_allocator_preemptions_ended_total{outcome="outranked"} 1.0' in metrics
