@@ -68,7 +68,8 @@ def _init_as_first_app(request: PodRequest, without_app: str, with_app: str,
 
 
 def _exactly_the_same(init: ContainerRequest, app: ContainerRequest) -> str:
-    return "" if replace(init, name=app.name, init=False) == app else "exactly the same"
+    same = replace(init, name=app.name, init=False, restartable=False) == app
+    return "" if same else "exactly the same"
 
 
 def _memory_percent(c: ContainerRequest) -> int:
@@ -171,9 +172,23 @@ def _hami_init_refusals(a: NodeAgent, request: PodRequest) -> list[str]:
     the init containers' devices first (``devicesToReuse``). An init container asking for at
     most as many devices as that container, each share no larger (:func:`init_share_fits`),
     placed on the first of its cards, runs on its record under either setting (docs/hami.md,
-    "Init containers"): more devices would hand the app container a random subset of them."""
-    return _init_as_first_app(
-        request,
+    "Init containers"): more devices would hand the app container a random subset of them.
+
+    A GPU sidecar (``restartPolicy: Always``) runs beside the app containers, on devices
+    kubelet hands to none of them (kubernetes v1.34.4 ``manager.go:380-387``), but takes an
+    earlier init container's first: refused, its share would be counted nowhere."""
+    sidecars = [
+        f"init container {c.name!r} asks for {c.describe()} and runs beside the app "
+        f"containers (restartPolicy: Always), where a GPU init container runs on their share "
+        f"(kubelet hands {a.name} its devices, or an earlier init container's): its share "
+        f"would be counted nowhere; give the GPU to an app container"
+        for c in request.containers if c.restartable
+    ]
+    rest = tuple(c for c in request.containers if not c.restartable)
+    if not rest:
+        return sidecars
+    return sidecars + _init_as_first_app(
+        replace(request, containers=rest),
         f"with enableGetPreferredAllocation kubelet hands an init container's devices on to "
         f"the next one and {a.name} follows them",
         f"{a.name} (with enableGetPreferredAllocation) runs that container on the init "

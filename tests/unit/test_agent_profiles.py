@@ -5,6 +5,8 @@ file and tag are cited beside each table (and in the module's docstring)."""
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import pytest
 
 from tessera.agent_profiles import (
@@ -218,6 +220,20 @@ def test_elastic_and_nano_still_want_exactly_the_app_containers_request() -> Non
     for agent in (ELASTIC, NANO):
         assert "exactly the same" in "; ".join(agent.refusals(smaller))
     assert HAMI.refusals(smaller) == ()
+
+
+def test_hami_refuses_a_gpu_sidecar_naming_the_plugin() -> None:
+    # A restartable init container runs beside the app containers; placed on their share its
+    # own would be counted nowhere (refusals._hami_init_refusals).
+    side = replace(share("side", core=10, mem=1024, init=True), restartable=True)
+    (message,) = HAMI.refusals(pod(side, share(core=40, mem=8192)))
+    assert message.startswith("init container 'side' asks for 10% core and 1024 MiB and runs "
+                              "beside the app containers (restartPolicy: Always)")
+    assert "HAMi's device plugin" in message and "give the GPU to an app container" in message
+    assert HAMI.refusals(pod(side)) == (message.replace("40% core and 8192 MiB", ""),)
+    # Elsewhere the rule stays what it was (a sidecar asking the same is folded).
+    assert ELASTIC.refusals(pod(replace(share("side", core=40, init=True), restartable=True),
+                                share(core=40))) == ()
 
 
 def test_elastic_and_nano_place_an_init_container_on_its_app_containers_card() -> None:
