@@ -276,6 +276,32 @@ def test_each_shape_runs_only_after_allocate_with_exactly_the_chosen_cards(
     assert sorted(p.metadata.name for p in listed) == sorted(shapes)
 
 
+@pytest.mark.parametrize(("init", "words"), [
+    (container("prep", _gpu(cards=2)),
+     "so it must ask for at most 1 device and on each no more than 'main' asks"),
+    (container("prep", _gpu(core=30, mem=2048)),
+     "so it must ask for at most 1 device and on each no more than 'main' asks"),
+    ({**container("side", _gpu(core=10, mem=1024)), "restartPolicy": "Always"},
+     "runs beside the app containers (restartPolicy: Always)"),
+], ids=["more-devices", "more-cores", "gpu-sidecar"])
+def test_an_init_container_asking_more_than_its_app_container_is_refused_at_creation(
+        core_v1: Any, namespace: str, init: dict[str, Any], words: str) -> None:
+    """Through the real API server and webhook: refused back to the client naming the plugin
+    and its setting, nothing created (docs/hami.md, "Init containers")."""
+    from kubernetes.client.exceptions import ApiException
+
+    with pytest.raises(ApiException) as refused:
+        _create(core_v1, namespace, "too-much", [container("main", _gpu(core=20, mem=4096))],
+                [init])
+    body = str(refused.value.body)
+    assert "agent profile hami (HAMi's device plugin): init container" in body
+    assert words in body
+    if init["name"] == "prep":
+        assert "enableGetPreferredAllocation" in body
+    with pytest.raises(ApiException):
+        core_v1.read_namespaced_pod("too-much", namespace)
+
+
 def test_a_share_on_each_of_two_cards_runs_on_two_distinct_cards(
         cluster: DevCluster, core_v1: Any, namespace: str, api: KubeClient,
         hami_node: HamiNode) -> None:
