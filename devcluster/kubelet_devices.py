@@ -11,9 +11,10 @@ What matters for where a container runs:
   (manager.go:381), a restartable one's (a sidecar's, manager.go:380-387) and an app
   container's are taken out of it (manager.go:394);
 - each container takes from ``devicesToReuse`` first (``devicesToAllocate``,
-  manager.go:657, through the ``allocateRemainingFrom`` closure defined above it: ``for device := range
-  devices.Difference(allocated)`` until it has as many as it asks, so a container asking
-  fewer than are reusable gets a subset of them), then, when the plugin registered
+  manager.go:657, through the ``allocateRemainingFrom`` closure defined above it:
+  ``for device := range devices.Difference(allocated)`` until it has as many as it asks, so
+  a container asking fewer than are reusable gets a subset of them), then, when the plugin
+  registered
   ``GetPreferredAllocationAvailable``,
   from what the plugin prefers among the free devices, with the reused ones as
   ``mustInclude`` (manager.go:676-705, ``callGetPreferredAllocationIfAvailable``

@@ -128,7 +128,10 @@ def _gpu_init_containers(pod: Mapping[str, Any], flavor: Flavor) -> dict[str, Ma
 
 
 def _asks_devices(container: Mapping[str, Any], flavor: Flavor) -> bool:
-    limits = (container.get("resources") or {}).get("limits") or {}
+    resources = container.get("resources")
+    limits = resources.get("limits") if isinstance(resources, Mapping) else None
+    if not isinstance(limits, Mapping):
+        return False
     return str(limits.get(flavor.count_resource, "0")).strip() not in ("", "0")
 
 
@@ -149,11 +152,14 @@ def _init_entry(spec: Mapping[str, Any], served_by: ContainerAllocation | None,
     name = str(spec.get("name", ""))
     if served_by is None:
         return f"init container {name!r} asks for a GPU but no app container does"
-    resources = spec.get("resources") or {}
+    resources = spec.get("resources")
+    limits, requests = ((resources.get("limits") or {}, resources.get("requests") or {})
+                        if isinstance(resources, Mapping) else ({}, {}))
+    if not isinstance(limits, Mapping) or not isinstance(requests, Mapping):
+        return f"init container {name!r}: resources limits/requests must be maps"
     try:
-        asked = vgpu(ContainerResources(name, True, resources.get("limits") or {},
-                                        resources.get("requests") or {}),
-                     HAMI_RESOURCES, AgentProfile.HAMI)
+        asked = vgpu(ContainerResources(name, True, limits, requests), HAMI_RESOURCES,
+                     AgentProfile.HAMI)
     except RequestError as exc:
         return str(exc)
     if asked is None:

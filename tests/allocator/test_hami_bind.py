@@ -209,6 +209,16 @@ def test_an_init_container_asking_more_than_its_app_container_is_not_bound(
     assert isinstance(out, str) and why in out
 
 
+def test_a_malformed_init_container_is_not_a_gpu_one_and_crashes_nothing() -> None:
+    pod = make_gpu_pod("p", request(share("main", core=30, mem=2048)), uid="u")
+    pod["spec"]["initContainers"] = [{"name": "a", "resources": ["nvidia.com/gpu"]},
+                                     {"name": "b", "resources": {"limits": "1"}}]
+    alloc = Allocation("n1", (ContainerAllocation("main", (1,), 30, 2048),))
+    out = bind_annotations(alloc, pod, _node_devices(), HAMI, NOW)
+    assert isinstance(out, dict)
+    assert out[HAMI.to_allocate_key] == f";;{UUIDS[1]},NVIDIA,2048,30:;"
+
+
 def test_a_gpu_init_container_without_a_gpu_app_container_is_not_bound() -> None:
     pod = make_gpu_pod("p", request(share("main", core=30, mem=2048)), uid="u")
     pod["spec"]["initContainers"] = [_init("prep", {"nvidia.com/gpu": "1"})]
