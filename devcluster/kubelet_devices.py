@@ -14,11 +14,10 @@ What matters for where a container runs:
   manager.go:657, through the ``allocateRemainingFrom`` closure defined above it:
   ``for device := range devices.Difference(allocated)`` until it has as many as it asks, so
   a container asking fewer than are reusable gets a subset of them), then, when the plugin
-  registered
-  ``GetPreferredAllocationAvailable``,
-  from what the plugin prefers among the free devices, with the reused ones as
-  ``mustInclude`` (manager.go:676-705, ``callGetPreferredAllocationIfAvailable``
-  manager.go:1006), then from any free device (manager.go:712-717).
+  registered ``GetPreferredAllocationAvailable``, from what the plugin prefers among the free
+  devices, with the reused ones as ``mustInclude`` (manager.go:676-705,
+  ``callGetPreferredAllocationIfAvailable`` manager.go:1006), then from any free device
+  (manager.go:712-717).
 
 kubelet iterates Go sets (maps), in no fixed order; the model takes devices in sorted order,
 one of the orders kubelet may take, or, given a ``random.Random``, in a shuffled order as Go's
