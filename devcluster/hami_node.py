@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import json
 import logging
+import random
 import time
 import zlib
 from collections.abc import Mapping, Sequence
@@ -110,6 +111,8 @@ class HamiNode:
     #: asks the plugin's GetPreferredAllocation, and Allocate moves each container onto the
     #: cards of the device IDs kubelet chose (v2.10.0 ``server.go:807-814``).
     preferred_allocation: bool = False
+    #: kubelet's set order (devcluster/kubelet_devices.py): None sorted, else shuffled by it.
+    kubelet_rng: random.Random | None = None
     #: Make the API requests v2.10.0's Allocate makes for a pod, in its order (with ``api``
     #: rate-limited as its client is, devcluster/plugin_client.py, Allocate takes as long):
     #: the pod's erased entries and its ``success`` are two patches with a read between
@@ -123,7 +126,7 @@ class HamiNode:
     def __post_init__(self) -> None:
         self.kubelet = KubeletDevices(
             tuple(i for d in self.devices for i in slice_ids(d.uuid, max(d.split_count, 1))),
-            preferred=self.preferred_allocation)
+            preferred=self.preferred_allocation, rng=self.kubelet_rng)
 
     def register(self, now: str = "") -> None:
         text = (encode_register_json(self.devices) if self.flavor is HAMI
@@ -225,7 +228,8 @@ class HamiNode:
             unknown = [s.uuid for s in shares if s.uuid not in known]
             if unknown:
                 raise AllocateFailed(f"unknown device {unknown[0]}")
-            shares = self._as_kubelet_gives(pod, position < inits, shares)
+            shares = self._as_kubelet_gives(pod, position < inits, shares,
+                                            container.get("restartPolicy") == "Always")
             env = {"NVIDIA_VISIBLE_DEVICES": ",".join(s.uuid for s in shares),
                    "CUDA_DEVICE_SM_LIMIT": str(shares[0].cores)}
             for i, s in enumerate(shares):
@@ -235,14 +239,16 @@ class HamiNode:
         return envs, encode_pod_devices(entries, self.flavor)
 
     def _as_kubelet_gives(self, pod: Mapping[str, Any], init: bool,
-                          shares: tuple[DeviceShare, ...]) -> tuple[DeviceShare, ...]:
+                          shares: tuple[DeviceShare, ...], restartable: bool = False
+                          ) -> tuple[DeviceShare, ...]:
         """The container's shares after kubelet chose its device IDs: with
         ``preferred_allocation``, on the cards of those IDs (HAMi v2.10.0 ``server.go:733``
         ``alignContainerDevicesWithAllocatedIDs``: the i-th share takes the i-th ID's card);
         else as the annotation says (Allocate ignores the IDs)."""
         uid = str(pod["metadata"].get("uid", ""))
         try:
-            ids = self.kubelet.allocate(uid, init, len(shares), [s.uuid for s in shares])
+            ids = self.kubelet.allocate(uid, init, len(shares), [s.uuid for s in shares],
+                                        restartable)
         except NoDevices as exc:
             raise AllocateFailed(str(exc)) from exc
         if not self.preferred_allocation:

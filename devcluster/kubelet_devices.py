@@ -8,20 +8,26 @@ What matters for where a container runs:
   ``pkg/device-plugin/nvidiadevice/nvinternal/rm/devices.go:209``);
 - kubelet allocates a pod's containers one by one, init containers first (``Allocate``,
   manager.go:362-396); an init container's devices go into the pod's ``devicesToReuse``
-  (manager.go:381), an app container's are taken out of it (manager.go:394);
+  (manager.go:381), a restartable one's (a sidecar's, manager.go:380-387) and an app
+  container's are taken out of it (manager.go:394);
 - each container takes from ``devicesToReuse`` first (``devicesToAllocate``,
-  manager.go:657), then, when the plugin registered ``GetPreferredAllocationAvailable``,
-  from what the plugin prefers among the free devices, with the reused ones as
-  ``mustInclude`` (manager.go:676-705, ``callGetPreferredAllocationIfAvailable``
-  manager.go:1006), then from any free device (manager.go:712-717).
+  manager.go:657, through the ``allocateRemainingFrom`` closure defined above it:
+  ``for device := range devices.Difference(allocated)`` until it has as many as it asks, so
+  a container asking fewer than are reusable gets a subset of them), then, when the plugin
+  registered ``GetPreferredAllocationAvailable``, from what the plugin prefers among the free
+  devices, with the reused ones as ``mustInclude`` (manager.go:676-705,
+  ``callGetPreferredAllocationIfAvailable`` manager.go:1006), then from any free device
+  (manager.go:712-717).
 
-kubelet iterates Go sets, in no fixed order; the model takes devices in sorted order, one of
-the orders kubelet may take.
+kubelet iterates Go sets (maps), in no fixed order; the model takes devices in sorted order,
+one of the orders kubelet may take, or, given a ``random.Random``, in a shuffled order as Go's
+map iteration is (which subset of the reusable devices a container gets is then random).
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import random
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 
 
@@ -76,20 +82,29 @@ class KubeletDevices:
     #: The plugin registered ``GetPreferredAllocationAvailable`` (HAMi: its
     #: ``enableGetPreferredAllocation``, server.go:587).
     preferred: bool = False
+    #: Go's map order (shuffled) when given; else sorted order.
+    rng: random.Random | None = None
     in_use: dict[str, set[str]] = field(default_factory=dict)  # pod uid -> devices
     reuse: dict[str, set[str]] = field(default_factory=dict)  # devicesToReuse
 
+    def _in_set_order(self, devices: Iterable[str]) -> list[str]:
+        ordered = sorted(devices)
+        if self.rng is not None:
+            self.rng.shuffle(ordered)
+        return ordered
+
     def allocate(self, pod_uid: str, init: bool, count: int,
-                 desired_cards: Sequence[str]) -> list[str]:
+                 desired_cards: Sequence[str], restartable: bool = False) -> list[str]:
         """The devices kubelet gives one container asking ``count``; ``desired_cards``: the
-        cards the plugin's annotation names for it (what its GetPreferredAllocation reads)."""
+        cards the plugin's annotation names for it (what its GetPreferredAllocation reads);
+        ``restartable``: an init container with ``restartPolicy: Always`` (a sidecar)."""
         # kubelet keeps devicesToReuse for the pod being admitted only (manager.go:363-371).
         self.reuse = {pod_uid: self.reuse.get(pod_uid, set())}
         reusable = self.reuse[pod_uid]
-        taken = sorted(reusable)[:count]
+        taken = self._in_set_order(reusable)[:count]
         if len(taken) < count:
             busy = set().union(*self.in_use.values()) if self.in_use else set()
-            free = [d for d in self.devices if d not in busy and d not in taken]
+            free = self._in_set_order(d for d in self.devices if d not in busy and d not in taken)
             if len(free) < count - len(taken):
                 raise NoDevices(f"requested {count}, available {len(free) + len(taken)}")
             if self.preferred:
@@ -97,7 +112,7 @@ class KubeletDevices:
                 taken += [d for d in chosen if d in free and d not in taken][:count - len(taken)]
             taken += [d for d in free if d not in taken][:count - len(taken)]
         self.in_use.setdefault(pod_uid, set()).update(taken)
-        if init:
+        if init and not restartable:
             reusable.update(taken)
         else:
             reusable.difference_update(taken)

@@ -35,7 +35,12 @@ from allocator.hami.codec import (
 from allocator.hami.register import RegisteredDevice
 from allocator.hami.register_memo import devices_of_register
 from allocator.ranking.cards import Card
-from tessera.vocabulary import Allocation, ContainerAllocation
+from allocator.ranking.search import share_memory_mib
+from tessera.agent_profiles import HAMI_RESOURCES, AgentProfile
+from tessera.agent_profiles.refusals import device_count
+from tessera.dialects.base import ContainerResources
+from tessera.dialects.hami import vgpu
+from tessera.vocabulary import Allocation, ContainerAllocation, RequestError
 
 CORDON_ANNOTATION: Final = "hami.io/device-cordon"
 #: The register's ``mode`` of a card the plugin hands out as MIG slices (HAMi v2.10.0
@@ -112,18 +117,21 @@ def _first_app_container(allocation: Allocation) -> ContainerAllocation | None:
     return next((c for c in allocation.containers if not c.init), None)
 
 
-def _gpu_init_containers(pod: Mapping[str, Any], flavor: Flavor) -> set[str]:
+def _gpu_init_containers(pod: Mapping[str, Any], flavor: Flavor) -> dict[str, Mapping[str, Any]]:
     """The init containers that ask for the plugin's device count (kubelet calls its
-    ``Allocate`` for them), when the plugin gives init containers devices."""
+    ``Allocate`` for them), by name, when the plugin gives init containers devices."""
     if not flavor.init_containers:
-        return set()
+        return {}
     inits = (pod.get("spec") or {}).get("initContainers") or []
-    return {str(c.get("name", "")) for c in inits
+    return {str(c.get("name", "")): c for c in inits
             if isinstance(c, Mapping) and _asks_devices(c, flavor)}
 
 
 def _asks_devices(container: Mapping[str, Any], flavor: Flavor) -> bool:
-    limits = (container.get("resources") or {}).get("limits") or {}
+    resources = container.get("resources")
+    limits = resources.get("limits") if isinstance(resources, Mapping) else None
+    if not isinstance(limits, Mapping):
+        return False
     return str(limits.get(flavor.count_resource, "0")).strip() not in ("", "0")
 
 
@@ -133,9 +141,67 @@ def _share(container: ContainerAllocation, device: RegisteredDevice) -> DeviceSh
     return DeviceShare(device.uuid, container.memory_mib, container.core_percent)
 
 
+def _init_entry(spec: Mapping[str, Any], served_by: ContainerAllocation | None,
+                by_index: Mapping[int, RegisteredDevice], flavor: Flavor
+                ) -> tuple[DeviceShare, ...] | str:
+    """A GPU init container's entry: its own share (read from its HAMi resources, as the
+    webhook wrote them) on the first k of the first GPU app container's cards, k its device
+    count. kubelet hands its devices on to that container (``devicesToReuse``), and with
+    ``enableGetPreferredAllocation`` the plugin follows them (docs/hami.md, "Init
+    containers"); a share larger than the app container's on a card would be counted twice."""
+    name = str(spec.get("name", ""))
+    if served_by is None:
+        return f"init container {name!r} asks for a GPU but no app container does"
+    resources = spec.get("resources")
+    limits, requests = ((resources.get("limits") or {}, resources.get("requests") or {})
+                        if isinstance(resources, Mapping) else ({}, {}))
+    if not isinstance(limits, Mapping) or not isinstance(requests, Mapping):
+        return f"init container {name!r}: resources limits/requests must be maps"
+    try:
+        asked = vgpu(ContainerResources(name, True, limits, requests), HAMI_RESOURCES,
+                     AgentProfile.HAMI)
+    except RequestError as exc:
+        return str(exc)
+    if asked is None:
+        return f"init container {name!r} asks for no device"
+    count = device_count(asked)
+    if count > len(served_by.card_indices):
+        return (f"init container {name!r} asks for {count} devices, more than "
+                f"{served_by.name!r} has")
+    shares = []
+    for index in served_by.card_indices[:count]:
+        device = by_index.get(index)
+        if device is None:
+            return f"card {index} is not in the node's {flavor.register_key}"
+        app = _share(served_by, device)
+        card = Card(device.index, device.model, device.memory_mib)
+        own = (DeviceShare(device.uuid, device.memory_mib, CARD_CORES) if asked.is_whole else
+               DeviceShare(device.uuid, share_memory_mib(asked, card), asked.core_percent))
+        if own.memory_mib > app.memory_mib or own.cores > app.cores:
+            return (f"init container {name!r} asks for more of card {index} than "
+                    f"{served_by.name!r}")
+        shares.append(own)
+    return tuple(shares)
+
+
+def _entry(c: ContainerAllocation, by_index: Mapping[int, RegisteredDevice], flavor: Flavor
+           ) -> tuple[DeviceShare, ...] | str:
+    shares = []
+    for index in c.card_indices:
+        device = by_index.get(index)
+        if device is None:
+            return f"card {index} is not in the node's {flavor.register_key}"
+        shares.append(_share(c, device))
+    return tuple(shares)
+
+
 def bind_annotations(allocation: Allocation, pod: Mapping[str, Any], devices: NodeDevices,
                      flavor: Flavor, now_s: float) -> dict[str, str] | str:
-    """The annotations the plugin reads for this allocation, or why it cannot express it."""
+    """The annotations the plugin reads for this allocation, or why it cannot express it.
+
+    The allocation holds the app containers (shapes._fold_init_containers); each GPU init
+    container's entry is its own share on the first GPU app container's cards
+    (:func:`_init_entry`)."""
     by_index = devices.by_index()
     by_name = {(c.name, c.init): c for c in allocation.containers}
     order = _container_order(pod, flavor)
@@ -151,21 +217,14 @@ def bind_annotations(allocation: Allocation, pod: Mapping[str, Any], devices: No
     gpu_inits = _gpu_init_containers(pod, flavor)
     for key in order:
         c = by_name.get(key)
-        if c is None and key[0] in gpu_inits:
-            # A GPU init container is placed on the first GPU app container's cards
-            # (agent_profiles._hami_init_refusals): kubelet hands its devices on to that
-            # container, and with enableGetPreferredAllocation the plugin follows them.
-            c = served_by
-        if c is None:
-            containers.append(())
-            continue
-        shares = []
-        for index in c.card_indices:
-            device = by_index.get(index)
-            if device is None:
-                return f"card {index} is not in the node's {flavor.register_key}"
-            shares.append(_share(c, device))
-        containers.append(tuple(shares))
+        entry: tuple[DeviceShare, ...] | str = ()
+        if c is not None:
+            entry = _entry(c, by_index, flavor)
+        elif key[1] and key[0] in gpu_inits:
+            entry = _init_entry(gpu_inits[key[0]], served_by, by_index, flavor)
+        if isinstance(entry, str):
+            return entry
+        containers.append(entry)
     encoded = encode_pod_devices(containers, flavor)
     stamp = str(int(now_s))
     return {

@@ -13,7 +13,7 @@ from tessera.agent_profiles.profiles import (
     NANO_PERCENT_KEY,
     AgentProfile,
 )
-from tessera.vocabulary import ContainerRequest, PodRequest
+from tessera.vocabulary import WHOLE_CARD_PERCENT, ContainerRequest, PodRequest
 
 if TYPE_CHECKING:
     from tessera.agent_profiles.node_agent import NodeAgent
@@ -37,9 +37,13 @@ def inherited_init_refusals(a: NodeAgent, request: PodRequest) -> list[str]:
         f"{a.name} serves an init container with that app container's cards")
 
 
-def _init_as_first_app(request: PodRequest, without_app: str, with_app: str) -> list[str]:
-    """The rule both kinds of agent share: a GPU init container asks for exactly what the
-    first GPU app container asks (``without_app``, ``with_app``: why, worded per agent)."""
+def _init_as_first_app(request: PodRequest, without_app: str, with_app: str,
+                       fits: Callable[[ContainerRequest, ContainerRequest], str] | None = None
+                       ) -> list[str]:
+    """The rule every agent that serves init containers shares: a GPU init container runs on
+    the first GPU app container's devices (``without_app``, ``with_app``: why, worded per
+    agent). ``fits(init, app)`` says what the init container must ask for ("" when it may):
+    by default exactly what the app container asks."""
     inits = [c for c in request.containers if c.init]
     if not inits:
         return []
@@ -51,12 +55,63 @@ def _init_as_first_app(request: PodRequest, without_app: str, with_app: str) -> 
             for c in inits
         ]
     first = apps[0]
-    return [
-        f"init container {c.name!r} asks for {c.describe()} but {first.name!r}, the app "
-        f"container kubelet hands its devices to, asks for {first.describe()}; {with_app}, "
-        f"so it must ask for exactly the same"
-        for c in inits if replace(c, name=first.name, init=False) != first
-    ]
+    check = fits or _exactly_the_same
+    problems = []
+    for c in inits:
+        must = check(c, first)
+        if must:
+            problems.append(
+                f"init container {c.name!r} asks for {c.describe()} but {first.name!r}, the "
+                f"app container kubelet hands its devices to, asks for {first.describe()}; "
+                f"{with_app}, so it must ask for {must}")
+    return problems
+
+
+def _exactly_the_same(init: ContainerRequest, app: ContainerRequest) -> str:
+    same = replace(init, name=app.name, init=False, restartable=False) == app
+    return "" if same else "exactly the same"
+
+
+def _memory_percent(c: ContainerRequest) -> int:
+    """A share's memory as a percent of its card, 0 when it is given in MiB; a share with no
+    memory gets all of it (HAMi: ``GenerateResourceRequests``, shapes._vgpu_placement)."""
+    if c.memory_mib:
+        return 0
+    return c.memory_percent or WHOLE_CARD_PERCENT
+
+
+def device_count(c: ContainerRequest) -> int:
+    """The devices kubelet hands the container (its ``nvidia.com/gpu``)."""
+    return c.cards if c.is_whole else c.shares
+
+
+def init_share_fits(init: ContainerRequest, app: ContainerRequest) -> str:
+    """HAMi's looser rule (docs/hami.md, "Init containers"): "" when ``init`` asks for at most
+    as many devices as ``app`` and, on each, a share no larger than ``app``'s; else what it
+    must ask for. Any share, or the whole card, fits under a whole card; under a share, a
+    share whose cores and memory are each at most the app's, memory in the same unit (MiB
+    with MiB, percent of the card with percent: which MiB a percent is depends on the card,
+    not known at admission). Then HAMi's own count of each card is the app container's
+    (v2.10.0 ``pkg/device/initContainer.go`` ``CollapseInitContainerUsage``: per card the
+    larger of the init containers' peak and the app containers' sum), and so is Tessera's."""
+    count = device_count(app)
+    must = (f"at most {count} device{'s' if count > 1 else ''} and on each no more than "
+            f"{app.name!r} asks")
+    if device_count(init) > count:
+        return must
+    if app.is_whole:
+        return ""
+    if init.is_whole or init.core_percent > app.core_percent:
+        return must
+    init_percent, app_percent = _memory_percent(init), _memory_percent(app)
+    if app_percent == WHOLE_CARD_PERCENT:
+        return ""  # all of the card's memory: any memory fits under it
+    if bool(init_percent) != bool(app_percent):
+        return (f"its memory in the same unit as {app.name!r} (MiB, or a percent of the "
+                f"card), at most as much")
+    if init.memory_mib > app.memory_mib or init_percent > app_percent:
+        return must
+    return ""
 
 
 def multi_share_refusals(a: NodeAgent, request: PodRequest) -> list[str]:
@@ -113,16 +168,32 @@ def _hami_init_refusals(a: NodeAgent, request: PodRequest) -> list[str]:
     """HAMi's plugin since v2.9.0 gives every container its entry of the pod's device
     annotation, init containers included; but with its ``enableGetPreferredAllocation`` it
     moves each container onto the cards of the device IDs kubelet chose
-    (``alignContainerDevicesWithAllocatedIDs``), and kubelet gives the first app container
-    the init containers' devices first (``devicesToReuse``). Placed on the first GPU app
-    container's cards and asking for exactly what it asks, an init container lands on its
-    record under either setting (docs/hami.md, "Init containers")."""
-    return _init_as_first_app(
-        request,
+    (``alignContainerDevicesWithAllocatedIDs``), and kubelet gives the first GPU app container
+    the init containers' devices first (``devicesToReuse``). An init container asking for at
+    most as many devices as that container, each share no larger (:func:`init_share_fits`),
+    placed on the first of its cards, runs on its record under either setting (docs/hami.md,
+    "Init containers"): more devices would hand the app container a random subset of them.
+
+    A GPU sidecar (``restartPolicy: Always``) runs beside the app containers, on devices
+    kubelet hands to none of them (kubernetes v1.34.4 ``manager.go:380-387``), but takes an
+    earlier init container's first: refused, its share would be counted nowhere."""
+    sidecars = [
+        f"init container {c.name!r} asks for {c.describe()} and runs beside the app "
+        f"containers (restartPolicy: Always), where a GPU init container runs on their share "
+        f"(kubelet hands {a.name} its devices, or an earlier init container's): its share "
+        f"would be counted nowhere; give the GPU to an app container"
+        for c in request.containers if c.restartable
+    ]
+    rest = tuple(c for c in request.containers if not c.restartable)
+    if not rest:
+        return sidecars
+    return sidecars + _init_as_first_app(
+        replace(request, containers=rest),
         f"with enableGetPreferredAllocation kubelet hands an init container's devices on to "
         f"the next one and {a.name} follows them",
         f"{a.name} (with enableGetPreferredAllocation) runs that container on the init "
-        f"container's cards")
+        f"container's cards and the init container on that container's share",
+        init_share_fits)
 
 
 def _volcano_containers_refusals(a: NodeAgent, request: PodRequest) -> list[str]:

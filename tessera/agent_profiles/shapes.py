@@ -84,10 +84,12 @@ CAPACITY: Final[Mapping[AgentProfile, Callable[[NodeAgent], Capacity | None]]] =
 
 def _fold_init_containers(_a: NodeAgent, request: PodRequest) -> PodRequest:
     """Without the GPU init containers: each runs on the cards of the app container kubelet
-    hands its devices to (:func:`.refusals.inherited_init_refusals` and, for HAMi,
-    ``_hami_init_refusals`` make sure it asks for the same), which is where the agent serves
-    it (HAMi: the bind lists it with that container's cards); reserving other cards for it
-    would leave them idle."""
+    hands its devices to, under that container's share, which is where the agent serves it
+    (:func:`.refusals.inherited_init_refusals`: it asks for the same; for HAMi,
+    :func:`.refusals.init_share_fits`: at most as many devices, each share no larger, and the
+    bind lists it on the first of that container's cards with its own share, read from the
+    pod). Reserving other cards, or more room, for it would leave them idle: it runs to
+    completion before the app containers start."""
     apps = tuple(c for c in request.containers if not c.init)
     return replace(request, containers=apps) if apps else request
 

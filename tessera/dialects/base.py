@@ -61,6 +61,9 @@ class ContainerResources:
     init: bool
     limits: Mapping[str, Any]
     requests: Mapping[str, Any]
+    #: An init container with ``restartPolicy: Always`` (a sidecar): it runs beside the app
+    #: containers, and kubelet hands its devices to none of them.
+    restartable: bool = False
 
     def has(self, key: str) -> bool:
         return key in self.limits or key in self.requests
@@ -151,7 +154,8 @@ def containers_of(pod: Mapping[str, Any]) -> list[ContainerResources]:
             requests = resources.get("requests") or {}
             if not isinstance(limits, Mapping) or not isinstance(requests, Mapping):
                 raise RequestError(f"container {name!r}: resources limits/requests must be maps")
-            result.append(ContainerResources(name, init, limits, requests))
+            restartable = init and item.get("restartPolicy") == "Always"
+            result.append(ContainerResources(name, init, limits, requests, restartable))
     return result
 
 def labels_of(pod: Mapping[str, Any]) -> Mapping[str, Any]:

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Mapping, Sequence
+from dataclasses import replace
 from typing import TYPE_CHECKING, Any, Final
 
 from tessera.agent_profiles import AgentProfile
@@ -149,7 +150,7 @@ def parse_pod(pod: Mapping[str, Any], config: DialectConfig) -> PodRequest | Non
             problems.append(str(exc))
             continue
         if merged is not None:
-            requests.append(merged)
+            requests.append(replace(merged, restartable=True) if c.restartable else merged)
     try:
         models = _models(annotations, genius, config.vocabulary)
         policy = _policy(annotations, config.vocabulary)

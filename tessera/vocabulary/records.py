@@ -26,6 +26,10 @@ class ContainerRequest:
     init: bool = False
     #: How many alike shares, each on its own card (1 but for a share on several cards).
     shares: int = 1
+    #: An init container with ``restartPolicy: Always`` (a sidecar): it runs beside the app
+    #: containers. Read from the pod (tessera/dialects/pod.py), not stored in the request
+    #: annotation: no agent profile places one (agent_profiles/refusals.py).
+    restartable: bool = False
 
     def __post_init__(self) -> None:
         if self.shares < 1:

@@ -35,6 +35,7 @@ from allocator.hami.writer import (
     bind_labels,
     cards_of,
     read_devices,
+    shares_of,
 )
 from allocator.picture.inventory import read_inventory
 from allocator.ranking.cards import NodeState, empty_node
@@ -98,8 +99,8 @@ def test_split_count_zero_takes_nothing() -> None:
 # --------------------------------------------------------------------------- writer
 
 
-def _pod_with_init() -> dict[str, Any]:
-    pod = make_gpu_pod("p", request(share("prep", core=10, mem=1024, init=True),
+def _pod_with_init(prep_core: int = 10) -> dict[str, Any]:
+    pod = make_gpu_pod("p", request(share("prep", core=prep_core, mem=1024, init=True),
                                     share("main", core=30, mem=2048)), uid="u")
     pod["spec"]["containers"].append({"name": "side", "image": "busybox"})  # no GPU
     return pod
@@ -142,6 +143,88 @@ def test_a_gpu_init_container_gets_the_first_app_containers_cards_in_the_hami_pr
     assert isinstance(out, dict)
     main = f"{UUIDS[2]},NVIDIA,2048,30:"
     assert out["hami.io/vgpu-devices-to-allocate"] == f";{main};{main};"
+
+
+def _init(name: str, limits: dict[str, str]) -> dict[str, Any]:
+    return {"name": name, "image": "busybox", "resources": {"limits": limits}}
+
+
+def test_each_gpu_init_container_gets_its_own_share_on_the_first_of_the_apps_cards() -> None:
+    # The looser rule (docs/hami.md "Init containers"): an init container asking k devices,
+    # each no larger than the first GPU app container's, is written on the first k of that
+    # container's cards with its OWN share; the allocation holds the app containers only.
+    pod = make_gpu_pod("p", request(whole("main", cards=3)), uid="u")
+    pod["spec"]["initContainers"] = [
+        _init("small", {"nvidia.com/gpu": "1", "nvidia.com/gpucores": "20",
+                        "nvidia.com/gpumem": "1000"}),
+        _init("cpu-only", {}),
+        _init("two", {"nvidia.com/gpu": "2"}),  # HAMi: a count alone is whole cards
+        _init("pct", {"nvidia.com/gpu": "2", "nvidia.com/gpucores": "10",
+                      "nvidia.com/gpumem-percentage": "25"}),
+    ]
+    alloc = Allocation("n1", (ContainerAllocation("main", (2, 3, 0)),))
+    out = bind_annotations(alloc, pod, _node_devices(), HAMI, NOW)
+    assert isinstance(out, dict)
+    entries = [[(s.uuid, s.memory_mib, s.cores) for s in e]
+               for e in shares_of(out[HAMI.to_allocate_key])]
+    assert entries == [
+        [(UUIDS[2], 1000, 20)],
+        [],
+        [(UUIDS[2], 16384, 100), (UUIDS[3], 16384, 100)],
+        [(UUIDS[2], 4096, 10), (UUIDS[3], 4096, 10)],  # 25% of a 16 GiB card
+        [(UUIDS[2], 16384, 100), (UUIDS[3], 16384, 100), (UUIDS[0], 16384, 100)],
+    ]
+    assert out[HAMI.allocated_key] == out[HAMI.to_allocate_key]
+
+
+def test_an_init_container_under_a_share_on_two_cards_takes_the_first() -> None:
+    pod = make_gpu_pod("p", request(share("main", core=30, mem=2048, shares=2)), uid="u")
+    pod["spec"]["initContainers"] = [_init("prep", {
+        "nvidia.com/gpu": "1", "nvidia.com/gpucores": "30", "nvidia.com/gpumem": "512"})]
+    alloc = Allocation("n1", (ContainerAllocation("main", (1, 3), 30, 2048),))
+    out = bind_annotations(alloc, pod, _node_devices(), HAMI, NOW)
+    assert isinstance(out, dict)
+    assert out[HAMI.to_allocate_key] == (
+        f"{UUIDS[1]},NVIDIA,512,30:;{UUIDS[1]},NVIDIA,2048,30:{UUIDS[3]},NVIDIA,2048,30:;")
+
+
+@pytest.mark.parametrize(("limits", "why"), [
+    ({"nvidia.com/gpu": "3", "nvidia.com/gpucores": "10", "nvidia.com/gpumem": "100"},
+     "asks for 3 devices, more than 'main' has"),
+    ({"nvidia.com/gpu": "1", "nvidia.com/gpucores": "31", "nvidia.com/gpumem": "100"},
+     "asks for more of card 1 than 'main'"),
+    ({"nvidia.com/gpu": "1", "nvidia.com/gpucores": "10", "nvidia.com/gpumem": "2049"},
+     "asks for more of card 1 than 'main'"),
+    ({"nvidia.com/gpu": "1"}, "asks for more of card 1 than 'main'"),  # a whole card
+    ({"nvidia.com/gpu": "1", "nvidia.com/gpucores": "ten"}, "nvidia.com/gpucores"),
+], ids=["more-devices", "more-cores", "more-memory", "whole-over-share", "unreadable"])
+def test_an_init_container_asking_more_than_its_app_container_is_not_bound(
+        limits: dict[str, str], why: str) -> None:
+    # Admission and filter refuse these (tessera/agent_profiles/refusals.py); a pod whose
+    # spec says otherwise at bind is not written (nothing would be counted twice).
+    pod = make_gpu_pod("p", request(share("main", core=30, mem=2048, shares=2)), uid="u")
+    pod["spec"]["initContainers"] = [_init("prep", limits)]
+    alloc = Allocation("n1", (ContainerAllocation("main", (1, 3), 30, 2048),))
+    out = bind_annotations(alloc, pod, _node_devices(), HAMI, NOW)
+    assert isinstance(out, str) and why in out
+
+
+def test_a_malformed_init_container_is_not_a_gpu_one_and_crashes_nothing() -> None:
+    pod = make_gpu_pod("p", request(share("main", core=30, mem=2048)), uid="u")
+    pod["spec"]["initContainers"] = [{"name": "a", "resources": ["nvidia.com/gpu"]},
+                                     {"name": "b", "resources": {"limits": "1"}}]
+    alloc = Allocation("n1", (ContainerAllocation("main", (1,), 30, 2048),))
+    out = bind_annotations(alloc, pod, _node_devices(), HAMI, NOW)
+    assert isinstance(out, dict)
+    assert out[HAMI.to_allocate_key] == f";;{UUIDS[1]},NVIDIA,2048,30:;"
+
+
+def test_a_gpu_init_container_without_a_gpu_app_container_is_not_bound() -> None:
+    pod = make_gpu_pod("p", request(share("main", core=30, mem=2048)), uid="u")
+    pod["spec"]["initContainers"] = [_init("prep", {"nvidia.com/gpu": "1"})]
+    alloc = Allocation("n1", ())
+    out = bind_annotations(alloc, pod, _node_devices(), HAMI, NOW)
+    assert out == "init container 'prep' asks for a GPU but no app container does"
 
 
 def test_bind_annotations_v28_and_volcano_refuse_a_gpu_init_container() -> None:
@@ -420,7 +503,7 @@ def test_pods_hami_scheduler_placed_are_adopted_and_nothing_is_allocated_twice()
 
 @pytest.mark.parametrize(("dialects", "refused", "why"), [
     (HAMI_PROFILE, "agent profile hami (HAMi's device plugin): init container 'prep'",
-     "exactly the same"),
+     "on each no more than 'main' asks"),
     (DialectConfig(agent_profile=AgentProfile.HAMI, hami_agent="hami-v2.8"),
      "agent profile hami (HAMi's device plugin v2.8): init container 'prep'",
      "app containers only"),
@@ -436,7 +519,7 @@ def test_a_gpu_init_container_admitted_without_the_webhook_is_refused_at_filter(
     flavor = HAMI if dialects.agent_profile is AgentProfile.HAMI else VOLCANO_VGPU
     fake = FakeKube()
     fake.add_node(hami_node(flavor=flavor, text=flavor is VOLCANO_VGPU))
-    pod = _pod_with_init()
+    pod = _pod_with_init(prep_core=40)  # more cores than 'main': refused by every profile
     fake.add_pod(pod)
     out = synced_allocator(fake, dialects=dialects).filter(pod, ["n1"])
     assert out.nodes == []

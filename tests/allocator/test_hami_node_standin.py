@@ -16,11 +16,12 @@ from fake_kube import FakeKube
 from allocator.errors import BindError
 from allocator.hami.codec import HAMI, parse_lock
 from devcluster.hami_node import HamiNode, fake_devices, node_envs, visible
-from tessera.agent_profiles import AgentProfile
+from tessera.agent_profiles import AgentProfile, NodeAgent
 from tessera.dialects import DialectConfig
 from tessera.vocabulary import decode_allocation
 
 HAMI_PROFILE = DialectConfig(agent_profile=AgentProfile.HAMI)
+HAMI_AGENT = NodeAgent(AgentProfile.HAMI)
 
 
 def _cluster(cards: int = 8) -> tuple[FakeKube, HamiNode]:
@@ -32,10 +33,14 @@ def _cluster(cards: int = 8) -> tuple[FakeKube, HamiNode]:
 
 
 def _pod(fake: FakeKube, name: str, req: Any, gpus: dict[str, int]) -> None:
+    """A pod as the hami profile's webhook shapes it: HAMi's keys on each GPU container, the
+    device count as ``gpus`` says (a test may make it differ from the placement)."""
     pod = make_gpu_pod(name, req, uid=name)
+    asked = {c.name: c for c in req.containers}
     for c in pod["spec"]["containers"] + pod["spec"].get("initContainers", []):
         if c["name"] in gpus:
-            c["resources"]["limits"]["nvidia.com/gpu"] = str(gpus[c["name"]])
+            limits = HAMI_AGENT.container_resources(asked[c["name"]])
+            c["resources"] = {"limits": {**limits, "nvidia.com/gpu": str(gpus[c["name"]])}}
     fake.add_pod(pod)
 
 

@@ -177,6 +177,35 @@ def _whole_cards_shared(pods: list[dict[str, Any]]) -> list[str]:
             if len(holders) > 1 and any(whole for _pod, _c, whole in holders)]
 
 
+def _assert_under(init: dict[str, Any], env: dict[str, str], cards: set[str]) -> None:
+    """An init container saw as many cards as it asks, all of them the first GPU app
+    container's, and its own share on each (HAMi's keys: a count alone is whole cards)."""
+    limits = init["resources"]["limits"]
+    seen = env["NVIDIA_VISIBLE_DEVICES"].split(",")
+    assert len(seen) == int(limits["nvidia.com/gpu"]) and set(seen) <= cards, init["name"]
+    whole = "nvidia.com/gpumem" not in limits
+    assert env["CUDA_DEVICE_SM_LIMIT"] == ("100" if whole else limits["nvidia.com/gpucores"])
+    memory = f"{MIB if whole else limits['nvidia.com/gpumem']}m"
+    assert [env[f"CUDA_DEVICE_MEMORY_LIMIT_{i}"] for i in range(len(seen))] == [memory] * len(
+        seen), init["name"]
+
+
+def _over_committed(pods: list[dict[str, Any]]) -> dict[str, tuple[int, int]]:
+    """Cards whose app containers, over every pod, see more than 100% of cores or more than
+    the card's memory (init containers run before their pod's app containers, under them)."""
+    used: dict[str, tuple[int, int]] = {}
+    for pod in pods:
+        inits = {c["name"] for c in pod["spec"].get("initContainers") or []}
+        for name, env in node_envs(pod).items():
+            if name in inits:
+                continue
+            for i, card in enumerate(env["NVIDIA_VISIBLE_DEVICES"].split(",")):
+                cores, memory = used.get(card, (0, 0))
+                used[card] = (cores + int(env["CUDA_DEVICE_SM_LIMIT"]),
+                              memory + int(env[f"CUDA_DEVICE_MEMORY_LIMIT_{i}"].rstrip("m")))
+    return {card: u for card, u in used.items() if u[0] > 100 or u[1] > MIB}
+
+
 @pytest.mark.parametrize("hami_node", [False, True], indirect=True,
                          ids=["hami-default", "enableGetPreferredAllocation"])
 def test_each_shape_runs_only_after_allocate_with_exactly_the_chosen_cards(
@@ -193,7 +222,16 @@ def test_each_shape_runs_only_after_allocate_with_exactly_the_chosen_cards(
         "init-whole": ([container("main", _gpu(cards=2)), container("side", _gpu(core=10,
                                                                                mem=1024))],
                        [container("fetch", _gpu(cards=2)), container("cpu"),
-                        container("warm", _gpu(cards=2))]),
+                        container("warm", _gpu(cards=2)), container("one", _gpu(cards=1))]),
+        # HAMi's looser rule: init containers asking fewer devices or a smaller share run
+        # on the first of the app container's cards with their own share, under its record
+        # ('one' above too: kubelet hands it one of the two devices 'warm' left).
+        "init-under-whole": ([container("main", _gpu(cards=1))],
+                             [container("small", _gpu(core=20, mem=2048))]),
+        "init-smaller": ([container("main", {**_gpu(core=10, mem=4096), "nvidia.com/gpu": "2"})],
+                         [container("both", {**_gpu(core=10, mem=2048),
+                                             "nvidia.com/gpu": "2"}),
+                          container("less", _gpu(core=5, mem=1024))]),
     }
     for name, (containers, inits) in shapes.items():
         _create(core_v1, namespace, name, containers, inits)
@@ -223,17 +261,45 @@ def test_each_shape_runs_only_after_allocate_with_exactly_the_chosen_cards(
                                                           f"{c.memory_mib}m")
             assert (env["CUDA_DEVICE_SM_LIMIT"], env["CUDA_DEVICE_MEMORY_LIMIT_0"]) == want
         first = chosen.containers[0]
-        for init in gpu_inits:  # on the record's cards of the first GPU app container
-            assert sorted(envs[init]["NVIDIA_VISIBLE_DEVICES"].split(",")) == sorted(
-                uuid[i] for i in first.card_indices), (name, init)
+        for init in pod["spec"].get("initContainers") or []:
+            if init["name"] in gpu_inits:  # its own share, on the first app container's cards
+                _assert_under(init, envs[init["name"]], {uuid[i] for i in first.card_indices})
         node = api.get_node(hami_node.node) or {}
         assert HAMI.lock_key not in (node["metadata"].get("annotations") or {})
-    assert _whole_cards_shared([_pod(core_v1, namespace, n) for n in shapes]) == []
+    pods = [_pod(core_v1, namespace, n) for n in shapes]
+    assert _whole_cards_shared(pods) == []
+    assert _over_committed(pods) == {}
     # HAMi's vGPU monitor lists a node's pods by the label hami-scheduler sets
     # (cmd/vGPUmonitor/metrics.go:389): every pod bound here is found that way.
     listed = core_v1.list_namespaced_pod(
         namespace, label_selector=f"{HAMI.node_key}={hami_node.node}").items
     assert sorted(p.metadata.name for p in listed) == sorted(shapes)
+
+
+@pytest.mark.parametrize(("init", "words"), [
+    (container("prep", _gpu(cards=2)),
+     "so it must ask for at most 1 device and on each no more than 'main' asks"),
+    (container("prep", _gpu(core=30, mem=2048)),
+     "so it must ask for at most 1 device and on each no more than 'main' asks"),
+    ({**container("side", _gpu(core=10, mem=1024)), "restartPolicy": "Always"},
+     "runs beside the app containers (restartPolicy: Always)"),
+], ids=["more-devices", "more-cores", "gpu-sidecar"])
+def test_an_init_container_asking_more_than_its_app_container_is_refused_at_creation(
+        core_v1: Any, namespace: str, init: dict[str, Any], words: str) -> None:
+    """Through the real API server and webhook: refused back to the client naming the plugin
+    and its setting, nothing created (docs/hami.md, "Init containers")."""
+    from kubernetes.client.exceptions import ApiException
+
+    with pytest.raises(ApiException) as refused:
+        _create(core_v1, namespace, "too-much", [container("main", _gpu(core=20, mem=4096))],
+                [init])
+    body = str(refused.value.body)
+    assert "agent profile hami (HAMi's device plugin): init container" in body
+    assert words in body
+    if init["name"] == "prep":
+        assert "enableGetPreferredAllocation" in body
+    with pytest.raises(ApiException):
+        core_v1.read_namespaced_pod("too-much", namespace)
 
 
 def test_a_share_on_each_of_two_cards_runs_on_two_distinct_cards(

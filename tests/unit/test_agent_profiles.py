@@ -5,6 +5,8 @@ file and tag are cited beside each table (and in the module's docstring)."""
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import pytest
 
 from tessera.agent_profiles import (
@@ -116,7 +118,8 @@ def test_the_aliyun_unit_follows_the_plugins_memory_unit() -> None:
         # HAMi v2.10.0 server.go Allocate (alignContainerDevicesWithAllocatedIDs) with
         # kubelet's devicesToReuse: the app container runs on the init container's cards.
         (HAMI, pod(whole("init", init=True), share(core=10, mem=100)),
-         ["HAMi's device plugin", "enableGetPreferredAllocation", "exactly the same"]),
+         ["HAMi's device plugin", "enableGetPreferredAllocation",
+          "at most 1 device and on each no more than 'main' asks"]),
         (HAMI, pod(share("init", core=10, mem=100, init=True)),
          ["HAMi's device plugin", "no app container asks for a GPU"]),
         # volcano-vgpu-device-plugin v1.12.0 pkg/util/util.go:88-98 getOldestPod: the pod's
@@ -156,6 +159,81 @@ def test_what_the_agent_cannot_run_is_refused_naming_the_agent(
 )
 def test_what_the_agent_runs_is_not_refused(agent: NodeAgent, request_: PodRequest) -> None:
     assert agent.refusals(request_) == ()
+
+
+# HAMi's looser rule (refusals.init_share_fits, docs/hami.md "Init containers"): at most the
+# first GPU app container's device count, each share no larger (v2.10.0
+# pkg/device/initContainer.go CollapseInitContainerUsage then counts each card as the app's).
+@pytest.mark.parametrize(
+    ("init", "app", "must"),
+    [
+        (whole("i", cards=2, init=True), whole(cards=2), ""),
+        (whole("i", cards=1, init=True), whole(cards=3), ""),
+        (share("i", core=99, mem=80_000, init=True), whole(cards=1), ""),
+        (share("i", core=10, pct=10, shares=2, init=True), whole(cards=2), ""),
+        (share("i", core=20, mem=4096, init=True), share(core=20, mem=4096), ""),
+        (share("i", core=10, mem=1024, init=True), share(core=40, mem=8192), ""),
+        (share("i", mem=1024, init=True), share(core=40, mem=8192), ""),
+        (share("i", core=20, mem=4096, init=True), share(core=20, mem=4096, shares=2), ""),
+        (share("i", core=10, pct=25, init=True), share(core=30, pct=50), ""),
+        # An app share with all of the card's memory: any memory fits under it.
+        (share("i", core=10, mem=4096, init=True), share(core=30, pct=100), ""),
+        (share("i", core=10, mem=4096, init=True), share(core=30), ""),
+        (whole("i", cards=3, init=True), whole(cards=2), "at most 2 devices"),
+        (share("i", core=10, mem=100, shares=3, init=True), whole(cards=2),
+         "at most 2 devices"),
+        (share("i", core=10, mem=100, shares=2, init=True), share(core=10, mem=100),
+         "at most 1 device and"),
+        (whole("i", cards=1, init=True), share(core=50, mem=1024), "no more than 'main'"),
+        (share("i", core=41, mem=1024, init=True), share(core=40, mem=8192),
+         "no more than 'main'"),
+        (share("i", core=40, mem=8193, init=True), share(core=40, mem=8192),
+         "no more than 'main'"),
+        (share("i", core=10, pct=51, init=True), share(core=30, pct=50), "no more than"),
+        (share("i", core=10, pct=10, init=True), share(core=30, mem=8192), "same unit"),
+        (share("i", core=10, init=True), share(core=30, mem=8192), "same unit"),
+    ],
+    ids=["whole-same", "whole-fewer", "share-under-whole", "two-shares-under-two-wholes",
+         "share-same", "share-smaller", "memory-only-smaller", "fewer-shares",
+         "percent-smaller", "mib-under-all-memory", "mib-under-no-memory-key",
+         "more-wholes", "more-shares-than-wholes", "more-shares", "whole-over-share",
+         "more-cores", "more-memory", "more-percent", "percent-against-mib",
+         "all-memory-against-mib"],
+)
+def test_hami_admits_an_init_container_asking_at_most_its_app_containers_share(
+        init: ContainerRequest, app: ContainerRequest, must: str) -> None:
+    refused = HAMI.refusals(pod(init, app))
+    if not must:
+        assert refused == ()
+        assert HAMI.placement_request(pod(init, app)) == HAMI.placement_request(pod(app))
+        return
+    (message,) = refused
+    assert message.startswith(f"init container 'i' asks for {init.describe()} but 'main', ")
+    assert "HAMi's device plugin (with enableGetPreferredAllocation)" in message
+    assert must in message
+
+
+def test_elastic_and_nano_still_want_exactly_the_app_containers_request() -> None:
+    # Their agents find the init container by its device list (module refusals): no looser
+    # rule there.
+    smaller = pod(share("i", core=10, mem=1024, init=True), share(core=40, mem=8192))
+    for agent in (ELASTIC, NANO):
+        assert "exactly the same" in "; ".join(agent.refusals(smaller))
+    assert HAMI.refusals(smaller) == ()
+
+
+def test_hami_refuses_a_gpu_sidecar_naming_the_plugin() -> None:
+    # A restartable init container runs beside the app containers; placed on their share its
+    # own would be counted nowhere (refusals._hami_init_refusals).
+    side = replace(share("side", core=10, mem=1024, init=True), restartable=True)
+    (message,) = HAMI.refusals(pod(side, share(core=40, mem=8192)))
+    assert message.startswith("init container 'side' asks for 10% core and 1024 MiB and runs "
+                              "beside the app containers (restartPolicy: Always)")
+    assert "HAMi's device plugin" in message and "give the GPU to an app container" in message
+    assert HAMI.refusals(pod(side)) == (message.replace("40% core and 8192 MiB", ""),)
+    # Elsewhere the rule stays what it was (a sidecar asking the same is folded).
+    assert ELASTIC.refusals(pod(replace(share("side", core=40, init=True), restartable=True),
+                                share(core=40))) == ()
 
 
 def test_elastic_and_nano_place_an_init_container_on_its_app_containers_card() -> None:

@@ -731,3 +731,17 @@ def test_a_share_on_several_cards_is_admitted_under_hamis_agent() -> None:
     agent = DialectConfig(agent_profile=AgentProfile.HAMI).agent
     request = PodRequest((ContainerRequest("main", memory_mib=3000, shares=2),))
     assert agent.admit(request).containers[0].shares == 2
+
+
+def test_a_gpu_sidecar_is_read_as_a_restartable_init_container() -> None:
+    # restartPolicy: Always on an init container (a sidecar): it runs beside the app
+    # containers, and kubelet hands its devices to none of them (kubernetes v1.34.4
+    # pkg/kubelet/cm/devicemanager/manager.go:380-387); the hami profile refuses it.
+    ask = {"nvidia.com/gpu": "1", "nvidia.com/gpucores": "10", "nvidia.com/gpumem": "1024"}
+    pod = make_pod(ask, init_containers=[
+        {"name": "side", "restartPolicy": "Always", "resources": {"limits": ask}},
+        {"name": "once", "resources": {"limits": ask}}])
+    parsed = parse_pod(pod, WITH_HAMI)
+    assert parsed is not None
+    assert [(c.name, c.init, c.restartable) for c in parsed.containers] == [
+        ("side", True, True), ("once", True, False), ("main", False, False)]
