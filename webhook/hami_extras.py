@@ -47,10 +47,10 @@ from dataclasses import dataclass
 from typing import Any, Final
 
 from tessera.agent_profiles import AgentProfile, NodeAgent
-from tessera.dialects import HAMI_PRIORITY_KEY, ContainerResources
+from tessera.dialects import HAMI_PRIORITY_KEY, HAMI_TASK_PRIORITY_ENV, ContainerResources
 from tessera.vocabulary import ConfigError, RequestError
 
-TASK_PRIORITY_ENV: Final = "CUDA_TASK_PRIORITY"
+TASK_PRIORITY_ENV: Final = HAMI_TASK_PRIORITY_ENV
 CORE_POLICY_ENV: Final = "GPU_CORE_UTILIZATION_POLICY"
 #: HAMi's ``GPUCoreUtilizationPolicy`` values (device.go:79-83); ``default`` writes nothing.
 CORE_POLICIES: Final = ("default", "force", "disable")
