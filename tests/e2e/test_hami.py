@@ -461,7 +461,7 @@ def test_switching_from_hami_scheduler_double_allocates_nothing(
                                     HAMI.bind_phase_key: "success"})
         pod["spec"]["nodeName"] = hami_node.node
         core_v1.create_namespaced_pod(namespace, pod)
-    assert adopt_placed_pods(api, cluster.vocabulary, HAMI) == len(devices)
+    assert adopt_placed_pods(api, cluster.vocabulary, HAMI).adopted == len(devices)
     for name, limits in (("fits", _gpu(core=20, mem=4096)), ("nope", _gpu(core=30, mem=4096))):
         _create(core_v1, namespace, name, [container("main", limits)])
     alloc = _allocator(cluster, api)
