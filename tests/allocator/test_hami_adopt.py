@@ -94,6 +94,7 @@ def test_a_hami_scheduler_pod_without_the_label_is_adopted_and_labelled_in_one_p
     fake.add_pod(pod)
     assert adopt_placed_pods(fake, VOCAB, HAMI) == Adoption(adopted=1, labelled=0)
     [(name, patch)] = fake.patches
+    assert name == "theirs"
     assert patch["metadata"]["uid"] == "u-t"
     assert patch["metadata"]["labels"] == {VOCAB.gpu_pod_label: "true",
                                            "hami.io/vgpu-node": "n1"}
