@@ -8,7 +8,7 @@ Tessera does the same (webhook/hami_extras.py writes the variable; the shipped s
 configurations manage the resource), so a pod admitted without a webhook that writes the
 variable (one in a namespace the webhook is not sent, or created before it was installed)
 is placed as any other, and HAMi-core runs it at its own default, 1 (low: ``examples/nvidia/
-example.yaml:31``), whatever it asked. The environment of a created pod cannot change: the bind
+example.yaml:31``), whatever it asked (a container asking 1 loses nothing and is not named). The environment of a created pod cannot change: the bind
 says so on the pod, as a Warning Event, rather than leaving the user to guess.
 """
 
@@ -19,6 +19,8 @@ from typing import Any
 
 from tessera.dialects import HAMI_PRIORITY_KEY, HAMI_TASK_PRIORITY_ENV
 
+#: HAMi-core's priority when the variable is unset: a container asking it loses nothing.
+DEFAULT_PRIORITY = "1"
 #: The Warning Event's reason.
 TASK_PRIORITY_UNSET = "TaskPriorityUnset"
 #: Containers named in one note at most (a pod may have many; the Event's note is bounded).
@@ -56,7 +58,7 @@ def unset_task_priority(pod: Mapping[str, Any]) -> str:
             if not isinstance(container, Mapping):
                 continue
             asked = _asked(container)
-            if asked is not None and not _has_variable(container):
+            if asked not in (None, DEFAULT_PRIORITY) and not _has_variable(container):
                 unset.append(f"{str(container.get('name'))[:63]!r} ({asked})")
     if not unset:
         return ""

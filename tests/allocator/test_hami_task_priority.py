@@ -33,10 +33,12 @@ def _container(name: str, limits: dict[str, str], env: list[dict[str, str]] | No
     ([_container("main", {**SHARE, "nvidia.com/priority": "0"},
                  [{"name": "CUDA_TASK_PRIORITY", "value": "0"}])], None),
     ([_container("main", {**SHARE, "nvidia.com/priority": "0"})], "'main' (0)"),
-    ([_container("main", dict(SHARE)), _container("side", {"nvidia.com/priority": "1"},
+    ([_container("main", dict(SHARE)), _container("side", {"nvidia.com/priority": "2"},
                                                    [{"name": "OTHER", "value": "x"}])],
-     "'side' (1)"),
-], ids=["none-asked", "webhook-wrote-it", "unset", "unset-on-a-gpu-less-container"])
+     "'side' (2)"),
+    ([_container("main", {**SHARE, "nvidia.com/priority": "1"})], None),
+], ids=["none-asked", "webhook-wrote-it", "unset", "unset-on-a-gpu-less-container",
+        "the-default-asked"])
 def test_a_task_priority_without_its_variable_is_named(
         containers: list[dict[str, Any]], named: str | None) -> None:
     note = unset_task_priority({"spec": {"containers": containers}})
@@ -55,9 +57,9 @@ def test_hostile_pods_give_no_note(pod: dict[str, Any]) -> None:
 
 
 def test_a_note_names_a_few_containers_and_counts_the_rest() -> None:
-    containers = [_container(f"c{i}", {"nvidia.com/priority": "1"}) for i in range(9)]
+    containers = [_container(f"c{i}", {"nvidia.com/priority": "0"}) for i in range(9)]
     note = unset_task_priority({"spec": {"containers": containers}})
-    assert "'c3' (1) and 5 more" in note and "'c4'" not in note
+    assert "'c3' (0) and 5 more" in note and "'c4'" not in note
 
 
 def _unshaped_pod(priority_env: bool) -> dict[str, Any]:

@@ -61,16 +61,20 @@ def test_a_task_priority_pod_the_webhook_never_saw_runs_and_is_warned_about(
     plugin = threading.Thread(target=_serve_allocates, args=(node, stop), daemon=True)
     plugin.start()
     pod_name = f"{namespace}-prio"
+    # kube-scheduler's fit skips a zero request: the side container's 1 (HAMi-core's default,
+    # so not warned about) is what no node advertises.
     pod = make_pod(pod_name, [container("main", {**_gpu(core=20, mem=4096),
-                                                 "nvidia.com/priority": "0"})],
+                                                 "nvidia.com/priority": "0"}),
+                              container("side", {"nvidia.com/priority": "1"})],
                    node_selector={"hami-prio": namespace})
     core_v1.create_namespaced_pod(UNSEEN, pod)
     try:
         wait_for("the unseen priority pod Running", lambda: _pod(
             core_v1, UNSEEN, pod_name)["status"].get("phase") == "Running", timeout=120)
         running = _pod(core_v1, UNSEEN, pod_name)
-        [main] = running["spec"]["containers"]
+        main, side = running["spec"]["containers"]
         assert main["resources"]["limits"]["nvidia.com/priority"] == "0"  # never mutated
+        assert side["resources"]["requests"]["nvidia.com/priority"] == "1"
         assert "CUDA_TASK_PRIORITY" not in {e["name"] for e in main.get("env") or []}
         assert running["spec"]["nodeName"] == name
 
@@ -81,8 +85,8 @@ def test_a_task_priority_pod_the_webhook_never_saw_runs_and_is_warned_about(
 
         event = wait_for("the TaskPriorityUnset warning", warning, timeout=30)
         assert event["type"] == "Warning"
-        assert "'main' (0)" in event["message"] and "default priority (1, low)" in event[
-            "message"]
+        assert "'main' (0)" in event["message"] and "'side'" not in event["message"]
+        assert "default priority (1, low)" in event["message"]
     finally:
         stop.set()
         plugin.join(5)
