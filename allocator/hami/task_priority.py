@@ -8,8 +8,9 @@ Tessera does the same (webhook/hami_extras.py writes the variable; the shipped s
 configurations manage the resource), so a pod admitted without a webhook that writes the
 variable (one in a namespace the webhook is not sent, or created before it was installed)
 is placed as any other, and HAMi-core runs it at its own default, 1 (low: ``examples/nvidia/
-example.yaml:31``), whatever it asked (a container asking 1 loses nothing and is not named). The environment of a created pod cannot change: the bind
-says so on the pod, as a Warning Event, rather than leaving the user to guess.
+example.yaml:31``), whatever it asked (a container asking 1 loses nothing and is not named).
+The environment of a created pod cannot change: the bind says so on the pod, as a Warning
+Event, rather than leaving the user to guess.
 """
 
 from __future__ import annotations
