@@ -39,6 +39,7 @@ _FLAGS: serving.EnvFlags = {
     "max_body_bytes": ("--max-body-bytes", "TESSERA_WEBHOOK_MAX_BODY_BYTES"),
     "hami_gpu_core_policy": ("--hami-gpu-core-policy", "TESSERA_HAMI_GPU_CORE_POLICY"),
     "hami_runtime_class": ("--hami-runtime-class", "TESSERA_HAMI_RUNTIME_CLASS"),
+    "hami_overwrite_env": ("--hami-overwrite-env", "TESSERA_HAMI_OVERWRITE_ENV"),
     **LISTENER.flags(),
 }
 

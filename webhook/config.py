@@ -35,6 +35,9 @@ ENV_VARS: Final = {
     "of a GPU pod, as HAMi's webhook (default: default)",
     "TESSERA_HAMI_RUNTIME_CLASS": "agent profile hami: HAMi's devicePlugin.runtimeClassName, "
     "set on GPU pods that name none (default: none)",
+    "TESSERA_HAMI_OVERWRITE_ENV": "agent profile hami: HAMi's scheduler.overwriteEnv; true: "
+    "NVIDIA_VISIBLE_DEVICES=none on every container of a GPU pod that asks for no GPU (pods "
+    "without any GPU key are not sent to the webhook) (default: false)",
     "TESSERA_WEBHOOK_INSECURE_HTTP": "'true' to serve plain HTTP (local development only)",
     "TESSERA_WEBHOOK_MAX_BODY_BYTES": "largest AdmissionReview accepted "
     f"(default {DEFAULT_MAX_BODY_BYTES})",
@@ -104,8 +107,10 @@ def _hami_admission(read: EnvReader, dialects: DialectConfig) -> HamiAdmission:
         read.problem(f"TESSERA_HAMI_GPU_CORE_POLICY={policy!r} is not one of "
                      f"{', '.join(CORE_POLICIES)}")
         policy = "default"
-    settings = HamiAdmission(policy, runtime_class)
+    settings = HamiAdmission(policy, runtime_class,
+                             read.flag("TESSERA_HAMI_OVERWRITE_ENV", False))
     if problem := settings.problem(dialects.agent_profile):
-        read.problem(f"TESSERA_HAMI_GPU_CORE_POLICY / TESSERA_HAMI_RUNTIME_CLASS: {problem}")
+        read.problem("TESSERA_HAMI_GPU_CORE_POLICY / TESSERA_HAMI_RUNTIME_CLASS / "
+                     f"TESSERA_HAMI_OVERWRITE_ENV: {problem}")
         return HamiAdmission()
     return settings

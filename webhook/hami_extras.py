@@ -23,6 +23,17 @@ run on every init and app container, ``pkg/scheduler/webhook.go:74-98``):
 - a pod asking for a GPU and naming no runtime class gets the configured
   ``runtimeClassName`` (``devicePlugin.runtimeClassName``, ``values.yaml:384-385``; unset by
   default).
+- with the chart's ``scheduler.overwriteEnv`` (``values.yaml:75``, default false), every
+  container asking for no GPU gets ``NVIDIA_VISIBLE_DEVICES=none`` (``device.go:380-385``), so
+  the nvidia runtime's default (every card) does not reach it. HAMi's webhook is sent every
+  pod; Tessera's only pods carrying a GPU key (its ``matchConditions``, which keep it off the
+  cluster's other pods), so here it reaches the GPU-less containers of GPU pods only.
+
+And what it refuses: a pod asking for a GPU with a privileged container, init or app, GPU or
+not (``pkg/scheduler/webhook.go:71``, ``:99-102``, ``:125-143``, since commit ``7db31bf``,
+first released in v2.10.0; up to v2.9 the privileged container was skipped and the pod let
+through): denied with ``container <name> is privileged``, so the pod is never created, nor
+scheduled. A privileged container sees every device of its node, so no share holds there.
 
 HAMi appends each variable; Kubernetes gives the last of two same-named variables, so setting
 it in place (one entry, HAMi's value) is what the container sees either way, and admitting the
@@ -36,10 +47,10 @@ from dataclasses import dataclass
 from typing import Any, Final
 
 from tessera.agent_profiles import AgentProfile, NodeAgent
-from tessera.dialects import HAMI_PRIORITY_KEY, ContainerResources
+from tessera.dialects import HAMI_PRIORITY_KEY, HAMI_TASK_PRIORITY_ENV, ContainerResources
 from tessera.vocabulary import ConfigError, RequestError
 
-TASK_PRIORITY_ENV: Final = "CUDA_TASK_PRIORITY"
+TASK_PRIORITY_ENV: Final = HAMI_TASK_PRIORITY_ENV
 CORE_POLICY_ENV: Final = "GPU_CORE_UTILIZATION_POLICY"
 #: HAMi's ``GPUCoreUtilizationPolicy`` values (device.go:79-83); ``default`` writes nothing.
 CORE_POLICIES: Final = ("default", "force", "disable")
@@ -48,6 +59,8 @@ CORE_POLICIES: Final = ("default", "force", "disable")
 MAX_TASK_PRIORITY: Final = 100
 #: The profiles whose device plugin loads HAMi-core into the container (module docstring).
 HAMI_CORE_PROFILES: Final = frozenset({AgentProfile.HAMI, AgentProfile.VOLCANO_VGPU})
+#: The nvidia runtime's variable; ``none`` gives the container no card (device.go:380-385).
+VISIBLE_DEVICES_ENV: Final = "NVIDIA_VISIBLE_DEVICES"
 
 
 @dataclass(frozen=True)
@@ -58,6 +71,9 @@ class HamiAdmission:
     gpu_core_policy: str = "default"
     #: HAMi's ``devicePlugin.runtimeClassName`` ("" : none).
     runtime_class_name: str = ""
+    #: HAMi's ``scheduler.overwriteEnv``: ``NVIDIA_VISIBLE_DEVICES=none`` on the containers
+    #: of a GPU pod that ask for no GPU.
+    overwrite_env: bool = False
 
     def problem(self, profile: AgentProfile) -> str:
         """What is wrong with these settings under ``profile`` (``""``: nothing)."""
@@ -65,8 +81,9 @@ class HamiAdmission:
             return (f"the HAMi GPU core policy {self.gpu_core_policy!r} is not one of "
                     f"{', '.join(CORE_POLICIES)}")
         if profile is not AgentProfile.HAMI and self != HamiAdmission():
-            return (f"the HAMi webhook settings (GPU core policy, runtime class) are read by "
-                    f"HAMi-core and HAMi's device plugin: they need agent profile hami, not "
+            return (f"the HAMi webhook settings (GPU core policy, runtime class, overwrite "
+                    f"env) are read by HAMi-core, HAMi's device plugin and the nvidia "
+                    f"runtime of HAMi's nodes: they need agent profile hami, not "
                     f"{profile.value}")
         return ""
 
@@ -112,10 +129,34 @@ def _task_priority(container: dict[str, Any], agent: NodeAgent) -> str | None:
     return str(value)
 
 
-def apply_hami_extras(spec: dict[str, Any], settings: HamiAdmission, agent: NodeAgent) -> None:
-    """Write on a GPU pod's ``spec`` (in place) what HAMi's webhook writes. Raises
-    :class:`RequestError` for a task priority that is invalid or that no agent reads."""
+def _privileged(container: Mapping[str, Any]) -> bool:
+    context = container.get("securityContext")
+    return isinstance(context, Mapping) and context.get("privileged") is True
+
+
+def refuse_privileged(spec: Mapping[str, Any], agent: NodeAgent) -> None:
+    """Under the hami profile, refuse a GPU pod with a privileged container as HAMi's webhook
+    does (the first one named, init containers first: webhook.go:125-137). The other
+    profiles' agents never refused one (docs/decisions/0030-hamiwebhook-privileged.md)."""
+    if agent.profile is not AgentProfile.HAMI:
+        return
+    for field_name in ("initContainers", "containers"):
+        for container in spec.get(field_name) or []:
+            if isinstance(container, Mapping) and _privileged(container):
+                raise RequestError(
+                    f"container {container.get('name')!r} is privileged: a privileged "
+                    f"container sees every card of its node, so no GPU share holds there, "
+                    f"and HAMi's webhook refuses such a GPU pod as well (agent profile hami, "
+                    f"HAMi v2.10.0); drop securityContext.privileged or the pod's GPU request")
+
+
+def apply_hami_extras(spec: dict[str, Any], settings: HamiAdmission, agent: NodeAgent,
+                      gpu_containers: frozenset[str]) -> None:
+    """Write on a GPU pod's ``spec`` (in place) what HAMi's webhook writes; ``gpu_containers``
+    names the containers asking for a GPU. Raises :class:`RequestError` for a task priority
+    that is invalid or that no agent reads."""
     profile = agent.profile
+    hide = profile is AgentProfile.HAMI and settings.overwrite_env
     for field_name in ("initContainers", "containers"):
         for container in spec.get(field_name) or []:
             priority = _task_priority(container, agent)
@@ -123,6 +164,8 @@ def apply_hami_extras(spec: dict[str, Any], settings: HamiAdmission, agent: Node
                 _set_env(container, TASK_PRIORITY_ENV, priority)
             if profile is AgentProfile.HAMI and settings.gpu_core_policy != "default":
                 _set_env(container, CORE_POLICY_ENV, settings.gpu_core_policy)
+            if hide and container.get("name") not in gpu_containers:
+                _set_env(container, VISIBLE_DEVICES_ENV, "none")
     if (profile is AgentProfile.HAMI and settings.runtime_class_name
             and not spec.get("runtimeClassName")):
         spec["runtimeClassName"] = settings.runtime_class_name

@@ -25,7 +25,7 @@ from tessera.vocabulary import (
     decode_request,
     encode_request,
 )
-from webhook.hami_extras import HamiAdmission, apply_hami_extras
+from webhook.hami_extras import HamiAdmission, apply_hami_extras, refuse_privileged
 from webhook.priority import apply_genius_priority
 
 
@@ -228,12 +228,14 @@ def mutate_pod(pod: Mapping[str, Any], config: MutationConfig) -> Mutation:
     parsed, placed = admitted
     vocabulary = config.dialects.vocabulary
     _check_unique_names(pod)
+    refuse_privileged(pod["spec"], config.dialects.agent)
     new = copy.deepcopy(dict(pod))
     _strip_owned(new, config)
     spec = new["spec"]
     _write_resources(spec, parsed, placed, config)
     if config.dialects.hami:
-        apply_hami_extras(spec, config.hami, config.dialects.agent)
+        apply_hami_extras(spec, config.hami, config.dialects.agent,
+                          frozenset(c.name for c in parsed.containers))
     meta = _child(new, "metadata")
     _child(meta, "annotations")[vocabulary.request_annotation] = encode_request(placed)
     labels = _child(meta, "labels")

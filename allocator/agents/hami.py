@@ -28,6 +28,7 @@ from allocator.hami.awaiting import AwaitingAgent
 from allocator.hami.codec import HAMI, VOLCANO_VGPU, Flavor
 from allocator.hami.lock import NodeLocks, NodeLockTimeout
 from allocator.hami.pace import TURN_WAIT_SECONDS, PluginPace
+from allocator.hami.task_priority import TASK_PRIORITY_UNSET, unset_task_priority
 from allocator.hami.topology import with_links
 from allocator.hami.writer import all_keys, bind_annotations, bind_labels, read_devices
 from allocator.picture.inventory import Inventory
@@ -103,6 +104,8 @@ class HamiAgent(NodeAgent):
 
     # ------------------------------------------------------------------ bind
     def metadata(self, ctx: BindContext) -> AgentMetadata:
+        if note := unset_task_priority(ctx.pod):
+            self.warn(PodRef.of(ctx.pod), TASK_PRIORITY_UNSET, note)
         return write_for(self.profile, self.flavor, self._node_annotations(ctx.allocation.node),
                          ctx)
 

@@ -14,6 +14,7 @@ these questions and know no agent by name, as they ask the ranking only through
   answered (:meth:`NodeAgent.answer`) and whether the answer **waits for its turn**
   (:meth:`NodeAgent.wait_for_turn`);
 - what is **adopted at start** (:meth:`NodeAgent.adopt`);
+- where it **warns** about a pod at bind (:attr:`NodeAgent.warn`, a Warning Event);
 - what a pod or node event means for the agent's **waiting list** (the
   :class:`~allocator.picture.agent_watch.AgentWatch` hooks it inherits).
 
@@ -44,6 +45,10 @@ PodsToStart = Callable[[], Counter[str]]
 _NO_GUARD: AbstractContextManager[None] = nullcontext()
 
 
+def _unheard(_pod: PodRef, _reason: str, _note: str) -> None:
+    """Warnings before the service gives the agent its recorder (tests, tools): dropped."""
+
+
 class NodeAgent(AgentWatch):
     """The port, with the plain agent's answer to every question."""
 
@@ -52,6 +57,10 @@ class NodeAgent(AgentWatch):
     #: HAMi's lock and handshake: :meth:`describe` reads the register annotation whatever
     #: the profile, never these.
     unread_annotations = NOT_CARDS
+    #: Where the agent warns about a pod at bind: (pod, reason, note) becomes a Warning
+    #: Event (the service connects its recorder: rate-limited, sent by the recorder's
+    #: thread, never raises).
+    warn: Callable[[PodRef, str, str], None] = staticmethod(_unheard)
 
     def metadata(self, ctx: BindContext) -> AgentMetadata:
         """Annotations and labels the agent reads for this bind; ``skipped`` says why it

@@ -74,6 +74,11 @@ def refused(pod: PodRef, summary: str) -> EventSpec:
     return EventSpec(pod, WARNING, NO_GPU_FIT, FILTERING, summary)
 
 
+def bind_warning(pod: PodRef, reason: str, note: str) -> EventSpec:
+    """What the node agent warns about a pod it is bound for (``NodeAgent.warn``)."""
+    return EventSpec(pod, WARNING, reason, BINDING, note)
+
+
 def _cards(cards: tuple[int, ...]) -> str:
     return f"card {cards[0]}" if len(cards) == 1 else f"cards {','.join(map(str, cards))}"
 

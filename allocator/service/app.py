@@ -47,6 +47,7 @@ from werkzeug.exceptions import HTTPException
 from allocator.agents.profiles import AgentSetup, agent_for
 from allocator.decisions import DecisionHooks, Fanout, PodRef
 from allocator.errors import describe_error
+from allocator.kube.events import bind_warning
 from allocator.kube.leader import LeaderElector
 from allocator.kube.recorder import EventRecorder
 from allocator.picture.nodelookup import NodeLookup
@@ -192,6 +193,7 @@ def create_app(
     metrics = Metrics(state, is_leader=lambda: runtime_box[0].is_leader())
     recorder = EventRecorder(api, settings.identity, clock=clock,
                              on_outcome=lambda outcome: metrics.events.labels(outcome).inc())
+    agent.warn = lambda pod, reason, note: recorder.record(bind_warning(pod, reason, note))
     refusals = RecentRefusals(clock)
     metrics.refused_pods.set_function(lambda: len(refusals.recent()))
     requeue_annotation = state.vocabulary.requeue_annotation

@@ -43,7 +43,8 @@ Upstream sources (every resource name below was read there):
   ``nvidia.com/gpu``, ``resourceMemoryName`` ``nvidia.com/gpumem``,
   ``resourceMemoryPercentageName`` ``nvidia.com/gpumem-percentage``, ``resourceCoreName``
   ``nvidia.com/gpucores``), ``charts/hami/templates/_helpers.tpl``
-  (``hami-vgpu.scheduler.managedResources``: all four with ``ignoredByScheduler: true``),
+  (``hami-vgpu.scheduler.managedResources``: all four with ``ignoredByScheduler: true``, and
+  the task priority ``nvidia.com/priority``, ``:202``, which the extender manages too),
   ``pkg/device/nvidia/device.go`` (``GenerateResourceRequests``: a count without memory keys is
   100% of the card's memory; ``defaultExclusiveCoreIfNeeded``: such a count gets
   ``gpucores: 100``). The device plugin registers only the count (cards x split count).
@@ -78,6 +79,7 @@ from tessera.agent_profiles.profiles import (
     HAMI_AGENT_ENV,
     HAMI_AGENT_FLAG,
     HAMI_AGENTS,
+    HAMI_PRIORITY_KEY,
     HAMI_RESOURCES,
     MIB_PER_GIB,
     NANO_PERCENT_KEY,
@@ -101,6 +103,7 @@ __all__ = [
     "HAMI_AGENTS",
     "HAMI_AGENT_ENV",
     "HAMI_AGENT_FLAG",
+    "HAMI_PRIORITY_KEY",
     "HAMI_RESOURCES",
     "MIB_PER_GIB",
     "NANO_PERCENT_KEY",

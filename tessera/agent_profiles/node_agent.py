@@ -9,6 +9,7 @@ from tessera.agent_profiles.profiles import (
     AGENTS,
     DEFAULT_PROFILE,
     HAMI_AGENTS,
+    HAMI_PRIORITY_KEY,
     HAMI_RESOURCES,
     MIB_PER_GIB,
     VOLCANO_RESOURCES,
@@ -86,8 +87,11 @@ class NodeAgent:
         return self.placement_request(request)
 
     def managed_resources(self) -> tuple[ManagedResource, ...]:
-        """The extender's ``managedResources``: every resource the shaped pods carry."""
-        return tuple(ManagedResource(name) for name in self.pod_resources)
+        """The extender's ``managedResources``: every resource the shaped pods carry and,
+        for HAMi, its task priority as HAMi's chart lists it: the webhook takes it out, and a
+        pod admitted without the webhook keeps it, which no node advertises."""
+        extra = (HAMI_PRIORITY_KEY,) if self.profile is AgentProfile.HAMI else ()
+        return tuple(ManagedResource(name) for name in (*self.pod_resources, *extra))
 
     @property
     def capacity(self) -> Capacity | None:

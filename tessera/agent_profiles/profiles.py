@@ -56,6 +56,11 @@ class VgpuResources:
 HAMI_RESOURCES: Final = VgpuResources(
     NVIDIA_GPU_KEY, "nvidia.com/gpumem", "nvidia.com/gpumem-percentage", "nvidia.com/gpucores"
 )
+#: HAMi's task priority resource (the chart's ``resourcePriority``, charts/hami/values.yaml:29):
+#: no card request but HAMi-core's ``CUDA_TASK_PRIORITY`` (pkg/device/nvidia/device.go:352-358).
+#: No node advertises it, so HAMi's chart lists it among the extender's managed resources,
+#: ignored by kube-scheduler's fit (charts/hami/templates/_helpers.tpl:202).
+HAMI_PRIORITY_KEY: Final = "nvidia.com/priority"
 VOLCANO_RESOURCES: Final = VgpuResources(
     "volcano.sh/vgpu-number", "volcano.sh/vgpu-memory", "volcano.sh/vgpu-memory-percentage",
     "volcano.sh/vgpu-cores",

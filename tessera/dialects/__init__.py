@@ -45,6 +45,7 @@ This module names what the services import.
 
 from __future__ import annotations
 
+from tessera.agent_profiles import HAMI_PRIORITY_KEY
 from tessera.dialects.base import (
     BYTES_PER_MIB,
     DEFAULT_DIALECTS,
@@ -67,7 +68,7 @@ from tessera.dialects.genius import (
     GENIUS_OLD_MODEL_LABEL,
 )
 from tessera.dialects.gpu_manager import VCUDA_CORE_KEY, VCUDA_MEMORY_BLOCK_MIB, VCUDA_MEMORY_KEY
-from tessera.dialects.hami import HAMI_KEYS, HAMI_PRIORITY_KEY
+from tessera.dialects.hami import HAMI_KEYS, HAMI_TASK_PRIORITY_ENV
 from tessera.dialects.kai import (
     KAI_ANNOTATIONS,
     KAI_CONTAINER_ANNOTATION,
@@ -100,6 +101,7 @@ __all__ = [
     "GENIUS_OLD_MODEL_LABEL",
     "HAMI_KEYS",
     "HAMI_PRIORITY_KEY",
+    "HAMI_TASK_PRIORITY_ENV",
     "KAI_ANNOTATIONS",
     "KAI_CONTAINER_ANNOTATION",
     "KAI_DEVICES_ANNOTATION",

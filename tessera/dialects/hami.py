@@ -17,10 +17,10 @@ if TYPE_CHECKING:
 # and GenerateResourceRequests: limits first, then requests; gpumem MiB; percentages of one
 # card; defaultExclusiveCoreIfNeeded: a count without share keys is the whole card).
 HAMI_KEYS: Final = HAMI_RESOURCES
-#: HAMi's task priority resource (the chart's ``resourcePriority``, charts/hami/values.yaml:29;
-#: device.go:352-358): not a request but HAMi-core's ``CUDA_TASK_PRIORITY``, which the webhook
-#: writes in its place (webhook/hami_extras.py).
-HAMI_PRIORITY_KEY: Final = "nvidia.com/priority"
+#: HAMi's task priority resource, :data:`HAMI_PRIORITY_KEY` (device.go:352-358), is not a
+#: request but HAMi-core's variable, which the webhook writes in its place
+#: (webhook/hami_extras.py): ``pkg/util/types.go:39``.
+HAMI_TASK_PRIORITY_ENV: Final = "CUDA_TASK_PRIORITY"
 
 
 def vgpu(

@@ -486,8 +486,8 @@ def test_pods_hami_scheduler_placed_are_adopted_and_nothing_is_allocated_twice()
                                HAMI.bind_phase_key: "success"})
         del pod["metadata"]["labels"]  # not Tessera's: no GPU-pod label, no record
         fake.add_pod(pod)
-    assert adopt_placed_pods(fake, VOCAB, HAMI) == 2
-    assert adopt_placed_pods(fake, VOCAB, HAMI) == 0  # once
+    assert adopt_placed_pods(fake, VOCAB, HAMI).adopted == 2
+    assert adopt_placed_pods(fake, VOCAB, HAMI).adopted == 0  # once
     state = ClusterState(VOCAB, watch=NodeAgent())  # the register read, as every agent reads it
     sync(state, fake)
     view = state.view("n1")

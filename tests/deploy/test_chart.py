@@ -39,6 +39,7 @@ from deploy_helpers import (
 from devcluster.binaries import Binaries, repo_root
 from tessera.agent_profiles import AgentProfile, NodeAgent
 from tessera.dialects import DialectConfig
+from tessera.vocabulary import Vocabulary
 from webhook.config import WebhookConfig
 from webhook.hami_extras import HamiAdmission
 from webhook.registration import match_conditions
@@ -227,11 +228,11 @@ def test_values_set_the_image_replicas_resources_and_log_levels(helm: Path) -> N
 def test_hamis_webhook_settings_reach_the_webhook_and_read_back_as_its_config(
         helm: Path) -> None:
     docs = helm_template(helm, "agentProfile=hami", "hamiWebhook.gpuCorePolicy=force",
-                         "hamiWebhook.runtimeClassName=nvidia")
+                         "hamiWebhook.runtimeClassName=nvidia", "hamiWebhook.overwriteEnv=true")
     env = {e["name"]: e["value"]
            for e in container(one(docs, "Deployment", "tessera-webhook"))["env"]}
     config = WebhookConfig.from_env({**env, "TESSERA_AGENT_PROFILE": "hami"})
-    assert config.mutation.hami == HamiAdmission("force", "nvidia")
+    assert config.mutation.hami == HamiAdmission("force", "nvidia", overwrite_env=True)
     defaults = container(one(helm_template(helm), "Deployment", "tessera-webhook"))["env"]
     assert not [e for e in defaults if e["name"].startswith("TESSERA_HAMI_")]
 
@@ -363,3 +364,31 @@ def test_each_profiles_second_scheduler_file_is_the_shipped_one_with_its_resourc
     mine = yaml.safe_load((MANIFESTS / "components" / f"agent-{profile.value}" /
                            "second-scheduler" / "kube-scheduler-config.yaml").read_text())
     assert mine == with_managed_resources(shipped, NodeAgent(profile).managed_resources())
+
+
+def test_every_shipped_hami_scheduler_configuration_manages_hamis_task_priority(
+        helm: Path) -> None:
+    """A pod admitted without the webhook keeps ``nvidia.com/priority``, which no node
+    advertises: the extender manages it and kube-scheduler's fit ignores it, as HAMi's chart
+    does (Project-HAMi/HAMi v2.10.0 charts/hami/templates/_helpers.tpl:202)."""
+    from devcluster.cluster import scheduler_setup
+    from devcluster.options import Options
+    from devcluster.scheduler_config import ExtenderAddress
+
+    wanted = {"name": "nvidia.com/priority", "ignoredByScheduler": True}
+    chart = yaml.safe_load(one(helm_template(helm, "agentProfile=hami",
+                                             "secondScheduler.enabled=true"),
+                               "ConfigMap", "tessera-scheduler-config")["data"][
+        "kube-scheduler-config.yaml"])
+    kustomize = yaml.safe_load((MANIFESTS / "components" / "agent-hami" / "second-scheduler" /
+                                "kube-scheduler-config.yaml").read_text())
+    devcluster, _ = scheduler_setup(Options(agent_profile=AgentProfile.HAMI), Vocabulary(),
+                                    ExtenderAddress("https://127.0.0.1:1", {}))
+    for config in (chart, kustomize, devcluster):
+        [entry] = [e for e in config["extenders"] if e.get("managedResources")]
+        assert wanted in entry["managedResources"]
+    # Elsewhere no agent reads it: the webhook refuses it, so no configuration lists it.
+    elastic = yaml.safe_load(one(helm_template(helm, "secondScheduler.enabled=true"),
+                                 "ConfigMap", "tessera-scheduler-config")["data"][
+        "kube-scheduler-config.yaml"])
+    assert wanted not in elastic["extenders"][0]["managedResources"]

@@ -48,7 +48,12 @@ from devcluster.workloads import (
 )
 from tessera.agent_profiles import AgentProfile
 from tessera.dialects import Dialect, DialectConfig
-from tessera.vocabulary import decode_allocation
+from tessera.vocabulary import (
+    Allocation,
+    ContainerAllocation,
+    decode_allocation,
+    encode_allocation,
+)
 
 pytestmark = pytest.mark.e2e
 
@@ -527,7 +532,7 @@ def test_switching_from_hami_scheduler_double_allocates_nothing(
                                     HAMI.bind_phase_key: "success"})
         pod["spec"]["nodeName"] = hami_node.node
         core_v1.create_namespaced_pod(namespace, pod)
-    assert adopt_placed_pods(api, cluster.vocabulary, HAMI) == len(devices)
+    assert adopt_placed_pods(api, cluster.vocabulary, HAMI).adopted == len(devices)
     for name, limits in (("fits", _gpu(core=20, mem=4096)), ("nope", _gpu(core=30, mem=4096))):
         _create(core_v1, namespace, name, [container("main", limits)])
     alloc = _allocator(cluster, api)
@@ -618,6 +623,18 @@ def test_the_allocator_adopts_hami_schedulers_pods_at_start_and_schedules_around
                                         HAMI.bind_phase_key: "success"})
             pod["spec"]["nodeName"] = name
             core_v1.create_namespaced_pod(namespace, pod)
+        # A pod Tessera bound before its bind wrote HAMi's monitor label: its record and
+        # HAMi's keys, 10% of card 1, no hami.io/vgpu-node label (back-filled at start).
+        one = node.devices[1]
+        mine = make_pod("mine", [container("main", {"nvidia.com/gpu": "1"})], annotations={
+            HAMI.allocated_key: f"{one.uuid},NVIDIA,{MIB // 10},10:;", HAMI.node_key: name,
+            HAMI.bind_phase_key: "success"})
+        mine["spec"]["nodeName"] = name
+        core_v1.create_namespaced_pod(namespace, mine)
+        record = Allocation(name, (ContainerAllocation("main", (one.index,), 10, MIB // 10),))
+        api.patch_pod(namespace, "mine", {"metadata": {"annotations": {
+            cluster.vocabulary.allocation_annotation: encode_allocation(record)}}})
+        before = api.get_pod(namespace, "mine")
         cluster.services.restart_allocator()  # adopts at start, then lists
         stop = threading.Event()
 
@@ -648,6 +665,16 @@ def test_the_allocator_adopts_hami_schedulers_pods_at_start_and_schedules_around
         assert share.uuid == uuid
         big = _pod(core_v1, namespace, "big")
         assert big["status"]["phase"] == "Pending" and not big["spec"].get("nodeName")
+        # Every placed pod is findable by HAMi's vGPU monitor (cmd/vGPUmonitor/metrics.go:389):
+        # hami-scheduler's, labelled with their adoption, and Tessera's own, back-filled with
+        # nothing else of it changed.
+        for i in range(len(node.devices)):
+            assert api.get_pod(namespace, f"old{i}")["metadata"]["labels"][HAMI.node_key] == name
+        after = api.get_pod(namespace, "mine")
+        assert after["metadata"]["labels"] == {**before["metadata"]["labels"],
+                                               HAMI.node_key: name}
+        assert after["metadata"]["annotations"] == before["metadata"]["annotations"]
+        assert after["spec"] == before["spec"]
     finally:
         delete_nodes(core_v1, [name])
 

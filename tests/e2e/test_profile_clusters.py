@@ -232,7 +232,8 @@ def test_a_cluster_spec_of_another_profile_is_refused_before_start() -> None:
     address = ExtenderAddress("https://127.0.0.1:1", {})
     shipped, _ = scheduler_setup(Options(agent_profile=AgentProfile.HAMI), VOCABULARY, address)
     names = {r["name"] for e in shipped["extenders"] for r in e.get("managedResources") or []}
-    assert names == set(NodeAgent(AgentProfile.HAMI).pod_resources)
+    assert names == {r.name for r in NodeAgent(AgentProfile.HAMI).managed_resources()}
+    assert "nvidia.com/priority" in names  # HAMi's task priority, as HAMi's chart lists it
     with pytest.raises(DevClusterError):
         scheduler_setup(Options(), Vocabulary("gpu.example.com"), address)
     # An older HAMi release is the hami profile's alone, and both services get its flag.

@@ -260,11 +260,13 @@ def test_a_vgpu_share_without_memory_reserves_the_memory_hami_gives_it() -> None
 
 
 def test_the_extender_manages_every_resource_the_shaped_pods_carry() -> None:
-    # HAMi v2.10.0 charts/hami/templates/_helpers.tpl hami-vgpu.scheduler.managedResources:
-    # the four names, each ignoredByScheduler (memory and cores are never on a node).
+    # HAMi v2.10.0 charts/hami/templates/_helpers.tpl hami-vgpu.scheduler.managedResources
+    # (:198-202): the four names and the task priority, each ignoredByScheduler (memory,
+    # cores and priority are never on a node).
     assert HAMI.managed_resources() == tuple(ManagedResource(n) for n in (
         "nvidia.com/gpu", "nvidia.com/gpumem", "nvidia.com/gpumem-percentage",
-        "nvidia.com/gpucores"))
+        "nvidia.com/gpucores", "nvidia.com/priority"))
+    assert "nvidia.com/priority" not in HAMI.pod_resources  # the webhook takes it out
     assert [r.name for r in ELASTIC.managed_resources()] == [
         "elasticgpu.io/gpu-core", "elasticgpu.io/gpu-memory"]
     assert [r.name for r in NANO.managed_resources()] == ["nano-gpu/gpu-percent"]

@@ -16,7 +16,7 @@ from webhook.hami_extras import HamiAdmission
 from webhook.mutation import MutationConfig, mutate_pod
 
 
-def _config(profile: str = "hami", **hami: str) -> MutationConfig:
+def _config(profile: str = "hami", **hami: Any) -> MutationConfig:
     dialects = DialectConfig.from_env(
         {"TESSERA_DIALECTS": "elastic,hami", "TESSERA_AGENT_PROFILE": profile})
     return MutationConfig(dialects, hami=HamiAdmission(**hami))
@@ -131,3 +131,86 @@ def test_hami_webhook_settings_are_read_from_the_environment() -> None:
                                      "TESSERA_HAMI_GPU_CORE_POLICY": "force",
                                      "TESSERA_HAMI_RUNTIME_CLASS": "nvidia"})
     assert config.mutation.hami == HamiAdmission("force", "nvidia")
+
+
+# --------------------------------------------------------------------------- privileged
+
+
+@pytest.mark.parametrize("where", ["initContainers", "containers"])
+def test_a_gpu_pod_with_any_privileged_container_is_refused_in_the_hami_profile(
+        where: str) -> None:
+    """HAMi v2.10.0 pkg/scheduler/webhook.go:99-102: any privileged container, GPU or not."""
+    tool = {"name": "tool", "image": "busybox", "securityContext": {"privileged": True}}
+    pod = make_pod(dict(SHARE))
+    pod["spec"].setdefault(where, []).append(tool)
+    with pytest.raises(RequestError, match=r"container 'tool' is privileged.*agent profile hami"):
+        mutate_pod(pod, _config())
+
+
+def test_a_privileged_gpu_container_is_refused_and_privileged_false_is_not() -> None:
+    pod = make_pod(dict(SHARE))
+    pod["spec"]["containers"][0]["securityContext"] = {"privileged": True}
+    with pytest.raises(RequestError, match="container 'main' is privileged"):
+        mutate_pod(pod, _config())
+    pod["spec"]["containers"][0]["securityContext"] = {"privileged": False}
+    assert mutate_pod(pod, _config()).request is not None
+
+
+@pytest.mark.parametrize("profile", ["elastic", "volcano-vgpu"])
+def test_a_privileged_gpu_pod_is_admitted_as_before_outside_the_hami_profile(
+        profile: str) -> None:
+    limits = ({"volcano.sh/vgpu-number": "1", "volcano.sh/vgpu-cores": "30"}
+              if profile == "volcano-vgpu" else {"nvidia.com/gpu": "1",
+                                                 "nvidia.com/gpumem-percentage": "25",
+                                                 "nvidia.com/gpucores": "25"})
+    pod = make_pod(limits)
+    pod["spec"]["containers"][0]["securityContext"] = {"privileged": True}
+    assert mutate_pod(pod, _config(profile)).request is not None
+
+
+def test_a_privileged_pod_asking_for_no_gpu_is_left_alone() -> None:
+    pod = make_pod({"cpu": "1"})
+    pod["spec"]["containers"][0]["securityContext"] = {"privileged": True}
+    assert mutate_pod(pod, _config()).changed is False
+
+
+# --------------------------------------------------------------------------- overwriteEnv
+
+
+def test_overwrite_env_is_off_by_default_as_in_hamis_chart() -> None:
+    gpu = {"name": "main", "image": "busybox", "resources": {"limits": dict(SHARE)}}
+    plain = {"name": "side", "image": "busybox"}
+    spec = mutate_pod(make_pod(containers=[gpu, plain]), _config()).pod["spec"]
+    assert "env" not in spec["containers"][1]
+
+
+def test_overwrite_env_hides_cards_from_non_gpu_containers_only_and_is_idempotent() -> None:
+    init = {"name": "warm", "image": "busybox", "resources": {"limits": dict(SHARE)}}
+    gpu = {"name": "main", "image": "busybox", "resources": {"limits": dict(SHARE)}}
+    plain = {"name": "side", "image": "busybox",
+             "env": [{"name": "NVIDIA_VISIBLE_DEVICES", "value": "all"}]}
+    prio = {"name": "prio", "image": "busybox",
+            "resources": {"limits": {"nvidia.com/priority": "0"}}}
+    config = _config(overwrite_env=True)
+    once = mutate_pod(make_pod(containers=[gpu, plain, prio], init_containers=[init]),
+                      config).pod
+    spec = once["spec"]
+    assert "NVIDIA_VISIBLE_DEVICES" not in _env(spec["initContainers"][0])
+    assert "NVIDIA_VISIBLE_DEVICES" not in _env(spec["containers"][0])
+    assert _env(spec["containers"][1]) == {"NVIDIA_VISIBLE_DEVICES": "none"}
+    # A container with only HAMi's task priority asks for no card: HAMi hides them too.
+    assert _env(spec["containers"][2]) == {"CUDA_TASK_PRIORITY": "0",
+                                           "NVIDIA_VISIBLE_DEVICES": "none"}
+    assert mutate_pod(once, config).pod == once
+
+
+def test_overwrite_env_is_read_from_the_environment_and_needs_the_hami_profile() -> None:
+    config = WebhookConfig.from_env({"TESSERA_AGENT_PROFILE": "hami",
+                                     "TESSERA_HAMI_OVERWRITE_ENV": "true"})
+    assert config.mutation.hami == HamiAdmission(overwrite_env=True)
+    with pytest.raises(ConfigError, match="need agent profile hami, not elastic"):
+        WebhookConfig.from_env({"TESSERA_AGENT_PROFILE": "elastic",
+                                "TESSERA_HAMI_OVERWRITE_ENV": "true"})
+    with pytest.raises(ConfigError, match="must be true or false"):
+        WebhookConfig.from_env({"TESSERA_AGENT_PROFILE": "hami",
+                                "TESSERA_HAMI_OVERWRITE_ENV": "yes please"})

@@ -44,13 +44,14 @@ helm.sh/chart: {{ printf "%s-%s" $root.Chart.Name $root.Chart.Version }}
 {{- end -}}
 
 {{/* The resources the extender manages for the agent profile: every resource the shaped
-     pods carry (tessera/agent_profiles/node_agent.py NodeAgent.managed_resources; tests/deploy checks). */}}
+     pods carry, and for hami its task priority nvidia.com/priority as HAMi's chart lists it
+     (tessera/agent_profiles/node_agent.py NodeAgent.managed_resources; tests/deploy checks). */}}
 {{- define "tessera.managedResources" -}}
 {{- $names := dict
       "elastic" (list "elasticgpu.io/gpu-core" "elasticgpu.io/gpu-memory")
       "nano-gpu" (list "nano-gpu/gpu-percent")
       "aliyun" (list "aliyun.com/gpu-mem")
-      "hami" (list "nvidia.com/gpu" "nvidia.com/gpumem" "nvidia.com/gpumem-percentage" "nvidia.com/gpucores")
+      "hami" (list "nvidia.com/gpu" "nvidia.com/gpumem" "nvidia.com/gpumem-percentage" "nvidia.com/gpucores" "nvidia.com/priority")
       "volcano-vgpu" (list "volcano.sh/vgpu-number" "volcano.sh/vgpu-memory" "volcano.sh/vgpu-memory-percentage" "volcano.sh/vgpu-cores") -}}
 {{- range get $names .Values.agentProfile }}
 - name: {{ . }}
