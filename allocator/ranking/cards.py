@@ -167,7 +167,8 @@ class NodeState:
 #: how many holders it has (None: no cap; fit reads what the cap leaves, HAMi's policies the
 #: slots used of it). Left out on purpose: the card's index, UUID, sharing mode and NUMA
 #: node, who its holders are, and how many an uncapped card has (a pod that tells cards apart
-#: by UUID, mode or NUMA node is placed node by node: :class:`~allocator.ranking.fast.FastRanker`). Fit answers, reasons and the scores of
+#: by UUID, mode or NUMA node is placed node by node:
+#: :class:`~allocator.ranking.fast.FastRanker`). Fit answers, reasons and the scores of
 #: policies that sum over cards never depend on them; a bind chooses the real cards again. A
 #: card with links (pair scores) ends with its index and links: which cards a multi-card
 #: container takes depends on them, so only nodes of the same topology are alike.

@@ -201,10 +201,10 @@ def _best_step(
     tie: Callable[[CardState], int] | None = None,
 ) -> tuple[NodeState, int]:
     """The best card for one step. ``pin_first``: the first item of ``rest`` is the rest of
-    this step's container and must take cards of the group (model, NUMA node) chosen here. ``first``: what binds
-    the first item of ``rest`` (the rest of a multi-share container) given the card chosen
-    here. ``tie``: among cards the chooser scores equal, the one it says higher wins (the
-    cards' topology)."""
+    this step's container and must take cards of the group (model, NUMA node) chosen here.
+    ``first``: what binds the first item of ``rest`` (the rest of a multi-share container)
+    given the card chosen here. ``tie``: among cards the chooser scores equal, the one it
+    says higher wins (the cards' topology)."""
     best: tuple[float, NodeState, int] | None = None
     best_tie = 0
     seen: set[object] = set()
