@@ -15,11 +15,11 @@ Keys and rules: Project-HAMi/HAMi v2.10.0.
 - ``pkg/device/nvidia/device.go:45-53`` the NVIDIA keys; ``:61-63`` the modes ``mig``,
   ``hami-core``, ``mps``; ``:493-503`` ``checkType``: a card is skipped unless the
   ``vgpu-mode`` value *contains* the card's registered mode (``plugin/register.go:187``; the
-  plugin's default mode ``hami-core``, ``plugin/server.go:129``); ``:482-491``
+  plugin's default mode ``hami-core``, ``plugin/server.go:130``); ``:482-491``
   ``assertNuma``: ``numa-bind`` is Go's ``strconv.ParseBool``, anything else is false; where
   true, ``Fit`` (``:740-753``) starts the container's cards over at each card of another NUMA
   node, over cards sorted with each NUMA node's together
-  (``pkg/scheduler/policy/gpu_policy.go:100-111``, ``pkg/scheduler/scheduler.go:641-661``):
+  (``pkg/scheduler/policy/gpu_policy.go:100-112``, ``pkg/scheduler/scheduler.go:641-661``):
   all of a container's cards on one NUMA node.
 - ``pkg/device/devices.go:693-738`` ``CheckUUID`` (exact UUIDs, comma-separated) and
   ``CheckType`` (a case-insensitive part of the card type); an empty value is no constraint.
@@ -57,7 +57,7 @@ DEFAULT_NODE_POLICY: Final = "binpack"
 DEFAULT_GPU_POLICY: Final = "spread"
 #: The policy values Tessera honours, for the node and among a node's cards.
 POLICY_VALUES: Final = ("binpack", "spread")
-#: HAMi-core's software share: the plugin's default sharing mode (``plugin/server.go:129``).
+#: HAMi-core's software share: the plugin's default sharing mode (``plugin/server.go:130``).
 HAMI_CORE: Final = "hami-core"
 #: The modes HAMi's plugin registers a card in (``device.go:61-63``), as ``vgpu-mode`` tests
 #: them: a card is taken when the value contains its mode.

@@ -5,7 +5,7 @@ multi-card container that binds one NUMA node gets all its cards from one.
 HAMi v2.10.0: ``pkg/device/nvidia/device.go:493-503`` checkType (a card is taken when the
 value contains its registered mode), ``:482-491`` assertNuma and ``:740-753`` in Fit (the
 container's cards start over at each card of another NUMA node, over cards sorted with each
-NUMA node's together, ``pkg/scheduler/policy/gpu_policy.go:100-111``)."""
+NUMA node's together, ``pkg/scheduler/policy/gpu_policy.go:100-112``)."""
 
 from __future__ import annotations
 
