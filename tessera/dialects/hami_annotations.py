@@ -162,8 +162,9 @@ def _card_modes(value: str, hami_agent: bool, agent: str, problems: list[str]) -
     elif not hami_agent:
         if HAMI_CORE in placed:  # every card of Tessera's other agents is a software share
             return ()
-        problems.append(f"{quoted}: {agent} registers no card modes (only HAMi's device "
-                        f"plugin does: agent profile hami); write {HAMI_CORE} or remove it")
+        problems.append(f"{quoted}: Tessera tells card modes apart under HAMi's device plugin "
+                        f"only (agent profile hami), not under {agent}; write {HAMI_CORE} or "
+                        f"remove it")
     return placed if hami_agent else ()
 
 
