@@ -3,6 +3,7 @@ profile (tessera.dialects.hami_annotations, through tessera.dialects.parse_pod).
 
 from __future__ import annotations
 
+import json
 import re
 from dataclasses import replace
 
@@ -13,6 +14,7 @@ from tessera.agent_profiles import AgentProfile
 from tessera.dialects import DialectConfig, parse_pod, read_pod_request
 from tessera.dialects.hami_annotations import hami_policy, policy_name
 from tessera.vocabulary import (
+    CodecError,
     PodRequest,
     RequestError,
     Vocabulary,
@@ -250,3 +252,16 @@ def test_modes_and_numa_bind_survive_the_request_record() -> None:
     assert decoded.card_modes == ("mps",) and decoded.one_numa_node
     old = decode_request(encode_request(replace(request, card_modes=(), one_numa_node=False)))
     assert old.card_modes == () and not old.one_numa_node
+
+
+@pytest.mark.parametrize(("field", "value"), [
+    ("cardModes", [1]), ("cardModes", [""]), ("cardModes", "mps"),
+    ("oneNumaNode", "yes"), ("oneNumaNode", 1),
+])
+def test_a_garbled_record_of_modes_or_numa_binding_is_a_codec_error(field: str,
+                                                                   value: object) -> None:
+    request = _hami_request({"nvidia.com/vgpu-mode": "mps"})
+    doc = json.loads(encode_request(request))
+    doc[field] = value
+    with pytest.raises(CodecError, match=field):
+        decode_request(json.dumps(doc))
