@@ -61,8 +61,11 @@ def raw_scores(request: PodRequest, policy: Policy, ctx: PolicyContext,
     """The policy's raw score of every node (None where the pod does not fit).
 
     With a ``memo`` and the nodes' ``contents`` (:class:`ContentIds`), a score that depends
-    on the cards alone is computed once per distinct content and request shape.
+    on the cards alone is computed once per distinct content and request shape (but for a
+    pod that tells cards apart by what a content leaves out: UUID, mode, NUMA node).
     """
+    if request.tells_cards_apart:
+        memo, contents = None, None
     rank = policy.node_ranker(ctx)
     if rank is not None:
         return _ranked_scores(request, rank, states, memo, contents)
@@ -162,7 +165,8 @@ def place_best(request: PodRequest, policy: Policy, ctx: PolicyContext,
                contents: Sequence[int] | None = None) -> Placement | None:
     """Where the policy puts the pod among ``states``: node and cards (None: nowhere)."""
     if (memo is not None and contents is not None and not policy.per_pod
-            and not ctx.node_facts and policy.node_ranker(ctx) is None):
+            and not ctx.node_facts and policy.node_ranker(ctx) is None
+            and not request.tells_cards_apart):
         chosen = _best_by_content(request, policy, ctx, states, memo, contents)
     else:
         chosen = best(raw_scores(request, policy, ctx, states, memo, contents))

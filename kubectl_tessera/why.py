@@ -106,6 +106,10 @@ def describe_request(request: PodRequest) -> str:
         parts.append(f"models {' or '.join(request.models)}")
     if request.min_card_memory_mib:
         parts.append(f"cards of at least {request.min_card_memory_mib} MiB")
+    if request.card_modes:  # HAMi's vgpu-mode
+        parts.append(f"cards in mode {' or '.join(request.card_modes)}")
+    if request.one_numa_node:  # HAMi's numa-bind
+        parts.append("each container's cards on one NUMA node")
     return "; ".join(parts)
 
 

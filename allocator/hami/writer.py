@@ -102,7 +102,8 @@ def cards_of(node_devices: NodeDevices) -> tuple[Card, ...]:
     """Tessera's cards: the usable devices, by their index, each capped at its split count
     (the most containers it takes; hami-scheduler's ``Fit`` refuses a device whose ``Used``
     reached its ``Count``, Project-HAMi/HAMi v2.10.0 ``pkg/device/nvidia/device.go``)."""
-    return tuple(Card(d.index, d.model, d.memory_mib, max_shares=d.split_count, uuid=d.uuid)
+    return tuple(Card(d.index, d.model, d.memory_mib, max_shares=d.split_count, uuid=d.uuid,
+                      mode=d.mode, numa=d.numa)
                  for d in node_devices.devices if d.uuid in node_devices.usable)
 
 

@@ -2,13 +2,14 @@
 
 A fleet full of the same low-priority workload has many nodes whose cards, usage and pods
 differ only by names. The selection (:func:`~allocator.preemption.victims.select_victims`)
-reads no name and no start time but through the order it gives: it reads each card's index
-and usage signature (the ranking's own :func:`~allocator.ranking.cards.card_signature`: model,
-memory, usage, idle, shares left) and, with the pods in order of importance, each pod's
-priority, the containers the node state shows it holding, and which budgets select it. Two
-nodes equal in all of those get the victims at the same places in that order, the same budget
-count and the same placement (the start times of the victims, which the choice of node reads,
-are each node's own).
+reads no name and no start time but through the order it gives: it reads each card's index,
+usage signature (the ranking's own :func:`~allocator.ranking.cards.card_signature`: model,
+memory, usage, idle, shares left), whether the preemptor may use it (its UUID and sharing mode
+are not in the signature) and, for a preemptor binding one NUMA node per container, its NUMA
+node; and, with the pods in order of importance, each pod's priority, the containers the node
+state shows it holding, and which budgets select it. Two nodes equal in all of those get the
+victims at the same places in that order, the same budget count and the same placement (the
+start times of the victims, which the choice of node reads, are each node's own).
 """
 
 from __future__ import annotations
@@ -18,6 +19,8 @@ from collections.abc import Hashable, Sequence
 from allocator.preemption.model import Budget, GpuPod, NodeOffer, NodeVictims, importance
 from allocator.preemption.release import shown
 from allocator.ranking.cards import card_signature
+from allocator.ranking.search import eligible
+from tessera.vocabulary import PodRequest
 
 
 def by_importance(node: NodeOffer) -> list[GpuPod]:
@@ -25,10 +28,13 @@ def by_importance(node: NodeOffer) -> list[GpuPod]:
     return sorted(node.pods, key=importance)
 
 
-def shape(node: NodeOffer, pods: Sequence[GpuPod], budgets: Sequence[Budget]) -> Hashable:
-    """What the selection on ``node`` depends on, without names; ``pods`` are
-    :func:`by_importance`'s."""
-    cards = tuple((c.card.index, card_signature(c)) for c in node.state.cards)
+def shape(node: NodeOffer, pods: Sequence[GpuPod], budgets: Sequence[Budget],
+          preemptor: PodRequest) -> Hashable:
+    """What the selection on ``node`` for ``preemptor`` depends on, without names; ``pods``
+    are :func:`by_importance`'s."""
+    numa = preemptor.one_numa_node
+    cards = tuple((c.card.index, card_signature(c), eligible(preemptor, c.card),
+                   c.card.numa if numa else -1) for c in node.state.cards)
     return cards, tuple((p.priority, shown(node.state, p),
                          tuple(p.uid in b.pods for b in budgets)) for p in pods)
 

@@ -67,7 +67,7 @@ def candidates_on(preemptor: Preemptor, nodes: Sequence[NodeOffer],
     alike = AlikeNodes()
     for node in nodes:
         pods = by_importance(node)
-        key = shape(node, pods, budgets)
+        key = shape(node, pods, budgets, preemptor.request)
         result = alike.recall(key, node, pods)
         if result is None:
             result = select_victims(preemptor, node, budgets, chooser)

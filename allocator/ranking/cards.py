@@ -44,6 +44,12 @@ class Card:
     #: The card's UUID when the node agent tells it (HAMi's register annotation), else "":
     #: what HAMi's ``nvidia.com/use-gpuuuid`` and ``nouse-gpuuuid`` name.
     uuid: str = ""
+    #: The sharing mode the node agent registered the card in ("" when it tells none): what
+    #: HAMi's ``nvidia.com/vgpu-mode`` chooses among (``hami-core``, ``mps``).
+    mode: str = ""
+    #: The NUMA node the card hangs off, as the node agent tells it (0 when it tells none):
+    #: what HAMi's ``nvidia.com/numa-bind`` keeps a container's cards within.
+    numa: int = 0
 
     def link_to(self, other: int) -> int:
         """The pair score with card ``other`` (0 when none is known)."""
@@ -159,8 +165,9 @@ class NodeState:
 #: What placement and the policies can tell apart about a card: model, memory and usage
 #: (booked, and measured: foreign memory, busy percent), and for a capped card its cap and
 #: how many holders it has (None: no cap; fit reads what the cap leaves, HAMi's policies the
-#: slots used of it). Left out on purpose: the card's index and UUID, who its holders are,
-#: and how many an uncapped card has (a pod that names cards by UUID is placed node by node:
+#: slots used of it). Left out on purpose: the card's index, UUID, sharing mode and NUMA
+#: node, who its holders are, and how many an uncapped card has (a pod that tells cards apart
+#: by UUID, mode or NUMA node is placed node by node:
 #: :class:`~allocator.ranking.fast.FastRanker`). Fit answers, reasons and the scores of
 #: policies that sum over cards never depend on them; a bind chooses the real cards again. A
 #: card with links (pair scores) ends with its index and links: which cards a multi-card

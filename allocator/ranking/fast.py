@@ -129,9 +129,10 @@ class FastRanker:
     ``max_cpu`` the largest allocatable CPU of a node, ``node_resources`` whether node CPU is
     tracked at all.
 
-    A pod that names cards by UUID (:func:`names_cards`) is answered node by node, by the
-    plain reference: a card's UUID is not part of what makes two nodes alike (every card has
-    its own, so no two nodes would be), and only such a pod tells cards apart by it."""
+    A pod that tells cards apart by UUID, sharing mode or NUMA node (:func:`names_cards`) is
+    answered node by node, by the plain reference: none of these is part of what makes two
+    nodes alike (every card has its own UUID, so no two nodes would be; modes and NUMA nodes
+    are rarely asked), and only such a pod tells cards apart by them."""
 
     def __init__(self, columns: NodeColumns, contents: NodeContents,
                  views: Callable[[Sequence[str]], list[NodeState | None]],
@@ -353,8 +354,9 @@ class FastRanker:
 
 
 def names_cards(request: PodRequest) -> bool:
-    """Whether the pod chooses cards by UUID (the use-gpuuuid / nouse-gpuuuid annotations)."""
-    return bool(request.use_uuids or request.nouse_uuids)
+    """Whether the pod tells cards apart by their UUID, sharing mode or NUMA node
+    (:attr:`~tessera.vocabulary.PodRequest.tells_cards_apart`)."""
+    return request.tells_cards_apart
 
 
 def _readable(unfit: Unfit | None) -> FitVerdict:

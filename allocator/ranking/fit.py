@@ -11,7 +11,8 @@ A node's cards and usage are :class:`~allocator.ranking.cards.NodeState`. Placin
   ``shares`` n puts one such share on each of n distinct cards (one container's several vGPUs);
 - only cards of an allowed model and with at least ``min_card_memory_mib`` are used;
 - the cards of one multi-card container are all of one model, unless the pod opts out
-  (``PodRequest.mixed_models``).
+  (``PodRequest.mixed_models``), and of one NUMA node when the pod asks it
+  (``PodRequest.one_numa_node``).
 
 Init containers in the request are placed like the others and reserved **disjointly** from
 the app containers: an agent that gives an init container devices of its own hands them out
@@ -33,7 +34,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, replace
 from functools import partial
 
-from allocator.ranking.cards import CardSignature, CardState, Holder, NodeState, card_signature
+from allocator.ranking.cards import Card, CardState, Holder, NodeState, card_signature
 from allocator.ranking.search import (
     NOTHING_TAKEN,
     Taken,
@@ -41,6 +42,7 @@ from allocator.ranking.search import (
     feasible,
     feasible_on,
     order,
+    request_group,
     share_fits,
     share_memory_mib,
     slots,
@@ -109,26 +111,27 @@ def place(
         holder = (pod_uid, c.name)
         if c.cards:
             taken: list[int] = []
-            model: str | None = None  # set by the first card when the cards share a model
-            one_model = c.cards > 1 and not request.mixed_models
+            first: Card | None = None  # set by the first card when the cards share a group
+            alike = c.cards > 1 and (not request.mixed_models or request.one_numa_node)
 
             def take(cs: CardState, h: Holder = holder) -> CardState:
                 return cs.with_whole(h)
 
             for j in range(c.cards):
-                # The rest of this container counts as one more whole-card demand, of the
-                # model of the card this step takes when the cards share one.
+                # The rest of this container counts as one more whole-card demand, in the
+                # group (model, NUMA node) of the card this step takes when they share one.
                 remaining = c.cards - j - 1
                 pending = ([ContainerRequest(c.name, cards=remaining)] if remaining else [])
-                tie = (partial(_link_tie, request, state, tuple(taken), remaining, model)
+                tie = (partial(_link_tie, request, state, tuple(taken), remaining, first)
                        if c.cards > 1 and _linked(state) else None)
                 state, pos = _best_step(
-                    request, state, chooser, pending + list(rest), partial(_idle_of, model), take,
-                    pin_first=one_model and bool(pending), tie=tie,
+                    request, state, chooser, pending + list(rest),
+                    partial(_idle_like, request, first), take,
+                    pin_first=alike and bool(pending), tie=tie,
                 )
                 taken.append(state.cards[pos].card.index)
-                if one_model:
-                    model = state.cards[pos].card.model
+                if alike:
+                    first = state.cards[pos].card
             result[ci] = ContainerAllocation(c.name, tuple(sorted(taken)), init=c.init)
         else:
             state, result[ci] = _place_shares(request, state, chooser, c, rest, holder)
@@ -151,9 +154,11 @@ def _place_shares(request: PodRequest, state: NodeState, chooser: Chooser,
         def can(cs: CardState, bound: Taken = taken) -> bool:
             return bound.allows(cs.card) and share_fits(c, cs)
 
+        one_numa = request.one_numa_node
         state, pos = _best_step(request, state, chooser, pending + rest, can, put,
-                                first=partial(taken.with_card, c) if pending else None)
-        taken = taken.with_card(c, state.cards[pos])
+                                first=partial(taken.with_card, c, one_numa=one_numa)
+                                if pending else None)
+        taken = taken.with_card(c, state.cards[pos], one_numa)
     # Every card of the container takes the same MiB (a percent: cards of one memory size).
     mem = share_memory_mib(c, state.cards[pos].card)
     return state, ContainerAllocation(c.name, tuple(sorted(taken.cards)),
@@ -165,21 +170,23 @@ def _linked(state: NodeState) -> bool:
 
 
 def _link_tie(request: PodRequest, state: NodeState, taken: tuple[int, ...], remaining: int,
-              model: str | None, cs: CardState) -> int:
+              first: Card | None, cs: CardState) -> int:
     """How well card ``cs`` joins a multi-card container that took ``taken`` already and
     needs ``remaining`` more after it: its pair scores with the cards taken, plus its best
     ``remaining`` with the idle cards it could still take (for two cards: the best pair)."""
     card = cs.card
     joined = sum(card.link_to(t) for t in taken)
     others = sorted((card.link_to(o.card.index) for o in state.cards
-                     if o is not cs and _idle_of(model, o) and eligible(request, o.card)),
+                     if o is not cs and _idle_like(request, first, o)
+                     and eligible(request, o.card)),
                     reverse=True)
     return joined + sum(others[:remaining])
 
 
-def _idle_of(model: str | None, card: CardState) -> bool:
-    """An idle card, of ``model`` when one is given."""
-    return card.idle and (model is None or card.card.model == model)
+def _idle_like(request: PodRequest, first: Card | None, card: CardState) -> bool:
+    """An idle card, of the group (model, NUMA node) of ``first`` when one is given."""
+    return card.idle and (first is None
+                          or request_group(request, card.card) == request_group(request, first))
 
 
 def _best_step(
@@ -194,22 +201,24 @@ def _best_step(
     tie: Callable[[CardState], int] | None = None,
 ) -> tuple[NodeState, int]:
     """The best card for one step. ``pin_first``: the first item of ``rest`` is the rest of
-    this step's container and must take cards of the model chosen here. ``first``: what binds
-    the first item of ``rest`` (the rest of a multi-share container) given the card chosen
-    here. ``tie``: among cards the chooser scores equal, the one it says higher wins (the
-    cards' topology)."""
+    this step's container and must take cards of the group (model, NUMA node) chosen here.
+    ``first``: what binds the first item of ``rest`` (the rest of a multi-share container)
+    given the card chosen here. ``tie``: among cards the chooser scores equal, the one it
+    says higher wins (the cards' topology)."""
     best: tuple[float, NodeState, int] | None = None
     best_tie = 0
-    seen: set[CardSignature] = set()
+    seen: set[object] = set()
     for pos, cs in enumerate(state.cards):
         if not eligible(request, cs.card) or not can(cs):
             continue
-        key = card_signature(cs)
+        # Cards alike to placement are tried once; a pod binding a NUMA node tells them
+        # apart by it too (the signature leaves it out).
+        key = (card_signature(cs), cs.card.numa) if request.one_numa_node else card_signature(cs)
         if key in seen:
             continue
         seen.add(key)
         trial = state.replace_card(pos, put(cs))
-        pins = (cs.card.model,) if pin_first else ()
+        pins = (cs.card,) if pin_first else ()
         bound = NOTHING_TAKEN if first is None else first(cs)
         if rest and not feasible_on(rest, request, trial, pins, bound):
             continue

@@ -22,8 +22,10 @@ from allocator.ranking.search import (
 from tessera.dialects.hami_annotations import (
     NO_USE_GPU_TYPE,
     NO_USE_GPU_UUID,
+    NUMA_BIND,
     USE_GPU_TYPE,
     USE_GPU_UUID,
+    VGPU_MODE,
 )
 from tessera.vocabulary import ContainerRequest, PodRequest
 
@@ -62,13 +64,15 @@ def unfit_reason(request: PodRequest, node: NodeState) -> Unfit | None:
         return None
     # Cheap checks first; they also produce the most actionable message.
     return (_short_of_whole_cards(request, cards) or _short_of_one_model(request, cards)
+            or _short_of_one_numa_node(request, cards)
             or _short_of_room_for_a_share(request, cards)
             or _short_of_room_together(request, cards))
 
 
 def _no_eligible_card(request: PodRequest, node: NodeState) -> Unfit:
     """Cause: no card is of an allowed model, none has the minimum memory, or HAMi's card
-    choice leaves none (an unknown UUID in ``use-gpuuuid`` among them)."""
+    choice leaves none (an unknown UUID in ``use-gpuuuid`` among them, or no card in a mode
+    ``vgpu-mode`` allows)."""
     have = " and ".join(m or "unknown" for m in node.models)
     if not any(request.allows_model(c.card.model) for c in node.cards):
         want = " or ".join(request.models)
@@ -76,8 +80,12 @@ def _no_eligible_card(request: PodRequest, node: NodeState) -> Unfit:
     sized = [c for c in node.cards if request.allows_model(c.card.model)
              and c.card.memory_mib >= request.min_card_memory_mib]
     if sized:  # so the card choice took every card (never a comma: values are not quoted)
-        return Unfit(f"no card allowed by pod annotation {_card_choice_keys(request, sized)} "
-                     f"(node has {have})", resolvable=False)
+        keys = _card_choice_keys(request, sized)
+        if VGPU_MODE in keys:
+            modes = " and ".join(sorted({c.card.mode or "unknown" for c in sized}))
+            have = f"{have} in mode {modes}"
+        return Unfit(f"no card allowed by pod annotation {keys} (node has {have})",
+                     resolvable=False)
     largest = max(c.card.memory_mib for c in node.cards)
     return Unfit(
         f"no card with at least {request.min_card_memory_mib} MiB memory "
@@ -88,7 +96,8 @@ def _no_eligible_card(request: PodRequest, node: NodeState) -> Unfit:
 
 #: HAMi's card-choosing annotations, by the request field each fills.
 _CARD_CHOICE: Final = {"use_types": USE_GPU_TYPE, "nouse_types": NO_USE_GPU_TYPE,
-                       "use_uuids": USE_GPU_UUID, "nouse_uuids": NO_USE_GPU_UUID}
+                       "use_uuids": USE_GPU_UUID, "nouse_uuids": NO_USE_GPU_UUID,
+                       "card_modes": VGPU_MODE}
 _NO_CHOICE: Final = dict.fromkeys(_CARD_CHOICE, ())
 
 
@@ -97,8 +106,7 @@ def _card_choice_keys(request: PodRequest, cards: Sequence[CardState]) -> str:
     keys = []
     for field, key in _CARD_CHOICE.items():
         alone = replace(request, **{**_NO_CHOICE, field: getattr(request, field)})
-        if not all(alone.allows_type(c.card.model) and alone.allows_uuid(c.card.uuid)
-                   for c in cards):
+        if not all(eligible(alone, c.card) for c in cards):
             keys.append(key)
     return " and ".join(keys)
 
@@ -109,6 +117,8 @@ def _fits_at_a_glance(request: PodRequest, cards: Sequence[CardState]) -> bool:
     if len(request.containers) != 1:
         return False
     only = request.containers[0]
+    if request.one_numa_node and max(only.cards, only.shares) > 1:
+        return False
     if only.cards:
         if only.cards > 1 and not request.mixed_models:
             return False
@@ -154,6 +164,27 @@ def _short_of_one_model(request: PodRequest, cards: Sequence[CardState]) -> Unfi
         if max(idle.values()) < c.cards:
             free = " and ".join(f"{n} {m or 'unknown'}" for m, n in sorted(idle.items()))
             return Unfit(f"needs {c.cards} whole cards of one model ({free} free)")
+    return None
+
+
+def _short_of_one_numa_node(request: PodRequest, cards: Sequence[CardState]) -> Unfit | None:
+    """Cause: a multi-card container fits the node's cards, but not those of any one NUMA
+    node (the pod binds each container to one: HAMi's ``numa-bind``)."""
+    if not request.one_numa_node:
+        return None
+    anywhere = slots(replace(request, one_numa_node=False), cards)
+    for i in order(request):
+        c = request.containers[i]
+        if (max(c.cards, c.shares) < 2 or feasible([c], 0, slots(request, cards))
+                or not feasible([c], 0, anywhere)):
+            continue  # fits one NUMA node, or fits nowhere: another cause says it better
+        per_numa: dict[int, int] = {}
+        for x in cards:
+            per_numa[x.card.numa] = per_numa.get(x.card.numa, 0) + 1
+        have = " and ".join(f"{n} on NUMA {numa}" for numa, n in sorted(per_numa.items()))
+        return Unfit(f"needs {c.describe()} on one NUMA node (pod annotation {NUMA_BIND}; "
+                     f"node has {have})",
+                     resolvable=max(per_numa.values()) >= max(c.cards, c.shares))
     return None
 
 

@@ -2,19 +2,25 @@
 
 A pod written for hami-scheduler may carry annotations that choose cards, nodes or a sharing
 mode. Its author expects HAMi's meaning whatever Tessera's agent profile, so none is ever
-ignored in silence: :func:`hami_card_choice` returns the cards the four card-choosing
-annotations allow (as :class:`~tessera.vocabulary.PodRequest` fields, which the allocator's
-``eligible`` applies), :func:`hami_policy` the placement policy the two policy
-annotations name, and raises :class:`RequestError` listing every annotation Tessera cannot
-honour yet, each with what to do instead. docs/hami.md ("HAMi's pod annotations") has the
+ignored in silence: :func:`hami_card_choice` returns the cards the card-choosing annotations
+allow (types, UUIDs, sharing modes, one NUMA node per container: as
+:class:`~tessera.vocabulary.PodRequest` fields, which the allocator's ``eligible`` and its
+multi-card search apply), :func:`hami_policy` the placement policy the two policy
+annotations name, and each raises :class:`RequestError` listing every annotation Tessera
+cannot honour, each with what to do instead. docs/hami.md ("HAMi's pod annotations") has the
 table of meanings.
 
 Keys and rules: Project-HAMi/HAMi v2.10.0.
 
 - ``pkg/device/nvidia/device.go:45-53`` the NVIDIA keys; ``:61-63`` the modes ``mig``,
   ``hami-core``, ``mps``; ``:493-503`` ``checkType``: a card is skipped unless the
-  ``vgpu-mode`` value *contains* the card's registered mode; ``:482-491`` ``assertNuma``:
-  ``numa-bind`` is Go's ``strconv.ParseBool``, anything else is false.
+  ``vgpu-mode`` value *contains* the card's registered mode (``plugin/register.go:187``; the
+  plugin's default mode ``hami-core``, ``plugin/server.go:130``); ``:482-491``
+  ``assertNuma``: ``numa-bind`` is Go's ``strconv.ParseBool``, anything else is false; where
+  true, ``Fit`` (``:740-753``) starts the container's cards over at each card of another NUMA
+  node, over cards sorted with each NUMA node's together
+  (``pkg/scheduler/policy/gpu_policy.go:100-112``, ``pkg/scheduler/scheduler.go:641-661``):
+  all of a container's cards on one NUMA node.
 - ``pkg/device/devices.go:693-738`` ``CheckUUID`` (exact UUIDs, comma-separated) and
   ``CheckType`` (a case-insensitive part of the card type); an empty value is no constraint.
 - ``pkg/util/types.go:85-91`` the policy keys; ``pkg/scheduler/score.go:139-146`` and
@@ -31,6 +37,7 @@ Keys and rules: Project-HAMi/HAMi v2.10.0.
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
 from typing import Any, Final
 
 from tessera.vocabulary import RequestError, Vocabulary
@@ -50,8 +57,15 @@ DEFAULT_NODE_POLICY: Final = "binpack"
 DEFAULT_GPU_POLICY: Final = "spread"
 #: The policy values Tessera honours, for the node and among a node's cards.
 POLICY_VALUES: Final = ("binpack", "spread")
-#: The one sharing mode Tessera places: HAMi-core's software share, the plugin's default.
+#: HAMi-core's software share: the plugin's default sharing mode (``plugin/server.go:130``).
 HAMI_CORE: Final = "hami-core"
+#: The modes HAMi's plugin registers a card in (``device.go:61-63``), as ``vgpu-mode`` tests
+#: them: a card is taken when the value contains its mode.
+HAMI_MODES: Final = (HAMI_CORE, "mig", "mps")
+#: The modes whose cards take Tessera's shares: the plugin's ``Allocate`` branches on ``mig``
+#: only (``plugin/server.go:807-850``), so an ``mps`` card gets a share written as a
+#: ``hami-core`` one. ``mig`` cards are left out (Tessera cuts no MIG instance).
+PLACED_MODES: Final = (HAMI_CORE, "mps")
 # Go's strconv.ParseBool.
 _GO_TRUE: Final = frozenset({"1", "t", "T", "TRUE", "true", "True"})
 _GO_FALSE: Final = frozenset({"0", "f", "F", "FALSE", "false", "False"})
@@ -91,42 +105,82 @@ def _values(key: str, value: str, problems: list[str]) -> tuple[str, ...]:
     return values
 
 
-def hami_card_choice(annotations: Mapping[str, Any],
-                     uuids_known: bool) -> dict[str, tuple[str, ...]]:
-    """HAMi's card choice as the :class:`~tessera.vocabulary.PodRequest` fields it fills
-    (``use_types`` ...). ``uuids_known``: the cluster's node agent tells each card's UUID
-    (HAMi's); without it a pod naming UUIDs is refused (:class:`RequestError`), since no
-    card could be told to match."""
+@dataclass(frozen=True)
+class CardChoice:
+    """HAMi's card choice as the :class:`~tessera.vocabulary.PodRequest` fields it fills:
+    ``lists`` the tuple fields (``use_types`` ... ``card_modes``), ``one_numa_node``."""
+
+    lists: dict[str, tuple[str, ...]] = field(default_factory=dict)
+    one_numa_node: bool = False
+
+
+def hami_card_choice(annotations: Mapping[str, Any], hami_agent: bool,
+                     agent: str = "this cluster's node agent") -> CardChoice:
+    """HAMi's card choice (:class:`CardChoice`). ``hami_agent``: the cluster's node agent is
+    HAMi's device plugin, which registers each card's UUID, sharing mode and NUMA node; under
+    any other ``agent`` a pod choosing cards by them is refused (:class:`RequestError`
+    naming the agent), since no card could be told to match."""
     problems: list[str] = []
-    choice: dict[str, tuple[str, ...]] = {}
-    for key, field in CARD_CHOICE.items():
+    lists: dict[str, tuple[str, ...]] = {}
+    for key, name in CARD_CHOICE.items():
         if key not in annotations:
             continue
         values = _values(key, str(annotations[key]), problems)
-        if values and field.endswith("uuids") and not uuids_known:
-            problems.append(f"{key}={_read(annotations, key)!r}: this cluster's node agent "
-                            f"tells no card UUIDs (only the hami profile does); remove it")
+        if values and name.endswith("uuids") and not hami_agent:
+            problems.append(f"{key}={_read(annotations, key)!r}: {agent} tells no card UUIDs "
+                            f"(only HAMi's device plugin does: agent profile hami); remove it")
             continue
-        choice[field] = values
+        lists[name] = values
+    if VGPU_MODE in annotations:
+        modes = _card_modes(_read(annotations, VGPU_MODE), hami_agent, agent, problems)
+        if modes:
+            lists["card_modes"] = modes
+    one_numa = NUMA_BIND in annotations and _numa_bind(
+        _read(annotations, NUMA_BIND), hami_agent, agent, problems)
     if problems:
         raise RequestError("; ".join(f"pod annotation {p}" for p in problems))
-    return choice
+    return CardChoice(lists, one_numa)
 
 
-def _vgpu_mode(key: str, value: str, _model_key: str) -> str:
-    if value.strip() == HAMI_CORE:
-        return ""
-    return (f"{key}={value!r}: Tessera places {HAMI_CORE} shares only (MIG and MPS not yet); "
-            f"write {HAMI_CORE} or remove it")
+def _card_modes(value: str, hami_agent: bool, agent: str, problems: list[str]) -> tuple[str, ...]:
+    """The card modes ``vgpu-mode`` lets the pod take (HAMi's rule: the value contains the
+    card's mode), of those Tessera places; () with a problem when none, or no constraint
+    when the agent registers no modes (every card is a software share)."""
+    quoted = f"{VGPU_MODE}={value!r}"
+    if len(value) > _QUOTED_CHARS:  # _read cut it: no mode list is this long
+        problems.append(f"{quoted}: at most {_QUOTED_CHARS} characters")
+        return ()
+    named = tuple(m for m in HAMI_MODES if m in value)
+    placed = tuple(m for m in named if m in PLACED_MODES)
+    write = f"write {' or '.join(PLACED_MODES)} or remove it"
+    if not named:
+        problems.append(f"{quoted} names none of HAMi's card modes {', '.join(HAMI_MODES)} "
+                        f"(HAMi takes no card for it); {write}")
+    elif not placed:
+        problems.append(f"{quoted} allows mig cards only: Tessera cuts no MIG instance and "
+                        f"leaves such cards out; {write}")
+    elif not hami_agent:
+        if HAMI_CORE in placed:  # every card of Tessera's other agents is a software share
+            return ()
+        problems.append(f"{quoted}: Tessera tells card modes apart under HAMi's device plugin "
+                        f"only (agent profile hami), not under {agent}; write {HAMI_CORE} or "
+                        f"remove it")
+    return placed if hami_agent else ()
 
 
-def _numa_bind(key: str, value: str, _model_key: str) -> str:
+def _numa_bind(value: str, hami_agent: bool, agent: str, problems: list[str]) -> bool:
+    """Whether ``numa-bind`` binds each container's cards to one NUMA node (HAMi: Go's
+    ParseBool, true)."""
+    quoted = f"{NUMA_BIND}={value!r}"
     if value in _GO_FALSE:
-        return ""
-    if value in _GO_TRUE:
-        return (f"{key}={value!r}: Tessera does not yet keep a container's cards on one NUMA "
-                f"node; remove it or write false")
-    return f"{key}={value!r} is not a boolean (HAMi reads it as false); write false or remove it"
+        return False
+    if value not in _GO_TRUE:
+        problems.append(f"{quoted} is not a boolean (HAMi reads it as false); write false or "
+                        f"remove it")
+    elif not hami_agent:
+        problems.append(f"{quoted}: {agent} tells no card's NUMA node (only HAMi's device "
+                        f"plugin does: agent profile hami); remove it or write false")
+    return value in _GO_TRUE and hami_agent
 
 
 def _scoring_weights(key: str, value: str, _model_key: str) -> str:
@@ -137,8 +191,6 @@ def _scoring_weights(key: str, value: str, _model_key: str) -> str:
 
 #: The annotations that choose cards or a mode; an empty value is no constraint in HAMi.
 _CHECKS: Final[Mapping[str, Callable[[str, str, str], str]]] = {
-    VGPU_MODE: _vgpu_mode,
-    NUMA_BIND: _numa_bind,
     SCORING_WEIGHTS: _scoring_weights,
 }
 

@@ -156,8 +156,12 @@ def parse_pod(pod: Mapping[str, Any], config: DialectConfig) -> PodRequest | Non
         policy = _policy(annotations, config.vocabulary)
         policy = hami_policy(annotations, config.vocabulary, policy)  # HAMi's, or refused
         mixed_models = _mixed_models(annotations, config.vocabulary)
+    except RequestError as exc:
+        problems.append(str(exc))
+    try:  # named along with the problems above
         card_choice = hami_card_choice(
-            annotations, uuids_known=config.agent_profile is AgentProfile.HAMI)
+            annotations, hami_agent=config.agent_profile is AgentProfile.HAMI,
+            agent=config.agent.name)
     except RequestError as exc:
         problems.append(str(exc))
     if problems:
@@ -170,7 +174,8 @@ def parse_pod(pod: Mapping[str, Any], config: DialectConfig) -> PodRequest | Non
         min_card_memory_mib=genius.min_card_memory_mib if genius else 0,
         policy=policy,
         mixed_models=mixed_models,
-        **card_choice,
+        one_numa_node=card_choice.one_numa_node,
+        **card_choice.lists,
     )
 
 

@@ -61,7 +61,8 @@ def _list_field(raw: Mapping[str, Any], key: str) -> list[Any]:
 
 #: HAMi's card choice in the request record, by its field.
 _CARD_CHOICE_KEYS: Final = (("useTypes", "use_types"), ("nouseTypes", "nouse_types"),
-                            ("useUUIDs", "use_uuids"), ("nouseUUIDs", "nouse_uuids"))
+                            ("useUUIDs", "use_uuids"), ("nouseUUIDs", "nouse_uuids"),
+                            ("cardModes", "card_modes"))
 
 
 def _card_choice(request: PodRequest) -> dict[str, tuple[str, ...]]:
@@ -103,6 +104,8 @@ def encode_request(request: PodRequest) -> str:
         doc["policy"] = request.policy
     if request.mixed_models:
         doc["mixedModels"] = True
+    if request.one_numa_node:
+        doc["oneNumaNode"] = True
     # Absent when empty: records written before HAMi's card choice read as before.
     for key, values in _card_choice(request).items():
         if values:
@@ -135,14 +138,16 @@ def decode_request(text: str) -> PodRequest:
         if policy is not None and not isinstance(policy, str):
             raise CodecError("policy must be a string")
         mixed = raw.get("mixedModels", False)
-        if not isinstance(mixed, bool):
-            raise CodecError("mixedModels must be true or false")
+        one_numa = raw.get("oneNumaNode", False)
+        if not isinstance(mixed, bool) or not isinstance(one_numa, bool):
+            raise CodecError("mixedModels and oneNumaNode must be true or false")
         return PodRequest(
             containers=tuple(containers),
             models=tuple(models),
             min_card_memory_mib=_int_field(raw, "minCardMemoryMiB"),
             policy=policy or None,
             mixed_models=mixed,
+            one_numa_node=one_numa,
             **_decode_card_choice(raw),
         )
     except RequestError as exc:

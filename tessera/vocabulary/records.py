@@ -112,6 +112,13 @@ class PodRequest:
     nouse_types: tuple[str, ...] = ()
     use_uuids: tuple[str, ...] = ()
     nouse_uuids: tuple[str, ...] = ()
+    #: The sharing modes of the cards the pod may take (empty = any): a card whose node agent
+    #: registered another mode is not taken (HAMi's ``nvidia.com/vgpu-mode``; HAMi's modes
+    #: ``hami-core`` and ``mps``, Project-HAMi/HAMi v2.10.0 pkg/device/nvidia/device.go:61-63).
+    card_modes: tuple[str, ...] = ()
+    #: True: the cards of each multi-card container all come from one NUMA node of the node
+    #: (HAMi's ``nvidia.com/numa-bind``); other containers of the pod may use another.
+    one_numa_node: bool = False
 
     def __post_init__(self) -> None:
         if not self.containers:
@@ -150,10 +157,21 @@ class PodRequest:
         taken = not self.use_uuids or uuid in self.use_uuids
         return taken and (not uuid or uuid not in self.nouse_uuids)
 
+    def allows_mode(self, mode: str) -> bool:
+        """Whether a card registered in sharing ``mode`` is one the pod takes."""
+        return not self.card_modes or mode in self.card_modes
+
     @property
     def picks_cards(self) -> bool:
-        """Whether the pod chooses cards by type or UUID (HAMi's annotations)."""
-        return bool(self.use_types or self.nouse_types or self.use_uuids or self.nouse_uuids)
+        """Whether the pod chooses cards by type, UUID or sharing mode (HAMi's annotations)."""
+        return bool(self.use_types or self.nouse_types or self.use_uuids or self.nouse_uuids
+                    or self.card_modes)
+
+    @property
+    def tells_cards_apart(self) -> bool:
+        """Whether the pod tells cards apart by what makes no two nodes alike to placement:
+        a card's UUID, its sharing mode, its NUMA node (so it is fitted node by node)."""
+        return bool(self.use_uuids or self.nouse_uuids or self.card_modes or self.one_numa_node)
 
 
 @dataclass(frozen=True)

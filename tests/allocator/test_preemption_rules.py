@@ -259,7 +259,7 @@ def test_the_work_is_two_fit_checks_a_node_plus_one_a_pod_never_a_subset_search(
     result = choose_preemption(preemptor(request(whole(cards=2))), helpful + hopeless)
     assert isinstance(result, NodeVictims) and len(result.victims) == 4
     per_node = {name: calls.count(name) for name in set(calls)}
-    shapes = {shape(n, by_importance(n), ()) for n in helpful}
+    shapes = {shape(n, by_importance(n), (), request(whole(cards=2))) for n in helpful}
     assert 10 < len(shapes) < 50
     assert [per_node[n] for n in per_node if n.startswith("h")] == [2 + 8] * len(shapes)
     assert sum(per_node[n] for n in per_node if n.startswith("x")) == 4 * 2  # 4 shapes
@@ -326,3 +326,36 @@ def test_a_pod_that_is_not_shaped_like_one_reads_as_harmless() -> None:
     odd = {"spec": "x", "status": ["y"]}
     assert (priority_of(odd), policy_of(odd), started_at(odd)) == (
         0, PreemptionPolicy.PREEMPT_LOWER_PRIORITY, None)
+
+
+def _hami_node(name: str, modes: Sequence[str], numas: Sequence[int], *pods: GpuPod
+               ) -> NodeOffer:
+    """A node of HAMi's cards (UUID, mode, NUMA node) holding ``pods``."""
+    state = NodeState(name, tuple(
+        CardState(Card(i, "T4", MEM, uuid=f"GPU-{name}-{i}", mode=modes[i], numa=numas[i]))
+        for i in range(len(modes))))
+    for p in pods:
+        state = apply_placement(state, p.containers, p.uid)
+    return NodeOffer(state, pods)
+
+
+@pytest.mark.parametrize(("req", "victims"), [
+    # Only card 1 of n1 may be used (its UUID; its mode): its pod goes, never card 0's.
+    (PodRequest((whole(),), use_uuids=("GPU-n1-1",)), {"n1": ["n1-b"]}),
+    (PodRequest((whole(),), card_modes=("mps",)), {"n1": ["n1-b"], "n0": ["n0-a"]}),
+    # Two cards of one NUMA node: n0's pair is cards 0 and 1, n1's too (0, 0 / 1, 1).
+    (PodRequest((whole(cards=2),), one_numa_node=True), {"n0": ["n0-a", "n0-b"],
+                                                         "n1": ["n1-a", "n1-b"]}),
+])
+def test_nodes_alike_but_for_what_the_preemptor_chooses_cards_by_are_worked_out_apart(
+        req: PodRequest, victims: dict[str, list[str]]) -> None:
+    # n0 and n1 alike to the card signature (two T4s, a low pod on each card); they differ
+    # in UUIDs, modes (n0: mps, hami-core; n1: hami-core, mps) and NUMA layout.
+    nodes = [_hami_node("n0", ("mps", "hami-core"), (0, 0),
+                        pod("n0-a", on(0), priority=1), pod("n0-b", on(1), priority=2)),
+             _hami_node("n1", ("hami-core", "mps"), (0, 0),
+                        pod("n1-a", on(0), priority=1), pod("n1-b", on(1), priority=2)),
+             _hami_node("n2", ("hami-core", "hami-core"), (0, 1),
+                        pod("n2-a", on(0), priority=1), pod("n2-b", on(1), priority=2))]
+    found, _why = candidates_on(preemptor(req), nodes)
+    assert {v.node: sorted(p.uid for p in v.victims) for v in found} == victims

@@ -47,12 +47,17 @@ def _bound(uid: str, node: str, cpu: int, *containers: ContainerAllocation) -> d
 
 def _capped_node(name: str, count: int, memory: int, model: str, split: int,
                  rng: random.Random | None = None) -> dict[str, Any]:
-    """A node whose cards HAMi's register annotation describes, at ``split`` shares each;
-    with ``rng``, HAMi's pair scores too (random NVLinked pairs, the rest PCIe)."""
+    """A node whose cards HAMi's register annotation describes, at ``split`` shares each,
+    the first half on NUMA node 0 and the rest on 1, about one in three in mode mps (by the
+    name: the random draws stay those of the clusters before modes); with ``rng``, HAMi's
+    pair scores too (random NVLinked pairs, the rest PCIe)."""
     node = make_node(name, count=count, memory_mib=memory, model=model)
     uuids = [f"GPU-{name}-{i}" for i in range(count)]
+    modes = ["mps" if (sum(map(ord, name)) + i) % 3 == 2 else "hami-core"
+             for i in range(count)]
     node["metadata"]["annotations"][HAMI.register_key] = encode_register_json([
-        RegisteredDevice(uuids[i], i, split, memory, 100, f"NVIDIA-{model}")
+        RegisteredDevice(uuids[i], i, split, memory, 100, f"NVIDIA-{model}",
+                         numa=i * 2 // count, mode=modes[i])
         for i in range(count)])
     if rng is not None:
         pair = {(i, j): rng.choice([20, 20, 60, 200]) for i in range(count)
@@ -263,4 +268,65 @@ def test_alike_nodes_are_told_apart_by_the_uuids_a_pod_names(
         key = "nvidia.com/use-gpuuuid" if "use_uuids" in choice else "nvidia.com/nouse-gpuuuid"
         assert got.unresolvable == {"b": f"no card allowed by pod annotation {key} (node has T4)"}
     anyone = fast.fit(request(share(core=10)), ["a", "b"], explain_when_some_fit=True)
+    assert anyone.nodes.name_list() == ["a", "b"]
+
+
+#: HAMi's vgpu-mode and numa-bind as the request fields they fill.
+MODE_AND_NUMA = [{"card_modes": ("mps",)}, {"card_modes": ("hami-core",)},
+                 {"card_modes": ("hami-core", "mps")}, {"one_numa_node": True},
+                 {"card_modes": ("mps",), "one_numa_node": True}]
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_pods_choosing_modes_or_one_numa_node_answer_as_the_plain_ranker(seed: int) -> None:
+    # Nodes alike but for their cards' modes and NUMA nodes share a content: such a pod is
+    # answered node by node, as the plain ranker does.
+    rng = random.Random(f"modes-{seed}")
+    rt = _cluster(rng, "binpack", caps=True)  # modes and NUMA nodes on the capped ones
+    fast, plain = _rankers(rt)
+    policy = get_policy("binpack")
+    everyone = rt.state.node_names()
+    for i in range(6):
+        req = replace(_request(rng), **rng.choice(MODE_AND_NUMA))
+        ctx = rt.allocator.reader.context(req, make_gpu_pod(f"p{i}", req, uid=f"u{i}"))
+        for _ in range(2):  # cold, then (were it memoised) from the memo
+            got = fast.fit(req, everyone, explain_when_some_fit=True)
+            want = plain.fit(req, everyone, explain_when_some_fit=True)
+            assert (got.nodes.name_list(), got.failed, got.unresolvable) == (
+                want.nodes.name_list(), want.failed, want.unresolvable), (seed, i)
+        assert fast.scores(req, policy, ctx, everyone) == plain.scores(req, policy, ctx,
+                                                                       everyone)
+
+
+def _hami_node(name: str, modes: tuple[str, ...], numas: tuple[int, ...]) -> dict[str, Any]:
+    node = make_node(name, count=len(modes), memory_mib=16000, model="T4")
+    node["metadata"]["annotations"][HAMI.register_key] = encode_register_json([
+        RegisteredDevice(f"GPU-{name}-{i}", i, 4, 16000, 100, "NVIDIA-T4", numa=numa,
+                         mode=mode) for i, (mode, numa) in enumerate(zip(modes, numas,
+                                                                        strict=True))])
+    return node
+
+
+@pytest.mark.parametrize(("req", "reason"), [
+    (replace(request(share(core=10)), card_modes=("mps",)),
+     "no card allowed by pod annotation nvidia.com/vgpu-mode (node has T4 in mode hami-core)"),
+    (replace(request(whole(cards=2)), one_numa_node=True),
+     "needs 2 whole cards on one NUMA node (pod annotation nvidia.com/numa-bind; node has "
+     "1 on NUMA 0 and 1 on NUMA 1 and 1 on NUMA 2 and 1 on NUMA 3)"),
+])
+def test_alike_nodes_are_told_apart_by_the_modes_and_numa_nodes_a_pod_asks(
+        req: PodRequest, reason: str) -> None:
+    # Two HAMi nodes alike to placement but for their cards' modes and NUMA nodes.
+    fake = FakeKube()
+    fake.add_node(_hami_node("a", ("hami-core", "mps", "mps", "hami-core"), (0, 0, 1, 1)))
+    fake.add_node(_hami_node("b", ("hami-core",) * 4, (0, 1, 2, 3)))
+    _, rt = make_app(fake, core=AllocatorConfig(
+        default_policy="binpack", dialects=DialectConfig(agent_profile=AgentProfile.HAMI)))
+    fast, plain = _rankers(rt)
+    for _ in range(2):  # cold, then from the memo
+        got = fast.fit(req, ["a", "b"], explain_when_some_fit=True)
+        want = plain.fit(req, ["a", "b"], explain_when_some_fit=True)
+        assert got.nodes.name_list() == want.nodes.name_list() == ["a"]
+        assert got.unresolvable == want.unresolvable == {"b": reason}
+    anyone = fast.fit(request(whole(cards=2)), ["a", "b"], explain_when_some_fit=True)
     assert anyone.nodes.name_list() == ["a", "b"]

@@ -1,11 +1,13 @@
 """HAMi's card-choosing annotations against the real API server (dev cluster, ``hami`` agent
-profile): the webhook writes a pod's ``nvidia.com/use-gpuuuid`` / ``nouse-gputype`` into its
-request record, the allocator binds it to the one card they allow, and the HAMi node stand-in
-hands the container exactly that card (docs/hami.md, "HAMi's pod annotations")."""
+profile): the webhook writes a pod's ``nvidia.com/use-gpuuuid`` / ``nouse-gputype`` (and
+``vgpu-mode``, ``numa-bind``) into its request record, the allocator binds it to the cards
+they allow, and the HAMi node stand-in hands the container exactly those cards (docs/hami.md,
+"HAMi's pod annotations")."""
 
 from __future__ import annotations
 
 from collections.abc import Iterator
+from dataclasses import replace
 from typing import Any
 
 import pytest
@@ -23,10 +25,10 @@ from test_hami import (  # noqa: F401  (fixtures)
 
 from allocator.kube.client import KubeClient
 from devcluster.cluster import DevCluster
-from devcluster.hami_node import HamiNode, fake_devices, node_envs
+from devcluster.hami_node import HamiNode, fake_devices, node_envs, visible
 from devcluster.nodes import delete_nodes, uniform
 from devcluster.workloads import container, make_pod, wait_for
-from tessera.vocabulary import decode_allocation, decode_request
+from tessera.vocabulary import PodRequest, decode_allocation, decode_request
 
 pytestmark = pytest.mark.e2e
 
@@ -65,3 +67,60 @@ def test_a_pod_naming_a_card_by_uuid_gets_that_card(cluster: DevCluster, core_v1
         cluster.vocabulary.allocation_annotation]).containers[0].card_indices
     assert chosen == (2,)
     assert node_envs(placed)["main"]["NVIDIA_VISIBLE_DEVICES"] == uuid[2]
+
+
+#: Cards 0-1 registered in mps mode, 2-4 in hami-core; NUMA nodes 0, 0, 0, 1, 1.
+MODES = ("mps", "mps", "hami-core", "hami-core", "hami-core")
+NUMAS = (0, 0, 0, 1, 1)
+
+
+@pytest.fixture
+def mode_cards(cluster: DevCluster, core_v1: Any, namespace: str, api: KubeClient  # noqa: F811
+               ) -> Iterator[HamiNode]:
+    name = f"{namespace}-modes"
+    cluster.add_nodes([uniform(name, len(MODES), "H100", MIB)])
+    devices = tuple(replace(d, mode=MODES[d.index], numa=NUMAS[d.index])
+                    for d in fake_devices(name, len(MODES), memory_mib=MIB))
+    node = HamiNode(api, name, devices)
+    node.register("2026-11-29T07:00:00Z")
+    yield node
+    delete_nodes(core_v1, [name])
+
+
+def test_vgpu_mode_and_numa_bind_choose_the_cards(cluster: DevCluster, core_v1: Any,  # noqa: F811
+                                                  namespace: str, api: KubeClient,  # noqa: F811
+                                                  mode_cards: HamiNode) -> None:
+    allocator = _allocator(cluster, api)
+    records: dict[str, PodRequest] = {}
+
+    def run(name: str, limits: dict[str, str], annotations: dict[str, str]) -> tuple[int, ...]:
+        pod = make_pod(name, [container("main", limits)])
+        pod["spec"]["schedulerName"] = NOBODY
+        pod["metadata"].setdefault("annotations", {}).update(annotations)
+        core_v1.create_namespaced_pod(namespace, pod)
+        records[name] = decode_request(_pod(core_v1, namespace, name)["metadata"][
+            "annotations"][cluster.vocabulary.request_annotation])
+        allocator.bind(namespace, name, "", mode_cards.node)
+        assert mode_cards.allocate_next() == f"{namespace}/{name}"
+        wait_for(f"{name} Running", lambda: _pod(core_v1, namespace, name)["status"].get(
+            "phase") == "Running", timeout=60)
+        placed = _pod(core_v1, namespace, name)
+        cards = decode_allocation(placed["metadata"]["annotations"][
+            cluster.vocabulary.allocation_annotation]).containers[0].card_indices
+        # The stand-in plugin hands the container exactly the cards of the record.
+        uuid = {d.index: d.uuid for d in mode_cards.devices}
+        assert visible(node_envs(placed)) == sorted(uuid[i] for i in cards)
+        return cards
+
+    # Two whole hami-core cards of one NUMA node: 3 and 4 (without numa-bind, 2 and 3 would
+    # do).
+    bound = run("numa", _gpu(cards=2), {"nvidia.com/numa-bind": "true",
+                                        "nvidia.com/vgpu-mode": "hami-core"})
+    assert bound == (3, 4) and {NUMAS[i] for i in bound} == {1}
+    # The webhook wrote both into the request record.
+    assert records["numa"].one_numa_node and records["numa"].card_modes == ("hami-core",)
+    # A hami-core share avoids the idle mps cards 0 and 1: the one hami-core card left.
+    assert run("core", _gpu(core=10, mem=1024), {"nvidia.com/vgpu-mode": "hami-core"}) == (2,)
+    # An mps share lands on an mps card.
+    [mps] = run("mps", _gpu(core=10, mem=1024), {"nvidia.com/vgpu-mode": "mps"})
+    assert MODES[mps] == "mps" and records["mps"].card_modes == ("mps",)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import random
+from dataclasses import replace
 from typing import Any
 
 import pytest
@@ -126,3 +127,20 @@ def test_hamis_binpack_ranks_nodes_by_their_use_before_the_pod_where_binpack_loo
                                    "binpack").outcomes
     assert (hami.placed, hami.idle_cards, hami.idle_nodes, hami.shared_cards) == (3, 2, 1, 1)
     assert (binpack.placed, binpack.idle_cards, binpack.shared_cards) == (3, 1, 2)
+
+
+@pytest.mark.parametrize("policy", ["binpack", "spread", "random"])
+def test_a_pod_choosing_modes_or_numa_nodes_is_placed_node_by_node(policy: str) -> None:
+    # n0 and n1 alike to the memo (four idle T4s) but for their cards' modes and NUMA nodes.
+    n0 = empty_node("n0", tuple(Card(i, "T4", MIB, mode="hami-core", numa=i) for i in range(4)))
+    n1 = empty_node("n1", tuple(Card(i, "T4", MIB, mode="mps", numa=i // 2) for i in range(4)))
+    states = [n0, n1]
+    ids = ContentIds()
+    contents = [ids.of(s) for s in states]
+    assert contents[0] == contents[1]
+    memo: ScoreMemo = {}
+    for req in (replace(shares(25), card_modes=("mps",)),
+                replace(wholes(2), one_numa_node=True)):
+        ctx = PolicyContext(req, pod_key="p")
+        placed = place_best(req, get_policy(policy), ctx, states, "u", memo, contents)
+        assert placed is not None and placed.node == "n1"

@@ -2,8 +2,12 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 from plugin_builders import gpu_node, gpu_pod, picture_of, scenario, shares, wholes
 
+from allocator.hami.codec import HAMI
+from allocator.hami.register import RegisteredDevice, encode_register_json
 from kubectl_tessera import why
 
 
@@ -91,3 +95,23 @@ def test_a_pod_whose_request_cannot_be_read_is_told_so_without_verdicts() -> Non
     assert e.summary.startswith("its GPU request cannot be read: pod annotation "
                                 "elasticgpu.io/gpu-request")
     assert "request problem:" in why.render(e)
+
+
+def _hami_node(name: str, modes: tuple[str, ...], numas: tuple[int, ...]) -> dict[str, object]:
+    register = encode_register_json([
+        RegisteredDevice(f"GPU-{name}-{i}", i, 4, 16000, 100, "NVIDIA-T4", numa=numa, mode=mode)
+        for i, (mode, numa) in enumerate(zip(modes, numas, strict=True))])
+    return gpu_node(name, count=len(modes), annotations={HAMI.register_key: register})
+
+
+def test_why_names_vgpu_mode_and_numa_bind_where_they_leave_no_room() -> None:
+    nodes = [_hami_node("core", ("hami-core",) * 2, (0, 1)),
+             _hami_node("mps", ("mps",) * 2, (0, 0))]
+    pods = [gpu_pod("p", replace(wholes(2), card_modes=("hami-core",), one_numa_node=True))]
+    e = verdicts_of("p", nodes, pods)
+    assert "cards in mode hami-core; each container's cards on one NUMA node" in e.request
+    assert [(v.node, v.outcome, v.reason) for v in e.verdicts] == [
+        ("core", "never", "needs 2 whole cards on one NUMA node (pod annotation "
+                          "nvidia.com/numa-bind; node has 1 on NUMA 0 and 1 on NUMA 1)"),
+        ("mps", "never", "no card allowed by pod annotation nvidia.com/vgpu-mode (node has T4 "
+                         "in mode mps)")]

@@ -39,6 +39,8 @@ REQUESTS = [
     PodRequest((ContainerRequest("main", core_percent=30, memory_mib=3000, shares=2),)),
     PodRequest((ContainerRequest("main", cards=1),), use_types=("A100", "h100"),
                nouse_types=("T4",), use_uuids=("GPU-1",), nouse_uuids=("GPU-2", "GPU-3")),
+    PodRequest((ContainerRequest("main", cards=2),), card_modes=("hami-core", "mps"),
+               one_numa_node=True),
 ]
 
 

@@ -71,8 +71,8 @@ def _answer(hami_webhook: tuple[Server, requests.Session],
 def test_hamis_policy_annotations_become_the_pods_hami_policy_and_the_rest_are_refused(
         hami_webhook: tuple[Server, requests.Session]) -> None:
     admitted = _answer(hami_webhook, {"hami.io/gpu-scheduler-policy": "binpack",
-                                      "nvidia.com/vgpu-mode": "hami-core",
-                                      "nvidia.com/numa-bind": "false",
+                                      "nvidia.com/vgpu-mode": "mps",
+                                      "nvidia.com/numa-bind": "true",
                                       "nvidia.com/use-gputype": "A100",
                                       "nvidia.com/nouse-gpuuuid": "GPU-1,GPU-2"})
     assert admitted["allowed"] is True
@@ -83,10 +83,14 @@ def test_hamis_policy_annotations_become_the_pods_hami_policy_and_the_rest_are_r
     assert record.policy == "hami-binpack-binpack"  # node: HAMi's default
     # The card choice travels in the request record, for the allocator's eligible cards.
     assert (record.use_types, record.nouse_uuids) == (("A100",), ("GPU-1", "GPU-2"))
+    # So do the sharing mode and the NUMA binding (HAMi's checkType and assertNuma).
+    assert record.card_modes == ("mps",) and record.one_numa_node
 
     refused = _answer(hami_webhook, {"hami.io/gpu-scheduler-policy": "mutex",
-                                     "nvidia.com/numa-bind": "true"})
+                                     "nvidia.com/numa-bind": "yes",
+                                     "nvidia.com/vgpu-mode": "mig"})
     assert refused["allowed"] is False
     message = refused["status"]["message"]
     assert "pod annotation hami.io/gpu-scheduler-policy='mutex'" in message
-    assert "pod annotation nvidia.com/numa-bind='true'" in message
+    assert "pod annotation nvidia.com/numa-bind='yes' is not a boolean" in message
+    assert "pod annotation nvidia.com/vgpu-mode='mig' allows mig cards only" in message

@@ -38,9 +38,12 @@ Where HAMi's card-by-card choice would leave a later container of the pod no roo
 refuses the node; :func:`allocator.ranking.fit.place` takes the best card that keeps the pod
 placeable instead.
 
-Not reproduced: NUMA (Tessera does not know it: every card on NUMA 0, so NUMA never breaks a
-tie), ``numa-bind``, ``mutex`` and ``topology-aware`` card policies, comma-separated policy
-chains, per-pod scoring weights (``hami.io/device-scoring-weights``), the order of ties left
+Not reproduced: NUMA breaking ties among equal card scores (Tessera knows each card's NUMA
+node on HAMi's nodes, :attr:`Card.numa`, but these scores ignore it); with ``numa-bind``
+(honoured as a constraint, :mod:`allocator.ranking.search`), which NUMA node's cards a
+container takes follows these scores, where HAMi walks its NUMA groups in sort order
+(``gpu_policy.go:100-112``); ``mutex`` and ``topology-aware`` card policies, comma-separated
+policy chains, per-pod scoring weights (``hami.io/device-scoring-weights``), the order of ties left
 by a previous container of the same pod, and Go's unstable sort above 12 cards.
 """
 
