@@ -137,7 +137,7 @@ def _privileged(container: Mapping[str, Any]) -> bool:
 def refuse_privileged(spec: Mapping[str, Any], agent: NodeAgent) -> None:
     """Under the hami profile, refuse a GPU pod with a privileged container as HAMi's webhook
     does (the first one named, init containers first: webhook.go:125-137). The other
-    profiles' agents never refused one (docs/decisions/0030-hamiwebhook-privileged.md)."""
+    profiles' agents never refused one (docs/decisions/0031-privileged-gpu-pods.md)."""
     if agent.profile is not AgentProfile.HAMI:
         return
     for field_name in ("initContainers", "containers"):
