@@ -136,7 +136,8 @@ def _privileged(container: Mapping[str, Any]) -> bool:
 
 def refuse_privileged(spec: Mapping[str, Any], agent: NodeAgent) -> None:
     """Under the hami profile, refuse a GPU pod with a privileged container as HAMi's webhook
-    does (the first one named, init containers first: webhook.go:125-137). The other
+    does (the first one named, init containers first:
+    HAMi v2.10.0 pkg/scheduler/webhook.go:125-137). The other
     profiles' agents never refused one (docs/decisions/0031-privileged-gpu-pods.md)."""
     if agent.profile is not AgentProfile.HAMI:
         return
