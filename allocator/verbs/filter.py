@@ -177,7 +177,8 @@ class Filter:
             free = list(filterfalse(avoided.__contains__, names))
             if not free or len(free) == len(names):
                 continue
-            out = self._place(pod, request, free, inputs, avoid={*avoided, *reserved})
+            out = self._place(pod, request, free, inputs,
+                              avoid={*avoided, *reserved} if reserved else avoided)
             if out.nodes:
                 return out
         out = (self._place(pod, request, names, inputs, avoid=reserved) if names
