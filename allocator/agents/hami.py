@@ -148,7 +148,10 @@ class HamiAgent(NodeAgent):
         if len(names) < 2:
             return
         queued = self._this_filter.queued = pods_to_start()
-        for depth in sorted(set(queued.values())):
+        depths = sorted(set(queued.values()))
+        if depths:
+            yield set(queued)  # every count is at least the fewest
+        for depth in depths[1:]:
             yield {node for node, count in queued.items() if count >= depth}
 
     def wait_for_turn(self, nodes: Sequence[str], pods_to_start: PodsToStart) -> str | None:

@@ -27,6 +27,7 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 from allocator.hami.codec import BIND_ALLOCATING, HAMI, LOCK_EXPIRY_SECONDS, VOLCANO_VGPU
+from allocator.hami.counted_by_node import CountedByNode
 
 
 def bind_phase(annotations: Mapping[str, str]) -> str:
@@ -42,13 +43,14 @@ class AwaitingAgent:
                  max_age_seconds: float = LOCK_EXPIRY_SECONDS) -> None:
         self._clock = clock
         self._max_age = max_age_seconds
-        self._pods: dict[str, tuple[str, float]] = {}
-        #: Nodes whose lock the node watch shows held, since when.
+        #: Pod UID -> (node, since), counted per node as they change.
+        self._pods = CountedByNode()
+        #: Nodes whose lock the node watch shows held, since when (oldest first).
         self._locked: dict[str, float] = {}
 
     def bound(self, uid: str, node: str) -> None:
         """Our bind takes ``node``'s lock for the pod: its agent has it to start."""
-        self._pods[uid] = (node, self._clock())
+        self._pods.put(uid, node, self._clock())
 
     def seen(self, uid: str, pod: Mapping[str, Any]) -> None:
         """A watch event or list item of the pod."""
@@ -56,14 +58,14 @@ class AwaitingAgent:
         if not phase:
             return  # not a pod of HAMi's plugins, or ours before our bind wrote the keys
         if phase != BIND_ALLOCATING:
-            self._pods.pop(uid, None)
+            self._pods.pop(uid)
             return
         node = (pod.get("spec") or {}).get("nodeName") or ""
         if node and uid not in self._pods:
-            self._pods[uid] = (node, self._clock())
+            self._pods.put(uid, node, self._clock())
 
     def gone(self, uid: str) -> None:
-        self._pods.pop(uid, None)
+        self._pods.pop(uid)
 
     def node_seen(self, node: str, annotations: Mapping[str, str]) -> None:
         """A watch event or list item of ``node``: is its lock held?"""
@@ -79,12 +81,15 @@ class AwaitingAgent:
         """How many pods each node's agent has to start, entries past the lock's expiry
         forgotten."""
         oldest = self._clock() - self._max_age
-        for uid in [uid for uid, (_, since) in self._pods.items() if since < oldest]:
-            del self._pods[uid]
-        for node in [node for node, since in self._locked.items() if since < oldest]:
-            del self._locked[node]
-        queued = Counter(node for node, _ in self._pods.values())
-        for node in self._locked:
+        self._pods.drop_older_than(oldest)
+        locked = self._locked
+        while locked:
+            node, since = next(iter(locked.items()))
+            if since >= oldest:
+                break
+            del locked[node]
+        queued = self._pods.per_node()
+        for node in locked:
             queued[node] = max(queued[node], 1)  # the lock's pod is most likely among them
         return queued
 

@@ -16,9 +16,10 @@ from dataclasses import dataclass
 from enum import StrEnum
 from typing import Any
 
+from allocator.picture.record_memo import allocation_of_text
 from allocator.preemption.pod_fields import priority_of, started_at
 from tessera.logs import pod_context
-from tessera.vocabulary import Allocation, CodecError, ContainerAllocation, decode_allocation
+from tessera.vocabulary import Allocation, CodecError, ContainerAllocation
 
 logger = logging.getLogger(__name__)
 
@@ -65,7 +66,7 @@ def read_record(pod: Mapping[str, Any], uid: str, annotation: str
     if not node or not text:
         return None, ""
     try:
-        allocation = decode_allocation(text)
+        allocation = allocation_of_text(text)
     except CodecError as exc:
         return None, str(exc)
     if allocation.pod_uid and allocation.pod_uid != uid:

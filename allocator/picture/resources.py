@@ -200,6 +200,11 @@ class NodeResources:
         self._touched[uid] = self._epoch
         self._epoch += 1
         old = self._pods.pop(uid, None)
+        if old is not None and old == record:
+            # The same node and requests (most events of a bound pod: its status, a node
+            # agent's annotations): no node's figures change.
+            self._pods[uid] = old
+            return
         if record is None:
             self._touched.pop(uid, None)
         else:

@@ -49,6 +49,7 @@ from __future__ import annotations
 from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass
 from functools import cache, partial
+from itertools import filterfalse
 from typing import Any, Final, Protocol
 
 from allocator.agents.port import NodeAgent
@@ -173,10 +174,11 @@ class Filter:
             names = [name for name in names if name not in reserved]
         for avoided in self.agent.nodes_to_avoid(names, self._pods_to_start):
             # The agent's busy nodes left out first, the busiest last.
-            free = [name for name in names if name not in avoided]
+            free = list(filterfalse(avoided.__contains__, names))
             if not free or len(free) == len(names):
                 continue
-            out = self._place(pod, request, free, inputs, avoid={*avoided, *reserved})
+            out = self._place(pod, request, free, inputs,
+                              avoid={*avoided, *reserved} if reserved else avoided)
             if out.nodes:
                 return out
         out = (self._place(pod, request, names, inputs, avoid=reserved) if names

@@ -117,7 +117,7 @@ def test_a_bug_while_reading_one_pod_is_noted_and_never_stops_the_list(
     def broken(text: str) -> Any:
         raise ZeroDivisionError("a bug")
 
-    monkeypatch.setattr(allocator.picture.records, "decode_allocation", broken)
+    monkeypatch.setattr(allocator.picture.records, "allocation_of_text", broken)
     state, _nodes, _pods = _sync(fake, bound_pods)
     assert state.synced
     assert "ZeroDivisionError" in state.snapshot()["ignoredRecords"]["u-trips"]
