@@ -3,8 +3,8 @@
 
 A bound GPU pod's allocation annotation is written once, in its Binding, and every later
 event of the pod carries the same text: its status as the kubelet (or kwok) moves it, and with
-a node agent that writes on the pod (HAMi's device plugin: ``bind-phase``, the emptied device
-entries) each of those writes too. The record decoded is immutable (frozen dataclasses in
+a node agent that writes on the pod (a device plugin's bind phase, its emptied device entries)
+each of those writes too. The record decoded is immutable (frozen dataclasses in
 tuples), so a text decoded once is kept for the pod's next events; texts that fail to decode
 are not kept (decoded again, each within the annotation's length cap).
 """
