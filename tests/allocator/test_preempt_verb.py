@@ -252,16 +252,23 @@ def _filter_preempts(fake: FakeKube, rt: Runtime, name: str, req: Any, priority:
     return card, set(entry.victims)
 
 
+def _verb_proposing_one_on(fake: FakeKube, app: Any, rt: Runtime, card: int,
+                           victims: set[str], pod: dict[str, Any]) -> tuple[str, set[str]]:
+    """The verb asked for ``pod`` with kube-scheduler proposing the first pod of ``card`` that
+    is not among ``victims``: (that pod's UID, the victims answered on n1)."""
+    fake.add_pod(pod)
+    theirs = _on_card(rt, card, victims)[0]
+    reply = app.test_client().post(URL, json=_args(pod, {"n1": [theirs[2:]]})).get_json()
+    return theirs, _victims(reply)["n1"]
+
+
 def test_the_verb_adds_no_victim_on_a_card_reserved_for_an_equal_preemption() -> None:
     fake, app, rt = _quarters()
     reserved, victims = _filter_preempts(fake, rt, "first", HALF_POD, 10)
-    fake.add_pod(priority_pod("second", HALF_POD, 10))
     # kube-scheduler proposes one pod on the reserved card (short of room in sum): on that
     # card one more quarter would do, but the card is the first preemption's.
-    theirs = _on_card(rt, reserved, victims)[0]
-    reply = app.test_client().post(URL, json=_args(fake.get_pod("default", "second"),
-                                                   {"n1": [theirs[2:]]})).get_json()
-    answered = _victims(reply)["n1"]
+    theirs, answered = _verb_proposing_one_on(fake, app, rt, reserved, victims,
+                                              priority_pod("second", HALF_POD, 10))
     other = 1 - reserved
     assert theirs in answered
     assert answered - {theirs} and all(_card(rt, uid[2:]) == other
@@ -272,11 +279,8 @@ def test_the_verb_adds_no_victim_on_a_card_reserved_for_an_equal_preemption() ->
 def test_the_verbs_answer_on_a_lower_preemptions_card_ends_it_as_outranked() -> None:
     fake, app, rt = _quarters()
     reserved, victims = _filter_preempts(fake, rt, "low-preemptor", HALF_POD, 5)
-    fake.add_pod(priority_pod("big", WHOLE, 100))
-    theirs = _on_card(rt, reserved, victims)[0]
-    reply = app.test_client().post(URL, json=_args(fake.get_pod("default", "big"),
-                                                   {"n1": [theirs[2:]]})).get_json()
-    answered = _victims(reply)["n1"]
+    _, answered = _verb_proposing_one_on(fake, app, rt, reserved, victims,
+                                         priority_pod("big", WHOLE, 100))
     # The lower preemption's victims are leaving: one more quarter frees the card for big.
     assert answered == set(_on_card(rt, reserved, victims))
     assert rt.preempt is not None

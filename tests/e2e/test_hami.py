@@ -167,6 +167,18 @@ def _pod(core_v1: Any, namespace: str, name: str) -> dict[str, Any]:
     return get_object(core_v1.read_namespaced_pod, name, namespace)
 
 
+def _allocated_and_running(cluster: DevCluster, core_v1: Any, namespace: str, name: str,
+                           node: HamiNode) -> tuple[dict[str, Any], Allocation]:
+    """The stand-in's plugin runs Allocate for its next pod, which must be ``name``, and the
+    pod then runs: (the pod, its allocation record)."""
+    assert node.allocate_next() == f"{namespace}/{name}"
+    wait_for(f"{name} Running", lambda: _pod(core_v1, namespace, name)["status"].get(
+        "phase") == "Running", timeout=60)
+    pod = _pod(core_v1, namespace, name)
+    return pod, decode_allocation(pod["metadata"]["annotations"][
+        cluster.vocabulary.allocation_annotation])
+
+
 def _whole_cards_shared(pods: list[dict[str, Any]]) -> list[str]:
     """Cards a whole-card container sees that another pod, or another app container of its
     pod, sees too (an init container runs before its pod's app containers)."""
@@ -248,12 +260,7 @@ def test_each_shape_runs_only_after_allocate_with_exactly_the_chosen_cards(
         assert pod["metadata"]["annotations"][HAMI.bind_phase_key] == "allocating"
         time.sleep(0.5)  # KWOK had time to run it, and must not have
         assert _pod(core_v1, namespace, name)["status"]["phase"] == "Pending"
-        assert hami_node.allocate_next() == f"{namespace}/{name}"
-        wait_for(f"{name} Running", lambda n=name: _pod(core_v1, namespace, n)["status"].get(
-            "phase") == "Running", timeout=60)
-        pod = _pod(core_v1, namespace, name)
-        chosen = decode_allocation(pod["metadata"]["annotations"][
-            cluster.vocabulary.allocation_annotation])
+        pod, chosen = _allocated_and_running(cluster, core_v1, namespace, name, hami_node)
         envs = node_envs(pod)
         gpu_inits = [c["name"] for c in pod["spec"].get("initContainers") or []
                      if "nvidia.com/gpu" in ((c.get("resources") or {}).get("limits") or {})]
@@ -413,12 +420,7 @@ def test_every_dialects_example_pod_runs_with_the_cards_and_shares_chosen(
         assert "nvidia.com/gpu" in (c["resources"]["limits"] or {}), c
     alloc = _allocator(cluster, api)
     alloc.bind(namespace, name, "", t4_node.node)
-    assert t4_node.allocate_next() == f"{namespace}/{name}"
-    wait_for(f"{name} Running", lambda: _pod(core_v1, namespace, name)["status"].get(
-        "phase") == "Running", timeout=60)
-    pod = _pod(core_v1, namespace, name)
-    chosen = decode_allocation(pod["metadata"]["annotations"][
-        cluster.vocabulary.allocation_annotation])
+    pod, chosen = _allocated_and_running(cluster, core_v1, namespace, name, t4_node)
     uuid = {d.index: d.uuid for d in t4_node.devices}
     envs = node_envs(pod)
     for c in chosen.containers:

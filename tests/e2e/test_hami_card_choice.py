@@ -14,6 +14,7 @@ import pytest
 from test_hami import (  # noqa: F401  (fixtures)
     MIB,
     NOBODY,
+    _allocated_and_running,
     _allocator,
     _gpu,
     _pod,
@@ -101,12 +102,8 @@ def test_vgpu_mode_and_numa_bind_choose_the_cards(cluster: DevCluster, core_v1: 
         records[name] = decode_request(_pod(core_v1, namespace, name)["metadata"][
             "annotations"][cluster.vocabulary.request_annotation])
         allocator.bind(namespace, name, "", mode_cards.node)
-        assert mode_cards.allocate_next() == f"{namespace}/{name}"
-        wait_for(f"{name} Running", lambda: _pod(core_v1, namespace, name)["status"].get(
-            "phase") == "Running", timeout=60)
-        placed = _pod(core_v1, namespace, name)
-        cards = decode_allocation(placed["metadata"]["annotations"][
-            cluster.vocabulary.allocation_annotation]).containers[0].card_indices
+        placed, record = _allocated_and_running(cluster, core_v1, namespace, name, mode_cards)
+        cards = record.containers[0].card_indices
         # The stand-in plugin hands the container exactly the cards of the record.
         uuid = {d.index: d.uuid for d in mode_cards.devices}
         assert visible(node_envs(placed)) == sorted(uuid[i] for i in cards)

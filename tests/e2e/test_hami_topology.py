@@ -13,6 +13,7 @@ from typing import Any
 import pytest
 from test_hami import (  # noqa: F401  (fixtures)
     MIB,
+    _allocated_and_running,
     _allocator,
     _create,
     _gpu,
@@ -28,8 +29,7 @@ from allocator.kube.client import KubeClient
 from devcluster.cluster import DevCluster
 from devcluster.hami_node import HamiNode, fake_devices, node_envs
 from devcluster.nodes import delete_nodes, uniform
-from devcluster.workloads import container, wait_for
-from tessera.vocabulary import decode_allocation
+from devcluster.workloads import container
 
 pytestmark = pytest.mark.e2e
 
@@ -70,12 +70,8 @@ def test_two_card_pods_land_on_nvlinked_pairs(cluster: DevCluster, core_v1: Any,
     for name in names:
         alloc = _allocator(cluster, api)  # the picture as a restarted allocator reads it
         alloc.bind(namespace, name, "", linked_node.node)
-        assert linked_node.allocate_next() == f"{namespace}/{name}"
-        wait_for(f"{name} Running", lambda n=name: _pod(core_v1, namespace, n)["status"].get(
-            "phase") == "Running", timeout=60)
-        pod = _pod(core_v1, namespace, name)
-        chosen = decode_allocation(pod["metadata"]["annotations"][
-            cluster.vocabulary.allocation_annotation]).containers[0].card_indices
+        pod, placed = _allocated_and_running(cluster, core_v1, namespace, name, linked_node)
+        chosen = placed.containers[0].card_indices
         seen = node_envs(pod)["main"]["NVIDIA_VISIBLE_DEVICES"].split(",")
         assert sorted(seen) == sorted(uuid[i] for i in chosen)
         got.append(tuple(sorted(chosen)))

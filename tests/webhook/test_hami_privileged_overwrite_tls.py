@@ -12,7 +12,6 @@ from __future__ import annotations
 import base64
 import copy
 import json
-import sys
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -20,42 +19,16 @@ from typing import Any
 import jsonpatch
 import pytest
 import requests
-from test_webhook_gunicorn_tls import (
-    HOST,
-    Server,
-    base_env,
-    free_port,
-    make_review,
-    serving_pair,
-    session,
-    start,
-    stop,
-    write_pair,
-)
-
-from certs.builder import build_ca
+from test_webhook_gunicorn_tls import Server, make_review, served_webhook
 
 SHARE = {"nvidia.com/gpu": "1", "nvidia.com/gpumem": "3000", "nvidia.com/gpucores": "30"}
 
 
 @pytest.fixture
 def hami_webhook(tmp_path: Path) -> Iterator[tuple[Server, requests.Session]]:
-    ca = build_ca("tessera-test-ca")
-    write_pair(tmp_path, serving_pair(ca))
-    (tmp_path / "ca.crt").write_bytes(ca.cert_pem)
-    port = free_port()
-    command = [
-        sys.executable, "-m", "tessera.cli", "webhook", "--host", HOST, "--port", str(port),
-        "--tls-cert", str(tmp_path / "tls.crt"), "--tls-key", str(tmp_path / "tls.key"),
-        "--workers", "1", "--threads", "2", "--hami-overwrite-env=true",
-    ]
-    env = base_env() | {"TESSERA_AGENT_PROFILE": "hami"}
-    with session(tmp_path / "ca.crt") as client:
-        server = start(command, env, port, tmp_path / "webhook.log", client, "https")
-        try:
-            yield server, client
-        finally:
-            stop(server)
+    with served_webhook(tmp_path, "--hami-overwrite-env=true",
+                        env={"TESSERA_AGENT_PROFILE": "hami"}) as served:
+        yield served
 
 
 def _review(spec: dict[str, Any]) -> dict[str, Any]:

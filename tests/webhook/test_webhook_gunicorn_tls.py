@@ -16,8 +16,8 @@ import subprocess
 import sys
 import time
 import uuid
-from collections.abc import Iterator
-from contextlib import closing
+from collections.abc import Iterator, Mapping
+from contextlib import closing, contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -131,6 +131,29 @@ def stop(server: Server) -> None:
         except subprocess.TimeoutExpired:
             server.process.kill()
             server.process.wait()
+
+
+@contextmanager
+def served_webhook(directory: Path, *options: str, env: Mapping[str, str] | None = None
+                   ) -> Iterator[tuple[Server, requests.Session]]:
+    """``tessera webhook`` on loopback over TLS (a new CA's serving pair in ``directory``),
+    one worker of two threads, with ``options`` and ``env`` added; stopped after."""
+    ca = build_ca("tessera-test-ca")
+    write_pair(directory, serving_pair(ca))
+    (directory / "ca.crt").write_bytes(ca.cert_pem)
+    port = free_port()
+    command = [
+        sys.executable, "-m", "tessera.cli", "webhook", "--host", HOST, "--port", str(port),
+        "--tls-cert", str(directory / "tls.crt"), "--tls-key", str(directory / "tls.key"),
+        "--workers", "1", "--threads", "2", *options,
+    ]
+    with session(directory / "ca.crt") as client:
+        server = start(command, base_env() | dict(env or {}), port,
+                       directory / "webhook.log", client, "https")
+        try:
+            yield server, client
+        finally:
+            stop(server)
 
 
 def base_env() -> dict[str, str]:
