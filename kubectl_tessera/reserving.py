@@ -7,7 +7,7 @@ flight, by either path (filter's, or kube-scheduler's through the ``preemptVerb`
 on its node are reserved against every other pod of lower or equal priority, and its victims
 are leaving (nobody else's victims). What ``why`` cannot see: a preemption decided and not
 noted yet (the allocator's worker writes the note within moments), a preemption of the
-``preemptVerb`` answered on several nodes (no note: no reservation either), and a
+``preemptVerb`` answered on several nodes (its note has no node: no reservation), and a
 reservation the allocator ended early (a pod of higher priority took its cards: the note is
 cleared then, so it is seen gone a moment later). ``/status`` ``preemptions`` is the
 allocator's own word.
@@ -42,7 +42,9 @@ def in_flight(picture: Picture, now: float | None) -> tuple[Noted, ...]:
     found = []
     for pod in picture.pods:
         note = decode_note(pod.preemption_note) if pod.pending else None
-        if note is not None and (now is None or note.until > now):
+        # A note without a node (the preemptVerb's answer over several nodes) reserves
+        # nothing and names no victim leaving any node: the allocator counts it nowhere either.
+        if note is not None and note.node and (now is None or note.until > now):
             found.append(Noted(pod, note))
     return tuple(found)
 

@@ -50,7 +50,7 @@ from allocator.verbs import preempt_offers
 from allocator.verbs.evictions import Worker
 from allocator.verbs.preempt_answers import Answering
 from allocator.verbs.preempt_ends import bound_outcome, expire, tell_ended
-from allocator.verbs.preempt_note import ALLOCATOR, Note, noted
+from allocator.verbs.preempt_note import ALLOCATOR, KUBE_SCHEDULER, Note, noted
 from allocator.verbs.preempt_ports import HeldRoom, InFlight, Picture, PreemptApi
 from allocator.verbs.preempt_writes import (
     PENDING,
@@ -160,7 +160,7 @@ class Preempt(Reserving, Answering, DecisionHooks):
         """(Under this lock.)"""
         for uid in [u for u, f in self.in_flight.items() if f.until <= now]:
             ended = self.in_flight.pop(uid)
-            if ended.node:
+            if ended.node or ended.evictor == KUBE_SCHEDULER:  # noted: the note is cleared
                 self._ended.append(ended)
 
     def _remember(self, entry: InFlight) -> list[InFlight]:
@@ -266,7 +266,8 @@ class Preempt(Reserving, Answering, DecisionHooks):
         """Rebuild the preemptions in flight from the notes of pending pods (a restart, a new
         leader): each remembered with its deadline (capped at now plus ours), its cards held
         at once when every victim is gone, the victims the last leader did not evict evicted
-        now (never those kube-scheduler deletes: a ``preemptVerb``'s answer). Notes past
+        now (never those kube-scheduler deletes: a ``preemptVerb``'s answer; one without a
+        node is remembered only, so filter's path evicts nobody for its pod). Notes past
         their deadline are cleared. How many were restored."""
         pods, _ = self.api.list_pods_by_field(PENDING, partial(noted, self.annotation))
         restored = 0
@@ -287,12 +288,13 @@ class Preempt(Reserving, Answering, DecisionHooks):
             tell_ended(self.hooks, dropped, PreemptionEnd.FORGOTTEN)
             restored += 1
             logger.info("preemption for %s on %s restored (its victims evicted by %s)",
-                        ref.key, note.node, note.evictor)
+                        ref.key, note.node or "several nodes", note.evictor)
             left = tuple(PodRef(r.namespace, r.name, r.uid)
                          for r in map(self.state.record, note.victims) if r is not None)
             if left and note.evictor == ALLOCATOR:  # the last leader stopped before: go on
                 self.worker.submit(partial(self._evict, entry, left))
-            self._hold_when_free(entry)
+            if note.node:  # without one (the verb's answer over several nodes): no hold
+                self._hold_when_free(entry)
         return restored
 
     # ------------------------------------------------------------------ the hold

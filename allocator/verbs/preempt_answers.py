@@ -29,9 +29,9 @@ from dataclasses import replace
 
 from allocator.decisions import DecisionHooks, PreemptionEnd
 from allocator.verbs.preempt_ends import tell_ended
-from allocator.verbs.preempt_note import ALLOCATOR, KUBE_SCHEDULER, Note
+from allocator.verbs.preempt_note import ALLOCATOR, KUBE_SCHEDULER, MAX_ITEMS, Note
 from allocator.verbs.preempt_ports import InFlight, PreemptApi
-from allocator.verbs.preempt_writes import drop_answer_note, write_answer_note
+from allocator.verbs.preempt_writes import write_answer_note
 
 logger = logging.getLogger(__name__)
 
@@ -61,12 +61,12 @@ class Answering:
                 and (entry.evictor == ALLOCATOR or entry.held))
 
     def remember_answer(self, entry: InFlight) -> bool:
-        """Remember what the verb answers (``entry``, kube-scheduler evicts its victims) and,
-        with a node, write its note before the answer goes: filter's path evicts nobody for
-        the pod until the deadline, its cards are reserved, and a new leader restores it.
-        False, remembering nothing, when filter's path chose victims for the pod meanwhile,
-        or the note could not be written (kube-scheduler gets no candidates and tries the
-        pod again)."""
+        """Remember what the verb answers (``entry``, kube-scheduler evicts its victims) and
+        write its note before the answer goes (replacing an earlier answer's): filter's path
+        evicts nobody for the pod until the deadline, and a new leader restores it; with a
+        node its cards are reserved too. False, remembering nothing, when filter's path chose
+        victims for the pod meanwhile, or the note could not be written (kube-scheduler gets
+        no candidates and tries the pod again)."""
         entry = replace(entry, evictor=KUBE_SCHEDULER)
         uid = entry.pod.uid
         with self._lock:
@@ -77,15 +77,21 @@ class Answering:
         # A replaced answer ends here (its successor starts below).
         tell_ended(self.hooks, [*dropped, *([earlier] if earlier else [])],
                    PreemptionEnd.FORGOTTEN)
-        if not entry.node:  # several nodes answered: kube-scheduler picks one; no note
-            if earlier is not None and earlier.node:  # a restore must not bring it back
-                drop_answer_note(self.api, self.annotation, entry.pod)
-            return True
-        if not write_answer_note(self.api, self.annotation, entry.pod, Note(
-                entry.node, entry.cards, entry.until, entry.victims, KUBE_SCHEDULER)):
+        if not write_answer_note(self.api, self.annotation, entry.pod, answer_note(entry)):
             with self._lock:
                 if self.in_flight.get(uid) is entry:
                     del self.in_flight[uid]
             return False
-        self.hooks.preemption_started(entry.pod, entry.victim_refs, entry.node, entry.cards)
+        if entry.node:  # several nodes answered: kube-scheduler picks one, nothing begins here
+            self.hooks.preemption_started(entry.pod, entry.victim_refs, entry.node,
+                                          entry.cards)
         return True
+
+
+def answer_note(entry: InFlight) -> Note:
+    """The note of the verb's answer ``entry``. Without a node (answered over several nodes)
+    it names no card and at most :data:`MAX_ITEMS` victims (a reader needs none of them: such
+    a note reserves nothing and is never held)."""
+    if not entry.node:
+        return Note("", (), entry.until, entry.victims[:MAX_ITEMS], KUBE_SCHEDULER)
+    return Note(entry.node, entry.cards, entry.until, entry.victims, KUBE_SCHEDULER)

@@ -34,8 +34,13 @@ def expire(entry: InFlight, state: Picture, api: PreemptApi, hooks: DecisionHook
            annotation: str) -> None:
     """No bind by the deadline (the worker's thread): the hold freed (the room goes to the
     next pod), the Event (``preemption_expired``), the outcome, the note and our nomination
-    cleared."""
+    cleared. Without a node (the ``preemptVerb``'s answer over several nodes: nothing held,
+    nothing begun here) only its note is cleared."""
     ref = entry.pod
+    if not entry.node:
+        logger.info("preemptVerb answer for %s over several nodes expired", ref.key)
+        clear_note(api, annotation, ref, entry.node)
+        return
     state.release_hold(ref.uid)
     logger.info("preemption for %s on %s expired", ref.key, entry.node)
     hooks.preemption_expired(ref, entry.node, entry.cards)

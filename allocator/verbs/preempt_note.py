@@ -7,7 +7,12 @@ waits until the picture has seen every one of them go), and who evicts them: ``a
 (filter's path, :mod:`allocator.verbs.preempt`: a new leader evicts those the last one left)
 or ``kube-scheduler`` (the ``preemptVerb``'s answer, :mod:`allocator.verbs.preempt_verb`:
 kube-scheduler deletes them, a new leader never does). A note without ``evictor`` (written
-before it existed) is filter's path's. Written before the first eviction (by the worker, or
+before it existed) is filter's path's. ``node`` is ``""`` (and ``cards`` ``[]``) only in a
+``kube-scheduler`` note: the verb's answer left whole over several nodes (kube-scheduler's own
+victims free the cards; it picks the node), which reserves nothing and is never held, but
+keeps filter's path from evicting for the pod until the deadline (decision
+0035-verbnote2). An allocator older than that reads such a note as no note (its decode
+refused an empty node) and ignores it. Written before the first eviction (by the worker, or
 before the verb's answer goes back), so a leader that dies after evicting leaves the note
 behind; read back by :meth:`Preempt.restore <allocator.verbs.preempt.Preempt.restore>`
 (decision 0026).
@@ -91,9 +96,12 @@ def decode_note(text: object) -> Note | None:
     cards = _items(doc.get("cards"), int)
     victims = _items(doc.get("victims", []), str)
     evictor = _evictor(doc.get("evictor"))
-    if (not isinstance(node, str) or not node or len(node) > 253 or cards is None
+    if (not isinstance(node, str) or len(node) > 253 or cards is None
             or victims is None or evictor is None or isinstance(until, bool)
             or not isinstance(until, int | float) or not math.isfinite(until)):
+        return None
+    # No node: an answer of the verb left whole over several nodes, which frees no card of ours.
+    if not node and (evictor != KUBE_SCHEDULER or cards):
         return None
     return Note(node, cards, float(until), victims, evictor)
 

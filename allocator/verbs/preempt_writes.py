@@ -87,25 +87,15 @@ def evict(api: PreemptApi, hooks: DecisionHooks, entry: InFlight,
         hooks.preempted(ref, tuple(evicted), entry.node, entry.cards)
 
 
-def drop_answer_note(api: PreemptApi, annotation: str, ref: PodRef) -> None:
-    """Remove a replaced ``preemptVerb`` answer's note (the nomination is kube-scheduler's,
-    about to be written again from the new answer)."""
-    try:
-        api.patch_pod(ref.namespace, ref.name, {"metadata": {
-            "uid": ref.uid, "annotations": {annotation: None}}})
-    except ApiError as exc:
-        logger.warning("replaced preemption note of %s not removed: %s", ref.key, exc)
-
-
 def clear_note(api: PreemptApi, annotation: str, ref: PodRef, node: str) -> None:
     """Remove the note, and the nomination if it is still ours (kube-scheduler clears a
     nomination itself on a failed attempt with no candidate: module doc of
-    :mod:`~allocator.verbs.preempt_note`)."""
+    :mod:`~allocator.verbs.preempt_note`); a note without a node names no nomination."""
     try:
         pod = api.get_pod(ref.namespace, ref.name)
         if str((pod.get("metadata") or {}).get("uid") or "") != ref.uid:
             return
-        if (pod.get("status") or {}).get("nominatedNodeName") == node:
+        if node and (pod.get("status") or {}).get("nominatedNodeName") == node:
             api.patch_pod_status(ref.namespace, ref.name,
                                  {"status": {"nominatedNodeName": None}})
         api.patch_pod(ref.namespace, ref.name, {"metadata": {

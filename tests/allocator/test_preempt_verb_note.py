@@ -174,14 +174,16 @@ def test_an_answer_whose_cards_are_held_is_not_replaced() -> None:
     assert _ask(app, fake, "big", ["c"]) == {}
 
 
-def test_an_answer_replaced_by_one_left_whole_takes_its_note_away() -> None:
+def test_an_answer_replaced_by_one_left_whole_replaces_its_note() -> None:
     fake, app, _rt, victims = _answered_big()
     # kube-scheduler's next proposal frees a whole card by itself: answered as it came, over
     # no node of ours, so nothing is reserved and no restore may bring the first one back.
     assert _ask(app, fake, "big", sorted(v.removeprefix("u-") for v in victims)) == {
         "n1": victims}
-    assert _note(fake, "big") is None
-    assert _preempt(_restarted(fake)).snapshot() == ()
+    assert _note(fake, "big") == Note("", (), NOW + DEADLINE_SECONDS, tuple(sorted(victims)),
+                                      KUBE_SCHEDULER)
+    after = _preempt(_restarted(fake))
+    assert after.snapshot() == () and after.in_flight["u-big"].node == ""
 
 
 def test_a_restored_preemption_of_filters_path_keeps_the_verb_away() -> None:
@@ -203,3 +205,81 @@ def _status_preemptions(app: Flask) -> list[dict[str, Any]]:
 def test_status_says_who_evicts() -> None:
     _fake, app, _rt, _victims = _answered_big()
     assert [p["evictor"] for p in _status_preemptions(app)] == [KUBE_SCHEDULER]
+
+
+# ------------------------------------------------------------------ an answer over several nodes
+#: kube-scheduler's own victims (c, d: card 1 of n1) free a whole card: answered as proposed,
+#: remembered without a node (kube-scheduler picks the node).
+WHOLE_CARD = ["c", "d"]
+
+
+def _answered_whole() -> tuple[FakeKube, Flask, Runtime]:
+    fake, app, rt = full_node()
+    fake.add_pod(priority_pod("big", WHOLE, 100))
+    assert _ask(app, fake, "big", WHOLE_CARD) == {"n1": {"u-c", "u-d"}}
+    return fake, app, rt
+
+
+def test_an_answer_left_whole_is_noted_without_a_node() -> None:
+    fake, _app, rt = _answered_whole()
+    assert _note(fake, "big") == Note("", (), NOW + DEADLINE_SECONDS, ("u-c", "u-d"),
+                                      KUBE_SCHEDULER)
+    assert _preempt(rt).snapshot() == ()  # no reservation, no hold, nothing on /status
+    assert _evicted(fake) == [] and [c for c, _ in fake.calls if c == "patch_pod_status"] == []
+
+
+def test_an_answer_left_whole_whose_note_the_api_refuses_is_no_candidates() -> None:
+    fake, app, rt = full_node()
+    fake.add_pod(priority_pod("big", WHOLE, 100))
+    fake.fail("patch_pod", ApiError("service unavailable", 503))
+    assert _ask(app, fake, "big", WHOLE_CARD) == {}  # the note comes before the answer
+    assert "u-big" not in _preempt(rt).in_flight and _note(fake, "big") is None
+
+
+def test_a_restarted_allocator_evicts_nobody_for_an_answer_left_whole() -> None:
+    fake, _app, _rt = _answered_whole()
+    after = _restarted(fake)  # kube-scheduler has not deleted c and d yet
+    flight = _preempt(after).in_flight["u-big"]
+    assert (flight.node, flight.cards, flight.evictor) == ("", (), KUBE_SCHEDULER)
+    big = fake.get_pod("default", "big")
+    assert after.allocator.filter(big, ["n1"]).nodes == []  # refused, and filter's path waits
+    _preempt(after).worker.drain()
+    assert _evicted(fake) == [] and _held_cards(after, "u-big") is None
+    assert _note(fake, "big") is not None
+
+
+def test_the_deadline_clears_a_note_without_a_node() -> None:
+    fake, _app, _rt = _answered_whole()
+    after = _preempt(_restarted(fake))
+    assert after.in_flight["u-big"].until == NOW + DEADLINE_SECONDS
+    after.tick(NOW + DEADLINE_SECONDS + 1)
+    assert "u-big" not in after.in_flight and _raw_note(fake, "big") is None
+    assert [c for c, _ in fake.calls if c == "patch_pod_status"] == []  # the nomination stays
+
+
+def test_a_note_without_a_node_past_its_deadline_is_cleared_at_restore() -> None:
+    fake, _app, _rt = full_node()
+    fake.add_pod(priority_pod("big", WHOLE, 100))
+    late = Note("", (), NOW - 1, ("u-c",), KUBE_SCHEDULER)
+    fake.patch_pod("default", "big", {"metadata": {"annotations": {NOTE: encode_note(late)}}})
+    after = _preempt(_restarted(fake))
+    assert "u-big" not in after.in_flight and _raw_note(fake, "big") is None
+
+
+def _raw_note(fake: FakeKube, name: str) -> object:
+    return fake.get_pod("default", name)["metadata"].get("annotations", {}).get(NOTE)
+
+
+def test_a_note_without_a_node_reads_back_as_written() -> None:
+    note = Note("", (), NOW + 5, ("u-c", "u-d"), KUBE_SCHEDULER)
+    assert decode_note(encode_note(note)) == note
+
+
+@pytest.mark.parametrize("text", [
+    '{"node":"","cards":[],"until":5,"evictor":"allocator"}',  # filter's path needs a node
+    '{"node":"","cards":[],"until":5}',  # no evictor: filter's path's
+    '{"node":"","cards":[1],"until":5,"evictor":"kube-scheduler"}',  # cards but no node
+])
+def test_a_note_without_a_node_is_no_note_unless_kube_schedulers_and_cardless(
+        text: str) -> None:
+    assert decode_note(text) is None
