@@ -94,6 +94,19 @@ def test_a_preemption_would_neither_evict_on_reserved_cards_nor_take_leaving_vic
     assert (word.cards, [v.pod for v in word.victims]) == ((0,), ["default/a", "default/b"])
 
 
+def test_a_verb_answer_over_several_nodes_reserves_nothing_and_leaves_no_victim_taken() -> None:
+    # big's note without a node (the preemptVerb's answer left whole over several nodes): the
+    # allocator counts it in no reservation, so why does not either.
+    note = Note("", (), NOW + 30, ("uid-c", "uid-d"), KUBE_SCHEDULER)
+    pods = [_half_on("a", 0), _half_on("b", 0), _half_on("c", 1), _half_on("d", 1),
+            _preemptor("big", 100, note), _prio(gpu_pod("mid", wholes(1)), 50)]
+    e = _explain(pods, "mid")
+    assert [v.outcome for v in e.verdicts] == ["no-room"]  # no card reserved
+    word = e.preemption
+    assert word is not None and word.kind == "would"
+    assert (word.cards, [v.pod for v in word.victims]) == ((1,), ["default/c", "default/d"])
+
+
 def test_the_preemptors_own_word_says_kube_scheduler_deletes_the_victims() -> None:
     made = _explain(_card0_full_and_card1_free(_prio(gpu_pod("low", wholes(1)), 1)),
                     "big").preemption_made
