@@ -27,7 +27,8 @@ Keys and rules: Project-HAMi/HAMi v2.10.0.
   ``pkg/scheduler/policy/node_policy.go:48-54``: the node policy is spread only for
   ``spread``, else binpack; ``pkg/scheduler/policy/gpu_policy.go:77-127``: the card policy is
   binpack only for ``binpack``, else spread, and ``mutex``, ``topology-aware``, ``numa`` and
-  comma-separated chains mean more. The defaults: ``cmd/scheduler/main.go:70-71``
+  comma-separated chains mean more (:func:`gpu_chain_policy`: a chain led by ``binpack`` or
+  ``spread`` is honoured, the rest refused). The defaults: ``cmd/scheduler/main.go:70-71``
   (``--node-scheduler-policy=binpack``, ``--gpu-scheduler-policy=spread``), as the chart's
   ``scheduler.defaultSchedulerPolicy`` (``charts/hami/values.yaml:76-78``).
 - ``pkg/util/types.go:91``, ``pkg/util/device_scoring_weights.go:48``: a pod's own weights
