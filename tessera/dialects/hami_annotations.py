@@ -201,14 +201,14 @@ _CHECKS: Final[Mapping[str, Callable[[str, str, str], str]]] = {
 _SORT_KEYS: Final = ("binpack", "spread", "numa")
 #: The card-policy words Tessera cannot reproduce: HAMi's meaning and what to write instead.
 _UNHONOURED: Final[Mapping[str, str]] = {
-    "mutex": "HAMi then takes idle cards only (device.go:725, :767-771), which Tessera does "
+    "mutex": "HAMi takes idle cards only (device.go:725, :767-771), which Tessera does "
              "not reproduce; write binpack or spread",
-    "topology-aware": "HAMi then takes, among every card that fits, the worst-connected "
+    "topology-aware": "HAMi takes, among every card that fits, the worst-connected "
                       "card for one and the best-connected set for several, whatever the "
                       "usage scores (device.go:724, :829-869), where Tessera orders by "
                       "binpack or spread and by connection only among equals; write binpack "
                       "or spread",
-    "numa": "HAMi then orders cards by NUMA node first (gpu_policy.go:82, :159-161), which "
+    "numa": "HAMi orders cards by NUMA node first (gpu_policy.go:82, :159-161), which "
             "Tessera does not reproduce; write binpack or spread, with numa only after one "
             "of them",
 }
@@ -224,7 +224,7 @@ def gpu_chain_policy(value: str) -> tuple[str | None, str]:
     words = [w for w in (part.strip() for part in value.split(",")) if w]
     for word in words:
         if word in _UNHONOURED and (word != "numa" or word == words[0]):
-            return None, f"{word}: {_UNHONOURED[word]}"
+            return None, f"with {word}, {_UNHONOURED[word]}"
         if word not in _SORT_KEYS:
             return None, (f"{word!r} is not a HAMi card policy (HAMi skips it, "
                           f"gpu_policy.go:62-75); write binpack or spread")

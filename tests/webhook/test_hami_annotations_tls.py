@@ -64,8 +64,8 @@ def test_hamis_policy_annotations_become_the_pods_hami_policy_and_the_rest_are_r
                                      "nvidia.com/vgpu-mode": "mig"})
     assert refused["allowed"] is False
     message = refused["status"]["message"]
-    assert ("pod annotation hami.io/gpu-scheduler-policy='mutex': HAMi then takes idle cards "
-            "only") in message
+    assert ("pod annotation hami.io/gpu-scheduler-policy='mutex': with mutex, HAMi takes idle "
+            "cards only") in message
     assert "write binpack or spread" in message
     assert "pod annotation nvidia.com/numa-bind='yes' is not a boolean" in message
     assert "pod annotation nvidia.com/vgpu-mode='mig' allows mig cards only" in message
