@@ -27,7 +27,8 @@ Keys and rules: Project-HAMi/HAMi v2.10.0.
   ``pkg/scheduler/policy/node_policy.go:48-54``: the node policy is spread only for
   ``spread``, else binpack; ``pkg/scheduler/policy/gpu_policy.go:77-127``: the card policy is
   binpack only for ``binpack``, else spread, and ``mutex``, ``topology-aware``, ``numa`` and
-  comma-separated chains mean more. The defaults: ``cmd/scheduler/main.go:70-71``
+  comma-separated chains mean more (:func:`gpu_chain_policy`: a chain led by ``binpack`` or
+  ``spread`` is honoured, the rest refused). The defaults: ``cmd/scheduler/main.go:70-71``
   (``--node-scheduler-policy=binpack``, ``--gpu-scheduler-policy=spread``), as the chart's
   ``scheduler.defaultSchedulerPolicy`` (``charts/hami/values.yaml:76-78``).
 - ``pkg/util/types.go:91``, ``pkg/util/device_scoring_weights.go:48``: a pod's own weights
@@ -195,6 +196,43 @@ _CHECKS: Final[Mapping[str, Callable[[str, str, str], str]]] = {
 }
 
 
+#: HAMi's card sort keys, which a comma-separated chain applies in the order written
+#: (``gpu_policy.go:50-75``, ``:129-167``).
+_SORT_KEYS: Final = ("binpack", "spread", "numa")
+#: The card-policy words Tessera cannot reproduce: HAMi's meaning and what to write instead.
+_UNHONOURED: Final[Mapping[str, str]] = {
+    "mutex": "HAMi takes idle cards only (device.go:725, :767-771), which Tessera does "
+             "not reproduce; write binpack or spread",
+    "topology-aware": "HAMi takes, among every card that fits, the worst-connected "
+                      "card for one and the best-connected set for several, whatever the "
+                      "usage scores (device.go:724, :829-869), where Tessera orders by "
+                      "binpack or spread and by connection only among equals; write binpack "
+                      "or spread",
+    "numa": "HAMi orders cards by NUMA node first (gpu_policy.go:82, :159-161), which "
+            "Tessera does not reproduce; write binpack or spread, with numa only after one "
+            "of them",
+}
+
+
+def gpu_chain_policy(value: str) -> tuple[str | None, str]:
+    """The card policy a comma-separated ``gpu-scheduler-policy`` chain means, as ``binpack``
+    or ``spread``, else None and why (decision 0035-hamipolicy2). HAMi sorts by the chain's
+    keys in order (``gpu_policy.go:132-166``): a first ``binpack`` or ``spread`` decides on
+    the card score, a later ``binpack`` or ``spread`` compares that same score again, and a
+    later ``numa`` only breaks ties, as it does for a single ``binpack`` or ``spread``
+    (``:115-126``): so the chain means its first key."""
+    words = [w for w in (part.strip() for part in value.split(",")) if w]
+    for word in words:
+        if word in _UNHONOURED and (word != "numa" or word == words[0]):
+            return None, f"with {word}, {_UNHONOURED[word]}"
+        if word not in _SORT_KEYS:
+            return None, (f"{word!r} is not a HAMi card policy (HAMi skips it, "
+                          f"gpu_policy.go:62-75); write binpack or spread")
+    if not words:
+        return None, "names no card policy; write binpack or spread"
+    return words[0], ""
+
+
 def _policy_value(annotations: Mapping[str, Any], key: str, default: str,
                   problems: list[str]) -> str:
     if key not in annotations:
@@ -202,9 +240,13 @@ def _policy_value(annotations: Mapping[str, Any], key: str, default: str,
     value = _read(annotations, key)
     if value in POLICY_VALUES:
         return value
-    more = (" (topology-aware, mutex, numa and comma-separated chains are not honoured yet)"
-            if key == GPU_POLICY else "")
-    problems.append(f"{key}={value!r}: Tessera honours {' or '.join(POLICY_VALUES)}{more}; "
+    if key == GPU_POLICY and ("," in value or value in _UNHONOURED):
+        chained, why = gpu_chain_policy(value)
+        if chained is not None:
+            return chained
+        problems.append(f"{key}={value!r}: {why}")
+        return default
+    problems.append(f"{key}={value!r}: Tessera honours {' or '.join(POLICY_VALUES)}; "
                     f"write one of them or remove it")
     return default
 

@@ -60,10 +60,28 @@ def test_values_tessera_honours_are_admitted(annotations: dict[str, str]) -> Non
     assert _policy(annotations) is None
 
 
+@pytest.mark.parametrize(("chain", "expected"), [
+    # HAMi sorts by the chain's keys in order (gpu_policy.go:132-166): the first decides.
+    ("binpack,numa", "hami-binpack-binpack"),
+    ("spread, numa", "hami-binpack-spread"),
+    ("spread,binpack", "hami-binpack-spread"),  # binpack compares the same score again
+    ("binpack,binpack,", "hami-binpack-binpack"),  # empty and repeated keys are skipped
+])
+def test_a_chain_of_sort_keys_means_its_first_key(chain: str, expected: str) -> None:
+    assert _policy({"hami.io/gpu-scheduler-policy": chain}) == expected
+
+
 @pytest.mark.parametrize(("key", "value", "fragment"), [
     ("hami.io/node-scheduler-policy", "topology-aware", "honours binpack or spread"),
-    ("hami.io/gpu-scheduler-policy", "mutex", "topology-aware, mutex, numa"),
-    ("hami.io/gpu-scheduler-policy", "binpack,numa", "comma-separated chains"),
+    ("hami.io/gpu-scheduler-policy", "mutex", "idle cards only"),
+    ("hami.io/gpu-scheduler-policy", "spread,mutex", "idle cards only"),
+    ("hami.io/gpu-scheduler-policy", "topology-aware", "worst-connected card for one"),
+    ("hami.io/gpu-scheduler-policy", "binpack, topology-aware", "best-connected set"),
+    ("hami.io/gpu-scheduler-policy", "numa", "NUMA node first"),
+    ("hami.io/gpu-scheduler-policy", "numa,binpack", "numa only after one of them"),
+    ("hami.io/gpu-scheduler-policy", "binpack,numb", "'numb' is not a HAMi card policy"),
+    ("hami.io/gpu-scheduler-policy", ",", "names no card policy"),
+    ("hami.io/node-scheduler-policy", "binpack,numa", "honours binpack or spread"),
     ("hami.io/gpu-scheduler-policy", " binpack", "write one of them"),  # HAMi: spread
     ("hami.io/device-scoring-weights", "slot=1,core=1,memory=3", "remove it"),
 ])

@@ -43,7 +43,8 @@ def _answer(hami_webhook: tuple[Server, requests.Session],
 
 def test_hamis_policy_annotations_become_the_pods_hami_policy_and_the_rest_are_refused(
         hami_webhook: tuple[Server, requests.Session]) -> None:
-    admitted = _answer(hami_webhook, {"hami.io/gpu-scheduler-policy": "binpack",
+    # A chain led by binpack is binpack (HAMi's lessByChain: later keys only break ties).
+    admitted = _answer(hami_webhook, {"hami.io/gpu-scheduler-policy": "binpack,numa",
                                       "nvidia.com/vgpu-mode": "mps",
                                       "nvidia.com/numa-bind": "true",
                                       "nvidia.com/use-gputype": "A100",
@@ -64,6 +65,8 @@ def test_hamis_policy_annotations_become_the_pods_hami_policy_and_the_rest_are_r
                                      "nvidia.com/vgpu-mode": "mig"})
     assert refused["allowed"] is False
     message = refused["status"]["message"]
-    assert "pod annotation hami.io/gpu-scheduler-policy='mutex'" in message
+    assert ("pod annotation hami.io/gpu-scheduler-policy='mutex': with mutex, HAMi takes idle "
+            "cards only") in message
+    assert "write binpack or spread" in message
     assert "pod annotation nvidia.com/numa-bind='yes' is not a boolean" in message
     assert "pod annotation nvidia.com/vgpu-mode='mig' allows mig cards only" in message

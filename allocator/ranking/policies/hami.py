@@ -42,9 +42,12 @@ Not reproduced: NUMA breaking ties among equal card scores (Tessera knows each c
 node on HAMi's nodes, :attr:`Card.numa`, but these scores ignore it); with ``numa-bind``
 (honoured as a constraint, :mod:`allocator.ranking.search`), which NUMA node's cards a
 container takes follows these scores, where HAMi walks its NUMA groups in sort order
-(``gpu_policy.go:100-112``); ``mutex`` and ``topology-aware`` card policies, comma-separated
-policy chains, per-pod scoring weights (``hami.io/device-scoring-weights``), the order of ties left
-by a previous container of the same pod, and Go's unstable sort above 12 cards.
+(``gpu_policy.go:100-112``, ``:139-146`` for a chain); the ``mutex``, ``topology-aware`` and
+NUMA-first card policies (refused at admission; a chain led by ``binpack`` or ``spread`` is
+that key, its later keys only breaking ties:
+:func:`tessera.dialects.hami_annotations.gpu_chain_policy`), per-pod scoring weights
+(``hami.io/device-scoring-weights``), the order of ties left by a previous container of the
+same pod, and Go's unstable sort above 12 cards.
 """
 
 from __future__ import annotations
