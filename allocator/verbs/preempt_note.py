@@ -11,7 +11,7 @@ before it existed) is filter's path's. ``node`` is ``""`` (and ``cards`` ``[]``)
 ``kube-scheduler`` note: the verb's answer left whole over several nodes (kube-scheduler's own
 victims free the cards; it picks the node), which reserves nothing and is never held, but
 keeps filter's path from evicting for the pod until the deadline (decision
-0035-verbnote2). An allocator older than that reads such a note as no note (its decode
+0035). An allocator older than that reads such a note as no note (its decode
 refused an empty node) and ignores it. Written before the first eviction (by the worker, or
 before the verb's answer goes back), so a leader that dies after evicting leaves the note
 behind; read back by :meth:`Preempt.restore <allocator.verbs.preempt.Preempt.restore>`

@@ -35,7 +35,7 @@ covers the pods it finds no candidate for. The answer (decision 0021):
   cannot be written is answered with no candidates. When some answered node is
   kube-scheduler's own proposal (its victims free the cards already), the answer is left
   whole and remembered without a node (no hold, no reservation), noted too (``node: ""``,
-  decision 0035-verbnote2) so a new leader's filter's path evicts nobody for the pod either.
+  decision 0035) so a new leader's filter's path evicts nobody for the pod either.
 - An unreadable GPU request, a pod without a UID, or an API error reading the budgets or the
   labels they weigh: the empty map (no preemption this attempt). The offers come from the
   picture, and the budgets are read only when card-level victims are added

@@ -216,7 +216,7 @@ _UNHONOURED: Final[Mapping[str, str]] = {
 
 def gpu_chain_policy(value: str) -> tuple[str | None, str]:
     """The card policy a comma-separated ``gpu-scheduler-policy`` chain means, as ``binpack``
-    or ``spread``, else None and why (decision 0035-hamipolicy2). HAMi sorts by the chain's
+    or ``spread``, else None and why (decision 0036). HAMi sorts by the chain's
     keys in order (``gpu_policy.go:132-166``): a first ``binpack`` or ``spread`` decides on
     the card score, a later ``binpack`` or ``spread`` compares that same score again, and a
     later ``numa`` only breaks ties, as it does for a single ``binpack`` or ``spread``
