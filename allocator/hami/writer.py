@@ -148,7 +148,7 @@ def _init_entry(spec: Mapping[str, Any], served_by: ContainerAllocation | None,
     """A GPU init container's entry: its own share (read from its HAMi resources, as the
     webhook wrote them) on the first k of the first GPU app container's cards, k its device
     count. kubelet hands its devices on to that container (``devicesToReuse``), and with
-    ``enableGetPreferredAllocation`` the plugin follows them (docs/hami.md, "Init
+    ``enableGetPreferredAllocation`` the plugin follows them (docs/hami-plugin.md, "Init
     containers"); a share larger than the app container's on a card would be counted twice."""
     name = str(spec.get("name", ""))
     if served_by is None:

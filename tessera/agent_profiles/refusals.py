@@ -86,8 +86,8 @@ def device_count(c: ContainerRequest) -> int:
 
 
 def init_share_fits(init: ContainerRequest, app: ContainerRequest) -> str:
-    """HAMi's looser rule (docs/hami.md, "Init containers"): "" when ``init`` asks for at most
-    as many devices as ``app`` and, on each, a share no larger than ``app``'s; else what it
+    """HAMi's looser rule (docs/hami-plugin.md, "Init containers"): "" when ``init`` asks for
+    at most as many devices as ``app`` and, on each, a share no larger than ``app``'s; else what it
     must ask for. Any share, or the whole card, fits under a whole card; under a share, a
     share whose cores and memory are each at most the app's, memory in the same unit (MiB
     with MiB, percent of the card with percent: which MiB a percent is depends on the card,

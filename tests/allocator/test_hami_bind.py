@@ -150,7 +150,7 @@ def _init(name: str, limits: dict[str, str]) -> dict[str, Any]:
 
 
 def test_each_gpu_init_container_gets_its_own_share_on_the_first_of_the_apps_cards() -> None:
-    # The looser rule (docs/hami.md "Init containers"): an init container asking k devices,
+    # The looser rule (docs/hami-plugin.md "Init containers"): an init container asking k devices,
     # each no larger than the first GPU app container's, is written on the first k of that
     # container's cards with its OWN share; the allocation holds the app containers only.
     pod = make_gpu_pod("p", request(whole("main", cards=3)), uid="u")

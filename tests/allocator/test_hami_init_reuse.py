@@ -1,4 +1,4 @@
-"""GPU init containers asking less than their app container, under HAMi (docs/hami.md, "Init
+"""GPU init containers asking less than their app container, under HAMi (docs/hami-plugin.md, "Init
 containers"): kubelet's reuse of their devices as the stand-in models it
 (devcluster/kubelet_devices.py, from kubernetes v1.34.4 ``pkg/kubelet/cm/devicemanager/
 manager.go``), and the whole path (allocator bind, stand-in kubelet and plugin) under both of

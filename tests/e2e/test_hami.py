@@ -299,7 +299,7 @@ def test_each_shape_runs_only_after_allocate_with_exactly_the_chosen_cards(
 def test_an_init_container_asking_more_than_its_app_container_is_refused_at_creation(
         core_v1: Any, namespace: str, init: dict[str, Any], words: str) -> None:
     """Through the real API server and webhook: refused back to the client naming the plugin
-    and its setting, nothing created (docs/hami.md, "Init containers")."""
+    and its setting, nothing created (docs/hami-plugin.md, "Init containers")."""
     from kubernetes.client.exceptions import ApiException
 
     with pytest.raises(ApiException) as refused:

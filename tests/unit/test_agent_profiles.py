@@ -161,7 +161,7 @@ def test_what_the_agent_runs_is_not_refused(agent: NodeAgent, request_: PodReque
     assert agent.refusals(request_) == ()
 
 
-# HAMi's looser rule (refusals.init_share_fits, docs/hami.md "Init containers"): at most the
+# HAMi's looser rule (refusals.init_share_fits, docs/hami-plugin.md "Init containers"): at most the
 # first GPU app container's device count, each share no larger (v2.10.0
 # pkg/device/initContainer.go CollapseInitContainerUsage then counts each card as the app's).
 @pytest.mark.parametrize(
