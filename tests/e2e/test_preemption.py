@@ -140,6 +140,12 @@ def test_the_room_of_a_preemptor_deleted_before_its_bind_goes_to_the_next_pod(
     core_v1.create_namespaced_pod(namespace, pod("big", selector, WHOLE_CARD, HIGH))
     wait_for("big's preemption note", lambda: _noted(cluster, core_v1, namespace, "big"),
              timeout=60, interval=0.005)
+    # Deleted once its evictions are done: deleted before them, it evicts nobody (the worker
+    # stops a deleted preemptor's evictions) and no card is freed. Its victims: one card's
+    # two half-card pods.
+    wait_for("big's victims leaving",
+             lambda: len(set(SMALL) - live(core_v1, namespace)) >= 2 or None,
+             timeout=60, interval=0.005)
     core_v1.delete_namespaced_pod("big", namespace, grace_period_seconds=0)
     started = time.monotonic()
     # Well before the preemption's deadline (60 s): the room was not held for a deleted pod.
